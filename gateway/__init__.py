@@ -1,0 +1,1 @@
+"""Network edge and call orchestration."""

@@ -1,0 +1,149 @@
+"""`voxgate` command line (DESIGN.md §3.7).
+
+The one entry point. It is the only module that may import `bench/` (lazily)
+and `tts/` internals (for the model tools). Each subcommand's heavy imports
+happen inside its handler so `voxgate --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+# ------------------------------------------------------------------ serve
+def _add_serve(sub) -> None:
+    p = sub.add_parser("serve", help="run the gateway")
+    p.add_argument("--config", default="configs/default.yaml", help="YAML config (default: %(default)s)")
+    p.add_argument("--host", help="override server.host")
+    p.add_argument("--port", type=int, help="override server.port")
+    p.add_argument("--model-dir", help="override engine.model_dir (Qwen3-TTS checkpoint)")
+    p.add_argument("--model", choices=["tiny"], help="'tiny': make (once) and serve a tiny random Qwen3 checkpoint")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(handler=_run_serve)
+
+
+def _run_serve(args) -> int:
+    from gateway.server import serve_main
+
+    return serve_main(args)
+
+
+# ------------------------------------------------------------------ synth
+def _add_synth(sub) -> None:
+    p = sub.add_parser("synth", help="speak one text to a WAV with a Qwen3-TTS checkpoint")
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--text", required=True)
+    p.add_argument("--speaker")
+    p.add_argument("--language", default="auto")
+    p.add_argument("--instruct")
+    p.add_argument("--greedy", action="store_true", help="argmax for talker and code predictor, no repetition penalty")
+    p.add_argument("--max-frames", type=int, default=None, help="at most N codec frames (80 ms each)")
+    p.add_argument("--streaming-text", action="store_true", help="streaming text layout instead of the official default")
+    p.add_argument("--normalize", action="store_true", help="apply the text frontend's normalisation first")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", required=True)
+    p.add_argument("--codes-out")
+    p.set_defaults(handler=_run_synth)
+
+
+def _run_synth(args) -> int:
+    from tts.qwen3.tools import synth_main
+
+    return synth_main(args)
+
+
+# ------------------------------------------------------------------ make-tiny-model
+def _add_make_tiny_model(sub) -> None:
+    p = sub.add_parser("make-tiny-model", help="write a small random Qwen3-TTS checkpoint in the official layout")
+    p.add_argument("dir")
+    p.add_argument("--variant", default="1b7", choices=["0b6", "1b7"])
+    p.add_argument("--type", default="custom_voice", choices=["custom_voice", "voice_design", "base"])
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(handler=_run_make_tiny_model)
+
+
+def _run_make_tiny_model(args) -> int:
+    from tts.qwen3.tools import make_tiny_model_main
+
+    return make_tiny_model_main(args)
+
+
+# ------------------------------------------------------------------ bench
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="measure the engine (stage timings, RTF, TTFA, concurrency sweep)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model-dir")
+    src.add_argument("--random-weights", choices=["0.6b", "1.7b"])
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--streaming", action="store_true")
+    p.add_argument("--concurrency", default=None, help="comma-separated levels, e.g. 1,8,32")
+    p.add_argument("--frames", type=int, default=None, help="fix the length in codec frames (EOS ignored)")
+    p.add_argument("--max-batch", type=int, default=None)
+    p.add_argument("--json-output")
+    p.add_argument("--trace")
+    p.add_argument("--reference", action="store_true", help="also time the official qwen-tts on the same checkpoint")
+    p.set_defaults(handler=_run_bench)
+
+
+def _run_bench(args) -> int:
+    from bench.engine_bench import bench_main
+
+    return bench_main(args)
+
+
+# ------------------------------------------------------------------ loadtest
+def _add_loadtest(sub) -> None:
+    p = sub.add_parser("loadtest", help="replay calls against a gateway at rising concurrency")
+    p.add_argument("--gateway", help="ws(s)://host:port of a running gateway (else one is started per --config)")
+    p.add_argument("--config", action="append", default=[], help="config to start a local gateway with (twice for A/B)")
+    p.add_argument("--ab", help="second gateway URL for an A/B run")
+    p.add_argument("--scenarios", default=None, help="scenario file (default: bench/scenarios/ built-in set)")
+    p.add_argument("--levels", default="10,20,40")
+    p.add_argument("--window", type=float, default=30.0, help="sustained seconds measured per level")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="run folder (default: runs/<timestamp>)")
+    p.add_argument("--wav", action="store_true", help="write per-call WAV of what the caller heard")
+    p.add_argument("--api-key")
+    p.set_defaults(handler=_run_loadtest)
+
+
+def _run_loadtest(args) -> int:
+    from bench.loadtest import loadtest_main
+
+    return loadtest_main(args)
+
+
+# ------------------------------------------------------------------ normalize
+def _add_normalize(sub) -> None:
+    p = sub.add_parser("normalize", help="print the spoken form of a text")
+    p.add_argument("--lang", default="auto", choices=["auto", "ru", "en"])
+    p.add_argument("--stress", action="store_true", help="add Russian stress marks (silero-stress)")
+    p.add_argument("text")
+    p.set_defaults(handler=_run_normalize)
+
+
+def _run_normalize(args) -> int:
+    from tts.frontend.cli import normalize_main
+
+    return normalize_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="voxgate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_serve, _add_synth, _add_make_tiny_model, _add_bench, _add_loadtest, _add_normalize):
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""Strict YAML config (DESIGN.md §3.6).
+
+Every section is a dataclass; unknown keys, wrong types and impossible values
+are refused at start with a `ConfigError` naming the file and the key path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and key."""
+
+
+# ---------------------------------------------------------------- sections
+
+
+@dataclass
+class LimitsConfig:
+    max_message_bytes: int = 65_536
+    max_text_per_turn: int = 20_000  # characters of agent text in one turn
+    max_queued_turns: int = 16
+    idle_timeout_s: float = 300.0  # no client message for this long ends the session
+    ping_interval_s: float = 20.0
+    max_call_s: float = 3600.0
+    drain_timeout_s: float = 20.0  # SIGTERM: how long turns may finish
+
+    def validate(self, check) -> None:
+        check(self.max_message_bytes >= 256, "max_message_bytes", "must be >= 256")
+        check(self.max_text_per_turn >= 1, "max_text_per_turn", "must be >= 1")
+        check(self.max_queued_turns >= 1, "max_queued_turns", "must be >= 1")
+        for name in ("idle_timeout_s", "ping_interval_s", "max_call_s"):
+            check(getattr(self, name) > 0, name, "must be > 0")
+        check(self.drain_timeout_s >= 0, "drain_timeout_s", "must be >= 0")
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_sessions: int = 500
+    api_keys: list[str] = field(default_factory=list)
+    log_dir: str | None = None  # per-session playout event logs (JSON lines) and WAV timelines
+    record_wav: bool = False  # with log_dir: WAV timeline of exactly what was played
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+    def validate(self, check) -> None:
+        check(0 <= self.port <= 65535, "port", "must be 0..65535")
+        check(self.max_sessions >= 1, "max_sessions", "must be >= 1")
+        check(all(isinstance(k, str) and k for k in self.api_keys), "api_keys", "must be non-empty strings")
+
+
+@dataclass
+class EngineConfig:
+    kind: str = "simulated"  # qwen3 | simulated | espeak
+    model_dir: str | None = None
+    dtype: str = "bfloat16"
+    device: str = "cuda"
+    max_batch: int = 64
+    max_queued: int = 1024
+    vocoder: str = "torch"  # torch | tensorrt
+
+    def validate(self, check) -> None:
+        check(self.kind in ("qwen3", "simulated", "espeak"), "kind", "must be qwen3, simulated or espeak")
+        check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
+        check(self.max_batch >= 1, "max_batch", "must be >= 1")
+        check(self.max_queued >= 1, "max_queued", "must be >= 1")
+        check(self.vocoder in ("torch", "tensorrt"), "vocoder", "must be torch or tensorrt")
+
+
+@dataclass
+class SimulatedConfig:
+    first_packet_ms: float = 60.0
+    capacity_x: float = 50.0  # audio-seconds per wall second, shared by all active requests
+    ms_per_char: float = 70.0
+    stream_rtf: float = 0.1  # fastest a single request may go (RTF while under capacity)
+    packet_ms: float = 320.0  # audio per streamed packet after the first
+    scheduling: str = "edf"  # edf (earliest deadline first) | fcfs
+    max_queued: int = 4096
+
+    def validate(self, check) -> None:
+        check(self.first_packet_ms >= 0, "first_packet_ms", "must be >= 0")
+        check(self.capacity_x > 0, "capacity_x", "must be > 0")
+        check(self.ms_per_char > 0, "ms_per_char", "must be > 0")
+        check(self.stream_rtf > 0, "stream_rtf", "must be > 0")
+        check(self.packet_ms >= 20, "packet_ms", "must be >= 20")
+        check(self.scheduling in ("edf", "fcfs"), "scheduling", "must be edf or fcfs")
+        check(self.max_queued >= 1, "max_queued", "must be >= 1")
+
+
+@dataclass
+class PlayoutConfig:
+    prebuffer_ms: float = 60.0
+    frame_ms: int = 20
+
+    def validate(self, check) -> None:
+        check(0 <= self.prebuffer_ms <= 5000, "prebuffer_ms", "must be 0..5000")
+        check(self.frame_ms == 20, "frame_ms", "only 20 ms frames are supported")
+
+
+@dataclass
+class ChunkerConfig:
+    first_chunk_words: int = 6  # the first chunk of a turn may go out after this many words at a clause break
+    max_chunk_chars: int = 250
+    min_chunk_chars: int = 1
+
+    def validate(self, check) -> None:
+        check(self.first_chunk_words >= 0, "first_chunk_words", "must be >= 0")
+        check(self.max_chunk_chars >= 20, "max_chunk_chars", "must be >= 20")
+        check(self.min_chunk_chars >= 1, "min_chunk_chars", "must be >= 1")
+
+
+@dataclass
+class VoiceConfig:
+    speaker: str | None = None
+    language: str = "auto"
+    instruct: str | None = None
+    normalize: bool = True
+    stress: bool = False  # Russian stress marks (silero-stress) for stress-trained finetunes
+    stress_format: str = "plus"  # plus ('+' before the vowel) | acute (combining accent after it)
+    lexicon: dict[str, dict[str, str]] = field(default_factory=dict)  # language -> word -> spoken form
+
+    def validate(self, check) -> None:
+        check(self.stress_format in ("plus", "acute"), "stress_format", "must be plus or acute")
+
+
+@dataclass
+class TelephonyConfig:
+    audiosocket_port: int | None = None  # enables the AudioSocket TCP server
+    audiosocket_host: str | None = None  # defaults to server.host
+    unknown_call_timeout_s: float = 10.0
+    twilio_auth_token_env: str | None = None  # env var holding the Twilio auth token (verifies signatures)
+    public_url: str | None = None  # the URL Twilio dials, for signature checks behind proxies
+    record_inbound_dir: str | None = None
+
+    def validate(self, check) -> None:
+        if self.audiosocket_port is not None:
+            check(0 <= self.audiosocket_port <= 65535, "audiosocket_port", "must be 0..65535")
+        check(self.unknown_call_timeout_s > 0, "unknown_call_timeout_s", "must be > 0")
+
+
+@dataclass
+class LlmConfig:
+    kind: str = "none"  # none | openai | simulated
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    system_prompt: str = "You are a helpful voice agent on a phone call. Answer briefly."
+    timeout_s: float = 30.0
+    # simulator (kind: simulated)
+    ttft_ms: float = 300.0
+    tokens_per_s: float = 40.0
+
+    def validate(self, check) -> None:
+        check(self.kind in ("none", "openai", "simulated"), "kind", "must be none, openai or simulated")
+        if self.kind == "openai":
+            check(bool(self.base_url), "base_url", "is required for kind: openai")
+            check(bool(self.model), "model", "is required for kind: openai")
+        check(self.timeout_s > 0, "timeout_s", "must be > 0")
+        check(self.tokens_per_s > 0, "tokens_per_s", "must be > 0")
+
+
+@dataclass
+class WebrtcConfig:
+    ice_servers: list[str] = field(default_factory=list)  # e.g. stun:stun.example.org:3478
+
+    def validate(self, check) -> None:
+        pass
+
+
+def _default_voices() -> dict[str, VoiceConfig]:
+    return {"default": VoiceConfig()}
+
+
+@dataclass
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    simulated: SimulatedConfig = field(default_factory=SimulatedConfig)
+    playout: PlayoutConfig = field(default_factory=PlayoutConfig)
+    chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
+    voices: dict[str, VoiceConfig] = field(default_factory=_default_voices)
+    default_voice: str | None = None  # defaults to the first voice
+    telephony: TelephonyConfig = field(default_factory=TelephonyConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    webrtc: WebrtcConfig = field(default_factory=WebrtcConfig)
+    source: str = "<defaults>"
+
+    def validate(self, check) -> None:
+        check(len(self.voices) >= 1, "voices", "must name at least one voice")
+        if self.default_voice is not None:
+            check(self.default_voice in self.voices, "default_voice", f"{self.default_voice!r} is not in voices")
+
+    @property
+    def default_voice_name(self) -> str:
+        return self.default_voice or next(iter(self.voices))
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: dict | None = None) -> Config:
+    """Load and validate a YAML config; `None` gives the defaults.
+
+    `VOXGATE_MODEL_DIR` fills `engine.model_dir` when the file leaves it empty.
+    """
+    source = str(path) if path else "<defaults>"
+    data: Any = {}
+    if path:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read config: {exc.strerror or exc}") from exc
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections")
+    data = dict(data)
+    data.pop("source", None)
+    if overrides:
+        data = _merge(data, overrides)
+    cfg = _build(Config, data, source, "")
+    cfg.source = source
+    if not cfg.engine.model_dir and os.environ.get("VOXGATE_MODEL_DIR"):
+        cfg.engine.model_dir = os.environ["VOXGATE_MODEL_DIR"]
+    _validate_tree(cfg, source, "")
+    return cfg
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _where(source: str, path: str) -> str:
+    return f"{source}: {path or '<top level>'}"
+
+
+def _build(cls, data: Any, source: str, path: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{_where(source, path)}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        key = f"{path}.{unknown[0]}" if path else unknown[0]
+        raise ConfigError(f"{_where(source, key)}: unknown key (known: {', '.join(sorted(fields))})")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{path}.{name}" if path else name
+        kwargs[name] = _coerce(hints[name], value, source, key)
+    return cls(**kwargs)
+
+
+def _coerce(tp, value: Any, source: str, path: str):
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(args[0], value, source, path)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value if value is not None else {}, source, path)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{_where(source, path)}: expected a list, got {type(value).__name__}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(item, v, source, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{_where(source, path)}: expected a mapping, got {type(value).__name__}")
+        _, item = typing.get_args(tp)
+        return {str(k): _coerce(item, v, source, f"{path}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{_where(source, path)}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{_where(source, path)}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{_where(source, path)}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{_where(source, path)}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def _validate_tree(obj, source: str, path: str) -> None:
+    def check(ok: bool, key: str, message: str) -> None:
+        if not ok:
+            full = f"{path}.{key}" if path else key
+            raise ConfigError(f"{_where(source, full)}: {message} (got {getattr(obj, key, None)!r})")
+
+    if hasattr(obj, "validate"):
+        obj.validate(check)
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        sub = f"{path}.{f.name}" if path else f.name
+        if dataclasses.is_dataclass(value):
+            _validate_tree(value, source, sub)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if dataclasses.is_dataclass(v):
+                    _validate_tree(v, source, f"{sub}.{k}")

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Test-only extras: headless Chromium for the browser test, the official qwen-tts for parity tests.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
+      || echo "install_test_deps: could not install chromium; browser tests will be skipped"
+  else
+    echo "install_test_deps: not root or no apt-get; browser tests will be skipped"
+  fi
+fi
+if [ -x scripts/install_reference.sh ]; then
+  scripts/install_reference.sh || echo "install_test_deps: official qwen-tts unavailable; live parity tests will be skipped"
+fi
+exit 0

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Runs the gateway with configs/default.yaml (installs on first use). Extra args go to `voxgate serve`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup_env.sh webrtc,espeak
+exec .venv/bin/voxgate serve --config configs/default.yaml "$@"

@@ -1,0 +1,183 @@
+"""The public face of the speech engine (DESIGN.md §3.1).
+
+An `Engine` turns a `SynthesisRequest` into a `SynthesisStream` of float32
+PCM chunks at 24 kHz. Engines run their work off the event loop (a worker
+thread per device) and hand results back with `loop.call_soon_threadsafe`;
+the stream is the only object the two sides share, and it only ever carries
+immutable chunks, so the worker can later move into its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+import numpy as np
+
+SAMPLE_RATE = 24_000
+CODEC_FRAME_SAMPLES = 1920  # one 80 ms codec frame at 24 kHz
+
+_request_ids = itertools.count(1)
+
+
+class EngineError(Exception):
+    """A request-level failure with a stable protocol code (DESIGN.md §3.4)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Sampling for the talker and the code predictor; defaults from generation_config.json."""
+
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    greedy: bool = False
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    """One text chunk to speak.
+
+    `deadline` is a `time.monotonic()` instant by which the playout needs this
+    request's first audio; engines serve the earliest deadline first.
+    """
+
+    text: str
+    voice: str = "default"
+    language: str = "auto"
+    instruct: str | None = None
+    sampling: SamplingSettings = SamplingSettings()
+    deadline: float = field(default_factory=time.monotonic)
+    request_id: int = field(default_factory=lambda: next(_request_ids))
+    tag: str = ""  # free text for logs and traces (session/turn/chunk)
+
+
+@dataclass(frozen=True)
+class PcmChunk:
+    """A piece of a request's audio: float32 mono at `SAMPLE_RATE`.
+
+    `frame_index` is the index of the chunk's first codec frame (80 ms) within
+    the request; `is_last` marks the request's final chunk (it may be empty).
+    """
+
+    pcm: np.ndarray
+    frame_index: int
+    is_last: bool
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / SAMPLE_RATE
+
+
+_END = object()
+
+
+class SynthesisStream:
+    """Async iterator over a request's `PcmChunk`s.
+
+    The engine side calls `_deliver` / `_fail` (from the event loop; worker
+    threads go through `loop.call_soon_threadsafe`). The consumer iterates
+    and may `cancel()`; the engine frees the request's slot at its next step.
+    """
+
+    def __init__(self, request: SynthesisRequest, engine: "Engine"):
+        self.request = request
+        self._engine = engine
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._done = False
+        self.cancelled = False
+        self.submitted_at = time.monotonic()
+        self.first_audio_at: float | None = None
+
+    # -- consumer side -------------------------------------------------
+    def __aiter__(self) -> AsyncIterator[PcmChunk]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[PcmChunk]:
+        while True:
+            item = await self._queue.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def cancel(self) -> None:
+        """Stop this request; idempotent. Iteration ends at once."""
+        if self.cancelled or self._done:
+            return
+        self.cancelled = True
+        self._engine._cancel(self)
+        self._finish()
+
+    def set_deadline(self, deadline: float) -> None:
+        """Tell the engine when the first audio (or the next audio) is needed."""
+        self._engine._update_deadline(self, deadline)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    # -- engine side ---------------------------------------------------
+    def _deliver(self, chunk: PcmChunk) -> None:
+        if self._done:
+            return
+        if self.first_audio_at is None and len(chunk.pcm):
+            self.first_audio_at = time.monotonic()
+        self._queue.put_nowait(chunk)
+        if chunk.is_last:
+            self._finish()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._done:
+            return
+        self._queue.put_nowait(error)
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._queue.put_nowait(_END)
+
+
+class Engine(ABC):
+    """A speech engine; see the module docstring."""
+
+    sample_rate: int = SAMPLE_RATE
+    name: str = "engine"
+
+    async def start(self) -> None:
+        """Load models and start workers; called once on the event loop."""
+
+    async def close(self) -> None:
+        """Cancel everything and stop workers."""
+
+    @abstractmethod
+    def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
+        """Queue a request; raises `EngineError('overloaded', …)` when full."""
+
+    def voices(self) -> list[str]:
+        """Speaker names this engine can speak with (empty: any name works)."""
+        return []
+
+    def stats(self) -> dict:
+        """Counters for /metrics: at least `queued` and `active`."""
+        return {"queued": 0, "active": 0}
+
+    # Hooks the stream calls; engines override what they support.
+    def _cancel(self, stream: SynthesisStream) -> None:
+        pass
+
+    def _update_deadline(self, stream: SynthesisStream, deadline: float) -> None:
+        pass
