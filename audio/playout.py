@@ -1,0 +1,305 @@
+"""Jitter-buffered playout: the single truth about what the caller heard (DESIGN.md §3.3).
+
+The producer side opens utterances (one per turn, in order), pushes their
+audio tagged with the text chunk it belongs to, places marks after a chunk's
+audio, and closes the utterance when no more audio will come. The consumer
+side calls `tick()` once per 20 ms frame.
+
+Latency vs gap: the silence between an utterance becoming current and its
+first frame (after the prebuffer target is met) is latency (TTFA). Once the
+first frame played, every tick with no audio while the utterance is not
+finished is an underrun; it ends with the next audio (no second prebuffer)
+and is classified micro (< 200 ms) or audible (>= 200 ms).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import wave
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from audio.pcm import float_to_int16, frame_samples
+
+AUDIBLE_GAP_MS = 200.0
+
+
+@dataclass
+class PlayoutEvent:
+    type: str  # utterance_start | first_audio | underrun_start | underrun_end | mark | utterance_end
+    t: float  # clock time of the tick that produced it
+    turn_id: str
+    data: dict = field(default_factory=dict)
+
+    def to_json(self, session_id: str) -> str:
+        return json.dumps({"type": self.type, "t": round(self.t, 6), "session": session_id, "turn_id": self.turn_id, **self.data})
+
+
+@dataclass
+class Frame:
+    pcm: np.ndarray  # float32, frame_samples long; a reused buffer, valid until the next tick
+    kind: str  # audio | gap | latency | idle
+    turn_id: str | None = None
+
+
+@dataclass
+class _Utterance:
+    turn_id: str
+    opened_at: float
+    latency_from: float | None = None  # set when it becomes current
+    started: bool = False
+    closed: bool = False  # no more audio will be pushed
+    played_samples: int = 0
+    pushed_samples: int = 0
+    chunk: int | None = None  # chunk now playing
+    chunk_played: dict = field(default_factory=dict)  # chunk -> samples played
+    underrun_ticks: int = 0
+    underrun_cause: str = ""
+    underrun_chunk: int | None = None
+    gaps: dict = field(default_factory=lambda: {"micro": 0, "audible": 0})
+
+
+class Playout:
+    def __init__(
+        self,
+        sample_rate: int,
+        frame_ms: int = 20,
+        prebuffer_ms: float = 60.0,
+        session_id: str = "",
+        on_event: Callable[[PlayoutEvent], None] | None = None,
+        log_path: str | None = None,
+        wav_path: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        cause_provider: Callable[[], str] | None = None,
+    ):
+        self.sample_rate = sample_rate
+        self.frame_ms = frame_ms
+        self.frame_samples = frame_samples(sample_rate, frame_ms)
+        self.prebuffer_samples = int(round(prebuffer_ms * sample_rate / 1000))
+        self.session_id = session_id
+        self.on_event = on_event
+        self.clock = clock
+        self.cause_provider = cause_provider or (lambda: "engine")
+        self._utterances: deque[_Utterance] = deque()
+        self._by_id: dict[str, _Utterance] = {}
+        # Segments: ("audio", turn_id, chunk, pcm, offset) | ("mark", turn_id, chunk, payload) | ("end", turn_id)
+        self._segments: deque[list] = deque()
+        self._buffered = 0  # audio samples in segments
+        self._frame = np.zeros(self.frame_samples, dtype=np.float32)
+        self._log = open(log_path, "a", encoding="utf-8") if log_path else None
+        self._wav = None
+        if wav_path:
+            self._wav = wave.open(wav_path, "wb")
+            self._wav.setnchannels(1)
+            self._wav.setsampwidth(2)
+            self._wav.setframerate(sample_rate)
+            self._wav_int16 = np.zeros(self.frame_samples, dtype=np.int16)
+        self.ticks = 0
+
+    # ------------------------------------------------------------ producer side
+    def open_utterance(self, turn_id: str) -> None:
+        """A turn's text started arriving; its latency clock starts when it becomes current."""
+        if turn_id in self._by_id:
+            raise ValueError(f"utterance {turn_id!r} is already open")
+        utt = _Utterance(turn_id=turn_id, opened_at=self.clock())
+        self._utterances.append(utt)
+        self._by_id[turn_id] = utt
+        if len(self._utterances) == 1:
+            self._make_current(utt, utt.opened_at)
+
+    def push(self, turn_id: str, chunk: int, pcm: np.ndarray) -> None:
+        utt = self._by_id.get(turn_id)
+        if utt is None or utt.closed or not len(pcm):
+            return
+        utt.pushed_samples += len(pcm)
+        self._segments.append(["audio", turn_id, chunk, np.asarray(pcm, dtype=np.float32), 0])
+        self._buffered += len(pcm)
+
+    def mark(self, turn_id: str, chunk: int, payload: dict | None = None) -> None:
+        """Fires a `mark` event when everything pushed so far for the turn has played."""
+        if turn_id in self._by_id:
+            self._segments.append(["mark", turn_id, chunk, payload or {}])
+
+    def close_utterance(self, turn_id: str) -> None:
+        """No more audio for this turn; it ends once its buffered audio has played."""
+        utt = self._by_id.get(turn_id)
+        if utt is None or utt.closed:
+            return
+        utt.closed = True
+        self._segments.append(["end", turn_id])
+
+    def flush(self) -> list[dict]:
+        """Barge-in: drop all buffered audio, end the current and queued utterances as interrupted.
+
+        Returns the `utterance_end` data of each ended utterance, current first.
+        """
+        ended = []
+        now = self.clock()
+        self._segments.clear()
+        self._buffered = 0
+        while self._utterances:
+            utt = self._utterances.popleft()
+            if utt.underrun_ticks:
+                self._end_underrun(utt, now)
+            ended.append(self._end_utterance(utt, now, interrupted=True))
+        return ended
+
+    # ------------------------------------------------------------ consumer side
+    @property
+    def buffered_ms(self) -> float:
+        return self._buffered * 1000.0 / self.sample_rate
+
+    @property
+    def current_turn(self) -> str | None:
+        return self._utterances[0].turn_id if self._utterances else None
+
+    @property
+    def in_utterance(self) -> bool:
+        """True while the current utterance has started playing (frames go on the wire)."""
+        return bool(self._utterances) and self._utterances[0].started
+
+    def played_ms(self, turn_id: str) -> float:
+        utt = self._by_id.get(turn_id)
+        return utt.played_samples * 1000.0 / self.sample_rate if utt else 0.0
+
+    def tick(self) -> Frame:
+        self.ticks += 1
+        now = self.clock()
+        frame = self._frame
+        frame.fill(0.0)
+        if not self._utterances:
+            return self._out(Frame(frame, "idle"))
+        utt = self._utterances[0]
+        if not utt.started:
+            avail = self._available(utt.turn_id)
+            if avail == 0 and self._end_reached(utt.turn_id):
+                # A turn that produced no audio at all (e.g. empty final text).
+                self._pop_end(utt, now)
+                return self._out(Frame(frame, "latency", utt.turn_id))
+            if avail < self.prebuffer_samples and not (utt.closed and avail > 0):
+                return self._out(Frame(frame, "latency", utt.turn_id))
+            utt.started = True
+            self._emit("first_audio", now, utt.turn_id, ttfa_ms=round((now - utt.latency_from) * 1000.0, 1))
+        filled = self._fill(utt, frame, now)
+        if filled == 0 and utt is self._current():
+            # No audio this tick inside a started utterance: underrun.
+            if utt.underrun_ticks == 0:
+                utt.underrun_cause = self.cause_provider()
+                utt.underrun_chunk = utt.chunk
+                self._emit("underrun_start", now, utt.turn_id, chunk=utt.chunk, cause=utt.underrun_cause)
+            utt.underrun_ticks += 1
+            return self._out(Frame(frame, "gap", utt.turn_id))
+        return self._out(Frame(frame, "audio", utt.turn_id))
+
+    def close(self) -> None:
+        if self._log:
+            self._log.close()
+            self._log = None
+        if self._wav:
+            self._wav.close()
+            self._wav = None
+
+    # ------------------------------------------------------------ internals
+    def _current(self) -> _Utterance | None:
+        return self._utterances[0] if self._utterances else None
+
+    def _make_current(self, utt: _Utterance, now: float) -> None:
+        utt.latency_from = max(now, utt.opened_at)
+        self._emit("utterance_start", now, utt.turn_id)
+
+    def _available(self, turn_id: str) -> int:
+        n = 0
+        for seg in self._segments:
+            if seg[1] != turn_id or seg[0] == "end":
+                break
+            if seg[0] == "audio":
+                n += len(seg[3]) - seg[4]
+        return n
+
+    def _end_reached(self, turn_id: str) -> bool:
+        for seg in self._segments:
+            if seg[1] != turn_id:
+                return False
+            if seg[0] == "end":
+                return True
+            if seg[0] == "audio":
+                return False
+        return False
+
+    def _fill(self, utt: _Utterance, frame: np.ndarray, now: float) -> int:
+        """Copies the current utterance's audio into `frame`; fires marks and the end on the way."""
+        pos = 0
+        segs = self._segments
+        while segs and segs[0][1] == utt.turn_id:
+            seg = segs[0]
+            kind = seg[0]
+            if kind == "audio":
+                if pos == self.frame_samples:
+                    break
+                if utt.underrun_ticks:
+                    self._end_underrun(utt, now)
+                pcm, offset = seg[3], seg[4]
+                n = min(self.frame_samples - pos, len(pcm) - offset)
+                frame[pos : pos + n] = pcm[offset : offset + n]
+                pos += n
+                seg[4] += n
+                self._buffered -= n
+                utt.played_samples += n
+                utt.chunk = seg[2]
+                utt.chunk_played[seg[2]] = utt.chunk_played.get(seg[2], 0) + n
+                if seg[4] == len(pcm):
+                    segs.popleft()
+            elif kind == "mark":
+                segs.popleft()
+                self._emit("mark", now, utt.turn_id, chunk=seg[2], played_ms=self._ms(utt.played_samples), **seg[3])
+            else:  # end
+                if utt.underrun_ticks:
+                    self._end_underrun(utt, now)
+                self._pop_end(utt, now)
+                return max(pos, 1)  # the utterance is over; this frame is not a gap
+        return pos
+
+    def _pop_end(self, utt: _Utterance, now: float) -> None:
+        self._segments.popleft()
+        self._utterances.popleft()
+        self._end_utterance(utt, now, interrupted=False)
+        if self._utterances:
+            self._make_current(self._utterances[0], now)
+
+    def _end_underrun(self, utt: _Utterance, now: float) -> None:
+        duration = utt.underrun_ticks * self.frame_ms
+        kind = "audible" if duration >= AUDIBLE_GAP_MS else "micro"
+        utt.gaps[kind] += 1
+        self._emit("underrun_end", now, utt.turn_id, chunk=utt.underrun_chunk, duration_ms=duration, kind=kind, cause=utt.underrun_cause)
+        utt.underrun_ticks = 0
+
+    def _end_utterance(self, utt: _Utterance, now: float, interrupted: bool) -> dict:
+        self._by_id.pop(utt.turn_id, None)
+        data = {
+            "played_ms": self._ms(utt.played_samples),
+            "interrupted": interrupted,
+            "started": utt.started,
+            "gaps": dict(utt.gaps),
+            "chunk_played_ms": {k: self._ms(v) for k, v in utt.chunk_played.items()},
+        }
+        self._emit("utterance_end", now, utt.turn_id, **data)
+        return {"turn_id": utt.turn_id, **data}
+
+    def _ms(self, samples: int) -> float:
+        return round(samples * 1000.0 / self.sample_rate, 1)
+
+    def _emit(self, type_: str, now: float, turn_id: str, **data) -> None:
+        event = PlayoutEvent(type_, now, turn_id, data)
+        if self._log:
+            self._log.write(event.to_json(self.session_id) + "\n")
+        if self.on_event:
+            self.on_event(event)
+
+    def _out(self, frame: Frame) -> Frame:
+        if self._wav:
+            self._wav.writeframes(float_to_int16(frame.pcm, out=self._wav_int16).tobytes())
+        return frame
