@@ -1,0 +1,256 @@
+"""A CPU demo voice: eSpeak NG through the `espeakng-loader` wheel (DESIGN.md §3.1).
+
+eSpeak NG is GPL-3.0, so it stays an optional extra (`pip install 'voxgate[espeak]'`);
+nothing imports this module unless `engine.kind: espeak` is chosen. The library
+is global, not thread-safe state, so ONE worker thread owns it: it takes requests
+earliest-deadline first, synthesises each text chunk (a formant synthesiser runs
+at a few hundred times real time on one core), resamples 22.05 kHz → 24 kHz and
+hands the chunk to the event loop with `loop.call_soon_threadsafe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import heapq
+import itertools
+import logging
+import re
+import threading
+
+import numpy as np
+
+from tts.engine import SAMPLE_RATE, Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream
+
+log = logging.getLogger(__name__)
+
+MISSING_MESSAGE = (
+    "the eSpeak NG demo voice needs the optional 'espeak' extra "
+    "(pip install 'voxgate[espeak]', which installs espeakng-loader; eSpeak NG is GPL-3.0)"
+)
+
+# eSpeak voice per ISO 639-1 language; `auto` picks by script.
+DEFAULT_VOICES = {"en": "en-us", "ru": "ru"}
+
+_AUDIO_OUTPUT_SYNCHRONOUS = 2
+_POS_CHARACTER = 1
+_CHARS_UTF8 = 1
+_PARAM_RATE = 1
+_BUFFER_MS = 100
+_CYRILLIC = re.compile(r"[\u0400-\u04FF]")
+_LATIN = re.compile(r"[A-Za-z]")
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+
+
+def espeak_available() -> bool:
+    """Whether the optional `espeakng-loader` package can be imported."""
+    try:
+        import espeakng_loader  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def language_of(text: str) -> str:
+    """`ru` when the text is mostly Cyrillic, else `en` (the `auto` rule)."""
+    return "ru" if len(_CYRILLIC.findall(text)) > len(_LATIN.findall(text)) else "en"
+
+
+def resample(x: np.ndarray, src_rate: int, dst_rate: int, taps: int = 16) -> np.ndarray:
+    """Band-limited resampling by a Hann-windowed sinc (enough for a demo voice)."""
+    if src_rate == dst_rate or len(x) == 0:
+        return x.astype(np.float32, copy=False)
+    n_out = len(x) * dst_rate // src_rate
+    cutoff = min(1.0, dst_rate / src_rate)
+    offsets = np.arange(-taps // 2 + 1, taps // 2 + 1)
+    padded = np.pad(x.astype(np.float64), (taps, taps))
+    out = np.empty(n_out, dtype=np.float32)
+    step = src_rate / dst_rate
+    for start in range(0, n_out, 8192):  # blocks bound the (n, taps) temporaries
+        t = np.arange(start, min(start + 8192, n_out)) * step
+        base = np.floor(t).astype(np.int64)
+        dist = (t - base)[:, None] - offsets[None, :]
+        h = cutoff * np.sinc(cutoff * dist) * (0.5 + 0.5 * np.cos(np.pi * dist / (taps / 2)))
+        h /= h.sum(axis=1, keepdims=True)  # unity gain at DC for every phase
+        out[start : start + len(t)] = (padded[base[:, None] + offsets[None, :] + taps] * h).sum(axis=1)
+    return out
+
+
+class _Library:
+    """The eSpeak NG shared library; used from the worker thread only."""
+
+    def __init__(self) -> None:
+        try:
+            import espeakng_loader
+        except ImportError as exc:
+            raise EngineError("engine_unavailable", MISSING_MESSAGE) from exc
+        lib = ctypes.CDLL(espeakng_loader.get_library_path())
+        lib.espeak_Initialize.restype = ctypes.c_int
+        lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.espeak_Synth.argtypes = [
+            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
+            ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+        ]
+        self.sample_rate = lib.espeak_Initialize(
+            _AUDIO_OUTPUT_SYNCHRONOUS, _BUFFER_MS, espeakng_loader.get_data_path().encode(), 0
+        )
+        if self.sample_rate <= 0:
+            raise EngineError("engine_unavailable", f"eSpeak NG failed to initialise (code {self.sample_rate})")
+        self._lib = lib
+        self._pieces: list[np.ndarray] = []
+        self._abort = lambda: False
+        self._callback = _CALLBACK(self._on_audio)  # kept alive: the library holds the pointer
+        lib.espeak_SetSynthCallback(self._callback)
+        self._voice: str | None = None
+
+    def _on_audio(self, wav, n: int, _events) -> int:
+        if n > 0 and wav:
+            self._pieces.append(np.ctypeslib.as_array(wav, shape=(n,)).copy())
+        return 1 if self._abort() else 0  # 1 tells eSpeak to stop this text
+
+    def speak(self, text: str, voice: str, rate_wpm: int, abort) -> np.ndarray | None:
+        """Int16 PCM at `sample_rate` for `text`, or None when `abort()` became true."""
+        if voice != self._voice:
+            if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
+                raise EngineError("unknown_voice", f"eSpeak NG has no voice {voice!r}")
+            self._voice = voice
+            self._lib.espeak_SetParameter(_PARAM_RATE, rate_wpm, 0)
+        self._pieces, self._abort = [], abort
+        data = text.encode("utf-8") + b"\0"
+        code = self._lib.espeak_Synth(data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
+        if abort():
+            return None
+        if code != 0:
+            raise EngineError("internal", f"eSpeak NG synthesis failed (code {code})")
+        return np.concatenate(self._pieces) if self._pieces else np.zeros(0, np.int16)
+
+
+class EspeakEngine(Engine):
+    """eSpeak NG on one worker thread; one `PcmChunk` per text chunk (it is that fast)."""
+
+    name = "espeak"
+
+    def __init__(self, voices: dict[str, str] | None = None, rate_wpm: int = 175, max_queued: int = 1024):
+        if not espeak_available():
+            raise EngineError("engine_unavailable", MISSING_MESSAGE)
+        self.language_voices = dict(DEFAULT_VOICES if voices is None else voices)
+        self.rate_wpm = rate_wpm
+        self.max_queued = max_queued
+        self._jobs: list[tuple[float, int, SynthesisStream | None]] = []  # heap by deadline
+        self._order = itertools.count()
+        self._wake = threading.Condition()
+        self._cancelled: set[int] = set()
+        self._active = 0
+        self._aborted = 0  # requests stopped in the middle of synthesis
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+
+    async def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="espeak-worker", daemon=True)
+        self._thread.start()
+        await asyncio.to_thread(self._ready.wait)
+        if self._start_error is not None:
+            raise self._start_error
+
+    async def close(self) -> None:
+        if self._thread is None:
+            return
+        with self._wake:
+            for _, _, stream in self._jobs:
+                if stream is not None:
+                    self._cancelled.add(stream.request.request_id)
+            heapq.heappush(self._jobs, (float("-inf"), next(self._order), None))  # stop sentinel first
+            self._wake.notify()
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+
+    def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
+        if self._thread is None:
+            raise EngineError("internal", "EspeakEngine.start() was not awaited")
+        if not request.text.strip():
+            stream = SynthesisStream(request, self)
+            stream._deliver(PcmChunk(np.zeros(0, np.float32), 0, True))
+            return stream
+        with self._wake:
+            if len(self._jobs) >= self.max_queued:
+                raise EngineError("overloaded", "the eSpeak queue is full")
+            stream = SynthesisStream(request, self)
+            heapq.heappush(self._jobs, (request.deadline, next(self._order), stream))
+            self._wake.notify()
+        return stream
+
+    def voices(self) -> list[str]:
+        return []
+
+    def stats(self) -> dict:
+        return {"queued": len(self._jobs), "active": self._active, "aborted": self._aborted}
+
+    def _cancel(self, stream: SynthesisStream) -> None:
+        with self._wake:
+            self._cancelled.add(stream.request.request_id)
+
+    def voice_for(self, request: SynthesisRequest) -> str:
+        language = request.language if request.language != "auto" else language_of(request.text)
+        voice = self.language_voices.get(language)
+        if voice is None:
+            raise EngineError("unsupported_language", f"the eSpeak demo voice speaks {sorted(self.language_voices)}, not {language!r}")
+        return voice
+
+    # -- worker thread ---------------------------------------------------
+    def _run(self) -> None:
+        try:
+            lib = _Library()
+        except BaseException as exc:  # reported by start()
+            self._start_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        while True:
+            with self._wake:
+                while not self._jobs:
+                    self._wake.wait()
+                _, _, stream = heapq.heappop(self._jobs)
+                if stream is None:
+                    return
+                rid = stream.request.request_id
+                if rid in self._cancelled:
+                    self._cancelled.discard(rid)
+                    continue
+                self._active = 1
+            try:
+                self._speak(lib, stream)
+            finally:
+                with self._wake:
+                    self._active = 0
+                    self._cancelled.discard(rid)
+
+    def _speak(self, lib: _Library, stream: SynthesisStream) -> None:
+        rid = stream.request.request_id
+        try:
+            voice = self.voice_for(stream.request)
+            pcm16 = lib.speak(stream.request.text, voice, self.rate_wpm, lambda: rid in self._cancelled)
+        except EngineError as exc:
+            self._hand_over(stream._fail, exc)
+            return
+        except Exception as exc:  # never let one text kill the worker
+            log.exception("eSpeak synthesis failed")
+            self._hand_over(stream._fail, EngineError("internal", f"eSpeak NG failed: {exc}"))
+            return
+        if pcm16 is None:  # cancelled; the stream already ended on the consumer side
+            self._aborted += 1
+            return
+        pcm = resample(pcm16.astype(np.float32) / 32768.0, lib.sample_rate, SAMPLE_RATE)
+        self._hand_over(stream._deliver, PcmChunk(pcm, 0, True))
+
+    def _hand_over(self, fn, arg) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, arg)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
