@@ -61,7 +61,7 @@ class ServerConfig:
 
 @dataclass
 class EngineConfig:
-    kind: str = "simulated"  # qwen3 | simulated | espeak
+    kind: str = "auto"  # auto | qwen3 | simulated | espeak (auto: qwen3 with a model_dir, else espeak, else simulated)
     model_dir: str | None = None
     dtype: str = "bfloat16"
     device: str = "cuda"
@@ -70,7 +70,7 @@ class EngineConfig:
     vocoder: str = "torch"  # torch | tensorrt
 
     def validate(self, check) -> None:
-        check(self.kind in ("qwen3", "simulated", "espeak"), "kind", "must be qwen3, simulated or espeak")
+        check(self.kind in ("auto", "qwen3", "simulated", "espeak"), "kind", "must be auto, qwen3, simulated or espeak")
         check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
         check(self.max_batch >= 1, "max_batch", "must be >= 1")
         check(self.max_queued >= 1, "max_queued", "must be >= 1")

@@ -1,0 +1,40 @@
+"""Prometheus metrics of one gateway (its own registry, so several gateways can share a process)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+_LATENESS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
+
+
+class GatewayMetrics:
+    def __init__(self, engine_stats: Callable[[], dict], engine_kind: str):
+        r = self.registry = CollectorRegistry()
+        self.sessions_active = Gauge("voxgate_sessions_active", "Sessions now open", registry=r)
+        self.sessions_total = Counter("voxgate_sessions_total", "Sessions started", ["leg"], registry=r)
+        self.ttfa = Histogram("voxgate_ttfa_seconds", "Time to first audio per turn (playout)", buckets=_LATENCY_BUCKETS, registry=r)
+        self.underruns = Counter("voxgate_underruns_total", "Playout underruns inside utterances", ["kind", "cause"], registry=r)
+        self.underrun_seconds = Counter("voxgate_underrun_seconds_total", "Silence inside utterances", ["kind"], registry=r)
+        self.turns = Counter("voxgate_turns_total", "Turns finished", ["interrupted"], registry=r)
+        self.errors = Counter("voxgate_errors_total", "Error events sent", ["code"], registry=r)
+        self.frames_sent = Counter("voxgate_frames_sent_total", "20 ms audio frames sent", ["leg"], registry=r)
+        self.frames_dropped = Counter("voxgate_frames_dropped_total", "Frames not sent: the client's socket was backed up", registry=r)
+        self.chunks = Counter("voxgate_text_chunks_total", "Text chunks sent to the engine", registry=r)
+        self.clock_lateness = Histogram(
+            "voxgate_clock_lateness_seconds", "How late each shared-clock tick ran against its schedule", buckets=_LATENESS_BUCKETS, registry=r
+        )
+        self.clock_skipped = Counter("voxgate_clock_skipped_ticks_total", "Ticks dropped after a long stall", registry=r)
+        self.engine_queue = Gauge("voxgate_engine_queue_depth", "Requests waiting in the engine", registry=r)
+        self.engine_active = Gauge("voxgate_engine_active_requests", "Requests the engine is serving", registry=r)
+        self.engine_info = Gauge("voxgate_engine_info", "Engine serving this gateway", ["kind"], registry=r)
+        self.engine_info.labels(kind=engine_kind).set(1)
+        self.engine_queue.set_function(lambda: engine_stats().get("queued", 0))
+        self.engine_active.set_function(lambda: engine_stats().get("active", 0))
+        self.engine_audio = Gauge("voxgate_engine_audio_seconds", "Audio seconds produced by the engine", registry=r)
+        self.engine_audio.set_function(lambda: engine_stats().get("audio_seconds", 0.0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,426 @@
+"""One call: text pieces → chunker → at most two chunks in flight in the engine → Playout → media leg.
+
+A session has a text leg (where agent text comes from and events go) and a
+media leg (where audio goes). Transports are small adapters implementing
+`TextLeg` / `MediaLeg`; no transport logic lives here.
+
+Two in flight: while chunk k plays, chunk k+1 is synthesised; chunk k+2 is
+submitted only once k is fully synthesised. Audio of a later in-flight chunk
+is held back until the earlier one is complete, so the playout always
+receives each turn's audio in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+
+from audio.encode import FrameEncoder, OutputFormat
+from audio.playout import Playout, PlayoutEvent
+from audio.resample import StreamResampler
+from gateway import protocol as P
+from gateway.chunker import Chunker
+from gateway.config import Config, VoiceConfig
+from gateway.metrics import GatewayMetrics
+from tts import Engine, EngineError, SynthesisRequest, SynthesisStream
+from tts.frontend import FrontendOptions, prepare_text
+
+log = logging.getLogger("voxgate.session")
+
+MAX_IN_FLIGHT = 2
+
+
+class TextLeg(Protocol):
+    async def send_event(self, event: dict) -> None: ...
+
+
+class MediaLeg(Protocol):
+    output: OutputFormat
+    clock_driven: bool  # True: the shared gateway clock ticks this session; False: the leg pulls frames
+    send_idle_silence: bool  # legs that own the far end's clock send silence while idle
+
+    async def send_audio(self, frame: bytes) -> None: ...
+
+    async def on_flush(self) -> None:
+        """Barge-in: tell the far end to drop what it buffered."""
+
+    def on_playout_event(self, event: PlayoutEvent) -> None:
+        """Every playout event (e.g. Twilio sends its own marks on `mark`)."""
+
+
+@dataclass
+class _Turn:
+    turn_id: str
+    chunker: Chunker
+    texts: list[str] = field(default_factory=list)  # text chunks as the agent wrote them
+    pushed: dict[int, int] = field(default_factory=dict)  # chunk -> samples pushed to the playout
+    complete: set[int] = field(default_factory=set)  # chunks fully synthesised
+    final: bool = False
+    closed: bool = False  # playout told no more audio will come
+    chars: int = 0
+
+
+@dataclass
+class _Job:
+    turn: _Turn
+    index: int
+    stream: SynthesisStream
+    resampler: StreamResampler
+    held: list[np.ndarray] = field(default_factory=list)  # audio waiting for earlier chunks
+    done: bool = False
+    task: asyncio.Task | None = None
+
+
+class Session:
+    def __init__(
+        self,
+        session_id: str,
+        config: Config,
+        engine: Engine,
+        metrics: GatewayMetrics,
+        voice: str,
+        language: str = "auto",
+        instruct: str | None = None,
+        output: OutputFormat = OutputFormat(),
+        on_closed: Callable[["Session"], None] | None = None,
+    ):
+        self.session_id = session_id
+        self.config = config
+        self.engine = engine
+        self.metrics = metrics
+        self.voice_name = voice
+        self.voice: VoiceConfig = config.voices[voice]
+        self.language = language if language != "auto" else self.voice.language
+        self.instruct = instruct if instruct is not None else self.voice.instruct
+        self.frontend = FrontendOptions(
+            normalize=self.voice.normalize, stress=self.voice.stress, stress_format=self.voice.stress_format, lexicon=self.voice.lexicon
+        )
+        self.output = output
+        self.encoder = FrameEncoder(output)
+        self.on_closed = on_closed
+        self.text_leg: TextLeg | None = None
+        self.media_leg: MediaLeg | None = None
+        self.created_at = time.monotonic()
+        log_dir = config.server.log_dir
+        self.playout = Playout(
+            output.sample_rate,
+            frame_ms=output.frame_ms,
+            prebuffer_ms=config.playout.prebuffer_ms,
+            session_id=session_id,
+            on_event=self._on_playout_event,
+            log_path=f"{log_dir}/{session_id}.events.jsonl" if log_dir else None,
+            wav_path=f"{log_dir}/{session_id}.wav" if log_dir and config.server.record_wav else None,
+            cause_provider=self._starved_cause,
+        )
+        self._turns: dict[str, _Turn] = {}
+        self._pending: deque[tuple[_Turn, int]] = deque()  # text chunks not yet submitted
+        self._inflight: deque[_Job] = deque()
+        self._outbox: deque[dict] = deque()
+        self._draining = False
+        self.closed = False
+        self._closed_event = asyncio.Event()
+
+    # ------------------------------------------------------------ legs
+    def attach_text(self, leg: TextLeg) -> None:
+        self.text_leg = leg
+
+    def attach_media(self, leg: MediaLeg) -> None:
+        self.media_leg = leg
+
+    def detach_media(self) -> None:
+        self.media_leg = None
+
+    # ------------------------------------------------------------ text leg input
+    async def handle(self, msg: dict) -> None:
+        """A validated client message of the text leg (not session.start)."""
+        mtype = msg["type"]
+        try:
+            if mtype == "text":
+                self.add_text(msg["turn_id"], msg["text"], bool(msg.get("final", False)))
+            elif mtype == "interrupt":
+                await self.interrupt()
+            elif mtype == "session.end":
+                await self.end(drain=bool(msg.get("drain", False)))
+            else:
+                raise P.ProtocolError(P.UNKNOWN_TYPE, f"{mtype!r} is not handled by this session")
+        except P.ProtocolError as exc:
+            self.emit(exc.event())
+        await self.flush_events()
+
+    def add_text(self, turn_id: str, text: str, final: bool) -> None:
+        if self.closed:
+            raise P.ProtocolError(P.BAD_MESSAGE, "the session has ended")
+        if self._draining:
+            raise P.ProtocolError(P.SHUTTING_DOWN, "session.end(drain) was requested; no new text is accepted")
+        turn = self._turns.get(turn_id)
+        if turn is None:
+            if len(self._turns) >= self.config.server.limits.max_queued_turns:
+                raise P.ProtocolError(P.TOO_MANY_TURNS, f"at most {self.config.server.limits.max_queued_turns} turns may be queued")
+            c = self.config.chunker
+            turn = _Turn(turn_id, Chunker(c.first_chunk_words, c.max_chunk_chars, c.min_chunk_chars))
+            self._turns[turn_id] = turn
+            self.playout.open_utterance(turn_id)
+        elif turn.final:
+            raise P.ProtocolError(P.TURN_CLOSED, f"turn {turn_id!r} already received final text")
+        limit = self.config.server.limits.max_text_per_turn
+        if turn.chars + len(text) > limit:
+            raise P.ProtocolError(P.TEXT_TOO_LONG, f"turn {turn_id!r} would exceed {limit} characters; piece dropped")
+        turn.chars += len(text)
+        chunks = turn.chunker.push(text) if text else []
+        if final:
+            turn.final = True
+            chunks += turn.chunker.flush()
+        for chunk in chunks:
+            turn.texts.append(chunk)
+            self._pending.append((turn, len(turn.texts) - 1))
+        self._pump()
+        self._maybe_close_turn(turn)
+
+    # ------------------------------------------------------------ engine side
+    def _pump(self) -> None:
+        while self._pending and len(self._inflight) < MAX_IN_FLIGHT:
+            turn, index = self._pending.popleft()
+            prepared = prepare_text(turn.texts[index], self.language, self.frontend)
+            log.info("session %s turn %s chunk %d speaks %r (%s)", self.session_id, turn.turn_id, index, prepared.text, prepared.language)
+            request = SynthesisRequest(
+                text=prepared.text,
+                voice=self.voice.speaker or self.voice_name,
+                language=prepared.language,
+                instruct=self.instruct,
+                deadline=self._next_deadline(),
+                tag=f"{self.session_id}/{turn.turn_id}/{index}",
+            )
+            try:
+                stream = self.engine.synthesize(request)
+            except EngineError as exc:
+                self.emit(P.error_event(exc.code, f"turn {turn.turn_id!r} chunk {index}: {exc.message}"))
+                turn.complete.add(index)  # skipped: the turn goes on without it
+                self._maybe_close_turn(turn)
+                continue
+            self.metrics.chunks.inc()
+            job = _Job(turn, index, stream, StreamResampler(self.engine.sample_rate, self.output.sample_rate))
+            self._inflight.append(job)
+            job.task = asyncio.get_running_loop().create_task(self._consume(job))
+
+    def _next_deadline(self) -> float:
+        """When the playout would run dry without the next chunk's audio."""
+        held = sum(sum(len(p) for p in job.held) for job in self._inflight)
+        return time.monotonic() + (self.playout.buffered_ms / 1000.0) + held / self.output.sample_rate
+
+    async def _consume(self, job: _Job) -> None:
+        try:
+            async for chunk in job.stream:
+                self._deliver(job, job.resampler.process(chunk.pcm))
+            self._deliver(job, job.resampler.flush())
+        except asyncio.CancelledError:
+            return
+        except EngineError as exc:
+            self.emit(P.error_event(exc.code, f"turn {job.turn.turn_id!r} chunk {job.index}: {exc.message}"))
+        except Exception as exc:  # the engine failed this chunk only
+            log.exception("engine failed a chunk")
+            self.emit(P.error_event(P.ENGINE_ERROR, f"turn {job.turn.turn_id!r} chunk {job.index}: {exc}"))
+        if job not in self._inflight:
+            return  # interrupted meanwhile
+        job.done = True
+        self._advance()
+        await self.flush_events()
+
+    def _deliver(self, job: _Job, pcm: np.ndarray) -> None:
+        if not len(pcm) or job not in self._inflight:
+            return
+        if job is self._inflight[0]:
+            self._push(job, pcm)
+            deadline = None
+            for later in list(self._inflight)[1:]:
+                deadline = deadline or self._next_deadline()
+                later.stream.set_deadline(deadline)
+        else:
+            job.held.append(pcm)
+
+    def _push(self, job: _Job, pcm: np.ndarray) -> None:
+        self.playout.push(job.turn.turn_id, job.index, pcm)
+        job.turn.pushed[job.index] = job.turn.pushed.get(job.index, 0) + len(pcm)
+
+    def _advance(self) -> None:
+        """Retire finished chunks at the head in order; release held audio of the next."""
+        while self._inflight and self._inflight[0].done:
+            job = self._inflight.popleft()
+            job.turn.complete.add(job.index)
+            self.playout.mark(job.turn.turn_id, job.index)
+            self._maybe_close_turn(job.turn)
+            if self._inflight:
+                head = self._inflight[0]
+                for pcm in head.held:
+                    self._push(head, pcm)
+                head.held.clear()
+        self._pump()
+
+    def _maybe_close_turn(self, turn: _Turn) -> None:
+        if turn.final and not turn.closed and len(turn.complete) == len(turn.texts):
+            turn.closed = True
+            self.playout.close_utterance(turn.turn_id)
+
+    def _starved_cause(self) -> str:
+        """Why the current utterance has no audio: the engine is late, or the agent's text is."""
+        current = self.playout.current_turn
+        if self._inflight and self._inflight[0].turn.turn_id == current:
+            return "engine"
+        if any(t.turn_id == current for t, _ in self._pending):
+            return "engine"
+        return "text"
+
+    # ------------------------------------------------------------ playout → events
+    def _on_playout_event(self, ev: PlayoutEvent) -> None:
+        if self.media_leg is not None:
+            self.media_leg.on_playout_event(ev)
+        d = ev.data
+        if ev.type == "first_audio":
+            self.metrics.ttfa.observe(d["ttfa_ms"] / 1000.0)
+            self.emit({"type": "audio.start", "turn_id": ev.turn_id, "ttfa_ms": d["ttfa_ms"]})
+        elif ev.type == "mark":
+            self.emit({"type": "mark", "turn_id": ev.turn_id, "chunk": d["chunk"], "played_ms": d["played_ms"]})
+        elif ev.type == "underrun_end":
+            self.metrics.underruns.labels(kind=d["kind"], cause=d["cause"]).inc()
+            self.metrics.underrun_seconds.labels(kind=d["kind"]).inc(d["duration_ms"] / 1000.0)
+            self.emit({"type": "underrun", "turn_id": ev.turn_id, "duration_ms": d["duration_ms"], "kind": d["kind"], "cause": d["cause"]})
+        elif ev.type == "utterance_end":
+            turn = self._turns.pop(ev.turn_id, None)
+            self.metrics.turns.labels(interrupted=str(d["interrupted"]).lower()).inc()
+            self.emit({
+                "type": "turn.done",
+                "turn_id": ev.turn_id,
+                "played_ms": d["played_ms"],
+                "interrupted": d["interrupted"],
+                "gaps": d["gaps"],
+                "played_text": self._played_text(turn, d["chunk_played_ms"]) if turn else "",
+            })
+            if self._draining and not self._turns:
+                asyncio.get_running_loop().create_task(self._finish_drain())
+
+    def _played_text(self, turn: _Turn, chunk_played_ms: dict) -> str:
+        """Text of the fully played chunks plus the played share of the current one."""
+        rate = self.output.sample_rate
+        parts = []
+        for index, text in enumerate(turn.texts):
+            played = chunk_played_ms.get(index, 0.0) * rate / 1000.0
+            pushed = turn.pushed.get(index, 0)
+            if played <= 0 or not pushed:
+                break
+            if index in turn.complete and played >= pushed - 1:
+                parts.append(text.strip())
+                continue
+            share = min(1.0, played / pushed)
+            cut = int(len(text) * share)
+            space = text.rfind(" ", 0, cut + 1)
+            parts.append(text[: space if space > 0 else cut].strip())
+            break
+        return " ".join(p for p in parts if p)
+
+    # ------------------------------------------------------------ events out
+    def emit(self, event: dict) -> None:
+        if event.get("type") == "error":
+            self.metrics.errors.labels(code=event["code"]).inc()
+        self._outbox.append(event)
+
+    async def flush_events(self) -> None:
+        while self._outbox:
+            event = self._outbox.popleft()
+            if self.text_leg is not None:
+                try:
+                    await self.text_leg.send_event(event)
+                except Exception:  # a dead text leg must not break the media leg
+                    log.debug("text leg send failed", exc_info=True)
+
+    # ------------------------------------------------------------ clock side
+    async def tick(self) -> None:
+        """One 20 ms frame, driven by the shared clock (or by the media leg's pull)."""
+        frame = self.playout.tick()
+        if self._outbox:
+            await self.flush_events()
+        media = self.media_leg
+        if media is None:
+            return
+        if frame.kind == "idle" or frame.kind == "latency":
+            if media.send_idle_silence:
+                await media.send_audio(self.encoder.silence)
+            return
+        await media.send_audio(self.encoder.encode(frame.pcm))
+
+    def pull_frame(self) -> tuple[np.ndarray, str]:
+        """For legs that own the clock (WebRTC): one frame of float32 PCM and its kind."""
+        frame = self.playout.tick()
+        if self._outbox:
+            asyncio.get_running_loop().create_task(self.flush_events())
+        return frame.pcm, frame.kind
+
+    # ------------------------------------------------------------ barge-in and end
+    async def interrupt(self) -> None:
+        """Cancel queued and in-flight chunks, flush the playout, drop queued turns."""
+        self._cancel_synthesis()
+        self.playout.flush()  # emits utterance_end (→ turn.done) for each open turn
+        self._turns.clear()
+        if self.media_leg is not None:
+            await self.media_leg.on_flush()
+        await self.flush_events()
+
+    def _cancel_synthesis(self) -> None:
+        for job in self._inflight:
+            job.stream.cancel()
+            if job.task is not None:
+                job.task.cancel()
+        self._inflight.clear()
+        self._pending.clear()
+
+    async def end(self, drain: bool = False) -> None:
+        if self.closed:
+            return
+        if drain and self._turns:
+            self._draining = True
+            for turn in list(self._turns.values()):
+                if not turn.final:
+                    self.add_text_final(turn)
+            return  # _finish_drain runs when the last turn is done
+        await self.interrupt()
+        await self.close()
+
+    def add_text_final(self, turn: _Turn) -> None:
+        turn.final = True
+        for chunk in turn.chunker.flush():
+            turn.texts.append(chunk)
+            self._pending.append((turn, len(turn.texts) - 1))
+        self._pump()
+        self._maybe_close_turn(turn)
+
+    async def _finish_drain(self) -> None:
+        await self.close()
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    async def close(self, error: dict | None = None) -> None:
+        """Send session.ended (after an optional error) and release everything."""
+        if self.closed:
+            return
+        self.closed = True
+        self._cancel_synthesis()
+        if self._turns:
+            self.playout.flush()
+            self._turns.clear()
+        if error:
+            self.emit(error)
+        self.emit({"type": "session.ended"})
+        await self.flush_events()
+        self.playout.close()
+        self._closed_event.set()
+        if self.on_closed:
+            self.on_closed(self)
+
+    @property
+    def active_turns(self) -> int:
+        return len(self._turns)

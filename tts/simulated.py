@@ -1,0 +1,177 @@
+"""SimulatedEngine: no model, one shared simulated device (DESIGN.md §3.1).
+
+Audio is a deterministic voiced tone pattern, `ms_per_char` of audio per
+character. The device produces at most `capacity_x` audio-seconds per wall
+second in total; each active request runs at most at 1/`stream_rtf` real
+time. Capacity goes to requests in scheduling order (earliest deadline first,
+or first come first served), so under load the requests at the back of the
+order slow down or stall — queueing, latency and gaps appear as on a real GPU.
+A request's first packet also waits `first_packet_ms` after admission.
+
+It exists to load-test the gateway alone; it is not a stand-in for Qwen3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tts.engine import CODEC_FRAME_SAMPLES, SAMPLE_RATE, Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream
+
+STEP_S = 0.01  # device model resolution
+
+
+@dataclass
+class SimulatedSettings:
+    first_packet_ms: float = 60.0
+    capacity_x: float = 50.0
+    ms_per_char: float = 70.0
+    stream_rtf: float = 0.1
+    packet_ms: float = 320.0
+    first_packet_audio_ms: float = 160.0
+    scheduling: str = "edf"  # edf | fcfs
+    max_queued: int = 4096
+
+
+class _Job:
+    __slots__ = ("stream", "total", "generated", "emitted", "admitted_at", "deadline", "seq", "frame")
+
+    def __init__(self, stream: SynthesisStream, total: int, seq: int):
+        self.stream = stream
+        self.total = total  # samples
+        self.generated = 0.0  # samples the device has produced
+        self.emitted = 0  # samples delivered
+        self.admitted_at: float | None = None
+        self.deadline = stream.request.deadline
+        self.seq = seq
+        self.frame = 0
+
+
+def tone(start: int, count: int, seed: int) -> np.ndarray:
+    """Deterministic voiced-speech-like audio for samples [start, start+count)."""
+    t = (np.arange(start, start + count, dtype=np.float64)) / SAMPLE_RATE
+    f0 = 110.0 + (seed % 7) * 15.0 + 12.0 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / SAMPLE_RATE + 2 * np.pi * f0[0] * start / SAMPLE_RATE
+    voiced = 0.5 * np.sin(phase) + 0.25 * np.sin(2 * phase) + 0.12 * np.sin(3 * phase)
+    syllables = 0.55 + 0.45 * np.sin(2 * np.pi * 4.0 * t) ** 2  # ~8 syllables per second
+    return (0.3 * voiced * syllables).astype(np.float32)
+
+
+class SimulatedEngine(Engine):
+    name = "simulated"
+
+    def __init__(self, settings: SimulatedSettings | None = None, clock=time.monotonic):
+        self.settings = settings or SimulatedSettings()
+        if self.settings.scheduling not in ("edf", "fcfs"):
+            raise ValueError(f"scheduling must be edf or fcfs, not {self.settings.scheduling!r}")
+        self.clock = clock
+        self._jobs: list[_Job] = []
+        self._by_stream: dict[int, _Job] = {}
+        self._seq = 0
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self.audio_seconds = 0.0
+        self.requests = 0
+
+    @classmethod
+    def from_config(cls, sim) -> "SimulatedEngine":
+        return cls(SimulatedSettings(**{k: getattr(sim, k) for k in SimulatedSettings.__dataclass_fields__ if hasattr(sim, k)}))
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="simulated-device")
+
+    async def close(self) -> None:
+        for job in list(self._jobs):
+            job.stream.cancel()
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
+        if len(self._jobs) >= self.settings.max_queued:
+            raise EngineError("overloaded", f"engine queue full ({self.settings.max_queued} requests)")
+        stream = SynthesisStream(request, self)
+        total = int(round(len(request.text.strip()) * self.settings.ms_per_char * SAMPLE_RATE / 1000))
+        self._seq += 1
+        job = _Job(stream, total, self._seq)
+        self._jobs.append(job)
+        self._by_stream[id(stream)] = job
+        self.requests += 1
+        self._wake.set()
+        return stream
+
+    def stats(self) -> dict:
+        active = sum(1 for j in self._jobs if j.admitted_at is not None)
+        return {"queued": len(self._jobs) - active, "active": active, "audio_seconds": self.audio_seconds}
+
+    def _cancel(self, stream: SynthesisStream) -> None:
+        job = self._by_stream.pop(id(stream), None)
+        if job is not None:
+            self._jobs.remove(job)
+
+    def _update_deadline(self, stream: SynthesisStream, deadline: float) -> None:
+        job = self._by_stream.get(id(stream))
+        if job is not None:
+            job.deadline = deadline
+
+    # ------------------------------------------------------------ device loop
+    async def _run(self) -> None:
+        last = self.clock()
+        while True:
+            if not self._jobs:
+                self._wake.clear()
+                await self._wake.wait()
+                last = self.clock()
+            await asyncio.sleep(STEP_S)
+            now = self.clock()
+            self._step(now, now - last)
+            last = now
+
+    def _step(self, now: float, dt: float) -> None:
+        s = self.settings
+        budget = s.capacity_x * dt * SAMPLE_RATE  # samples the device can make this step
+        per_stream = dt / s.stream_rtf * SAMPLE_RATE
+        key = (lambda j: (j.deadline, j.seq)) if s.scheduling == "edf" else (lambda j: j.seq)
+        for job in sorted(self._jobs, key=key):
+            if budget <= 0:
+                break
+            if job.admitted_at is None:
+                job.admitted_at = now
+            take = min(per_stream, budget, job.total - job.generated)
+            job.generated += take
+            budget -= take
+        for job in list(self._jobs):
+            if job.admitted_at is not None:
+                self._emit(job, now)
+
+    def _emit(self, job: _Job, now: float) -> None:
+        s = self.settings
+        if now - job.admitted_at < s.first_packet_ms / 1000.0:
+            return
+        done = job.generated >= job.total
+        packet = (s.first_packet_audio_ms if job.emitted == 0 else s.packet_ms) * SAMPLE_RATE / 1000
+        ready = int(job.generated) - job.emitted
+        while ready >= packet or (done and (ready > 0 or job.emitted == 0 or job.emitted < job.total)):
+            n = min(ready, int(packet)) if not done else ready
+            pcm = tone(job.emitted, n, job.stream.request.request_id)
+            job.emitted += n
+            ready -= n
+            last = done and job.emitted >= job.total
+            frame = job.frame
+            job.frame += n // CODEC_FRAME_SAMPLES
+            self.audio_seconds += n / SAMPLE_RATE
+            if last:
+                self._jobs.remove(job)
+                self._by_stream.pop(id(job.stream), None)
+            job.stream._deliver(PcmChunk(pcm, frame, last))
+            if last:
+                return
+            packet = s.packet_ms * SAMPLE_RATE / 1000
