@@ -155,7 +155,9 @@ class Gateway:
         await self.engine.close()
 
     # ------------------------------------------------------------ sessions
-    def new_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat) -> Session:
+    def new_session(
+        self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat, session_id: str | None = None
+    ) -> Session:
         """Validates the session.start fields and registers a session (the caller attaches legs)."""
         voice = voice or self.config.default_voice_name
         if voice not in self.config.voices:
@@ -165,7 +167,7 @@ class Gateway:
         if len(self.sessions) >= self.config.server.max_sessions:
             raise P.ProtocolError(P.AT_CAPACITY, f"the gateway holds its maximum of {self.config.server.max_sessions} sessions")
         session = Session(
-            uuid.uuid4().hex[:16], self.config, self.engine, self.metrics, voice, language, instruct, output, on_closed=self._session_closed
+            session_id or uuid.uuid4().hex[:16], self.config, self.engine, self.metrics, voice, language, instruct, output, on_closed=self._session_closed
         )
         self.sessions[session.session_id] = session
         self.metrics.sessions_active.set(len(self.sessions))
