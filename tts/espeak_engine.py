@@ -149,6 +149,11 @@ class EspeakEngine(Engine):
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
 
+    @classmethod
+    def from_config(cls, config) -> "EspeakEngine":
+        """From the gateway's `Config`: `engine.max_queued`; the language picks the voice."""
+        return cls(max_queued=config.engine.max_queued)
+
     async def start(self) -> None:
         if self._thread is not None:
             return

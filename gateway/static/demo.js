@@ -46,10 +46,13 @@ async function loadVoices() {
       langSel.innerHTML = "";
       for (const lang of ["auto", ...info.languages.filter((l) => l !== "auto")]) langSel.add(new Option(lang, lang));
     }
-    $("agent-kind").textContent = info.agent && info.agent !== "none" ? `agent: ${info.agent}` : "no agent configured: use “Speak this text”";
-    if (!info.agent || info.agent === "none") document.querySelector('input[value="speak"]').checked = true;
-    vg.iceServers = info.ice_servers || [];
-    vg.engine = info.engine;
+    const rtc = await api("/v1/webrtc/config");
+    $("agent-kind").textContent = rtc.agent && rtc.agent !== "none"
+      ? `agent: ${rtc.agent} · voice engine: ${rtc.engine}`
+      : `no agent configured: use “Speak this text” · voice engine: ${rtc.engine}`;
+    if (!rtc.agent || rtc.agent === "none") document.querySelector('input[value="speak"]').checked = true;
+    vg.iceServers = rtc.ice_servers || [];
+    vg.engine = rtc.engine;
   } catch (err) {
     logEvent({ type: "page.error", message: String(err) });
   }

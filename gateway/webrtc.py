@@ -1,0 +1,368 @@
+"""WebRTC media leg and data-channel text leg with aiortc (DESIGN.md §3.3, §3.5).
+
+Signalling is one HTTP exchange: `POST /v1/webrtc/offer {sdp, type}` →
+`{sdp, type, session_id}`; the browser gathers ICE fully before it posts.
+The outbound audio track's `recv()` pulls one 20 ms frame from the session's
+Playout per call and paces itself on an absolute schedule: it is the
+session's one ticker (the shared gateway clock never ticks WebRTC sessions).
+The playout runs at the codec's rate (48 kHz for Opus, 8 kHz for PCMU/PCMA)
+so aiortc's encoders only change the channel layout.
+
+The first data channel the client opens carries the native protocol's JSON
+messages; `session.start` on it is optional (voice, language) and creates
+the session, as does any first message.
+
+When the gateway listens on a loopback address its clients are local, so
+127.0.0.1 is made a host ICE candidate (aioice leaves it out; a namespace
+with only `lo` would otherwise have no candidate at all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import aioice.ice
+import numpy as np
+from aiohttp import web
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.sdp import SessionDescription
+from av import AudioFrame
+
+from audio.encode import OutputFormat
+from gateway import protocol as P
+from gateway.session import Session
+
+log = logging.getLogger("voxgate.webrtc")
+
+STATIC_DIR = Path(__file__).parent / "static"
+CONNECT_TIMEOUT_S = 30.0  # an offer whose peer never connects is dropped
+STATS_INTERVAL_S = 0.25  # `playout.stats` events for the demo page's buffer meter
+MAX_OFFER_BYTES = 64 * 1024
+CODEC_RATES = {"opus": 48000, "pcmu": 8000, "pcma": 8000}
+
+
+# ---------------------------------------------------------------- ICE
+def include_loopback_candidates() -> None:
+    """Make 127.0.0.1 a host candidate of every peer connection in this process (idempotent)."""
+    original = aioice.ice.get_host_addresses
+    if getattr(original, "voxgate_loopback", False):
+        return
+
+    def get_host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        addresses = original(use_ipv4=use_ipv4, use_ipv6=use_ipv6)
+        return (["127.0.0.1"] if use_ipv4 and "127.0.0.1" not in addresses else []) + addresses
+
+    get_host_addresses.voxgate_loopback = True  # type: ignore[attr-defined]
+    aioice.ice.get_host_addresses = get_host_addresses
+
+
+def ice_servers(urls: list[str]) -> list[RTCIceServer]:
+    """`stun:host:port`, `turn:host:port` or `turn:user:password@host:port` → RTCIceServer."""
+    servers = []
+    for url in urls:
+        scheme, _, rest = url.partition(":")
+        if scheme in ("turn", "turns") and "@" in rest:
+            creds, _, host = rest.rpartition("@")
+            user, _, password = creds.partition(":")
+            servers.append(RTCIceServer(urls=f"{scheme}:{host}", username=user, credential=password))
+        else:
+            servers.append(RTCIceServer(urls=url))
+    return servers
+
+
+# ---------------------------------------------------------------- media
+class PlayoutTrack(MediaStreamTrack):
+    """Outbound audio: each `recv()` is one playout tick, paced against an absolute schedule.
+
+    After a stall it catches up (up to `max_catchup` frames back to back, which
+    the far end's jitter buffer absorbs); a longer stall restarts the schedule.
+    """
+
+    kind = "audio"
+
+    def __init__(self, sample_rate: int, frame_ms: int = 20, max_catchup: int = 10):
+        super().__init__()
+        self.sample_rate = sample_rate
+        self.frame_samples = sample_rate * frame_ms // 1000
+        self.period = frame_ms / 1000.0
+        self.max_catchup = max_catchup
+        self.time_base = fractions.Fraction(1, sample_rate)
+        self.source: Callable[[], tuple[np.ndarray, str]] | None = None  # Session.pull_frame
+        self._start: float | None = None
+        self._n = 0
+        self._pts = 0
+        self._scaled = np.zeros(self.frame_samples, dtype=np.float32)
+        self._int16 = np.zeros(self.frame_samples, dtype=np.int16)
+        self.frames = 0
+        self.restarts = 0
+
+    async def recv(self) -> AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now
+        due = self._start + self._n * self.period
+        if due > now:
+            await asyncio.sleep(due - now)
+        elif now - due > self.max_catchup * self.period:
+            self._start, self._n = now, 0  # too far behind: drop the backlog
+            self.restarts += 1
+        self._n += 1
+        source = self.source
+        if source is None:
+            self._int16.fill(0)
+        else:
+            pcm, _kind = source()
+            np.multiply(pcm, 32767.0, out=self._scaled)
+            np.clip(self._scaled, -32767.0, 32767.0, out=self._scaled)
+            self._int16[:] = self._scaled
+        frame = AudioFrame(format="s16", layout="mono", samples=self.frame_samples)
+        frame.planes[0].update(self._int16.tobytes())
+        frame.pts = self._pts
+        frame.sample_rate = self.sample_rate
+        frame.time_base = self.time_base
+        self._pts += self.frame_samples
+        self.frames += 1
+        return frame
+
+
+# ---------------------------------------------------------------- one call
+class WebrtcCall:
+    """One peer connection: the session's media leg (the track) and text leg (the data channel)."""
+
+    clock_driven = False
+    send_idle_silence = True
+
+    def __init__(self, transport: "WebrtcTransport", pc: RTCPeerConnection, track: PlayoutTrack, output: OutputFormat, codec: str):
+        self.transport = transport
+        self.gateway = transport.gateway
+        self.pc = pc
+        self.track = track
+        self.output = output
+        self.codec = codec
+        self.session_id = uuid.uuid4().hex[:16]
+        self.session: Session | None = None
+        self.channel = None
+        self.closed = False
+        self._tasks: list[asyncio.Task] = []
+
+    # -- MediaLeg (audio is pulled by the track; nothing is pushed)
+    async def send_audio(self, frame: bytes) -> None:
+        pass
+
+    async def on_flush(self) -> None:
+        pass  # frames leave as they are pulled: nothing is buffered on our side of the wire
+
+    def on_playout_event(self, event) -> None:
+        pass
+
+    # -- TextLeg
+    async def send_event(self, event: dict) -> None:
+        channel = self.channel
+        if channel is not None and channel.readyState == "open":
+            channel.send(json.dumps(event, ensure_ascii=False))
+
+    # -- data channel input
+    def on_datachannel(self, channel) -> None:
+        if self.channel is not None:
+            return  # the first channel is the protocol's; others are ignored
+        self.channel = channel
+        channel.on("message", lambda data: self._spawn(self._on_message(data)))
+
+    async def _on_message(self, data) -> None:
+        limits = self.gateway.config.server.limits
+        try:
+            if isinstance(data, bytes):
+                raise P.ProtocolError(P.BINARY_NOT_ALLOWED, "binary messages are not accepted on the data channel")
+            msg = P.parse_message(data, limits.max_message_bytes)
+            if msg["type"] == "session.start":
+                if self.session is not None:
+                    raise P.ProtocolError(P.SESSION_EXISTS, "this call already has a session")
+                await self._start_session(msg)
+                return
+            if self.session is None:
+                await self._start_session({})
+            if msg["type"] == "user.text":
+                await self.gateway.handle_user_text(self.session, msg["text"])
+            else:
+                await self.session.handle(msg)
+        except P.ProtocolError as exc:
+            self.gateway.metrics.errors.labels(code=exc.code).inc()
+            await self.send_event(exc.event())
+        except Exception:
+            log.exception("webrtc call %s: message failed", self.session_id)
+            await self.send_event(P.error_event(P.INTERNAL, "internal error handling the message"))
+        if self.session is not None:
+            await self.session.flush_events()
+
+    async def _start_session(self, msg: dict) -> None:
+        if "output" in msg and msg["output"]:
+            log.info("webrtc call %s: output %r ignored; the codec is %s", self.session_id, msg["output"], self.codec)
+        language = msg.get("language") or "auto"
+        session = self.gateway.new_session("webrtc", msg.get("voice"), language, msg.get("instruct"), self.output, session_id=self.session_id)
+        self.session = session
+        session.attach_text(self)
+        session.attach_media(self)
+        self.track.source = session.pull_frame
+        session.emit({
+            "type": "session.started",
+            "session_id": session.session_id,
+            "voice": session.voice_name,
+            "language": language,
+            "output": {"encoding": self.codec, "sample_rate": self.output.sample_rate, "frame_ms": self.output.frame_ms},
+        })
+        await session.flush_events()
+        self._spawn(self._watch(session))
+
+    async def _watch(self, session: Session) -> None:
+        """Playout stats for the page while the session lives; the call ends with the session."""
+        limit = time.monotonic() + self.gateway.config.server.limits.max_call_s
+        while not session.closed:
+            if time.monotonic() > limit:
+                await session.close(P.error_event(P.CALL_TOO_LONG, "the call reached limits.max_call_s"))
+                break
+            await self.send_event({"type": "playout.stats", "buffered_ms": round(session.playout.buffered_ms, 1),
+                                   "turn_id": session.playout.current_turn})
+            try:
+                await asyncio.wait_for(session.wait_closed(), STATS_INTERVAL_S)
+            except asyncio.TimeoutError:
+                pass
+        await self.close()
+
+    async def watch_connection(self) -> None:
+        """Drop a peer that never connects."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while self.pc.connectionState not in ("connected", "closed", "failed") and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        if self.pc.connectionState != "connected":
+            log.info("webrtc call %s: peer did not connect (%s)", self.session_id, self.pc.connectionState)
+            await self.close()
+
+    def on_connection_state(self) -> None:
+        if self.pc.connectionState in ("failed", "closed"):
+            self._spawn(self.close())
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.transport.calls.discard(self)
+        self.track.source = None
+        if self.session is not None and not self.session.closed:
+            await self.session.close()
+        self.track.stop()
+        await self.pc.close()
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+
+
+# ---------------------------------------------------------------- signalling
+class WebrtcTransport:
+    def __init__(self, gateway):
+        self.gateway = gateway
+        self.ice = ice_servers(gateway.config.webrtc.ice_servers)
+        self.calls: set[WebrtcCall] = set()
+
+    def routes(self) -> list:
+        return [
+            web.post("/v1/webrtc/offer", self.offer),
+            web.get("/v1/webrtc/config", self.client_config),
+            web.get("/", self.index),
+            web.static("/static", STATIC_DIR),
+        ]
+
+    async def index(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC_DIR / "index.html")
+
+    async def client_config(self, request: web.Request) -> web.Response:
+        cfg = self.gateway.config
+        return web.json_response({"ice_servers": cfg.webrtc.ice_servers, "agent": cfg.llm.kind, "engine": self.gateway.engine_kind})
+
+    async def offer(self, request: web.Request) -> web.Response:
+        gw = self.gateway
+        if not gw.authorized(request):
+            return _error(401, P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)")
+        if not gw.accepting:
+            return _error(503, P.SHUTTING_DOWN, "the gateway is not accepting calls")
+        if len(gw.sessions) + len(self.calls) >= gw.config.server.max_sessions:
+            gw.metrics.errors.labels(code=P.AT_CAPACITY).inc()
+            return _error(503, P.AT_CAPACITY, f"the gateway holds its maximum of {gw.config.server.max_sessions} sessions")
+        if request.content_length and request.content_length > MAX_OFFER_BYTES:
+            return _error(413, P.TOO_LARGE, f"an offer may be at most {MAX_OFFER_BYTES} bytes")
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, P.BAD_JSON, "the offer must be JSON: {\"sdp\": \"…\", \"type\": \"offer\"}")
+        if not isinstance(body, dict) or not isinstance(body.get("sdp"), str) or body.get("type") != "offer":
+            return _error(400, P.BAD_MESSAGE, "the offer needs string 'sdp' and 'type': 'offer'")
+        if "m=audio" not in body["sdp"]:
+            return _error(400, P.BAD_MESSAGE, "the offer needs an audio m-line (addTransceiver('audio', {direction: 'recvonly'}))")
+
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=self.ice))
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type="offer"))
+            codec = _offered_audio_codec(pc)
+            if codec is None:
+                raise ValueError("no common audio codec (voxgate sends Opus, PCMU or PCMA)")
+            output = OutputFormat("pcm16", CODEC_RATES[codec])
+            track = PlayoutTrack(output.sample_rate, output.frame_ms)
+            pc.addTrack(track)
+            await pc.setLocalDescription(await pc.createAnswer())
+        except Exception as exc:  # aiortc raises ValueError and friends for SDP it cannot use
+            await pc.close()
+            return _error(400, P.BAD_MESSAGE, f"cannot answer this offer: {exc}")
+        call = WebrtcCall(self, pc, track, output, codec)
+        self.calls.add(call)
+        pc.on("datachannel", call.on_datachannel)
+        pc.on("connectionstatechange", call.on_connection_state)
+        call._spawn(call.watch_connection())
+        local = pc.localDescription
+        return web.json_response({"sdp": local.sdp, "type": local.type, "session_id": call.session_id})
+
+    async def close(self) -> None:
+        for call in list(self.calls):
+            await call.close()
+
+
+def _offered_audio_codec(pc: RTCPeerConnection) -> str | None:
+    """The codec the answer will use: the first of the offer's audio codecs that aiortc can send."""
+    remote = SessionDescription.parse(pc.remoteDescription.sdp)
+    for media in remote.media:
+        if media.kind != "audio":
+            continue
+        for codec in media.rtp.codecs:
+            name = codec.mimeType.split("/")[-1].lower()
+            if name in CODEC_RATES:
+                return name
+    return None
+
+
+def _error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response(P.error_event(code, message), status=status)
+
+
+def install(gateway) -> WebrtcTransport:
+    """Register the WebRTC routes and the demo page on `gateway` (before it starts)."""
+    transport = WebrtcTransport(gateway)
+    gateway.add_routes(transport.routes())
+    gateway.on_stop(transport.close)
+    host = gateway.config.server.host
+    if host in ("127.0.0.1", "localhost", "::1"):
+        include_loopback_candidates()
+    return transport
