@@ -226,7 +226,10 @@ def install(gateway) -> AgentService | None:
     cfg = gateway.config.llm
     if cfg.kind == "none":
         return None
-    build_chat_model(cfg)  # fail at start-up on a missing key, not at the first call
+    try:
+        build_chat_model(cfg)  # fail at start-up on a missing key, not at the first call
+    except LlmError as exc:
+        raise ValueError(f"{gateway.config.source}: llm: {exc.message}") from exc
     service = AgentService(cfg, lambda: build_chat_model(cfg))
     gateway.user_text_handler = service.handle_user_text
     gateway.on_stop(service.close)

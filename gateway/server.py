@@ -320,8 +320,22 @@ class Gateway:
 
 
 # ---------------------------------------------------------------- serve command
+def install_transports(gateway: Gateway) -> None:
+    """The optional legs: the built-in agent (`llm`), WebRTC and the demo page (the `webrtc` extra)."""
+    from gateway import agent
+
+    agent.install(gateway)
+    try:
+        from gateway import webrtc
+    except ImportError as exc:
+        log.warning("WebRTC and the demo page are off (%s): pip install 'voxgate[webrtc]'", exc)
+    else:
+        webrtc.install(gateway)
+
+
 async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = None) -> None:
     gateway = Gateway(config)
+    install_transports(gateway)
     await gateway.start()
     print(f"voxgate listening on {gateway.url}  (engine: {gateway.engine_kind}; native WS at ws://{config.server.host}:{gateway.port}/v1/ws)", flush=True)
     # Objects made at start-up never need collecting: keep them out of every GC pass (long GC pauses stall the clock).
