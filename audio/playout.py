@@ -61,6 +61,8 @@ class _Utterance:
     underrun_cause: str = ""
     underrun_chunk: int | None = None
     gaps: dict = field(default_factory=lambda: {"micro": 0, "audible": 0})
+    # ["audio", chunk, pcm, offset] | ["mark", chunk, payload] | ["end"], in push order
+    segments: deque = field(default_factory=deque)
 
 
 class Playout:
@@ -86,9 +88,7 @@ class Playout:
         self.cause_provider = cause_provider or (lambda: "engine")
         self._utterances: deque[_Utterance] = deque()
         self._by_id: dict[str, _Utterance] = {}
-        # Segments: ("audio", turn_id, chunk, pcm, offset) | ("mark", turn_id, chunk, payload) | ("end", turn_id)
-        self._segments: deque[list] = deque()
-        self._buffered = 0  # audio samples in segments
+        self._buffered = 0  # audio samples waiting, all utterances
         self._frame = np.zeros(self.frame_samples, dtype=np.float32)
         self._log = open(log_path, "a", encoding="utf-8") if log_path else None
         self._wav = None
@@ -116,13 +116,14 @@ class Playout:
         if utt is None or utt.closed or not len(pcm):
             return
         utt.pushed_samples += len(pcm)
-        self._segments.append(["audio", turn_id, chunk, np.asarray(pcm, dtype=np.float32), 0])
+        utt.segments.append(["audio", chunk, np.asarray(pcm, dtype=np.float32), 0])
         self._buffered += len(pcm)
 
     def mark(self, turn_id: str, chunk: int, payload: dict | None = None) -> None:
         """Fires a `mark` event when everything pushed so far for the turn has played."""
-        if turn_id in self._by_id:
-            self._segments.append(["mark", turn_id, chunk, payload or {}])
+        utt = self._by_id.get(turn_id)
+        if utt is not None and not utt.closed:
+            utt.segments.append(["mark", chunk, payload or {}])
 
     def close_utterance(self, turn_id: str) -> None:
         """No more audio for this turn; it ends once its buffered audio has played."""
@@ -130,7 +131,7 @@ class Playout:
         if utt is None or utt.closed:
             return
         utt.closed = True
-        self._segments.append(["end", turn_id])
+        utt.segments.append(["end"])
 
     def flush(self) -> list[dict]:
         """Barge-in: drop all buffered audio, end the current and queued utterances as interrupted.
@@ -139,7 +140,6 @@ class Playout:
         """
         ended = []
         now = self.clock()
-        self._segments.clear()
         self._buffered = 0
         while self._utterances:
             utt = self._utterances.popleft()
@@ -175,8 +175,8 @@ class Playout:
             return self._out(Frame(frame, "idle"))
         utt = self._utterances[0]
         if not utt.started:
-            avail = self._available(utt.turn_id)
-            if avail == 0 and self._end_reached(utt.turn_id):
+            avail = utt.pushed_samples
+            if avail == 0 and utt.segments and utt.segments[0][0] == "end":
                 # A turn that produced no audio at all (e.g. empty final text).
                 self._pop_end(utt, now)
                 return self._out(Frame(frame, "latency", utt.turn_id))
@@ -211,30 +211,11 @@ class Playout:
         utt.latency_from = max(now, utt.opened_at)
         self._emit("utterance_start", now, utt.turn_id)
 
-    def _available(self, turn_id: str) -> int:
-        n = 0
-        for seg in self._segments:
-            if seg[1] != turn_id or seg[0] == "end":
-                break
-            if seg[0] == "audio":
-                n += len(seg[3]) - seg[4]
-        return n
-
-    def _end_reached(self, turn_id: str) -> bool:
-        for seg in self._segments:
-            if seg[1] != turn_id:
-                return False
-            if seg[0] == "end":
-                return True
-            if seg[0] == "audio":
-                return False
-        return False
-
     def _fill(self, utt: _Utterance, frame: np.ndarray, now: float) -> int:
         """Copies the current utterance's audio into `frame`; fires marks and the end on the way."""
         pos = 0
-        segs = self._segments
-        while segs and segs[0][1] == utt.turn_id:
+        segs = utt.segments
+        while segs:
             seg = segs[0]
             kind = seg[0]
             if kind == "audio":
@@ -242,20 +223,20 @@ class Playout:
                     break
                 if utt.underrun_ticks:
                     self._end_underrun(utt, now)
-                pcm, offset = seg[3], seg[4]
+                chunk, pcm, offset = seg[1], seg[2], seg[3]
                 n = min(self.frame_samples - pos, len(pcm) - offset)
                 frame[pos : pos + n] = pcm[offset : offset + n]
                 pos += n
-                seg[4] += n
+                seg[3] += n
                 self._buffered -= n
                 utt.played_samples += n
-                utt.chunk = seg[2]
-                utt.chunk_played[seg[2]] = utt.chunk_played.get(seg[2], 0) + n
-                if seg[4] == len(pcm):
+                utt.chunk = chunk
+                utt.chunk_played[chunk] = utt.chunk_played.get(chunk, 0) + n
+                if seg[3] == len(pcm):
                     segs.popleft()
             elif kind == "mark":
                 segs.popleft()
-                self._emit("mark", now, utt.turn_id, chunk=seg[2], played_ms=self._ms(utt.played_samples), **seg[3])
+                self._emit("mark", now, utt.turn_id, chunk=seg[1], played_ms=self._ms(utt.played_samples), **seg[2])
             else:  # end
                 if utt.underrun_ticks:
                     self._end_underrun(utt, now)
@@ -264,7 +245,7 @@ class Playout:
         return pos
 
     def _pop_end(self, utt: _Utterance, now: float) -> None:
-        self._segments.popleft()
+        utt.segments.clear()
         self._utterances.popleft()
         self._end_utterance(utt, now, interrupted=False)
         if self._utterances:

@@ -106,6 +106,7 @@ class Session:
         self.on_closed = on_closed
         self.text_leg: TextLeg | None = None
         self.media_leg: MediaLeg | None = None
+        self.inbound = None  # the caller's audio (gateway.inbound.InboundAudio) on telephony legs
         self.created_at = time.monotonic()
         log_dir = config.server.log_dir
         self.playout = Playout(
@@ -159,6 +160,9 @@ class Session:
         if self._draining:
             raise P.ProtocolError(P.SHUTTING_DOWN, "session.end(drain) was requested; no new text is accepted")
         turn = self._turns.get(turn_id)
+        limit = self.config.server.limits.max_text_per_turn
+        if (turn.chars if turn else 0) + len(text) > limit:
+            raise P.ProtocolError(P.TEXT_TOO_LONG, f"turn {turn_id!r} would exceed {limit} characters; piece dropped")
         if turn is None:
             if len(self._turns) >= self.config.server.limits.max_queued_turns:
                 raise P.ProtocolError(P.TOO_MANY_TURNS, f"at most {self.config.server.limits.max_queued_turns} turns may be queued")
@@ -168,9 +172,6 @@ class Session:
             self.playout.open_utterance(turn_id)
         elif turn.final:
             raise P.ProtocolError(P.TURN_CLOSED, f"turn {turn_id!r} already received final text")
-        limit = self.config.server.limits.max_text_per_turn
-        if turn.chars + len(text) > limit:
-            raise P.ProtocolError(P.TEXT_TOO_LONG, f"turn {turn_id!r} would exceed {limit} characters; piece dropped")
         turn.chars += len(text)
         chunks = turn.chunker.push(text) if text else []
         if final:

@@ -53,8 +53,9 @@ class _Job:
 def tone(start: int, count: int, seed: int) -> np.ndarray:
     """Deterministic voiced-speech-like audio for samples [start, start+count)."""
     t = (np.arange(start, start + count, dtype=np.float64)) / SAMPLE_RATE
-    f0 = 110.0 + (seed % 7) * 15.0 + 12.0 * np.sin(2 * np.pi * 0.7 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / SAMPLE_RATE + 2 * np.pi * f0[0] * start / SAMPLE_RATE
+    # f0(t) = base + depth*sin(w t); the phase is its closed-form integral, so any cut is seamless.
+    base, depth, w = 110.0 + (seed % 7) * 15.0, 12.0, 2 * np.pi * 0.7
+    phase = 2 * np.pi * (base * t + depth / w * (1.0 - np.cos(w * t)))
     voiced = 0.5 * np.sin(phase) + 0.25 * np.sin(2 * phase) + 0.12 * np.sin(3 * phase)
     syllables = 0.55 + 0.45 * np.sin(2 * np.pi * 4.0 * t) ** 2  # ~8 syllables per second
     return (0.3 * voiced * syllables).astype(np.float32)
@@ -141,7 +142,7 @@ class SimulatedEngine(Engine):
         per_stream = dt / s.stream_rtf * SAMPLE_RATE
         key = (lambda j: (j.deadline, j.seq)) if s.scheduling == "edf" else (lambda j: j.seq)
         for job in sorted(self._jobs, key=key):
-            if budget <= 0:
+            if budget < 1.0:  # less than a sample left (float rounding)
                 break
             if job.admitted_at is None:
                 job.admitted_at = now

@@ -1,0 +1,56 @@
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
+def test_shipped_configs_load(name):
+    cfg = load_config(ROOT / "configs" / name)
+    assert cfg.voices and cfg.default_voice_name in cfg.voices
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("server:\n  prot: 1\n", "server.prot: unknown key"),
+    ("colour: red\n", "colour: unknown key"),
+    ("server:\n  port: eighty\n", "server.port: expected an integer"),
+    ("server:\n  port: 70000\n", "server.port: must be 0..65535"),
+    ("simulated:\n  capacity_x: -1\n", "simulated.capacity_x: must be > 0"),
+    ("engine:\n  kind: gpt\n", "engine.kind: must be"),
+    ("voices:\n  anna:\n    stress: maybe\n", "voices.anna.stress: expected true or false"),
+    ("server:\n  limits:\n    max_message_bytes: 10\n", "server.limits.max_message_bytes"),
+    ("default_voice: bob\n", "default_voice: 'bob' is not in voices"),
+    ("- a\n- b\n", "top level must be a mapping"),
+    ("server: [\n", "not valid YAML"),
+])
+def test_bad_configs_are_refused_naming_file_and_key(tmp_path, text, needle):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(path) in str(err.value)
+    assert needle in str(err.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_model_dir_comes_from_the_environment_when_unset(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOXGATE_MODEL_DIR", str(tmp_path))
+    cfg = load_config(write(tmp_path, "engine:\n  kind: auto\n"))
+    assert cfg.engine.model_dir == str(tmp_path)
+
+
+def test_overrides_merge_into_sections(tmp_path):
+    cfg = load_config(write(tmp_path, "server:\n  port: 1234\n"), {"server": {"host": "0.0.0.0"}})
+    assert (cfg.server.host, cfg.server.port) == ("0.0.0.0", 1234)
