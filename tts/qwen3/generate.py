@@ -1,0 +1,168 @@
+"""Step functions and the reference generation loop (one utterance, KV cache).
+
+The step functions take a batch with per-row positions and cache rows, so the batched
+engine schedules around these same functions:
+
+* `prefill`: prompt embeddings -> last hidden state and codebook-0 logits;
+* `predict_codes`: the code predictor's 2-token prefill + 14 steps -> a frame's 16 codes;
+* `talker_step`: a frame's codes + its text-track embedding -> next hidden and logits;
+* `decode_frame`: `predict_codes` + `talker_step` + codebook-0 processing and sampling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from tts.qwen3.model import Qwen3TTSModel, Talker
+from tts.qwen3.prompt import Prompt
+from tts.qwen3.sampling import SamplingRows, sample, talker_logits
+
+
+def prefill(talker: Talker, embeds: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded prompts [B, T, D] with real lengths [B] -> hidden, logits at each last real position.
+
+    Padding writes cache columns past a prompt's end; decoding overwrites them before they are read.
+    """
+    b, t, _ = embeds.shape
+    input_pos = torch.arange(t, device=embeds.device).expand(b, t)
+    return talker(embeds, input_pos, rows, last=lengths - 1)
+
+
+def predict_codes(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, rows_cfg: SamplingRows,
+                  generator: torch.Generator | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """hidden [B, D], codebook-0 tokens [B] -> all codes of the frame [B, G]."""
+    cp = talker.code_predictor
+    b = hidden.shape[0]
+    g = cp.config.num_code_groups
+    embeds = torch.stack([hidden, talker.embed_codec(code0)], dim=1)
+    pos = torch.arange(2, device=hidden.device).expand(b, 2)
+    codes = [code0, sample(cp.step(embeds, pos, 0, rows), rows_cfg, generator)]
+    for j in range(1, g - 1):
+        e = cp.model.codec_embedding[j - 1](codes[-1]).unsqueeze(1)
+        pos = torch.full((b, 1), j + 1, dtype=torch.long, device=hidden.device)
+        codes.append(sample(cp.step(e, pos, j, rows), rows_cfg, generator))
+    return torch.stack(codes, dim=1)
+
+
+def talker_step(talker: Talker, codes: torch.Tensor, text_embed: torch.Tensor, pos: torch.Tensor,
+                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frame codes [B, G] + text track [B, D] at positions pos [B] -> next hidden [B, D], logits [B, V]."""
+    x = (talker.embed_frame(codes) + text_embed).unsqueeze(1)
+    return talker(x, pos.view(-1, 1), rows)
+
+
+@dataclass
+class TalkerSampling:
+    """Codebook-0 state per row: the settings and what the official processors need."""
+
+    rows: SamplingRows  # with repetition_penalty
+    seen: torch.Tensor  # [B, V] bool: codebook-0 tokens generated so far
+    generated: torch.Tensor  # [B] long: how many codebook-0 tokens were sampled
+    suppress: torch.Tensor  # [V] bool
+    eos_id: int
+    min_new_tokens: int = 2
+
+    def next_token(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        processed = talker_logits(logits, self.seen, self.rows.repetition_penalty, self.suppress, self.eos_id,
+                                  self.generated >= self.min_new_tokens)
+        tok = sample(processed, self.rows, generator)
+        self.seen.scatter_(1, tok.view(-1, 1), True)
+        self.generated += 1
+        return tok
+
+
+def decode_frame(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, text_embed: torch.Tensor,
+                 pos: torch.Tensor, cb0: TalkerSampling, predictor_rows: SamplingRows,
+                 generator: torch.Generator | None = None, rows: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One frame for the batch: codes [B, G] of the current frame, next hidden, next codebook-0 token."""
+    codes = predict_codes(talker, hidden, code0, predictor_rows, generator, rows)
+    hidden, logits = talker_step(talker, codes, text_embed, pos, rows)
+    return codes, hidden, cb0.next_token(logits, generator)
+
+
+# ---------------------------------------------------------------- reference loop
+@dataclass
+class GenerationSettings:
+    greedy: bool = False
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    subtalker_greedy: bool = False
+    subtalker_temperature: float = 0.9
+    subtalker_top_k: int = 50
+    subtalker_top_p: float = 1.0
+    min_new_tokens: int = 2
+    max_frames: int = 2048
+    seed: int | None = None
+    record_logits: bool = False  # keep each step's raw codebook-0 logits (parity tests)
+
+
+@dataclass
+class GenerationResult:
+    codes: torch.Tensor  # [frames, G] long (cpu)
+    stopped_by_eos: bool
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    logits: list = field(default_factory=list)
+
+
+def new_talker_sampling(model: Qwen3TTSModel, batch: int, s: GenerationSettings, device) -> TalkerSampling:
+    cfg = model.config
+    v = cfg.talker.vocab_size
+    suppress = torch.zeros(v, dtype=torch.bool, device=device)
+    suppress[cfg.suppressed_codec_ids] = True
+    rows = SamplingRows.filled(batch, device, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, greedy=s.greedy,
+                               repetition_penalty=1.0 if s.greedy else s.repetition_penalty)
+    return TalkerSampling(rows, torch.zeros(batch, v, dtype=torch.bool, device=device),
+                          torch.zeros(batch, dtype=torch.long, device=device), suppress,
+                          cfg.talker.codec_eos_token_id, s.min_new_tokens)
+
+
+@torch.inference_mode()
+def generate_codes(model: Qwen3TTSModel, prompt: Prompt, settings: GenerationSettings) -> GenerationResult:
+    """One utterance: at most `max_frames` frames, ending at EOS. One host sync per frame (the EOS check)."""
+    import time
+
+    talker = model.talker
+    device = talker.codec_head.weight.device
+    total = prompt.prefill.shape[0] + settings.max_frames + 1
+    if talker.model.max_seq_len < total or talker.model.layers[0].self_attn.kv_cache is None:
+        model.setup_caches(1, total)
+    gen = None
+    if settings.seed is not None:
+        gen = torch.Generator(device=device).manual_seed(settings.seed)
+    cb0 = new_talker_sampling(model, 1, settings, device)
+    pred_rows = SamplingRows.filled(1, device, temperature=settings.subtalker_temperature, top_k=settings.subtalker_top_k,
+                                    top_p=settings.subtalker_top_p, greedy=settings.subtalker_greedy)
+    t0 = time.perf_counter()
+    length = prompt.prefill.shape[0]
+    hidden, logits = prefill(talker, prompt.prefill.unsqueeze(0), torch.tensor([length], device=device))
+    recorded = [logits.float().cpu()] if settings.record_logits else []
+    tok = cb0.next_token(logits, gen)
+    eos = talker.config.codec_eos_token_id
+    n_text = prompt.trailing_text.shape[0]
+    frames: list[torch.Tensor] = []
+    stopped = False
+    t1 = time.perf_counter()
+    for step in range(settings.max_frames):
+        if int(tok.item()) == eos:  # the one host sync per frame
+            stopped = True
+            break
+        codes = predict_codes(talker, hidden, tok, pred_rows, gen)
+        frames.append(codes)
+        if step + 1 >= settings.max_frames:
+            break
+        text = prompt.trailing_text[step] if step < n_text else prompt.pad
+        hidden, logits = talker_step(talker, codes, text.unsqueeze(0), torch.tensor([length + step], device=device))
+        if settings.record_logits:
+            recorded.append(logits.float().cpu())
+        tok = cb0.next_token(logits, gen)
+    t2 = time.perf_counter()
+    g = talker.config.num_code_groups
+    codes = torch.cat(frames).cpu() if frames else torch.zeros((0, g), dtype=torch.long)
+    return GenerationResult(codes=codes, stopped_by_eos=stopped, prefill_s=t1 - t0, decode_s=t2 - t1, logits=recorded)

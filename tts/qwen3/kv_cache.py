@@ -1,0 +1,39 @@
+"""A static, pre-allocated KV cache: one row per sequence slot, one column per position.
+
+Each slot holds its own sequence from position 0, so a sequence's cache column is its
+position; attention masks columns beyond it. Shapes never change, which is what
+CUDA graphs need.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class KVCache(nn.Module):
+    def __init__(self, max_batch: int, max_seq_len: int, n_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        super().__init__()
+        shape = (max_batch, n_kv_heads, max_seq_len, head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, rows: torch.Tensor | None, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k/v [B, T, H, D] at `input_pos` [B, T]; return the rows' caches [B, H, S, D].
+
+        `rows` [B] picks the slots (None: slots 0..B-1, read without a copy).
+        """
+        b = k.shape[0]
+        if rows is None:
+            rows = torch.arange(b, device=k.device)
+            kc, vc = self.k_cache[:b], self.v_cache[:b]
+        else:
+            kc = vc = None
+        r = rows.view(b, 1)
+        self.k_cache[r, :, input_pos] = k
+        self.v_cache[r, :, input_pos] = v
+        if kc is None:
+            kc, vc = self.k_cache[rows], self.v_cache[rows]
+        return kc, vc

@@ -1,0 +1,215 @@
+"""Qwen3-TTS talker and code predictor in plain torch.
+
+Both are Qwen3 decoders (pre-norm RMSNorm, per-head q/k RMSNorm, GQA, SwiGLU, no
+biases). Module and parameter names follow the official checkpoint keys
+(`talker.model.layers.N.self_attn.q_proj.weight`, ...), so weights load by name.
+
+Every forward takes a batch of sequences with their own positions `input_pos`
+[B, T] and writes into the static KV cache rows `rows` [B] (None: rows 0..B-1).
+The talker's multimodal RoPE carries the same position on its three streams for
+TTS, which is plain 1-D RoPE; `rope_cos_sin` computes it as the official code does.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tts.qwen3.config import CodePredictorConfig, DecoderShape, ModelConfig, TalkerConfig
+from tts.qwen3.kv_cache import KVCache
+from tts.qwen3.speaker_encoder import SpeakerEncoder
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(input_pos: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [B, 1, T, head_dim] for positions [B, T], computed in float32 like the reference."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=input_pos.device).float() / head_dim))
+    freqs = input_pos.float().unsqueeze(-1) * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, s: DecoderShape):
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = s.num_attention_heads, s.num_key_value_heads, s.head_dim
+        self.q_proj = nn.Linear(s.hidden_size, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(s.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(s.hidden_size, self.n_kv * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, s.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                input_pos: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.n_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.n_kv, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        keys, values = self.kv_cache.update(rows, input_pos, k.transpose(1, 2), v)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, s: DecoderShape):
+        super().__init__()
+        self.self_attn = Attention(s)
+        self.mlp = MLP(s.hidden_size, s.intermediate_size)
+        self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, input_pos, rows):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, input_pos, rows)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Decoder(nn.Module):
+    """The transformer stack with its final norm; embeddings live in subclasses."""
+
+    def __init__(self, s: DecoderShape):
+        super().__init__()
+        self.shape = s
+        self.layers = nn.ModuleList(Block(s) for _ in range(s.num_hidden_layers))
+        self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
+        self.max_seq_len = 0
+
+    def setup_caches(self, max_batch: int, max_seq_len: int, dtype: torch.dtype, device) -> None:
+        self.max_seq_len = max_seq_len
+        for layer in self.layers:
+            layer.self_attn.kv_cache = KVCache(max_batch, max_seq_len, self.shape.num_key_value_heads,
+                                               self.shape.head_dim, dtype, device)
+
+    def forward(self, x: torch.Tensor, input_pos: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, T, hidden], input_pos [B, T] -> normed hidden states [B, T, hidden]."""
+        cos, sin = rope_cos_sin(input_pos, self.shape.head_dim, self.shape.rope_theta, x.dtype)
+        cols = torch.arange(self.max_seq_len, device=x.device)
+        mask = (cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1))  # [B, 1, T, S]
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, input_pos, rows)
+        return self.norm(x)
+
+
+class TalkerDecoder(Decoder):
+    def __init__(self, c: TalkerConfig):
+        super().__init__(c)
+        self.codec_embedding = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.text_embedding = nn.Embedding(c.text_vocab_size, c.text_hidden_size)
+
+
+class PredictorDecoder(Decoder):
+    def __init__(self, c: CodePredictorConfig, embedding_dim: int):
+        super().__init__(c)
+        # Inputs come at the talker's width and are projected by small_to_mtp_projection.
+        self.codec_embedding = nn.ModuleList(nn.Embedding(c.vocab_size, embedding_dim) for _ in range(c.num_code_groups - 1))
+
+
+class TextProjection(nn.Module):
+    def __init__(self, text_hidden: int, hidden: int):
+        super().__init__()
+        self.linear_fc1 = nn.Linear(text_hidden, text_hidden, bias=True)
+        self.linear_fc2 = nn.Linear(text_hidden, hidden, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_fc2(F.silu(self.linear_fc1(x)))
+
+
+class CodePredictor(nn.Module):
+    """Predicts codebooks 1..G-1 of a frame from the talker's hidden state and codebook 0."""
+
+    def __init__(self, c: CodePredictorConfig, talker_hidden: int):
+        super().__init__()
+        self.config = c
+        self.model = PredictorDecoder(c, talker_hidden)
+        self.lm_head = nn.ModuleList(nn.Linear(c.hidden_size, c.vocab_size, bias=False) for _ in range(c.num_code_groups - 1))
+        self.small_to_mtp_projection = (
+            nn.Linear(talker_hidden, c.hidden_size, bias=True) if c.hidden_size != talker_hidden else nn.Identity()
+        )
+
+    def step(self, embeds: torch.Tensor, input_pos: torch.Tensor, head: int, rows: torch.Tensor | None = None
+             ) -> torch.Tensor:
+        """Talker-width embeds [B, T, Dt] at input_pos -> logits of lm_head[head] at the last position [B, V]."""
+        h = self.model(self.small_to_mtp_projection(embeds), input_pos, rows)
+        return self.lm_head[head](h[:, -1])
+
+
+class Talker(nn.Module):
+    def __init__(self, c: TalkerConfig):
+        super().__init__()
+        self.config = c
+        self.model = TalkerDecoder(c)
+        self.text_projection = TextProjection(c.text_hidden_size, c.hidden_size)
+        self.codec_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        self.code_predictor = CodePredictor(c.code_predictor, c.hidden_size)
+
+    def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.text_projection(self.model.text_embedding(ids))
+
+    def embed_codec(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model.codec_embedding(ids)
+
+    def embed_frame(self, codes: torch.Tensor) -> torch.Tensor:
+        """Sum of the G codebook embeddings of frames codes [..., G] -> [..., hidden]."""
+        parts = [self.model.codec_embedding(codes[..., 0])]
+        parts += [table(codes[..., i + 1]) for i, table in enumerate(self.code_predictor.model.codec_embedding)]
+        return torch.stack(parts, dim=-2).sum(-2)  # one reduction, as the reference sums
+
+    def forward(self, embeds: torch.Tensor, input_pos: torch.Tensor, rows: torch.Tensor | None = None,
+                last: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """embeds [B, T, D] -> (hidden [B, D], codebook-0 logits [B, V]) at index `last` [B] (default: T-1)."""
+        h = self.model(embeds, input_pos, rows)
+        if last is None:
+            h = h[:, -1]
+        else:
+            h = h.gather(1, last.view(-1, 1, 1).expand(-1, 1, h.shape[-1])).squeeze(1)
+        return h, self.codec_head(h)
+
+
+class Qwen3TTSModel(nn.Module):
+    """The whole checkpoint: `talker.*`, and for Base `speaker_encoder.*` (loaded, not run yet)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.talker = Talker(config.talker)
+        self.speaker_encoder = SpeakerEncoder(config.speaker_encoder) if config.has_speaker_encoder else None
+
+    def setup_caches(self, max_batch: int, max_seq_len: int, dtype: torch.dtype | None = None, device=None) -> None:
+        p = next(self.parameters())
+        dtype, device = dtype or p.dtype, device or p.device
+        self.talker.model.setup_caches(max_batch, max_seq_len, dtype, device)
+        g = self.config.talker.num_code_groups
+        self.talker.code_predictor.model.setup_caches(max_batch, g, dtype, device)

@@ -1,0 +1,126 @@
+"""Prefill prompts for CustomVoice (speaker + language, dialects), VoiceDesign (instruction)
+and Base (a given x-vector), in the official layout.
+
+A prompt is three tensors: the prefill embeddings [L, D]; the text track that is added
+to the talker input at each generated frame [N, D] (empty in the non-streaming layout);
+and the `tts_pad` embedding that follows it once the text is used up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tts.qwen3.config import ModelConfig
+from tts.qwen3.model import Talker
+from tts.qwen3.tokenizer import TextTokenizer
+
+# Our API speaks ISO 639-1; the checkpoint names languages in English.
+ISO_LANGUAGES = {"zh": "chinese", "en": "english", "de": "german", "it": "italian", "pt": "portuguese", "es": "spanish",
+                 "ja": "japanese", "ko": "korean", "fr": "french", "ru": "russian"}
+
+
+class PromptError(ValueError):
+    """A request the checkpoint cannot speak (unknown speaker or language, missing voice)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Prompt:
+    prefill: torch.Tensor  # [L, D]
+    trailing_text: torch.Tensor  # [N, D], added to frames 0..N-1 of the talker input
+    pad: torch.Tensor  # [D], the text track after the trailing text
+    text_tokens: int  # number of text tokens spoken (for frame caps)
+
+
+def assistant_text(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def instruct_text(instruct: str) -> str:
+    return f"<|im_start|>user\n{instruct}<|im_end|>\n"
+
+
+def language_name(config: ModelConfig, language: str | None) -> str:
+    """'auto', an ISO code or a checkpoint language name -> the checkpoint's name (or 'auto')."""
+    lang = (language or "auto").strip().lower()
+    if lang == "auto":
+        return lang
+    lang = ISO_LANGUAGES.get(lang, lang)
+    names = config.talker.codec_language_id
+    if lang not in names or lang.endswith("_dialect"):
+        allowed = ["auto"] + sorted(n for n in names if not n.endswith("_dialect"))
+        raise PromptError("unsupported_language", f"language {language!r} is not supported; use one of {', '.join(allowed)}")
+    return lang
+
+
+def codec_prefix(config: ModelConfig, language: str, speaker: str | None) -> list[int]:
+    """The codec control track before the speaker slot: think tags and language."""
+    t = config.talker
+    lang_id = None if language == "auto" else t.codec_language_id[language]
+    if speaker and language in ("chinese", "auto") and speaker in t.spk_is_dialect:
+        lang_id = t.codec_language_id[t.spk_is_dialect[speaker]]  # dialect speakers override
+    if lang_id is None:
+        return [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
+    return [t.codec_think_id, t.codec_think_bos_id, lang_id, t.codec_think_eos_id]
+
+
+@torch.no_grad()
+def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, text: str, *,
+                 speaker: str | None = None, language: str | None = "auto", instruct: str | None = None,
+                 xvector: torch.Tensor | None = None, streaming_text: bool = False) -> Prompt:
+    t = config.talker
+    device = talker.codec_head.weight.device
+    lang = language_name(config, language)
+    spk = speaker.strip().lower() if speaker else None
+    kind = config.tts_model_type
+    if spk and spk not in t.spk_id:
+        known = ", ".join(sorted(t.spk_id)) or "none (this checkpoint has no named speakers)"
+        raise PromptError("unknown_voice", f"speaker {speaker!r} is not in this checkpoint; known: {known}")
+    if kind == "custom_voice" and not spk:
+        raise PromptError("unknown_voice", "a CustomVoice checkpoint needs a speaker")
+    if kind == "base" and xvector is None:
+        raise PromptError("unknown_voice", "a Base checkpoint needs a speaker x-vector (voice clone prompt)")
+    if instruct and config.tts_model_size == "0b6":
+        instruct = None  # the official 0.6B path drops instructions
+
+    def ids(seq: list[int]) -> torch.Tensor:
+        return torch.tensor(seq, dtype=torch.long, device=device)
+
+    tokens = tokenizer.encode(assistant_text(text))
+    if len(tokens) < 9:
+        raise PromptError("bad_text", "text is empty after tokenisation")
+    body = tokens[3:-5]  # the text between the role tokens and the closing template
+    bos_e, eos_e, pad_e = talker.embed_text(ids([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
+
+    parts: list[torch.Tensor] = []
+    if instruct:
+        parts.append(talker.embed_text(ids(tokenizer.encode(instruct_text(instruct)))))
+    parts.append(talker.embed_text(ids(tokens[:3])))  # <|im_start|>assistant\n
+
+    codec = talker.embed_codec(ids(codec_prefix(config, lang, spk)))
+    speaker_rows = []
+    if spk:
+        speaker_rows = [talker.embed_codec(ids([t.spk_id[spk]]))]
+    elif xvector is not None:
+        speaker_rows = [xvector.to(device=device, dtype=codec.dtype).view(1, -1)]
+    codec = torch.cat([codec, *speaker_rows, talker.embed_codec(ids([t.codec_pad_id, t.codec_bos_id]))])
+    n = codec.shape[0]
+    text_track = torch.cat([pad_e.expand(n - 2, -1), bos_e.view(1, -1)])
+    parts.append(text_track + codec[:-1])
+    bos_codec = codec[-1:]
+
+    if streaming_text:
+        parts.append(talker.embed_text(ids(body[:1])) + bos_codec)
+        trailing = torch.cat([talker.embed_text(ids(body[1:])), eos_e.view(1, -1)])
+    else:
+        spoken = torch.cat([talker.embed_text(ids(body)), eos_e.view(1, -1)])
+        parts.append(spoken + talker.embed_codec(ids([t.codec_pad_id] * spoken.shape[0])))
+        parts.append(pad_e.view(1, -1) + bos_codec)
+        trailing = pad_e.new_zeros((0, pad_e.shape[-1]))
+    return Prompt(prefill=torch.cat(parts), trailing_text=trailing, pad=pad_e, text_tokens=len(body))
