@@ -22,6 +22,9 @@ from typing import Callable
 
 FRAME_MS = 20
 AUDIBLE_MS = 200.0  # DESIGN.md §4: micro-gap < 200 ms <= audible gap
+# The gateway may send `turn.done` just before the turn's last frame (same tick);
+# the end marker waits one frame so that frame is still heard as part of the turn.
+END_GRACE_S = FRAME_MS / 1000.0
 
 
 def gap_kind(duration_ms: float) -> str:
@@ -62,7 +65,7 @@ class CallerPlayback:
 
     * `begin_turn(key)` — the caller started a turn; frames until `end_turn` belong to it.
     * `on_frame(t, payload)` — a binary frame arrived at monotonic time `t`.
-    * `end_turn(t)` — the server said the turn is done (its frames are all in).
+    * `end_turn(t)` — the server said the turn is done (a frame arriving right after still counts).
     * `tick(T)` — the clock's tick scheduled at `T`; plays at most one frame.
 
     Playback of a turn starts `prebuffer_ms` after its first frame arrived
@@ -84,6 +87,7 @@ class CallerPlayback:
         self._buf: deque = deque()  # (arrival, payload or _END, HeardTurn)
         self._frames_buffered = 0
         self._turn: HeardTurn | None = None  # the turn frames are attributed to
+        self._closing: HeardTurn | None = None  # turn.done came; late frames still belong to it
         self._playing: HeardTurn | None = None  # the turn being heard
         self._gap_start: float | None = None
         self._gap_ticks = 0
@@ -96,19 +100,28 @@ class CallerPlayback:
     # ---------------------------------------------------------------- input
     def begin_turn(self, key: object) -> HeardTurn:
         self._turn = HeardTurn(key)
+        self._closing = None
         return self._turn
 
     def on_frame(self, t: float, payload: bytes) -> None:
+        buf = self._buf
         if self._turn is None:
-            self.stray_frames += 1
+            if self._closing is not None and buf and buf[-1][1] is _END:
+                end = buf.pop()  # a frame sent after turn.done: keep it before the end marker
+                buf.append((t, payload, self._closing))
+                buf.append(end)
+                self._frames_buffered += 1
+            else:
+                self.stray_frames += 1
             return
-        self._buf.append((t, payload, self._turn))
+        buf.append((t, payload, self._turn))
         self._frames_buffered += 1
 
     def end_turn(self, t: float) -> None:
         if self._turn is None:
             return
-        self._buf.append((t, _END, self._turn))
+        self._buf.append((t + END_GRACE_S, _END, self._turn))
+        self._closing = self._turn
         self._turn = None
 
     @property

@@ -51,7 +51,8 @@ def test_silence_before_the_first_and_after_the_last_audio_is_not_a_gap():
     turn = feed(pb, [(1.0 + 0.02 * i, p) for i, p in enumerate(payloads)], end_at=1.09)
     ticks(pb, 10)
     assert turn.gaps == []
-    assert turn.lead_silence_ms == 20 and turn.tail_ms == 40
+    assert turn.lead_silence_ms == 20
+    assert turn.tail_ms == 60  # two silent frames + the end marker's one-frame grace
     assert turn.end is not None
 
 
@@ -79,6 +80,17 @@ def test_wav_timeline_and_buffer_levels_follow_the_ticks():
     assert bytes(pb.audio) == AUD + AUD + SIL + SIL
     assert list(pb.levels) == [2, 1, 0, 0]
     assert pb.idle
+
+
+def test_a_frame_arriving_just_after_turn_done_is_still_heard_in_the_turn():
+    heard = []
+    pb = CallerPlayback(SIL, prebuffer_ms=0, on_heard=heard.append)
+    turn = pb.begin_turn("t1")
+    pb.on_frame(1.0, AUD)
+    pb.end_turn(1.0)
+    pb.on_frame(1.001, AUD)  # the gateway flushed turn.done before the tick's frame
+    ticks(pb, 4)
+    assert heard == [turn] and turn.audio_frames == 2 and pb.stray_frames == 0 and turn.gaps == []
 
 
 def test_frames_outside_a_turn_are_counted_as_stray():
