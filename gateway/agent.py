@@ -29,15 +29,16 @@ class ChatModel(Protocol):
 class SimulatedChat:
     """A canned conversational reply, streamed at an LLM's pace by `LlmSimulator` (demos, load tests)."""
 
+    # Each reply opens with a full clause, so the first text chunk covers the time the rest takes to stream.
     EN = [
-        "I hear you. This reply comes from the simulated agent, streamed word by word like a real model would.",
-        "Sure. The gateway turns my text into speech sentence by sentence, so you hear me before I finish writing.",
-        "Good question. Try interrupting me while I talk: I will stop at once and remember only what you heard.",
+        "I hear you, and this reply comes from the simulated agent. It streams word by word, the way a real model would.",
+        "Sure, the gateway turns my text into speech one sentence at a time. So you hear me before I have finished writing.",
+        "That is a good question, and you can test something with it. Interrupt me while I talk, and I will stop at once.",
     ]
     RU = [
-        "Я вас слышу. Это ответ симулятора агента, он приходит по словам, как от настоящей модели.",
-        "Конечно. Шлюз озвучивает мой текст по предложениям, поэтому вы слышите меня раньше, чем я допишу.",
-        "Хороший вопрос. Попробуйте перебить меня, и я сразу замолчу.",
+        "Я вас слышу, и это ответ симулятора агента. Он приходит по словам, как от настоящей модели.",
+        "Конечно, шлюз озвучивает мой текст по одному предложению. Поэтому вы слышите меня раньше, чем я допишу.",
+        "Хороший вопрос, и на нём можно кое-что проверить. Перебейте меня, пока я говорю, и я сразу замолчу.",
     ]
 
     def __init__(self, ttft_ms: float = 300.0, tokens_per_s: float = 40.0, seed: int | None = None):
