@@ -103,6 +103,7 @@ class PlayoutTrack(MediaStreamTrack):
         self._int16 = np.zeros(self.frame_samples, dtype=np.int16)
         self.frames = 0
         self.restarts = 0
+        self.on_frame: Callable[[], None] | None = None  # e.g. a frames-sent counter
 
     async def recv(self) -> AudioFrame:
         if self.readyState != "live":
@@ -132,6 +133,8 @@ class PlayoutTrack(MediaStreamTrack):
         frame.time_base = self.time_base
         self._pts += self.frame_samples
         self.frames += 1
+        if self.on_frame is not None:
+            self.on_frame()
         return frame
 
 
@@ -213,6 +216,7 @@ class WebrtcCall:
         session.attach_text(self)
         session.attach_media(self)
         self.track.source = session.pull_frame
+        self.track.on_frame = self.gateway.metrics.frames_sent.labels(leg="webrtc").inc
         session.emit({
             "type": "session.started",
             "session_id": session.session_id,

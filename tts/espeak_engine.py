@@ -29,8 +29,11 @@ MISSING_MESSAGE = (
     "(pip install 'voxgate[espeak]', which installs espeakng-loader; eSpeak NG is GPL-3.0)"
 )
 
-# eSpeak voice per ISO 639-1 language; `auto` picks by script.
-DEFAULT_VOICES = {"en": "en-us", "ru": "ru"}
+# eSpeak voice per ISO 639-1 language (the languages GET /v1/voices offers); `auto` picks ru or en by script.
+DEFAULT_VOICES = {
+    "en": "en-us", "ru": "ru", "de": "de", "fr": "fr", "es": "es", "it": "it",
+    "pt": "pt-br", "zh": "cmn", "ja": "ja", "ko": "ko",
+}
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _POS_CHARACTER = 1

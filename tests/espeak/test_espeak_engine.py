@@ -64,7 +64,7 @@ async def test_cyrillic_text_is_spoken_with_the_russian_voice(engine):
 @needs_espeak
 async def test_unsupported_language_fails_the_request_not_the_engine(engine):
     with pytest.raises(EngineError) as err:
-        await speak(engine, "Bonjour", language="fr")
+        await speak(engine, "Hej", language="sv")
     assert err.value.code == "unsupported_language"
     assert len(await speak(engine, "Still here.")) > SAMPLE_RATE // 4
 
@@ -112,3 +112,20 @@ def test_missing_package_gives_a_clear_error(monkeypatch):
         EspeakEngine()
     assert err.value.code == "engine_unavailable"
     assert "espeak" in err.value.message and "GPL" in err.value.message
+
+
+@needs_espeak
+async def test_every_offered_language_has_a_voice(engine):
+    samples = {"de": "Guten Tag.", "fr": "Bonjour.", "zh": "你好。", "ja": "こんにちは。"}
+    for language, text in samples.items():
+        assert len(await speak(engine, text, language=language)) > SAMPLE_RATE // 10
+
+
+@needs_espeak
+def test_auto_engine_without_weights_is_the_espeak_voice(monkeypatch):
+    from gateway.config import load_config
+    from gateway.engines import build_engine
+
+    monkeypatch.delenv("VOXGATE_MODEL_DIR", raising=False)
+    engine = build_engine(load_config(None, {"engine": {"kind": "auto"}}))
+    assert isinstance(engine, EspeakEngine)
