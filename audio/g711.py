@@ -76,7 +76,8 @@ _ALAW_DEC = np.array([_alaw_to_linear(a) for a in range(256)], dtype=np.int16)
 
 
 def _index(samples: np.ndarray) -> np.ndarray:
-    return np.asarray(samples, dtype=np.int16).astype(np.int32) + 32768
+    # int16 viewed as uint16 with the sign bit flipped == sample + 32768, without a widening copy.
+    return np.asarray(samples, dtype=np.int16).view(np.uint16) ^ np.uint16(0x8000)
 
 
 def ulaw_encode(samples: np.ndarray) -> bytes:

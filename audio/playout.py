@@ -116,7 +116,8 @@ class Playout:
         if utt is None or utt.closed or not len(pcm):
             return
         utt.pushed_samples += len(pcm)
-        utt.segments.append(["audio", chunk, np.asarray(pcm, dtype=np.float32), 0])
+        pcm = np.nan_to_num(np.asarray(pcm, dtype=np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
+        utt.segments.append(["audio", chunk, pcm, 0])
         self._buffered += len(pcm)
 
     def mark(self, turn_id: str, chunk: int, payload: dict | None = None) -> None:

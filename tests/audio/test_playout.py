@@ -195,3 +195,11 @@ def test_audio_of_a_later_turn_waits_for_the_earlier_turn_to_close():
     assert heard[:1] == [0.1]
     assert 0.2 in heard[1:]
     assert [e.turn_id for e in events if e.type == "utterance_end"] == ["t1", "t2"]
+
+
+def test_non_finite_engine_samples_are_cleaned_on_push():
+    p, clock, events = make(prebuffer_ms=0)
+    p.open_utterance("t1")
+    p.push("t1", 0, np.array([np.nan, np.inf, -np.inf] + [0.5] * 157, dtype=np.float32))
+    frame = p.tick().pcm
+    assert np.isfinite(frame).all() and frame[:3].tolist() == [0.0, 1.0, -1.0]
