@@ -35,6 +35,9 @@ ENGINE_ERROR = "engine_error"  # the engine failed one text chunk
 CALL_TOO_LONG = "call_too_long"  # limits.max_call_s reached
 IDLE_TIMEOUT = "idle_timeout"  # no client message for limits.idle_timeout_s
 SHUTTING_DOWN = "shutting_down"  # the gateway is draining
+CALL_BUSY = "call_busy"  # the call already has a control socket (or a media leg)
+BAD_AUDIO = "bad_audio"  # inbound media that cannot be decoded (bad base64, odd or absurd length)
+MEDIA_ERROR = "media_error"  # the media far end reported an error (AudioSocket 0xff frame)
 
 
 class ProtocolError(Exception):
@@ -74,7 +77,12 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
     "user.text": (Field("text", (str,), required=True),),
     "interrupt": (),
     "session.end": (Field("drain", (bool,)),),
-    "call.attach": (Field("call_id", (str,), required=True),),
+    "call.attach": (
+        Field("call_id", (str,), required=True),
+        Field("voice", (str,)),
+        Field("language", (str,)),
+        Field("instruct", (str,)),
+    ),
 }
 
 

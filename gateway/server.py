@@ -26,6 +26,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from audio.encode import OutputFormat
 from gateway import protocol as P
+from gateway.calls import install_telephony
 from gateway.clock import PlayoutClock
 from gateway.config import Config, ConfigError, load_config
 from gateway.engines import build_engine, resolve_kind
@@ -102,6 +103,7 @@ class Gateway:
         self._on_start: list[Callable[[], Awaitable[None]]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self.user_text_handler: Callable[[Session, str], Awaitable[None]] | None = None
+        self.calls = install_telephony(self)  # /v1/control, /v1/twilio, AudioSocket server (gateway/calls.py)
         if not config.server.api_keys:
             log.warning("no server.api_keys configured: the gateway is OPEN to anyone who can reach it")
 

@@ -1,0 +1,247 @@
+"""The call registry: joins a telephony media leg and a control socket by the call's id (DESIGN.md §3.5).
+
+Either side may come first. A control socket's `call.attach` creates the
+session at once; it joins the shared clock only when the media leg connects
+(before that, nothing could hear it: audio waits in the playout). A media leg
+that comes first creates the session with its own voice settings; the
+control socket attaches to it later. A call whose media leg never comes ends
+with `unknown_call`; when the media leg ends, the call ends.
+
+A call has several ids (Twilio: streamSid, callSid and a `call_id` custom
+parameter; AudioSocket: its UUID); each is an alias of the same call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from audio.encode import OutputFormat
+from gateway import protocol as P
+from gateway.inbound import InboundAudio, recording_path
+from gateway.session import MediaLeg, Session, TextLeg
+
+if TYPE_CHECKING:
+    from gateway.server import Gateway
+
+log = logging.getLogger("voxgate.calls")
+
+# Both telephony legs carry 8 kHz audio; the session plays PCM16 at 8 kHz and a leg
+# that speaks another 8 kHz encoding (Twilio: μ-law) converts each frame itself.
+TELEPHONY_PCM = OutputFormat("pcm16", 8000)
+MAX_CALL_ID = 128
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+class ControlLeg(TextLeg, Protocol):
+    async def close(self) -> None: ...
+
+
+class TelephonyLeg(MediaLeg, Protocol):
+    async def hangup(self) -> None:
+        """End the media stream from our side (the session ended)."""
+
+
+def normalize_call_id(call_id: str) -> str:
+    """UUIDs compare in their canonical lower-case text; other ids (Twilio SIDs) as given."""
+    call_id = call_id.strip()
+    if not call_id or len(call_id) > MAX_CALL_ID or not call_id.isprintable():
+        raise P.ProtocolError(P.BAD_MESSAGE, f"call_id must be 1..{MAX_CALL_ID} printable characters")
+    return call_id.lower() if _UUID.fullmatch(call_id) else call_id
+
+
+@dataclass
+class Call:
+    call_id: str  # the first id it was known by
+    session: Session
+    inbound: InboundAudio
+    aliases: set[str] = field(default_factory=set)
+    control: ControlLeg | None = None
+    media: TelephonyLeg | None = None
+    media_kind: str | None = None  # twilio | audiosocket
+    media_state: str = "waiting"  # waiting | connected | ended
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+
+    async def notify(self, event: dict) -> None:
+        """An event for the control socket (dtmf, call.media, call.mark, errors of the media leg)."""
+        if not self.session.closed:
+            self.session.emit(event)
+            await self.session.flush_events()
+
+    async def report(self, code: str, message: str) -> None:
+        await self.notify(P.error_event(code, message))
+
+
+class CallRegistry:
+    def __init__(self, gateway: "Gateway"):
+        self.gateway = gateway
+        self._calls: dict[str, Call] = {}  # every alias -> its call
+        self.connections: set[asyncio.Task] = set()  # handlers of telephony sockets, awaited at shutdown
+
+    def __len__(self) -> int:
+        return len({id(c) for c in self._calls.values()})
+
+    def get(self, call_id: str) -> Call | None:
+        return self._calls.get(call_id)
+
+    def track(self) -> None:
+        """Registers the running socket handler; `shutdown` waits for it."""
+        task = asyncio.current_task()
+        self.connections.add(task)
+        task.add_done_callback(self.connections.discard)
+
+    async def shutdown(self, timeout: float = 3.0) -> None:
+        """End every call and let the socket handlers finish their close handshakes while the server still reads."""
+        for call in {id(c): c for c in self._calls.values()}.values():
+            if not call.session.closed:
+                await call.session.close()
+        current = asyncio.current_task()
+        pending = [t for t in self.connections if t is not current]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    # ------------------------------------------------------------ control side
+    async def attach_control(self, call_id: str, leg: ControlLeg, voice: str | None = None, language: str | None = None,
+                             instruct: str | None = None) -> Call:
+        """`call.attach`: joins the call, or creates it to wait for its media leg. Sends `call.attached`."""
+        call_id = normalize_call_id(call_id)
+        call = self._calls.get(call_id)
+        if call is not None and call.control is not None:
+            raise P.ProtocolError(P.CALL_BUSY, f"call {call_id!r} already has a control socket")
+        if call is None:
+            session = self.gateway.new_session("control", voice, language or "auto", instruct, TELEPHONY_PCM)
+            call = self._new_call([call_id], session)
+            timeout = self.gateway.config.telephony.unknown_call_timeout_s
+            call.timers.append(asyncio.get_running_loop().call_later(timeout, self._unknown_call, call, timeout))
+        call.control = leg
+        call.session.attach_text(leg)
+        call.session.emit({"type": "call.attached", "call_id": call_id, "session_id": call.session.session_id})
+        if call.media_state == "connected":
+            call.session.emit({"type": "call.media", "state": "connected", "leg": call.media_kind})
+        await call.session.flush_events()
+        return call
+
+    async def detach_control(self, call: Call, leg: ControlLeg) -> None:
+        """The control socket closed. The call goes on while its media leg lives (an agent may re-attach)."""
+        if call.control is not leg:
+            return
+        call.control = None
+        call.session.attach_text(None)
+        if call.media_state != "connected" and not call.session.closed:
+            await call.session.close()
+
+    def _unknown_call(self, call: Call, timeout: float) -> None:
+        if call.media_state == "waiting" and not call.session.closed:
+            error = P.error_event(P.UNKNOWN_CALL, f"no media leg arrived for call {call.call_id!r} within {timeout:g} s")
+            asyncio.get_running_loop().create_task(call.session.close(error))
+
+    # ------------------------------------------------------------ media side
+    def connect_media(self, ids: list[str], leg: TelephonyLeg, kind: str, voice: str | None = None, language: str | None = None) -> Call:
+        """A media leg started: join the call one of `ids` names, or start one. The caller flushes events."""
+        ids = list(dict.fromkeys(normalize_call_id(i) for i in ids if i))
+        if not ids:
+            raise P.ProtocolError(P.BAD_MESSAGE, "the media leg names no call id")
+        call = next((self._calls[i] for i in ids if i in self._calls), None)
+        if call is not None and call.media_state != "waiting":
+            raise P.ProtocolError(P.CALL_BUSY, f"call {call.call_id!r} already has a media leg")
+        if call is None:
+            session = self.gateway.new_session(kind, voice, language or "auto", None, TELEPHONY_PCM)
+            call = self._new_call(ids, session)
+        else:
+            for timer in call.timers:
+                timer.cancel()
+            call.timers.clear()
+            for i in ids:
+                if i not in self._calls:
+                    self._calls[i] = call
+                    call.aliases.add(i)
+        self._start_call_timer(call)
+        call.media, call.media_kind, call.media_state = leg, kind, "connected"
+        call.session.attach_media(leg)
+        self.gateway.clock.add(call.session)
+        call.session.emit({"type": "call.media", "state": "connected", "leg": kind})
+        log.info("call %s: %s media connected (session %s)", call.call_id, kind, call.session.session_id)
+        return call
+
+    async def end_media(self, call: Call, reason: str) -> None:
+        """The media leg ended (hangup, stop, disconnect): the call is over."""
+        if call.media_state == "ended":
+            return
+        call.media_state = "ended"
+        session = call.session
+        session.detach_media()
+        self.gateway.clock.remove(session)
+        log.info("call %s: media ended (%s)", call.call_id, reason)
+        if not session.closed:
+            session.emit({"type": "call.media", "state": "ended", "reason": reason})
+            await session.close()
+
+    # ------------------------------------------------------------ internals
+    def _new_call(self, ids: list[str], session: Session) -> Call:
+        wav = recording_path(self.gateway.config.telephony.record_inbound_dir, ids[0], session.session_id)
+        call = Call(ids[0], session, InboundAudio(TELEPHONY_PCM.sample_rate, wav), aliases=set(ids))
+        session.inbound = call.inbound
+        for i in ids:
+            self._calls[i] = call
+        asyncio.get_running_loop().create_task(self._reap(call), name=f"call-{ids[0]}")
+        return call
+
+    def _start_call_timer(self, call: Call) -> None:
+        limit = self.gateway.config.server.limits.max_call_s
+
+        def too_long() -> None:
+            if not call.session.closed:
+                error = P.error_event(P.CALL_TOO_LONG, f"the call reached limits.max_call_s = {limit:g} s")
+                asyncio.get_running_loop().create_task(call.session.close(error))
+
+        call.timers.append(asyncio.get_running_loop().call_later(limit, too_long))
+
+    async def _reap(self, call: Call) -> None:
+        """When the session ends for any reason, end both legs and forget the call."""
+        await call.session.wait_closed()
+        for timer in call.timers:
+            timer.cancel()
+        for i in call.aliases:
+            if self._calls.get(i) is call:
+                del self._calls[i]
+        call.inbound.close()
+        media, control = call.media, call.control
+        if media is not None and call.media_state == "connected":
+            call.media_state = "ended"
+            self.gateway.clock.remove(call.session)
+            try:
+                await media.hangup()
+            except Exception:
+                log.debug("media hangup failed", exc_info=True)
+        if control is not None:
+            try:
+                await control.close()
+            except Exception:
+                log.debug("control close failed", exc_info=True)
+
+
+def install_telephony(gateway: "Gateway") -> CallRegistry:
+    """Registers /v1/control and /v1/twilio, and the AudioSocket server when its port is configured."""
+    from gateway.audiosocket import AudioSocketServer
+    from gateway.control import ControlEndpoint
+    from gateway.twilio import TwilioEndpoint
+
+    registry = CallRegistry(gateway)
+    control = ControlEndpoint(gateway, registry)
+    twilio = TwilioEndpoint(gateway, registry)
+    gateway.add_routes([control.route(), twilio.route()])
+    gateway.on_stop(registry.shutdown)
+    tel = gateway.config.telephony
+    if tel.audiosocket_port is not None:
+        server = AudioSocketServer(gateway, registry)
+        gateway.audiosocket = server
+
+        async def start() -> None:
+            await server.start(tel.audiosocket_host or gateway.config.server.host, tel.audiosocket_port)
+
+        gateway.on_start(start)
+        gateway.on_stop(server.stop)
+    return registry

@@ -1,0 +1,126 @@
+"""/v1/control: the agent's text leg for a telephony call (DESIGN.md §3.5).
+
+One `call.attach` per socket, then the native protocol's text-leg messages
+(`text`, `user.text`, `interrupt`, `session.end`); events come back as on
+/v1/ws, plus `call.media`, `dtmf` and `call.mark` (Twilio's confirmation
+that a chunk's audio was played or dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from gateway import protocol as P
+from gateway.calls import Call, CallRegistry
+
+if TYPE_CHECKING:
+    from gateway.server import Gateway
+
+log = logging.getLogger("voxgate.control")
+
+CLOSE_TRY_AGAIN_LATER = 1013
+
+
+class ControlLeg:
+    """The session's text leg over one control WebSocket."""
+
+    def __init__(self, ws: web.WebSocketResponse):
+        self.ws = ws
+
+    async def send_event(self, event: dict) -> None:
+        if not self.ws.closed:
+            await self.ws.send_str(json.dumps(event, ensure_ascii=False))
+
+    async def close(self) -> None:
+        if not self.ws.closed:
+            await self.ws.close(code=WSCloseCode.OK)
+
+
+class ControlEndpoint:
+    def __init__(self, gateway: "Gateway", registry: CallRegistry):
+        self.gateway = gateway
+        self.registry = registry
+
+    def route(self) -> web.RouteDef:
+        return web.get("/v1/control", self.handle)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        gw = self.gateway
+        if not gw.authorized(request):
+            return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)"), status=401)
+        limits = gw.config.server.limits
+        ws = web.WebSocketResponse(heartbeat=limits.ping_interval_s, max_msg_size=limits.max_message_bytes * 4, compress=False)
+        await ws.prepare(request)
+        if not gw.accepting:
+            await ws.send_json(P.error_event(P.SHUTTING_DOWN, "the gateway is not accepting calls"))
+            await ws.close(code=CLOSE_TRY_AGAIN_LATER)
+            return ws
+        leg = ControlLeg(ws)
+        call: Call | None = None
+        self.registry.track()
+        try:
+            while not ws.closed:
+                try:
+                    msg = await asyncio.wait_for(ws.receive(), timeout=limits.idle_timeout_s)
+                except asyncio.TimeoutError:
+                    if call is None:
+                        await self._error(ws, None, P.ProtocolError(P.IDLE_TIMEOUT, f"no message for {limits.idle_timeout_s:g} s"))
+                        break
+                    continue  # an attached agent may stay quiet while the caller talks
+                if msg.type == WSMsgType.TEXT:
+                    try:
+                        call = await self._on_message(msg.data, leg, call)
+                    except P.ProtocolError as exc:
+                        await self._error(ws, call, exc)
+                        if exc.code == P.AT_CAPACITY:
+                            await ws.close(code=CLOSE_TRY_AGAIN_LATER)
+                    if call is not None and call.session.closed:
+                        break
+                elif msg.type == WSMsgType.BINARY:
+                    await self._error(ws, call, P.ProtocolError(P.BINARY_NOT_ALLOWED, "binary messages are not accepted on /v1/control"))
+                elif msg.type == WSMsgType.ERROR:
+                    log.info("control ws error: %s", ws.exception())
+                    gw.metrics.errors.labels(code=P.TOO_LARGE if "size" in str(ws.exception()) else P.BAD_MESSAGE).inc()
+                    break
+                else:  # CLOSE, CLOSING, CLOSED
+                    break
+        except Exception:
+            log.exception("control connection failed")
+            if not ws.closed:
+                await ws.send_json(P.error_event(P.INTERNAL, "internal error; the control socket was closed"))
+        finally:
+            if call is not None:
+                await self.registry.detach_control(call, leg)
+            if not ws.closed:
+                await ws.close(code=WSCloseCode.GOING_AWAY if not gw.accepting else WSCloseCode.OK)
+        return ws
+
+    async def _on_message(self, raw: str, leg: ControlLeg, call: Call | None) -> Call | None:
+        m = P.parse_message(raw, self.gateway.config.server.limits.max_message_bytes)
+        mtype = m["type"]
+        if mtype == "call.attach":
+            if call is not None:
+                raise P.ProtocolError(P.SESSION_EXISTS, f"this socket is attached to call {call.call_id!r}; one call per control socket")
+            return await self.registry.attach_control(m["call_id"], leg, m.get("voice"), m.get("language"), m.get("instruct"))
+        if call is None:
+            raise P.ProtocolError(P.NO_SESSION, "send call.attach first")
+        if mtype == "session.start":
+            raise P.ProtocolError(P.BAD_MESSAGE, "session.start is not used on /v1/control; the call's media leg sets the format")
+        if mtype == "user.text":
+            await self.gateway.handle_user_text(call.session, m["text"])
+        else:
+            await call.session.handle(m)
+        return call
+
+    async def _error(self, ws: web.WebSocketResponse, call: Call | None, exc: P.ProtocolError) -> None:
+        if call is not None and not call.session.closed:
+            await call.report(exc.code, exc.message)  # counted by the session
+            return
+        self.gateway.metrics.errors.labels(code=exc.code).inc()
+        if not ws.closed:
+            await ws.send_json(exc.event())

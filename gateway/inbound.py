@@ -1,0 +1,150 @@
+"""The caller's audio of a telephony call: decoded PCM for a future speech-recognition leg.
+
+Media legs push int16 PCM as it arrives; consumers subscribe and read it as
+an async stream of int16 arrays. Nobody may be listening (no STT yet), so
+each subscriber has a bounded buffer that drops its oldest audio rather than
+growing. With `telephony.record_inbound_dir` set, the call is also written to
+a WAV file; a leg that knows the media timestamps (Twilio) fills lost packets
+with silence so the recording keeps the call's timeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import wave
+from collections import deque
+
+import numpy as np
+
+log = logging.getLogger("voxgate.inbound")
+
+# A timestamp jump beyond this is not packet loss but a lie; the recording does not pad it.
+MAX_PAD_MS = 5000
+
+
+class InboundStream:
+    """One subscriber's view: `async for pcm in stream` yields int16 arrays until the call ends."""
+
+    def __init__(self, owner: "InboundAudio", max_samples: int):
+        self._owner = owner
+        self._max_samples = max_samples
+        self._queue: deque[np.ndarray] = deque()
+        self._samples = 0
+        self._wakeup = asyncio.Event()
+        self.closed = False
+        self.dropped_samples = 0
+
+    def _put(self, pcm: np.ndarray) -> None:
+        self._queue.append(pcm)
+        self._samples += len(pcm)
+        while self._samples > self._max_samples and len(self._queue) > 1:
+            old = self._queue.popleft()
+            self._samples -= len(old)
+            self.dropped_samples += len(old)
+        self._wakeup.set()
+
+    def _end(self) -> None:
+        self.closed = True
+        self._wakeup.set()
+
+    def __aiter__(self) -> "InboundStream":
+        return self
+
+    async def __anext__(self) -> np.ndarray:
+        while not self._queue:
+            if self.closed:
+                raise StopAsyncIteration
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        pcm = self._queue.popleft()
+        self._samples -= len(pcm)
+        return pcm
+
+    def unsubscribe(self) -> None:
+        self._owner._subscribers.discard(self)
+        self._end()
+
+
+class InboundAudio:
+    """Caller audio of one call at `sample_rate` (8 kHz for Twilio and AudioSocket)."""
+
+    def __init__(self, sample_rate: int = 8000, wav_path: str | None = None):
+        self.sample_rate = sample_rate
+        self.samples_received = 0
+        self.wav_path = wav_path
+        self._subscribers: set[InboundStream] = set()
+        self._wav: wave.Wave_write | None = None
+        self._written = 0  # samples in the recording, silence padding included
+        self.closed = False
+        if wav_path:
+            try:
+                self._wav = wave.open(wav_path, "wb")
+                self._wav.setnchannels(1)
+                self._wav.setsampwidth(2)
+                self._wav.setframerate(sample_rate)
+            except OSError as exc:  # a full disk must not end the call
+                log.warning("cannot record inbound audio to %s: %s", wav_path, exc)
+                self._wav = None
+
+    def subscribe(self, max_buffer_ms: float = 2000.0) -> InboundStream:
+        """A new async stream of the audio from now on (older audio is not replayed)."""
+        stream = InboundStream(self, int(max_buffer_ms * self.sample_rate / 1000))
+        if self.closed:
+            stream._end()
+        else:
+            self._subscribers.add(stream)
+        return stream
+
+    def push(self, pcm: np.ndarray, timestamp_ms: float | None = None) -> None:
+        """int16 samples as they arrived; `timestamp_ms` (from stream start) places them on the timeline."""
+        if self.closed or not len(pcm):
+            return
+        pcm = np.asarray(pcm, dtype=np.int16)
+        self.samples_received += len(pcm)
+        for stream in self._subscribers:
+            stream._put(pcm)
+        if self._wav is not None:
+            if timestamp_ms is not None:
+                at = int(timestamp_ms * self.sample_rate / 1000)
+                gap = at - self._written
+                if 0 < gap <= MAX_PAD_MS * self.sample_rate // 1000:
+                    self._write(np.zeros(gap, dtype=np.int16))
+            self._write(pcm)
+
+    def _write(self, pcm: np.ndarray) -> None:
+        try:
+            self._wav.writeframes(pcm.astype("<i2", copy=False).tobytes())
+            self._written += len(pcm)
+        except OSError as exc:
+            log.warning("inbound recording stopped: %s", exc)
+            self._wav = None
+
+    @property
+    def duration_ms(self) -> float:
+        return self.samples_received * 1000.0 / self.sample_rate
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for stream in list(self._subscribers):
+            stream._end()
+        self._subscribers.clear()
+        if self._wav is not None:
+            try:
+                self._wav.close()
+            except OSError:
+                pass
+            self._wav = None
+
+
+def recording_path(directory: str | None, call_id: str, session_id: str) -> str | None:
+    """Where a call's inbound WAV goes; call ids come from the far end, so they are sanitised."""
+    if not directory:
+        return None
+    os.makedirs(directory, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id)[:80].lstrip(".") or "call"
+    return os.path.join(directory, f"{safe}-{session_id}.inbound.wav")

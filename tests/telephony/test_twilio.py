@@ -1,0 +1,169 @@
+"""Twilio Media Streams leg: a Twilio-like client and the agent's control socket drive whole calls."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import wave
+
+import numpy as np
+import pytest
+import websockets
+
+from audio.g711 import ulaw_decode
+from gateway.twilio import twilio_signature
+from tests.telephony.clients import Control, TwilioClient, tone_ulaw, ws_url
+
+LONG = "This turn is long enough to be interrupted. " * 3
+
+
+async def read_media_until_mark(tw: TwilioClient, timeout: float = 5.0):
+    """Media frames (payload bytes, arrival time) up to the next mark; returns (frames, mark name)."""
+    frames = []
+    while True:
+        msg, t = await tw.recv(timeout)
+        if msg["event"] == "media":
+            assert msg["streamSid"] == tw.stream_sid
+            frames.append((base64.b64decode(msg["media"]["payload"]), t))
+        elif msg["event"] == "mark":
+            assert msg["streamSid"] == tw.stream_sid
+            return frames, msg["mark"]["name"]
+        else:
+            raise AssertionError(f"unexpected message {msg}")
+
+
+async def test_whole_call_text_marks_bargein_and_stop(gateway, tmp_path):
+    control = await Control.connect(gateway)
+    attached = await control.attach("call-1")
+    assert attached["call_id"] == "call-1" and attached["session_id"]
+
+    tw = await TwilioClient.connect(gateway)
+    await tw.start(params={"call_id": "call-1"})
+    assert (await control.expect("call.media"))["state"] == "connected"
+    for _ in range(25):  # half a second of the caller's voice
+        await tw.media(tone_ulaw())
+
+    # A short turn: paced μ-law, then a mark after the chunk's audio, confirmed by our echo.
+    await control.send({"type": "text", "turn_id": "t1", "text": "Hello there caller.", "final": True})
+    frames, name = await read_media_until_mark(tw)
+    assert name.startswith("t1/0/")
+    assert len(frames) >= 10 and all(len(f) == 160 for f, _ in frames)
+    assert any(np.abs(ulaw_decode(f).astype(int)).max() > 1000 for f, _ in frames)
+    span = frames[-1][1] - frames[0][1]
+    assert span >= 0.5 * (len(frames) - 1) * 0.020, f"{len(frames)} frames came in {span:.3f} s: not paced"
+    await tw.echo_mark(name)
+    played = await control.expect("call.mark")
+    assert played["turn_id"] == "t1" and played["chunk"] == 0 and played["status"] == "played"
+    done = await control.expect("turn.done", turn_id="t1")
+    assert done["interrupted"] is False and done["played_ms"] >= 200
+    assert any(e["type"] == "audio.start" for e in control.events)
+
+    # Barge-in while a long turn plays: Twilio gets `clear`, later media stops, the held mark comes back as dropped.
+    await control.send({"type": "text", "turn_id": "t2", "text": "Short one. " + LONG, "final": True})
+    _, held = await read_media_until_mark(tw)
+    assert held.startswith("t2/0/")
+    await control.send({"type": "interrupt"})
+    while True:
+        msg, _ = await tw.recv()
+        if msg["event"] == "clear":
+            assert msg["streamSid"] == tw.stream_sid
+            break
+        assert msg["event"] in ("media", "mark")
+    done = await control.expect("turn.done", turn_id="t2")
+    assert done["interrupted"] is True and done["played_text"].startswith("Short one.")
+    with pytest.raises(asyncio.TimeoutError):
+        await tw.recv(timeout=0.3)  # the playout was flushed: nothing more to send
+    await tw.echo_mark(held)  # Twilio returns pending marks after a clear
+    dropped = await control.expect("call.mark")
+    assert dropped["turn_id"] == "t2" and dropped["status"] == "dropped"
+
+    await tw.dtmf("5")
+    assert (await control.expect("dtmf"))["digit"] == "5"
+
+    await tw.stop()
+    assert (await control.expect("call.media"))["state"] == "ended"
+    await control.expect("session.ended")
+    await control.expect_closed()
+    assert gateway.calls.get("call-1") is None and not gateway.sessions
+
+    (wav_path,) = (tmp_path / "inbound").glob("call-1-*.inbound.wav")
+    with wave.open(str(wav_path)) as w:
+        assert w.getframerate() == 8000 and w.getnframes() == 25 * 160
+
+
+async def test_media_first_then_control_attaches_by_call_sid(gateway):
+    tw = await TwilioClient.connect(gateway, stream_sid="MZ77", call_sid="CA77")
+    await tw.start()
+    await asyncio.sleep(0.05)
+    control = await Control.connect(gateway)
+    attached = await control.attach("CA77")
+    assert attached["call_id"] == "CA77"
+    assert (await control.expect("call.media"))["state"] == "connected"
+    await control.send({"type": "text", "turn_id": "a", "text": "Hi.", "final": True})
+    frames, _ = await read_media_until_mark(tw)
+    assert frames
+    await tw.ws.close()  # Twilio hangs up without `stop`
+    assert (await control.expect("call.media"))["state"] == "ended"
+    await control.expect_closed()
+
+
+async def test_inbound_audio_is_an_async_stream_of_decoded_pcm(gateway):
+    tw = await TwilioClient.connect(gateway, stream_sid="MZ5", call_sid="CA5")
+    await tw.start()
+    await asyncio.sleep(0.05)
+    stream = gateway.calls.get("MZ5").session.inbound.subscribe()
+    sent = [tone_ulaw(freq=300 + 50 * i) for i in range(5)]
+    for payload in sent:
+        await tw.media(payload)
+    got = [await asyncio.wait_for(stream.__anext__(), 2) for _ in sent]
+    for pcm, payload in zip(got, sent):
+        assert pcm.dtype == np.int16 and np.array_equal(pcm, ulaw_decode(payload))
+    await tw.stop()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(stream.__anext__(), 2)  # the call ended: so does the stream
+
+
+async def test_signature_is_verified_when_a_token_is_configured(make_gateway, monkeypatch):
+    monkeypatch.setenv("VOXGATE_TEST_TWILIO_TOKEN", "secret-token")
+    gw = await make_gateway(telephony={"twilio_auth_token_env": "VOXGATE_TEST_TWILIO_TOKEN"})
+    url = ws_url(gw, "/v1/twilio")
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await TwilioClient.connect(gw)
+    assert refused.value.response.status_code == 403
+    with pytest.raises(websockets.InvalidStatus):
+        await TwilioClient.connect(gw, headers={"X-Twilio-Signature": twilio_signature("wrong-token", url)})
+    tw = await TwilioClient.connect(gw, headers={"X-Twilio-Signature": twilio_signature("secret-token", url)})
+    await tw.start()
+    await asyncio.sleep(0.05)
+    assert gw.calls.get("MZ0001") is not None
+    await tw.stop()
+
+
+async def test_signature_uses_the_public_url_behind_a_proxy(make_gateway, monkeypatch):
+    monkeypatch.setenv("VOXGATE_TEST_TWILIO_TOKEN", "secret-token")
+    public = "wss://voice.example.com"
+    gw = await make_gateway(telephony={"twilio_auth_token_env": "VOXGATE_TEST_TWILIO_TOKEN", "public_url": public})
+    with pytest.raises(websockets.InvalidStatus):
+        await TwilioClient.connect(gw, headers={"X-Twilio-Signature": twilio_signature("secret-token", ws_url(gw, "/v1/twilio"))})
+    tw = await TwilioClient.connect(gw, headers={"X-Twilio-Signature": twilio_signature("secret-token", public + "/v1/twilio")})
+    await tw.start()
+    await tw.stop()
+
+
+def test_signature_matches_twilios_documented_algorithm():
+    # base64(HMAC-SHA1(token, url + sorted key+value pairs)), computed independently with the stdlib.
+    import hashlib
+    import hmac
+
+    url, params = "https://example.com/voice", {"To": "+1555", "CallSid": "CA1"}
+    expect = base64.b64encode(hmac.new(b"tok", (url + "CallSidCA1To+1555").encode(), hashlib.sha1).digest()).decode()
+    assert twilio_signature("tok", url, params) == expect
+
+
+async def test_missing_token_env_refuses_to_start(monkeypatch):
+    from gateway.config import load_config
+    from gateway.server import Gateway
+
+    monkeypatch.delenv("VOXGATE_NO_SUCH_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="VOXGATE_NO_SUCH_TOKEN"):
+        Gateway(load_config(None, {"engine": {"kind": "simulated"}, "telephony": {"twilio_auth_token_env": "VOXGATE_NO_SUCH_TOKEN"}}))
