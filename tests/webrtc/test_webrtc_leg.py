@@ -176,3 +176,21 @@ async def test_voices_config_and_demo_page_are_served(gateway):
             assert "default" in [v["name"] for v in (await resp.json())["voices"]]
         async with http.get(f"{gateway.url}/v1/webrtc/config") as resp:
             assert (await resp.json())["agent"] == "simulated"
+
+
+async def test_two_calls_play_their_own_turns_at_the_same_time(gateway):
+    peers = [ClientPeer(gateway.url), ClientPeer(gateway.url)]
+    try:
+        for p in peers:
+            await p.connect()
+            p.send({"type": "session.start"})
+        ids = {(await p.next_event("session.started"))["session_id"] for p in peers}
+        assert len(ids) == 2
+        t0 = [p.send({"type": "text", "turn_id": f"call{i}", "text": "Two calls at once.", "final": True}) for i, p in enumerate(peers)]
+        for i, p in enumerate(peers):
+            done = await p.next_event("turn.done", turn_id=f"call{i}")
+            assert done["interrupted"] is False and done["gaps"] == {"micro": 0, "audible": 0}
+            assert p.first_sound_after(t0[i]) is not None
+    finally:
+        for p in peers:
+            await p.close()
