@@ -1,35 +1,104 @@
 """Text frontend: normalisation to spoken words (ru, en), language pick by script, Russian stress.
 
-Interface used by the gateway: `prepare_text(text, language, options) -> PreparedText`.
-This placeholder passes text through; the frontend issue replaces it.
+Interface used by the gateway: `prepare_text(text, language, options) -> PreparedText`,
+called once per text chunk before synthesis. Order: lexicon (from config) first, then the
+language's normaliser, then (Russian, when asked) stress marks and ё.
+
+Everything heavy is imported lazily (num2words, pymorphy3, silero-stress), so `tts` still
+imports with torch and numpy alone. With stress on, a chunk costs milliseconds (the
+homograph model): call `prepare_text` off the event loop.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
 _CYRILLIC = re.compile(r"[\u0400-\u04FF]")
+_SCRIPTS = (
+    (re.compile(r"[\u3040-\u30ff]"), "ja"),  # kana before Han: Japanese text mixes both
+    (re.compile(r"[\uac00-\ud7af]"), "ko"),
+    (re.compile(r"[\u4e00-\u9fff]"), "zh"),
+)
+NORMALIZED_LANGUAGES = ("ru", "en")
 
 
 @dataclass(frozen=True)
 class FrontendOptions:
     normalize: bool = True
-    stress: bool = False
-    stress_format: str = "plus"  # plus | acute
-    lexicon: dict = field(default_factory=dict)  # language -> {word: spoken form}
+    stress: bool = False  # Russian only: stress marks and ё (silero-stress)
+    stress_format: str = "plus"  # plus ('+' before the vowel) | acute (combining accent after it)
+    lexicon: dict = field(default_factory=dict)  # language -> {word: spoken form}; "*" applies to all
+    stress_single_vowel: bool = False  # also mark one-vowel words ("н+а")
 
 
 @dataclass(frozen=True)
 class PreparedText:
     text: str  # what the engine speaks
     language: str  # resolved language code (ru, en, …)
+    normalized: str = ""  # the spoken form before stress marks (for logs and played_text)
 
 
 def detect_language(text: str) -> str:
-    return "ru" if _CYRILLIC.search(text) else "en"
+    """Language by script: any Cyrillic -> ru (Russian text often carries Latin brand names);
+    kana -> ja, Hangul -> ko, Han -> zh; otherwise en."""
+    if _CYRILLIC.search(text):
+        return "ru"
+    for pattern, lang in _SCRIPTS:
+        if pattern.search(text):
+            return lang
+    return "en"
+
+
+def normalize(text: str, language: str) -> str:
+    """Spoken form of `text` for a resolved language; other languages pass through."""
+    if language == "ru":
+        from .ru import normalize_ru
+
+        return normalize_ru(text)
+    if language == "en":
+        from .en import normalize_en
+
+        return normalize_en(text)
+    return text
+
+
+@functools.lru_cache(maxsize=64)
+def _lexicon_pattern(items: tuple[tuple[str, str], ...]) -> tuple[re.Pattern, dict[str, str], dict[str, str]]:
+    exact = {k: v for k, v in items}
+    folded = {k.lower(): v for k, v in items if k == k.lower()}  # lowercase keys match any case
+    keys = sorted(exact, key=len, reverse=True)
+    pattern = re.compile(r"(?<!\w)(" + "|".join(re.escape(k) for k in keys) + r")(?!\w)", re.IGNORECASE)
+    return pattern, exact, folded
+
+
+def apply_lexicon(text: str, entries: dict[str, str]) -> str:
+    """Replace whole words from the lexicon. A key in lowercase matches any case ('wifi', 'WiFi');
+    a key with capitals matches exactly ('IT' but not 'it')."""
+    if not entries:
+        return text
+    pattern, exact, folded = _lexicon_pattern(tuple(sorted(entries.items())))
+
+    def sub(m: re.Match) -> str:
+        w = m.group(1)
+        if w in exact:
+            return exact[w]
+        return folded.get(w.lower(), w)
+
+    return pattern.sub(sub, text)
 
 
 def prepare_text(text: str, language: str = "auto", options: FrontendOptions = FrontendOptions()) -> PreparedText:
     lang = detect_language(text) if language == "auto" else language
-    return PreparedText(text=text, language=lang)
+    spoken = text
+    lexicon = options.lexicon or {}
+    spoken = apply_lexicon(spoken, {**lexicon.get("*", {}), **lexicon.get(lang, {})})
+    if options.normalize:
+        spoken = normalize(spoken, lang)
+    out = spoken
+    if options.stress and lang == "ru":
+        from .stress import add_stress
+
+        out = add_stress(spoken, options.stress_format, options.stress_single_vowel)
+    return PreparedText(text=out, language=lang, normalized=spoken)

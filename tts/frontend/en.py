@@ -1,0 +1,326 @@
+"""English text to spoken words: numbers (US style, no 'and'), ordinals, dates and years,
+times, money, percentages, phone numbers, ranges, units, abbreviations, acronyms.
+
+Number words come from num2words (imported lazily); the passes run most specific first.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+_MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december"]
+_MONTH_ABBR = {m[:3]: m for m in _MONTHS} | {"sept": "september"}
+_MONTH_RE = r"(?:" + "|".join(_MONTHS + sorted(_MONTH_ABBR, key=len, reverse=True)) + r")\.?"
+_NUM = r"\d{1,3}(?:,\d{3})+(?!\d)|\d+"
+
+
+@functools.lru_cache(maxsize=1)
+def _n2w():
+    from num2words import num2words
+
+    return num2words
+
+
+def _us(words: str) -> str:
+    """num2words' British 'one hundred and five, ...' -> 'one hundred five'."""
+    words = words.replace(",", "")
+    return re.sub(r"\band\s+", "", words)
+
+
+def cardinal(n: int) -> str:
+    return ("minus " + cardinal(-n)) if n < 0 else _us(_n2w()(n, lang="en"))
+
+
+def ordinal(n: int) -> str:
+    return _us(_n2w()(n, lang="en", to="ordinal"))
+
+
+def year(n: int) -> str:
+    if 2000 <= n <= 2009:
+        return cardinal(n)  # "two thousand five"
+    return _us(_n2w()(n, lang="en", to="year"))
+
+
+def _to_int(num: str) -> int:
+    return int(num.replace(",", ""))
+
+
+def decimal(num: str) -> str:
+    whole, _, frac = num.replace(",", "").partition(".")
+    words = cardinal(int(whole or "0"))
+    if frac:
+        words += " point " + " ".join(_DIGITS[int(d)] for d in frac)
+    return words
+
+
+_DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+def _digits(g: str) -> str:
+    return " ".join(_DIGITS[int(d)] for d in g)
+
+
+def _month(word: str) -> str:
+    w = word.lower().rstrip(".")
+    return _MONTH_ABBR.get(w, w)
+
+
+def _stop(s: str, end: int, token: str) -> str:
+    if token.endswith(".") and re.match(r"\s*(?:$|[A-Z\"])", s[end:]):
+        return "."
+    return ""
+
+
+# ------------------------------------------------------------------ passes
+def _phones(s: str) -> str:
+    def nanp(m: re.Match) -> str:
+        lead, area, mid, last = m.groups()
+        parts = []
+        if lead:
+            parts.append(("plus " if lead.startswith("+") else "") + _digits(re.sub(r"\D", "", lead)))
+        area_words = cardinal(int(area)) if lead and area in ("800", "888", "877", "866", "855", "844") else _digits(area)
+        parts += [area_words, _digits(mid), _digits(last)]
+        return ", ".join(parts)
+
+    s = re.sub(r"(?<![\w+])(\+?1[\s.-]?)?\(?(\d{3})\)?[\s.-](\d{3})[\s.-](\d{4})(?!\d)", nanp, s)
+    s = re.sub(r"(?<![\w+])\+(\d{1,3})[\s-]\(?(\d{1,4})\)?(?:[\s-](\d{2,4}))+(?!\d)",
+               lambda m: "plus " + ", ".join(_digits(g) for g in re.findall(r"\d+", m.group(0))), s)
+    return re.sub(r"(?<![\d-])(\d{3})-(\d{4})(?![\d-])", lambda m: f"{_digits(m.group(1))}, {_digits(m.group(2))}", s)
+
+
+def _dates(s: str) -> str:
+    s = re.sub(
+        r"(?<![\d-])(\d{4})-(\d{2})-(\d{2})(?![\d-])",
+        lambda m: f"{_MONTHS[int(m.group(2)) - 1]} {ordinal(int(m.group(3)))} {year(int(m.group(1)))}"
+        if 1 <= int(m.group(2)) <= 12 else m.group(0),
+        s,
+    )
+    # March 5, 2024 / March 5th / Jan 15
+    s = re.sub(
+        rf"\b({_MONTH_RE})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?",
+        lambda m: f"{_month(m.group(1)).capitalize()} {ordinal(int(m.group(2)))}"
+        + (f", {year(int(m.group(3)))}" if m.group(3) else ""),
+        s,
+        flags=re.IGNORECASE,
+    )
+    # 5 March 2024 / 5th of March
+    def day_month(m: re.Match) -> str:
+        the = "" if re.search(r"(?i)\bthe\s*$", s[: m.start()]) else "the "
+        words = f"{the}{ordinal(int(m.group(1)))} of {_month(m.group(2)).capitalize()}"
+        return words + (f", {year(int(m.group(3)))}" if m.group(3) else "")
+
+    return re.sub(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE})(?:,?\s+(\d{{4}}))?\b", day_month, s,
+                  flags=re.IGNORECASE)
+
+
+_YEAR_WORDS = r"in|since|by|from|until|till|before|after|of|year|born|circa|c\.|during|around|early|late|mid|to"
+
+
+def _years(s: str) -> str:
+    s = re.sub(r"\b(1[1-9]|20)(\d)0s\b", lambda m: _decade(int(m.group(1) + m.group(2) + "0")), s)
+    s = re.sub(r"(?<![\d$£€])'?([2-9])0s\b", lambda m: _decade_word(int(m.group(1))), s)
+    s = re.sub(
+        r"(?<![\d,.])(1[1-9]\d\d|20\d\d)\s*[-–—]\s*(1[1-9]\d\d|20\d\d)(?!\d|[,.]\d)",
+        lambda m: f"{year(int(m.group(1)))} to {year(int(m.group(2)))}",
+        s,
+    )
+    return re.sub(
+        rf"(?i)\b({_YEAR_WORDS})\s+(1[1-9]\d\d|20\d\d)(?![\d,.]\d|\s*(?:%|[a-z]))",
+        lambda m: f"{m.group(1)} {year(int(m.group(2)))}",
+        s,
+    )
+
+
+_DECADES = {2: "twenties", 3: "thirties", 4: "forties", 5: "fifties", 6: "sixties", 7: "seventies", 8: "eighties",
+            9: "nineties"}
+
+
+def _decade_word(tens: int) -> str:
+    return _DECADES[tens]
+
+
+def _decade(n: int) -> str:
+    """1990 -> 'nineteen nineties', 2000 -> 'two thousands'."""
+    if n % 100 == 0:
+        return year(n) + "s" if n % 1000 else "two thousands"
+    century = year(n - n % 100).replace(" hundred", "")
+    return f"{century} {_DECADES[(n % 100) // 10]}"
+
+
+def _times(s: str) -> str:
+    def time(m: re.Match) -> str:
+        h, mi, ampm = int(m.group(1)), m.group(2), m.group(3)
+        suffix = f" {ampm[0].lower()} m" if ampm else ""
+        if not mi or mi == "00":
+            if ampm:
+                return f"{cardinal(h)}{suffix}{_stop(s, m.end(), m.group(0))}"
+            return f"{cardinal(h)} o'clock" if h <= 12 else f"{cardinal(h)} hundred"
+        minutes = cardinal(int(mi)) if int(mi) >= 10 else f"oh {cardinal(int(mi))}"
+        return f"{cardinal(h)} {minutes}{suffix}"
+
+    s = re.sub(r"(?<![\d:])([01]?\d|2[0-3]):([0-5]\d)(?:\s?([ap])\.?m\.?(?![a-z]))?(?![\d:])", time, s, flags=re.I)
+    return re.sub(r"(?<![\d:.,])(1[0-2]|0?[1-9])()\s?([ap])\.?m\b\.?", time, s, flags=re.I)
+
+
+_CURRENCIES = {"$": ("dollar", "cent"), "usd": ("dollar", "cent"), "€": ("euro", "cent"), "eur": ("euro", "cent"),
+               "£": ("pound", "penny"), "gbp": ("pound", "penny"), "₽": ("ruble", "kopeck"), "rub": ("ruble", "kopeck"),
+               "руб.": ("ruble", "kopeck"), "¥": ("yuan", "fen")}
+_SCALE = r"thousand|million|billion|trillion|k|m|bn"
+_SCALE_WORDS = {"k": "thousand", "m": "million", "bn": "billion"}
+
+
+def _plural(noun: str, n: float) -> str:
+    if n == 1:
+        return noun
+    return {"penny": "pence", "yuan": "yuan", "fen": "fen"}.get(noun, noun + "s")
+
+
+def _money_words(num: str, cur: str, scale: str | None) -> str:
+    unit, sub = _CURRENCIES[cur.lower()]
+    if scale:
+        scale = _SCALE_WORDS.get(scale.lower(), scale.lower())
+        return f"{decimal(num)} {scale} {_plural(unit, 2)}"
+    whole, _, frac = num.replace(",", "").partition(".")
+    n = int(whole or "0")
+    cents = int(frac[:2].ljust(2, "0")) if frac else 0
+    parts = []
+    if n or not cents:
+        parts.append(f"{cardinal(n)} {_plural(unit, n)}")
+    if cents:
+        parts.append(f"{cardinal(cents)} {_plural(sub, cents)}")
+    return " and ".join(parts)
+
+
+def _money(s: str) -> str:
+    amount = rf"(?:{_NUM})(?:\.\d+)?"
+    s = re.sub(
+        rf"([$€£₽¥])\s?({amount})(?:\s?({_SCALE})\b)?",
+        lambda m: _money_words(m.group(2), m.group(1), m.group(3)),
+        s,
+        flags=re.I,
+    )
+    return re.sub(
+        rf"(?<![\d.,])({amount})\s?(?:({_SCALE})\s)?(₽|руб\.|USD|EUR|GBP|RUB)(?![A-Za-z])",
+        lambda m: _money_words(m.group(1), m.group(3), m.group(2)),
+        s,
+    )
+
+
+_UNITS = {
+    "km/h": ("kilometer", " per hour"), "mph": ("mile", " per hour"), "°C": ("degree", " Celsius"),
+    "°F": ("degree", " Fahrenheit"), "°": ("degree", ""), "%": ("percent", ""), "km": ("kilometer", ""),
+    "cm": ("centimeter", ""), "mm": ("millimeter", ""), "m": ("meter", ""), "kg": ("kilogram", ""),
+    "mg": ("milligram", ""), "g": ("gram", ""), "lbs": ("pound", ""), "lb": ("pound", ""), "oz": ("ounce", ""),
+    "mi": ("mile", ""), "ft": ("foot", ""), "GB": ("gigabyte", ""), "MB": ("megabyte", ""), "KB": ("kilobyte", ""),
+    "TB": ("terabyte", ""), "ms": ("millisecond", ""), "sec": ("second", ""), "secs": ("second", ""),
+    "min": ("minute", ""), "mins": ("minute", ""), "hr": ("hour", ""), "hrs": ("hour", ""), "h": ("hour", ""),
+    "ml": ("milliliter", ""), "l": ("liter", ""), "L": ("liter", ""), "kW": ("kilowatt", ""), "W": ("watt", ""),
+    "Mbps": ("megabit", " per second"), "GHz": ("gigahertz", ""), "MHz": ("megahertz", ""),
+}
+_UNIT_RE = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
+
+
+def _units(s: str) -> str:
+    def unit(m: re.Match) -> str:
+        num, u = m.group(1), m.group(2)
+        noun, tail = _UNITS[u]
+        value = float(num.replace(",", ""))
+        if noun == "percent" or noun.endswith("hertz"):
+            plural = noun
+        elif noun == "foot":
+            plural = "foot" if value == 1 else "feet"
+        else:
+            plural = _plural(noun, value)
+        spoken = decimal(num) if "." in num else cardinal(_to_int(num))
+        return f"{spoken} {plural}{tail}{_stop(s, m.end(), m.group(0))}"
+
+    return re.sub(rf"(?<![\d.,])((?:{_NUM})(?:\.\d+)?)\s?({_UNIT_RE})\.?(?![A-Za-z\d])", unit, s)
+
+
+def _ordinals(s: str) -> str:
+    return re.sub(r"(?<![\d.,])(\d+)(st|nd|rd|th)\b", lambda m: ordinal(int(m.group(1))), s, flags=re.I)
+
+
+_FRACTIONS = {(1, 2): "one half", (1, 4): "one quarter", (3, 4): "three quarters"}
+
+
+def _fractions(s: str) -> str:
+    def frac(m: re.Match) -> str:
+        a, b = int(m.group(1)), int(m.group(2))
+        if (a, b) in _FRACTIONS:
+            return _FRACTIONS[(a, b)]
+        den = ordinal(b) if b != 2 else "half"
+        return f"{cardinal(a)} {den}{'s' if a != 1 else ''}".replace("halfs", "halves")
+
+    return re.sub(r"(?<![\d/.])(\d{1,2})/(\d{1,2})(?![\d/])", frac, s)
+
+
+def _ranges(s: str) -> str:
+    return re.sub(
+        rf"(?<![\d.,:])({_NUM})\s*[-–—]\s*({_NUM})(?![\d:]|[.,]\d|-)",
+        lambda m: f"{cardinal(_to_int(m.group(1)))} to {cardinal(_to_int(m.group(2)))}",
+        s,
+    )
+
+
+def _signs_and_math(s: str) -> str:
+    s = re.sub(r"(?:(?<=^)|(?<=[\s(]))[-−](?=\d)", "minus ", s)
+    s = re.sub(r"(?<=[\d\s])=(?=[\s\d])", " equals ", s)
+    s = re.sub(r"(?<=\d)\s+\+\s+(?=\d)", " plus ", s)
+    s = re.sub(r"#\s?(?=\d)", "number ", s)
+    return re.sub(r"\bNo\.\s?(?=\d)", "number ", s)
+
+
+def _numbers(s: str) -> str:
+    s = re.sub(r"(?<![\d.,])(\d+(?:,\d{3})*)\.(\d+)(?![\d.]\d)", lambda m: decimal(m.group(0)), s)
+    return re.sub(rf"(?<![\d.])({_NUM})", lambda m: cardinal(_to_int(m.group(1))), s)
+
+
+# (pattern, words, may end a sentence)
+_ABBR = [
+    (r"\bMr\.", "mister", False), (r"\bMrs\.", "missus", False), (r"\bMs\.", "miz", False),
+    (r"\bDr\.", "doctor", False), (r"\bProf\.", "professor", False), (r"\bJr\.", "junior", True),
+    (r"\bSr\.", "senior", True), (r"\be\.g\.", "for example", False), (r"\bi\.e\.", "that is", False),
+    (r"\betc\.", "et cetera", True), (r"\bvs\.?(?=\s)", "versus", False), (r"\bapprox\.", "approximately", False),
+    (r"\bInc\.", "incorporated", True), (r"\bLtd\.", "limited", True), (r"\bAve\.", "avenue", True),
+    (r"\bRd\.", "road", True), (r"\bSt\.(?=\s+[A-Z])", "saint", False), (r"\bSt\.", "street", True),
+    (r"\bU\.S\.A\.", "U S A", True), (r"\bU\.S\.", "U S", True), (r"\bU\.K\.", "U K", True),
+    (r"\ba\.m\.", "a m", True), (r"\bp\.m\.", "p m", True),
+]
+# Acronyms said as words; others of two to five capitals are spelled.
+_ACRONYM_WORDS = {"NASA", "NATO", "UNESCO", "UNICEF", "COVID", "LASER", "RADAR", "FIFA", "OPEC", "GIF", "JPEG",
+                  "PIN", "SIM", "AIDS", "ASCII", "IKEA", "SCUBA", "NAFTA", "OK", "I", "A"}
+
+
+def _abbreviations(s: str) -> str:
+    for pat, words, final in _ABBR:
+        s = re.sub(pat, lambda m, w=words, f=final: w + (_stop(s, m.end(), m.group(0)) if f else ""), s)
+
+    def acronym(m: re.Match) -> str:
+        w = m.group(1)
+        if w == "OK":
+            return "okay"
+        if w in _ACRONYM_WORDS:
+            return w.lower() if len(w) > 1 else w
+        return " ".join(w)
+
+    return re.sub(r"(?<![A-Za-z'])([A-Z]{2,5})(?![A-Za-z'])", acronym, s)
+
+
+def normalize_en(text: str) -> str:
+    s = re.sub(r"[\u00a0\u202f\u2009]", " ", text).replace("−", "-")
+    s = _phones(s)
+    s = _dates(s)
+    s = _years(s)
+    s = _times(s)
+    s = _money(s)
+    s = _units(s)
+    s = _ordinals(s)
+    s = _fractions(s)
+    s = _signs_and_math(s)
+    s = _ranges(s)
+    s = _numbers(s)
+    s = _abbreviations(s)
+    return re.sub(r"[ \t]{2,}", " ", s).strip()

@@ -1,0 +1,529 @@
+"""Russian text to spoken words: numbers with case and gender agreement, dates, times, money,
+percentages, phone numbers, ranges, units, abbreviations, Latin words.
+
+One pass per kind of token, most specific first (a phone number before a range, a date
+before a decimal); each pass writes words, so later passes no longer see its digits.
+A number takes its case from the preposition before it and the noun after it (pymorphy3
+parses the noun); where neither tells, the nominative.
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import latin
+from .ru_words import (
+    CASES,
+    cardinal,
+    counted,
+    decimal,
+    gender_of,
+    inflect,
+    noun_readings,
+    noun_number_for,
+    ordinal,
+)
+
+_SP = r"[ \u00a0\u202f]"
+_NUM = r"\d{1,3}(?:[ \u00a0\u202f]\d{3})+(?!\d)|\d+"  # 146 000 000 or 1500
+_L = r"А-Яа-яЁё"
+
+# Cases a preposition (or a quantity word) asks of the number after it, most likely first.
+_PREP_CASES: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(["без", "до", "из", "от", "у", "около", "после", "для", "кроме", "вокруг", "среди",
+                     "против", "вместо", "возле", "свыше", "более", "менее", "больше", "меньше", "нет",
+                     "порядка", "из-за", "течение", "ради", "мимо"], ("gent",)),
+    **dict.fromkeys(["к", "ко", "благодаря", "согласно"], ("datv",)),
+    "по": ("datv", "accs"),
+    **dict.fromkeys(["в", "во", "на"], ("accs", "loct")),
+    "за": ("accs", "ablt"),
+    **dict.fromkeys(["про", "через", "сквозь"], ("accs",)),
+    **dict.fromkeys(["под", "подо"], ("ablt", "accs")),
+    **dict.fromkeys(["над", "перед", "между"], ("ablt",)),
+    **dict.fromkeys(["с", "со"], ("gent", "ablt")),
+    **dict.fromkeys(["о", "об", "при"], ("loct",)),
+}
+_DEFAULT_ORDER = ("nomn", "accs", "gent", "datv", "ablt", "loct")
+_DATE_NOMINATIVE = {"сегодня", "завтра", "вчера", "послезавтра", "это", "был", "была", "было", "будет",
+                    "наступило", "наступит", "дата", "число"}
+_MONTHS = ["января", "февраля", "марта", "апреля", "мая", "июня", "июля", "августа", "сентября", "октября",
+           "ноября", "декабря"]
+_MONTH_RE = "|".join(_MONTHS)
+
+
+# ------------------------------------------------------------------ context
+def _prev(s: str, pos: int) -> tuple[str, str]:
+    """The word before pos (lowercased) and the characters between it and pos."""
+    m = re.search(r"([\w-]+)([^\w]*)$", s[:pos])
+    return (m.group(1).lower(), m.group(2)) if m else ("", s[:pos])
+
+
+def _prep_cases(s: str, pos: int) -> tuple[str, ...] | None:
+    word, between = _prev(s, pos)
+    if between.strip(" \u00a0"):
+        return None  # punctuation between: the word before does not govern the number
+    return _PREP_CASES.get(word)
+
+
+def _next_word(s: str, pos: int) -> str:
+    m = re.match(rf"{_SP}*([{_L}]+)", s[pos:])
+    return m.group(1).lower() if m else ""
+
+
+def _to_int(num: str) -> int:
+    return int(re.sub(r"\D", "", num))
+
+
+def _choose(cands: list[str], preps: tuple[str, ...] | None) -> str | None:
+    order = preps or _DEFAULT_ORDER
+    for c in order:
+        if c in cands:
+            return c
+    return cands[0] if cands else None
+
+
+def _stop(s: str, end: int, token: str) -> str:
+    """'.' when an abbreviation's period also ended the sentence (end of text or a capital next)."""
+    if token.endswith(".") and re.match(r"\s*(?:$|[A-ZА-ЯЁ«\"])", s[end:]):
+        return "."
+    return ""
+
+
+def _agree(n: int, s: str, start: int, end: int) -> tuple[str, str, bool]:
+    """(case, gender, animate) of the cardinal n at s[start:end] from the preposition and the next noun."""
+    preps = _prep_cases(s, start)
+    word, _ = _prev(s, start)
+    nxt = _next_word(s, end)
+    readings = noun_readings(nxt) if nxt else ()
+    cands: list[tuple[str, str, bool]] = []
+    for c in CASES:
+        want = noun_number_for(n, c)
+        for rc, rn, rg, anim in readings:
+            if (rc, rn) == want:
+                cands.append((c, rg, anim))
+                break
+    if cands:
+        case = _choose([c for c, _, _ in cands], preps)
+        if preps and case not in preps and word not in ("", None):
+            case = case  # the noun outweighs a preposition that may govern something else
+        g, anim = next((g, a) for c, g, a in cands if c == case)
+        return case, g, anim
+    return (preps[0] if preps else "nomn"), "masc", False
+
+
+# ------------------------------------------------------------------ passes
+def _phones(s: str) -> str:
+    def groups(*gs: str) -> str:
+        return ", ".join(_digits_group(g) for g in gs if g)
+
+    def ru_phone(m: re.Match) -> str:
+        lead = "плюс семь" if m.group(1) == "+7" else cardinal(int(m.group(1)))
+        return lead + ", " + groups(*m.groups()[1:])
+
+    s = re.sub(r"(?<![\w+])(\+7|8|7)[\s-]?\(?(\d{3})\)?[\s-]?(\d{3})[\s-]?(\d{2})[\s-]?(\d{2})(?!\d)", ru_phone, s)
+    s = re.sub(r"(?<![\w+])\+(\d{1,3})[\s-]?\(?(\d{2,4})\)?[\s-]?(\d{2,4})[\s-]?(\d{2,4})(?:[\s-]?(\d{2,4}))?(?!\d)",
+               lambda m: "плюс " + cardinal(int(m.group(1))) + ", " + groups(*m.groups()[1:]), s)
+    return re.sub(r"(?<![\d-])(\d{3})-(\d{2})-(\d{2})(?![\d-])", lambda m: groups(*m.groups()), s)
+
+
+def _digits_group(g: str) -> str:
+    """'005' -> 'ноль ноль пять': leading zeros are spoken."""
+    zeros = len(g) - len(g.lstrip("0"))
+    rest = g[zeros:]
+    return " ".join(["ноль"] * zeros + ([cardinal(int(rest))] if rest else []))
+
+
+def _date_case(s: str, pos: int) -> str:
+    word, between = _prev(s, pos)
+    preps = _prep_cases(s, pos)
+    if preps:
+        return "accs" if word in ("по", "на", "в", "во", "за", "через", "про") else preps[0]
+    if ":" in between or word in _DATE_NOMINATIVE:
+        return "nomn"
+    return "gent"  # "доставка 5 марта": the date as a circumstance
+
+
+def _year_gent(y: str) -> str:
+    return f"{ordinal(int(y), 'gent')} года"
+
+
+def _dates(s: str) -> str:
+    def numeric(m: re.Match) -> str:
+        d, mo, y = int(m.group(1)), int(m.group(2)), m.group(3)
+        if not (1 <= d <= 31 and 1 <= mo <= 12):
+            return m.group(0)
+        y = y if len(y) == 4 else "20" + y
+        return f"{ordinal(d, _date_case(s, m.start()), 'neut')} {_MONTHS[mo - 1]} {_year_gent(y)}"
+
+    s = re.sub(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4}|\d{2})(?!\d|\.\d)(?:\s*г\.)?", numeric, s)
+
+    def worded(m: re.Match) -> str:
+        first, link, day, month, year = m.groups()
+        out = ""
+        case = _date_case(s, m.start())
+        if first:
+            out = ordinal(int(first), case, "neut")
+            link_word = link.strip()
+            if link_word in ("по",):
+                case = "accs"
+            elif link_word == "до":
+                case = "gent"
+            out += f" {link_word} " if link_word.isalpha() else "-"
+        out += f"{ordinal(int(day), case, 'neut')} {month}"
+        if year:
+            out += " " + _year_gent(year)
+        return out
+
+    return re.sub(
+        rf"(?<!\d)(?:(\d{{1,2}})(\s*(?:по|до|и)\s+|\s*[-–—]\s*))?(\d{{1,2}}){_SP}+({_MONTH_RE})"
+        rf"(?:{_SP}+(\d{{4}})(?:{_SP}*(?:г\.|года|г(?![{_L}])))?)?",
+        worded, s,
+    )
+
+
+_YEAR_NOUN = r"годами|годам|годах|годов|годом|годы|году|года|годе|год"
+
+
+def _years(s: str) -> str:
+    def year_case(noun: str, pos: int) -> tuple[str, str]:
+        preps = _prep_cases(s, pos)
+        if noun.startswith("г"):  # г. / гг.: the case comes from the preposition alone
+            plural = "plur" if noun.startswith("гг") else "sing"
+            if preps:
+                case = "loct" if preps[0] == "accs" and _prev(s, pos)[0] in ("в", "во") else preps[0]
+            else:
+                case = "nomn"
+            return case, plural
+        readings = noun_readings(noun)
+        cands = [rc for rc, _, _, _ in readings]
+        case = _choose(cands, preps) or "nomn"
+        number = next((rn for rc, rn, _, _ in readings if rc == case), "sing")
+        return case, number
+
+    def year_noun(noun: str, case: str, number: str, pos: int) -> str:
+        if noun.startswith("г") and not noun.startswith("год"):
+            return inflect("год", case, number, after_in=_prev(s, pos)[0] in ("в", "во", "на"))
+        return noun
+
+    def year_range(m: re.Match) -> str:
+        a, b, noun = m.groups()
+        case, number = year_case(noun, m.start())
+        return (f"{ordinal(int(a), case)} — {ordinal(int(b), case)} "
+                f"{year_noun(noun, case, number, m.start())}{_stop(s, m.end(), noun)}")
+
+    s = re.sub(rf"(?<!\d)(\d{{4}})\s*[-–—]\s*(\d{{4}})\s*(гг\.|г\.|{_YEAR_NOUN})(?![{_L}])", year_range, s)
+
+    def year(m: re.Match) -> str:
+        y, noun = m.groups()
+        if noun.startswith("г") and not noun.startswith("год") and not 1000 <= int(y) <= 2100:
+            return m.group(0)  # "100 г": grams, the units pass reads it
+        if noun.startswith("год") and not (len(y) == 4 or (len(y) == 3 and _prep_cases(s, m.start()))):
+            return m.group(0)  # "21 год": a count of years, not a year
+        case, number = year_case(noun, m.start())
+        return f"{ordinal(int(y), case)} {year_noun(noun, case, number, m.start())}{_stop(s, m.end(), noun)}"
+
+    return re.sub(rf"(?<![\d.,])(\d{{1,4}}){_SP}*(гг\.|г\.|г(?![{_L}])|(?:{_YEAR_NOUN})(?![{_L}]))", year, s)
+
+
+def _times(s: str) -> str:
+    def time(m: re.Match) -> str:
+        h, mi = int(m.group(1)), int(m.group(2))
+        word, _ = _prev(s, m.start())
+        preps = _prep_cases(s, m.start())
+        case = "accs" if word in ("в", "во", "на", "через", "за") else (preps[0] if preps else "nomn")
+        if mi == 0:
+            return f"{cardinal(h, case)} {counted(h, 'час', case)}"
+        minutes = cardinal(mi, case, "femn")
+        return f"{cardinal(h, case)} {'ноль ' + minutes if mi < 10 else minutes}"
+
+    return re.sub(r"(?<![\d.:])([01]?\d|2[0-3]):([0-5]\d)(?![\d:])", time, s)
+
+
+def _signs(s: str) -> str:
+    s = re.sub(r"(?:(?<=^)|(?<=[\s(]))[-−](?=\d)", "минус ", s)
+    return re.sub(r"(?:(?<=^)|(?<=[\s(]))\+(?=\d)", "плюс ", s)
+
+
+_CURRENCY = {"₽": "рубль", "руб": "рубль", "р": "рубль", "rub": "рубль", "$": "доллар", "usd": "доллар",
+             "долл": "доллар", "€": "евро", "eur": "евро", "£": "фунт", "gbp": "фунт", "коп": "копейка",
+             "¥": "юань", "cny": "юань"}
+_SUBUNIT = {"рубль": "копейка", "доллар": "цент", "евро": "цент", "фунт": "пенс", "юань": "фэнь"}
+_MULT = {"тыс": "тысяча", "млн": "миллион", "млрд": "миллиард", "трлн": "триллион"}
+_MULT_RE = r"тыс\.?|млн\.?|млрд\.?|трлн\.?"
+_CUR_AFTER = r"₽|руб\.?|р\.|коп\.?|\$|€|£|¥|USD|EUR|RUB|GBP|CNY|долл\.?"
+_AMOUNT = rf"(?:{_NUM})(?:[.,]\d+)?"
+
+
+def _amount(num: str, case: str, unit: str | None, mult: str | None) -> str:
+    """Words for an amount of money (unit: a currency lemma) or a plain count with a multiplier."""
+    whole, _, frac = re.sub(rf"{_SP}", "", num).replace(",", ".").partition(".")
+    n = int(whole)
+    if mult:
+        mult_lemma = _MULT[mult.rstrip(".")]
+        g = gender_of(mult_lemma)
+        if frac:
+            if frac == "5":
+                head = ("полторы" if g == "femn" else "полтора") if n == 1 else f"{cardinal(n, case, g)} с половиной"
+            else:
+                head = decimal(whole, frac, case)
+            words = f"{head} {inflect(mult_lemma, 'gent', 'sing')}"
+        else:
+            words = f"{cardinal(n, case, g)} {counted(n, mult_lemma, case)}"
+        return words + (f" {inflect(unit, 'gent', 'plur')}" if unit else "")
+    if unit is None:
+        return decimal(whole, frac, case) if frac else cardinal(n, case)
+    g = gender_of(unit)
+    words = f"{cardinal(n, case, g)} {counted(n, unit, case)}"
+    if frac:
+        cents = int(frac[:2].ljust(2, "0"))
+        sub = _SUBUNIT.get(unit, "копейка")
+        if cents:
+            words += f" {cardinal(cents, case, gender_of(sub))} {counted(cents, sub, case)}"
+    return words
+
+
+def _count_case(s: str, pos: int) -> str:
+    word, _ = _prev(s, pos)
+    preps = _prep_cases(s, pos)
+    if not preps:
+        return "nomn"
+    return "accs" if word in ("в", "во", "на", "за", "через", "про", "по") else preps[0]
+
+
+def _money(s: str) -> str:
+    def before(m: re.Match) -> str:
+        sign, num, mult = m.groups()
+        words = _amount(num, _count_case(s, m.start()), _CURRENCY[sign.lower()], mult)
+        return words + _stop(s, m.end(), m.group(0))
+
+    s = re.sub(rf"([$€£₽¥])\s?({_AMOUNT})(?:\s?({_MULT_RE})(?![{_L}]))?", before, s)
+
+    def after(m: re.Match) -> str:
+        num, mult, cur = m.groups()
+        unit = _CURRENCY[cur.rstrip(".").lower()]
+        return _amount(num, _count_case(s, m.start()), unit, mult) + _stop(s, m.end(), cur)
+
+    s = re.sub(rf"(?<![\d.,])({_AMOUNT}){_SP}?(?:({_MULT_RE}){_SP}?)?({_CUR_AFTER})(?![{_L}\w])", after, s)
+
+    def bare_mult(m: re.Match) -> str:
+        num, mult = m.groups()
+        return _amount(num, _count_case(s, m.start()), None, mult) + _stop(s, m.end(), mult)
+
+    return re.sub(rf"(?<![\d.,])({_AMOUNT}){_SP}?({_MULT_RE})(?![{_L}])", bare_mult, s)
+
+
+# unit -> (lemma, words after it)
+_UNITS = {
+    "км/ч": ("километр", " в час"), "м/с": ("метр", " в секунду"), "Мбит/с": ("мегабит", " в секунду"),
+    "Гбит/с": ("гигабит", " в секунду"), "°C": ("градус", " цельсия"), "°С": ("градус", " цельсия"),
+    "°F": ("градус", " фаренгейта"), "°": ("градус", ""), "%": ("процент", ""), "км": ("километр", ""),
+    "м": ("метр", ""), "см": ("сантиметр", ""), "мм": ("миллиметр", ""), "кг": ("килограмм", ""),
+    "г": ("грамм", ""), "мг": ("миллиграмм", ""), "л": ("литр", ""), "мл": ("миллилитр", ""),
+    "ч": ("час", ""), "мин": ("минута", ""), "сек": ("секунда", ""), "мс": ("миллисекунда", ""),
+    "ГБ": ("гигабайт", ""), "Гб": ("гигабайт", ""), "МБ": ("мегабайт", ""), "Мб": ("мегабайт", ""),
+    "КБ": ("килобайт", ""), "Кб": ("килобайт", ""), "ТБ": ("терабайт", ""), "шт": ("штука", ""),
+    "кВт": ("киловатт", ""), "Вт": ("ватт", ""), "га": ("гектар", ""), "т": ("тонна", ""),
+}
+_UNIT_RE = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
+
+
+def _units(s: str) -> str:
+    def unit(m: re.Match) -> str:
+        num, num2, u, dot = m.group(1), m.group(2), m.group(3), m.group(4) or ""
+        lemma, tail = _UNITS[u]
+        word, _ = _prev(s, m.start())
+        case = _count_case(s, m.start())
+        if word in ("в", "во") and re.match(r"\s*от\b", s[m.end():]):
+            case = "loct"  # "в 5 км от центра"
+        g = gender_of(lemma)
+        stop = _stop(s, m.end(), u + dot) if dot else ""
+        last = num2 or num
+        head = f"{_amount(num, case, None, None) if ',' in num or '.' in num else cardinal(_to_int(num), case, g)}"
+        if num2:
+            head += "-" + (_amount(num2, case, None, None) if "," in num2 or "." in num2 else cardinal(_to_int(num2), case, g))
+        if "," in last or "." in last:
+            noun = inflect(lemma, "gent", "sing")
+        else:
+            noun = counted(_to_int(last), lemma, case, after_in=False)
+        return f"{head} {noun}{tail}{stop}"
+
+    return re.sub(
+        rf"(?<![\d.,])({_AMOUNT})(?:\s*[-–—]\s*({_AMOUNT}))?{_SP}?({_UNIT_RE})(\.)?(?![{_L}A-Za-z\d])", unit, s
+    )
+
+
+_ORD_SUFFIX = r"ыми|ого|ому|ая|ое|ой|ую|ые|ых|ым|ий|ый|ом|ей|го|му|ми|й|я|е|м|х|ю"
+
+
+def _ordinal_by_suffix(n: int, suffix: str, s: str, start: int, end: int) -> str:
+    forms = []
+    for case in _DEFAULT_ORDER[:2] + ("ablt", "gent", "datv", "loct"):
+        for gender in ("masc", "femn", "neut"):
+            for plural in (False, True):
+                if plural and gender != "masc":
+                    continue
+                w = ordinal(n, case, gender, plural)
+                if w.endswith(suffix):
+                    forms.append((case, gender, "plur" if plural else "sing", w))
+    if not forms:
+        return ordinal(n)
+    nxt = _next_word(s, end)
+    preps = _prep_cases(s, start)
+    for rc, rn, rg, _ in noun_readings(nxt) if nxt else ():
+        for case, gender, number, w in forms:
+            if case == rc and number == rn and (number == "plur" or gender == rg) and (not preps or case in preps):
+                return w
+    if preps:
+        for p in preps:
+            for case, _, _, w in forms:
+                if case == p:
+                    return w
+    return forms[0][3]
+
+
+def _ordinals(s: str) -> str:
+    return re.sub(
+        rf"(?<![\d.,])(\d+)-({_ORD_SUFFIX})(?![{_L}])",
+        lambda m: _ordinal_by_suffix(int(m.group(1)), m.group(2), s, m.start(), m.end()),
+        s,
+    )
+
+
+_ROMAN = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+
+
+def _roman_value(r: str) -> int:
+    total = 0
+    for a, b in zip(r, r[1:] + " "):
+        v = _ROMAN[a]
+        total += -v if b != " " and _ROMAN[b] > v else v
+    return total
+
+
+def _romans(s: str) -> str:
+    def roman(m: re.Match) -> str:
+        r, noun = m.group(1), m.group(2)
+        n = _roman_value(r)
+        preps = _prep_cases(s, m.start())
+        after_in = _prev(s, m.start())[0] in ("в", "во", "на")
+        if noun in ("в.", "вв."):
+            case = "loct" if after_in else (preps[0] if preps else "nomn")
+            number = "plur" if noun == "вв." else "sing"
+            return f"{ordinal(n, case, 'masc', number == 'plur')} {inflect('век', case, number, after_in)}{_stop(s, m.end(), noun)}"
+        for rc, rn, rg, _ in noun_readings(noun.lower()):
+            if not preps or rc in preps:
+                return f"{ordinal(n, rc, rg, rn == 'plur')} {noun}"
+        return m.group(0)
+
+    return re.sub(
+        rf"(?<![\w])(M{{0,3}}(?:CM|CD|D?C{{0,3}})(?:XC|XL|L?X{{0,3}})(?:IX|IV|V?I{{0,3}}))(?<=\w){_SP}+(вв\.|в\.|[{_L}]+)",
+        roman, s,
+    )
+
+
+def _fractions(s: str) -> str:
+    def frac(m: re.Match) -> str:
+        a, b = int(m.group(1)), int(m.group(2))
+        case = _count_case(s, m.start())
+        num = cardinal(a, case, "femn")
+        one = a % 10 == 1 and a % 100 != 11
+        den_case = case if one or case not in ("nomn", "accs") else "gent"
+        den = ordinal(b, den_case, "femn", not one)
+        return f"{num} {den}"
+
+    return re.sub(r"(?<![\d/.])(\d{1,3})/(\d{1,3})(?![\d/])", frac, s)
+
+
+def _math(s: str) -> str:
+    s = re.sub(r"(?<=[\d\s])=(?=[\s\d])", " равно ", s)
+    s = re.sub(r"(?<=\d)\s+\+\s+(?=\d)", " плюс ", s)
+    s = re.sub(r"(?<=\d)\s*[×x]\s*(?=\d)", " на ", s)
+    return s
+
+
+def _ranges(s: str) -> str:
+    def rng(m: re.Match) -> str:
+        a, b = _to_int(m.group(1)), _to_int(m.group(2))
+        case, g, anim = _agree(b, s, m.start(), m.end())
+        return f"{cardinal(a, case, g, anim)}-{cardinal(b, case, g, anim)}"
+
+    return re.sub(rf"(?<![\d.,:])({_NUM})\s*[-–—]\s*({_NUM})(?![\d:]|[.,]\d)", rng, s)
+
+
+def _decimals(s: str) -> str:
+    def dec(m: re.Match) -> str:
+        return decimal(m.group(1), m.group(2), _count_case(s, m.start()) if _prep_cases(s, m.start()) else "nomn")
+
+    return re.sub(r"(?<![\d.,])(\d+)[.,](\d+)(?![\d.,]\d)", dec, s)
+
+
+def _cardinals(s: str) -> str:
+    def card(m: re.Match) -> str:
+        n = _to_int(m.group(0))
+        case, g, anim = _agree(n, s, m.start(), m.end())
+        return cardinal(n, case, g, anim)
+
+    return re.sub(rf"(?<![\d])(?:{_NUM})", card, s)
+
+
+# ------------------------------------------------------------------ abbreviations
+# (pattern, words, may end a sentence)
+_ABBR_FIXED = [
+    (r"т\.\s?е\.", "то есть", False), (r"т\.\s?д\.", "так далее", True), (r"т\.\s?п\.", "тому подобное", True),
+    (r"т\.\s?к\.", "так как", False), (r"т\.\s?н\.", "так называемый", False), (r"н\.\s?э\.", "нашей эры", True),
+    (r"(?<=\bи )др\.", "другие", True), (r"напр\.", "например", False), (r"см\.", "смотри", False),
+    (r"им\.", "имени", False), (r"тел\.", "телефон", False), (r"г-н", "господин", False), (r"г-жа", "госпожа", False),
+    (r"тыс\.", "тысяч", True), (r"млн\.?", "миллионов", True), (r"млрд\.?", "миллиардов", True),
+    (r"руб\.", "рублей", True), (r"коп\.", "копеек", True),
+]
+# Place abbreviations, inflected by the preposition before them ("на ул." -> "на улице").
+_ABBR_PLACE = {"ул.": "улица", "д.": "дом", "кв.": "квартира", "г.": "город", "пр-т": "проспект",
+               "просп.": "проспект", "пер.": "переулок", "обл.": "область", "р-н": "район", "корп.": "корпус",
+               "пл.": "площадь", "эт.": "этаж"}
+
+
+def _abbreviations(s: str) -> str:
+    for pat, words, final in _ABBR_FIXED:
+        s = re.sub(rf"(?<![{_L}\w]){pat}", lambda m, w=words, f=final: w + (_stop(s, m.end(), m.group(0)) if f else ""), s)
+
+    def place(m: re.Match) -> str:
+        abbr = m.group(1)
+        lemma = _ABBR_PLACE[abbr.lower()]
+        word, _ = _prev(s, m.start())
+        preps = _prep_cases(s, m.start())
+        if not preps:
+            case = "nomn"
+        elif word in ("в", "во", "на", "о", "об", "при"):
+            case = "loct"
+        else:
+            case = preps[0]
+        return inflect(lemma, case, "sing", after_in=word in ("в", "во", "на"))
+
+    alts = "|".join(re.escape(a) for a in sorted(_ABBR_PLACE, key=len, reverse=True))
+    # д., кв., г. only before a number or a capitalised name: "г. Москва", "д. 5"
+    s = re.sub(rf"(?<![{_L}\w])({alts})(?=\s*(?:\d|[А-ЯЁ]|[{_L}]+\s))", place, s, flags=re.IGNORECASE)
+    s = re.sub(r"№\s*", "номер ", s)
+    s = re.sub(r"§\s*", "параграф ", s)
+    return s
+
+
+def normalize_ru(text: str) -> str:
+    s = re.sub(r"[\u00a0\u202f\u2009]", " ", text)
+    s = s.replace("−", "-")
+    s = _phones(s)
+    s = _dates(s)
+    s = _years(s)
+    s = _times(s)
+    s = _signs(s)
+    s = _money(s)
+    s = _units(s)
+    s = _ordinals(s)
+    s = _romans(s)
+    s = _fractions(s)
+    s = _math(s)
+    s = _ranges(s)
+    s = _decimals(s)
+    s = _cardinals(s)
+    s = _abbreviations(s)
+    s = latin.latin_in_russian(s)
+    return re.sub(r"[ \t]{2,}", " ", s).strip()

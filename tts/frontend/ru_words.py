@@ -1,0 +1,160 @@
+"""Russian number words and noun agreement.
+
+Number words come from num2words (cases, genders); noun forms from pymorphy3. Both are
+imported lazily: `tts/` must import on machines that have only torch and numpy.
+Cases use pymorphy's grammemes: nomn gent datv accs ablt loct.
+"""
+
+from __future__ import annotations
+
+import functools
+
+CASES = ("nomn", "gent", "datv", "accs", "ablt", "loct")
+_N2W_CASE = {
+    "nomn": "nominative",
+    "gent": "genitive",
+    "datv": "dative",
+    "accs": "accusative",
+    "ablt": "instrumental",
+    "loct": "prepositional",
+}
+_N2W_GENDER = {"masc": "m", "femn": "f", "neut": "n"}
+
+# Counting forms that pymorphy's dictionary gives otherwise ("гигабайтов").
+_GEN_PLURAL = {"гигабайт": "гигабайт", "мегабайт": "мегабайт", "килобайт": "килобайт", "терабайт": "терабайт",
+               "мегабит": "мегабит", "гигабит": "гигабит", "килобит": "килобит", "грамм": "граммов",
+               "ватт": "ватт", "киловатт": "киловатт", "вольт": "вольт", "ампер": "ампер"}
+
+
+_LOC2 = {"год"}  # "в году": the only locative-2 form our passes produce
+
+
+@functools.lru_cache(maxsize=1)
+def morph():
+    """The pymorphy3 analyser, loaded once per process (about 0.15 s), or None if not installed."""
+    try:
+        import pymorphy3
+    except ImportError:
+        return None
+    return pymorphy3.MorphAnalyzer()
+
+
+@functools.lru_cache(maxsize=1)
+def _n2w():
+    from num2words import num2words
+
+    return num2words
+
+
+def cardinal(n: int, case: str = "nomn", gender: str = "masc", animate: bool = False) -> str:
+    words = _n2w()(n, lang="ru", case=_N2W_CASE[case], gender=_N2W_GENDER.get(gender, "m"), animate=animate)
+    return _drop_leading_one(n, words)
+
+
+def ordinal(n: int, case: str = "nomn", gender: str = "masc", plural: bool = False) -> str:
+    words = _n2w()(n, lang="ru", to="ordinal", case=_N2W_CASE[case], gender=_N2W_GENDER.get(gender, "m"), plural=plural)
+    return words
+
+
+def _drop_leading_one(n: int, words: str) -> str:
+    """'одна тысяча пятьсот' -> 'тысяча пятьсот': the spoken count of a round thousand."""
+    if 1000 <= n < 2000:
+        first, _, rest = words.partition(" ")
+        if first in ("одна", "одной", "одну", "одною") and rest:
+            return rest
+    return words
+
+
+_DENOMS = ("десят", "сот", "тысячн", "десятитысячн", "стотысячн", "миллионн")
+
+
+def decimal(integer: str, fraction: str, case: str = "nomn") -> str:
+    """'2', '5' -> 'две целых пять десятых' (fraction digits as written)."""
+    whole = int(integer or "0")
+    frac = int(fraction)
+    k = min(len(fraction), len(_DENOMS))
+    whole_words = cardinal(whole, case, "femn")
+    whole_noun = "целая" if _is_one(whole) and case == "nomn" else "целых"
+    frac_words = cardinal(frac, case, "femn")
+    frac_noun = _DENOMS[k - 1] + ("ая" if _is_one(frac) and case == "nomn" else "ых")
+    return f"{whole_words} {whole_noun} {frac_words} {frac_noun}"
+
+
+def _is_one(n: int) -> bool:
+    return n % 10 == 1 and n % 100 != 11
+
+
+def noun_number_for(n: int, case: str) -> tuple[str, str]:
+    """The (case, number) a noun takes after the cardinal n in `case`: 5 -> (gent, plur)."""
+    if _is_one(n):
+        return case, "sing"
+    if case in ("nomn", "accs"):
+        return ("gent", "sing") if n % 10 in (2, 3, 4) and n % 100 not in (12, 13, 14) else ("gent", "plur")
+    return case, "plur"
+
+
+@functools.lru_cache(maxsize=4096)
+def _lemma_parse(lemma: str):
+    m = morph()
+    if m is None:
+        return None
+    parses = m.parse(lemma)
+    for p in parses:
+        if "NOUN" in p.tag and p.normal_form == lemma:
+            return p
+    return parses[0]
+
+
+@functools.lru_cache(maxsize=8192)
+def inflect(lemma: str, case: str, number: str = "sing", after_in: bool = False) -> str:
+    """`lemma` in the given case and number; `after_in` prefers 'году' over 'годе' after в/на."""
+    if number == "plur" and case == "gent" and lemma in _GEN_PLURAL:
+        return _GEN_PLURAL[lemma]
+    p = _lemma_parse(lemma)
+    if p is None:
+        return lemma
+    if after_in and case == "loct" and number == "sing" and lemma in _LOC2:
+        loc2 = p.inflect({"loc2", "sing"})
+        if loc2 is not None:
+            return loc2.word
+    form = p.inflect({case, number})
+    return form.word if form is not None else lemma
+
+
+def counted(n: int, lemma: str, case: str = "nomn", after_in: bool = False) -> str:
+    """The noun that follows the cardinal n: (5, 'рубль') -> 'рублей'."""
+    c, number = noun_number_for(n, case)
+    return inflect(lemma, c, number, after_in)
+
+
+def gender_of(lemma: str) -> str:
+    p = _lemma_parse(lemma)
+    if p is None:
+        return "masc"
+    for g in ("masc", "femn", "neut"):
+        if g in p.tag:
+            return g
+    return "masc"
+
+
+@functools.lru_cache(maxsize=8192)
+def noun_readings(word: str) -> tuple[tuple[str, str, str, bool], ...]:
+    """(case, number, gender, animate) readings of a word as a noun (or adjective), most likely first."""
+    m = morph()
+    if m is None:
+        return ()
+    out = []
+    for p in m.parse(word):
+        tag = p.tag
+        if tag.POS not in ("NOUN", "ADJF", "NPRO") or tag.case is None:
+            continue
+        case = "loct" if tag.case in ("loc2", "loc1") else ("gent" if tag.case in ("gen2", "gen1") else tag.case)
+        if case not in CASES:
+            continue
+        out.append((case, tag.number or "sing", tag.gender or "masc", tag.animacy == "anim"))
+    return tuple(out)
+
+
+def is_noun(word: str) -> bool:
+    m = morph()
+    return m is not None and any(p.tag.POS == "NOUN" and p.score > 0.2 for p in m.parse(word))
