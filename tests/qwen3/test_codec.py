@@ -239,6 +239,15 @@ def test_stack_and_split_round_trip(decoder):
     assert max_diff(decoder.decode_step(codes[:, 3:], again), decoder.decode(codes)[:, 3 * 1920 :]) <= STREAM_TOL
 
 
+def test_a_step_updates_the_state_in_its_own_storage(decoder):
+    """Stable storage lets an engine capture the step (CUDA graphs) and keep slot views valid."""
+    state = decoder.new_state(2)
+    pointers = [b.data_ptr() for b in state.buffers] + [state.frames.data_ptr()]
+    decoder.decode_step(random_codes(2, 3, seed=24), state)
+    assert [b.data_ptr() for b in state.buffers] + [state.frames.data_ptr()] == pointers
+    assert any(b.abs().sum() > 0 for b in state.buffers)
+
+
 # -- precision ---------------------------------------------------------------
 
 

@@ -75,6 +75,9 @@ class CodecDecoder(nn.Module):
         with torch.no_grad():
             self.quantizer.prepare(self.pre_conv.conv.weight.dtype)
             self.pre_transformer.prepare()
+            for module in self.modules():
+                if isinstance(module, CausalConvTranspose1d):
+                    module.prepare()
 
     @property
     def device(self) -> torch.device:
@@ -100,7 +103,7 @@ class CodecDecoder(nn.Module):
     def decode_step(self, codes: torch.Tensor, state: StreamingCodecState) -> torch.Tensor:
         """Decode the next t frames of every row: codes [B, t, Q] → float32 [B, t·samples_per_frame].
 
-        Advances `state` in place. Codes are clamped into the codebook (no host
+        Advances `state` in place (its tensors keep their storage). Codes are clamped into the codebook (no host
         sync; an out-of-range id must not crash a device shared by other streams).
         """
         cfg = self.config
@@ -122,8 +125,10 @@ class CodecDecoder(nn.Module):
                 x = layer(x, buffers)
         for layer in self.decoder:
             x = layer(x, buffers)
-        state.buffers = buffers
-        state.frames = state.frames + t
+        # In place: a state's tensors keep their storage across steps (CUDA graphs, slot views).
+        for kept, new in zip(state.buffers, buffers):
+            kept.copy_(new)
+        state.frames.add_(t)
         return x[:, 0].float().clamp(-1.0, 1.0)
 
     def decode_streams(self, codes: torch.Tensor, states: Sequence[StreamingCodecState]) -> torch.Tensor:
@@ -137,7 +142,7 @@ class CodecDecoder(nn.Module):
         start = 0
         for state in states:
             rows = list(range(start, start + state.batch_size))
-            state._take(batch.select(rows))
+            state.copy_from(batch.select(rows))
             start += state.batch_size
         return wav
 

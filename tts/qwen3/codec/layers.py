@@ -44,8 +44,11 @@ class CausalConv1d(nn.Module):
 class CausalConvTranspose1d(nn.Module):
     """ConvTranspose1d whose right overhang (kernel - stride) is cut (`...CausalTransConvNet`).
 
-    Output sample n of input frame t depends on frames down to t - context,
-    context = ceil(kernel / stride) - 1; those frames are the state.
+    Output sample n·stride + r of frame n mixes frames n, n-1, … n-taps+1
+    (taps = ceil(kernel / stride)); the last taps-1 input frames are the state.
+    It runs as a polyphase Conv1d (stride·out channels, `taps` taps, then
+    interleaved): the same sums as the transposed conv, on the fast conv path
+    (CPU transposed convolutions with long kernels fall back to a slow kernel).
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
@@ -54,19 +57,31 @@ class CausalConvTranspose1d(nn.Module):
             raise ValueError("transposed conv kernel shorter than its stride leaves holes")
         self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
         self.stride = stride
-        self.context = -(-kernel_size // stride) - 1
+        self.taps = -(-kernel_size // stride)
+        self.context = self.taps - 1
         self.slot = -1
+        self.register_buffer("poly_weight", torch.empty(0), persistent=False)
+        self.register_buffer("poly_bias", torch.empty(0), persistent=False)
 
     def state_specs(self) -> list[StateSpec]:
         return [((self.conv.in_channels, self.context), self.conv.weight.dtype)] if self.context else []
 
+    def prepare(self) -> None:
+        w = self.conv.weight  # [in, out, kernel]
+        cin, cout, k = w.shape
+        w = F.pad(w, (0, self.taps * self.stride - k)).view(cin, cout, self.taps, self.stride)
+        # Conv tap u reads frame n - (taps - 1 - u), which uses kernel index (taps - 1 - u)·stride + r.
+        w = w.flip(2).permute(1, 3, 0, 2).reshape(cout * self.stride, cin, self.taps)
+        self.poly_weight = w.contiguous()
+        self.poly_bias = self.conv.bias.repeat_interleave(self.stride)
+
     def forward(self, x: torch.Tensor, buffers: Buffers) -> torch.Tensor:
-        frames = x.shape[-1]
+        b, _, frames = x.shape
         if self.context:
             x = torch.cat([buffers[self.slot], x], dim=-1)
             buffers[self.slot] = _keep_tail(x, self.context)
-        start = self.context * self.stride
-        return self.conv(x)[..., start : start + frames * self.stride]
+        y = F.conv1d(x, self.poly_weight, self.poly_bias)  # [B, out·stride, frames], channel o·stride + r
+        return y.view(b, -1, self.stride, frames).transpose(2, 3).reshape(b, -1, frames * self.stride)
 
 
 class SnakeBeta(nn.Module):

@@ -72,6 +72,10 @@ class StreamingCodecState:
     def clone(self) -> "StreamingCodecState":
         return StreamingCodecState(self.frames.clone(), [b.clone() for b in self.buffers])
 
-    def _take(self, other: "StreamingCodecState") -> None:
-        self.frames = other.frames
-        self.buffers = other.buffers
+    def copy_from(self, other: "StreamingCodecState") -> None:
+        """Overwrite this state with `other` (same rows and layout), keeping this state's storage."""
+        if other.batch_size != self.batch_size or len(other.buffers) != len(self.buffers):
+            raise ValueError("copy_from: row count or layout does not match")
+        self.frames.copy_(other.frames)
+        for mine, theirs in zip(self.buffers, other.buffers):
+            mine.copy_(theirs)

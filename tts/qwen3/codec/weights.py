@@ -65,8 +65,10 @@ def load_codec_decoder(
     if wrong:
         raise CodecError("weights_mismatch", f"{path} decoder shapes differ from the config: {_listing(wrong)}")
     model.load_state_dict({k: v.to(device, torch.float32) for k, v in tensors.items()}, strict=True, assign=True)
-    # Non-persistent buffers are still on meta: give them real storage before prepare() fills them.
-    model.pre_transformer.inv_freq = torch.empty(config.head_dim // 2, device=device)
-    model.quantizer.tables = torch.empty(0, device=device)
+    # Derived (non-persistent) buffers are still on meta: give them storage; prepare() fills them.
+    for module in model.modules():
+        for name, buf in module._buffers.items():
+            if buf is not None and buf.is_meta:
+                module._buffers[name] = torch.empty(0, device=device)
     model.set_precision(dtype, conv_dtype)
     return model.eval()
