@@ -1,0 +1,67 @@
+"""Russian stress with silero-stress: homographs, ё, formats, and torch's thread count left alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("silero_stress")
+
+from tts.frontend import FrontendOptions, prepare_text  # noqa: E402
+from tts.frontend.stress import add_stress  # noqa: E402
+
+
+def test_homograph_zamok_by_context():
+    out = add_stress("Старинный замок на горе. Повесьте замок на дверь.")
+    assert "з+амок н" in out  # castle
+    assert "зам+ок н" in out  # lock
+
+
+def test_homograph_gotov_by_context():
+    out = add_stress("Я уже готов. Он из готов.")
+    assert "гот+ов" in out  # ready
+    assert "г+отов" in out  # the Goths
+
+
+def test_yo_is_restored():
+    assert add_stress("Все ежи ели елку.") == "Всё еж+и +ели +ёлку."
+
+
+def test_acute_format_puts_the_accent_after_the_vowel():
+    out = add_stress("Повесьте замок.", fmt="acute")
+    assert "замо\u0301к" in out
+    assert "+" not in out
+
+
+def test_one_vowel_words_are_unmarked_unless_asked():
+    assert add_stress("Дом на горе.") == "Дом на гор+е."
+    assert add_stress("Дом на горе.", single_vowel=True) == "Д+ом н+а гор+е."
+
+
+def test_unknown_format_is_refused():
+    with pytest.raises(ValueError):
+        add_stress("Дом", fmt="caps")
+
+
+def test_prepare_text_stresses_the_normalised_russian_only():
+    opts = FrontendOptions(stress=True)
+    ru = prepare_text("Замок на 3-м этаже.", "auto", opts)
+    assert ru.normalized == "Замок на третьем этаже."
+    assert ru.text == "Зам+ок на тр+етьем этаж+е."
+    en = prepare_text("Lock on the 3rd floor.", "auto", opts)
+    assert en.text == "Lock on the third floor."
+
+
+def test_loading_the_model_leaves_torch_thread_count_unchanged():
+    code = (
+        "import torch; torch.set_num_threads(2); before = (torch.get_num_threads(), torch.get_num_interop_threads());"
+        "from tts.frontend.stress import add_stress, is_loaded; assert not is_loaded();"
+        "add_stress('Замок готов.'); assert is_loaded();"
+        "print(before == (torch.get_num_threads(), torch.get_num_interop_threads()), torch.get_num_threads())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parents[2])
+    assert out.stdout.split() == ["True", "2"], out.stderr

@@ -1,0 +1,63 @@
+"""Russian word stress and ё restoration with silero-stress (offline; weights ship in the wheel).
+
+`import silero_stress` sets torch's intra-op thread count to 1 for the whole process, so the
+model is loaded lazily, once per process, and the thread count is put back right after.
+Calls are serialised by a lock: the model object is not documented as thread-safe.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+_VOWELS = "аеёиоуыэюяАЕЁИОУЫЭЮЯ"
+_ACUTE = "\u0301"
+_lock = threading.Lock()
+_accentor = None
+
+
+def _load():
+    global _accentor
+    with _lock:
+        if _accentor is None:
+            import torch
+
+            threads = torch.get_num_threads()
+            interop = torch.get_num_interop_threads()
+            try:
+                from silero_stress import load_accentor
+
+                _accentor = load_accentor("ru")
+            finally:
+                if torch.get_num_threads() != threads:
+                    torch.set_num_threads(threads)
+                if torch.get_num_interop_threads() != interop:  # silero does not touch it today
+                    try:
+                        torch.set_num_interop_threads(interop)
+                    except RuntimeError:
+                        pass  # can only be set before inter-op work starts
+    return _accentor
+
+
+def is_loaded() -> bool:
+    return _accentor is not None
+
+
+def warm_up() -> None:
+    """Load the model now (about 2.5 s) instead of on the first stressed chunk."""
+    add_stress("Замок готов.")
+
+
+def add_stress(text: str, fmt: str = "plus", single_vowel: bool = False) -> str:
+    """Stress marks and ё for Russian text: '+' before the stressed vowel (fmt='plus') or a
+    combining acute accent after it (fmt='acute'). Words with one vowel stay unmarked unless
+    single_vowel. A literal '+' in the text is kept apart from the marks by a space."""
+    if fmt not in ("plus", "acute"):
+        raise ValueError(f"stress format must be plus or acute, not {fmt!r}")
+    accentor = _load()
+    text = re.sub(rf"\+(?=[{_VOWELS}])", "+ ", text)
+    with _lock:
+        marked = accentor(text, stress_single_vowel=single_vowel)
+    if fmt == "acute":
+        marked = re.sub(rf"\+([{_VOWELS}])", lambda m: m.group(1) + _ACUTE, marked)
+    return marked
