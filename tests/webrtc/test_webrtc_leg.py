@@ -194,3 +194,17 @@ async def test_two_calls_play_their_own_turns_at_the_same_time(gateway):
     finally:
         for p in peers:
             await p.close()
+
+
+async def test_hanging_up_the_peer_ends_the_session(gateway):
+    peer = ClientPeer(gateway.url)
+    await peer.connect()
+    peer.send({"type": "session.start"})
+    started = await peer.next_event("session.started")
+    assert started["session_id"] in gateway.sessions
+    await peer.close()
+    for _ in range(100):
+        if started["session_id"] not in gateway.sessions:
+            break
+        await asyncio.sleep(0.05)
+    assert started["session_id"] not in gateway.sessions

@@ -1,7 +1,7 @@
 """Measure TTFA over WebRTC against a running gateway (not a test; numbers go in notes).
 
     .venv/bin/voxgate serve --config configs/default.yaml --port 8090 &
-    .venv/bin/python -m tests.webrtc.ttfa_probe --url http://127.0.0.1:8090 --turns 10
+    .venv/bin/python -m tests.webrtc.ttfa_probe --url http://127.0.0.1:8090 --turns 10 [--agent]
 
 Per turn: the server's `audio.start.ttfa_ms` (first text received → first
 frame out of the playout) and the client's view (text sent on the data
@@ -25,7 +25,7 @@ SENTENCES = [
 ]
 
 
-async def probe(url: str, turns: int, language: str) -> None:
+async def probe(url: str, turns: int, language: str, agent: bool = False) -> None:
     peer = ClientPeer(url)
     await peer.connect()
     peer.send({"type": "session.start", "language": language})
@@ -35,9 +35,14 @@ async def probe(url: str, turns: int, language: str) -> None:
     server, client = [], []
     for i in range(turns):
         text = SENTENCES[i % len(SENTENCES)]
-        t0 = peer.send({"type": "text", "turn_id": f"p{i}", "text": text, "final": True})
-        start = await peer.next_event("audio.start", turn_id=f"p{i}")
-        await peer.next_event("turn.done", turn_id=f"p{i}", timeout=30)
+        if agent:  # E2E: user.text → agent (LLM or simulator) → first sound
+            turn_id = f"agent-{i + 1}"
+            t0 = peer.send({"type": "user.text", "text": text})
+        else:
+            turn_id = f"p{i}"
+            t0 = peer.send({"type": "text", "turn_id": turn_id, "text": text, "final": True})
+        start = await peer.next_event("audio.start", turn_id=turn_id)
+        await peer.next_event("turn.done", turn_id=turn_id, timeout=30)
         heard = peer.first_sound_after(t0)
         server.append(start["ttfa_ms"])
         client.append((heard - t0) * 1000 if heard else float("nan"))
@@ -54,8 +59,9 @@ def main() -> None:
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--language", default="auto")
+    ap.add_argument("--agent", action="store_true", help="send user.text to the built-in agent instead of text turns")
     args = ap.parse_args()
-    asyncio.run(probe(args.url, args.turns, args.language))
+    asyncio.run(probe(args.url, args.turns, args.language, args.agent))
 
 
 if __name__ == "__main__":
