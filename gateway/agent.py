@@ -204,7 +204,7 @@ class AgentService:
         return agent
 
     def _model(self) -> ChatModel:
-        if isinstance(self._shared, OpenAiChat) or self.llm_config.kind == "openai":
+        if self.llm_config.kind == "openai":
             self._shared = self._shared or self.make_model()  # one HTTP client for all sessions
             return self._shared
         return self.make_model()  # the simulator keeps per-session state

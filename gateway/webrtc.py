@@ -295,6 +295,8 @@ class WebrtcTransport:
         return web.FileResponse(STATIC_DIR / "index.html")
 
     async def client_config(self, request: web.Request) -> web.Response:
+        if not self.gateway.authorized(request):  # ICE servers may carry TURN credentials
+            return _error(401, P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)")
         cfg = self.gateway.config
         return web.json_response({"ice_servers": cfg.webrtc.ice_servers, "agent": cfg.llm.kind, "engine": self.gateway.engine_kind})
 
@@ -304,7 +306,8 @@ class WebrtcTransport:
             return _error(401, P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)")
         if not gw.accepting:
             return _error(503, P.SHUTTING_DOWN, "the gateway is not accepting calls")
-        if len(gw.sessions) + len(self.calls) >= gw.config.server.max_sessions:
+        waiting = sum(1 for call in self.calls if call.session is None)  # answered, no session yet
+        if len(gw.sessions) + waiting >= gw.config.server.max_sessions:
             gw.metrics.errors.labels(code=P.AT_CAPACITY).inc()
             return _error(503, P.AT_CAPACITY, f"the gateway holds its maximum of {gw.config.server.max_sessions} sessions")
         if request.content_length and request.content_length > MAX_OFFER_BYTES:

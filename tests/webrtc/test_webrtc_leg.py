@@ -208,3 +208,17 @@ async def test_hanging_up_the_peer_ends_the_session(gateway):
             break
         await asyncio.sleep(0.05)
     assert started["session_id"] not in gateway.sessions
+
+
+async def test_offers_beyond_max_sessions_are_refused_with_at_capacity(gateway_factory):
+    gw = await gateway_factory(server={"max_sessions": 1})
+    first, second = ClientPeer(gw.url), ClientPeer(gw.url)
+    try:
+        await first.connect()
+        first.send({"type": "session.start"})
+        await first.next_event("session.started")
+        with pytest.raises(RuntimeError, match="at_capacity"):
+            await second.connect()
+    finally:
+        await first.close()
+        await second.close()
