@@ -130,8 +130,8 @@ class AudioSocketServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
-        self.registry.track()
         conn = _Connection(self, reader, writer)
+        self.registry.track(conn.hangup)
         try:
             await conn.run()
         except asyncio.CancelledError:
@@ -159,6 +159,12 @@ class _Connection:
         self.end_reason = "disconnected"
         self._bad_in_a_row = 0
         self._warned_rate = False
+
+    async def hangup(self) -> None:
+        """Shutdown: hang up this connection (its reader then sees EOF)."""
+        if not self.writer.is_closing():
+            self.writer.write(HANGUP)
+            self.writer.close()
 
     async def run(self) -> None:
         try:

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from audio.encode import OutputFormat
 from gateway import protocol as P
@@ -79,7 +79,7 @@ class CallRegistry:
     def __init__(self, gateway: "Gateway"):
         self.gateway = gateway
         self._calls: dict[str, Call] = {}  # every alias -> its call
-        self.connections: set[asyncio.Task] = set()  # handlers of telephony sockets, awaited at shutdown
+        self.connections: dict[asyncio.Task, Callable[[], Awaitable[None]]] = {}  # socket handlers -> their closers
 
     def __len__(self) -> int:
         return len({id(c) for c in self._calls.values()})
@@ -87,19 +87,24 @@ class CallRegistry:
     def get(self, call_id: str) -> Call | None:
         return self._calls.get(call_id)
 
-    def track(self) -> None:
-        """Registers the running socket handler; `shutdown` waits for it."""
+    def track(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Registers the running socket handler and how to close its socket; `shutdown` uses both."""
         task = asyncio.current_task()
-        self.connections.add(task)
-        task.add_done_callback(self.connections.discard)
+        self.connections[task] = close
+        task.add_done_callback(lambda t: self.connections.pop(t, None))
 
     async def shutdown(self, timeout: float = 3.0) -> None:
-        """End every call and let the socket handlers finish their close handshakes while the server still reads."""
+        """End every call and close every telephony socket while the server still reads (clean close handshakes)."""
         for call in {id(c): c for c in self._calls.values()}.values():
             if not call.session.closed:
                 await call.session.close()
         current = asyncio.current_task()
-        pending = [t for t in self.connections if t is not current]
+        pending = {t: close for t, close in self.connections.items() if t is not current}
+        for close in pending.values():
+            try:
+                await close()
+            except Exception:
+                log.debug("closing a telephony socket failed", exc_info=True)
         if pending:
             await asyncio.wait(pending, timeout=timeout)
 

@@ -62,7 +62,7 @@ class ControlEndpoint:
             return ws
         leg = ControlLeg(ws)
         call: Call | None = None
-        self.registry.track()
+        self.registry.track(leg.close)
         try:
             while not ws.closed:
                 try:

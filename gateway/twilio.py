@@ -174,7 +174,7 @@ class TwilioEndpoint:
             await ws.close(code=CLOSE_TRY_AGAIN_LATER)
             return ws
         stream = _TwilioStream(self, ws, request)
-        self.registry.track()
+        self.registry.track(ws.close)
         try:
             await stream.run()
         except Exception:

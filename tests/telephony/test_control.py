@@ -1,0 +1,155 @@
+"""The control channel's rules (DESIGN.md §3.5) and Twilio input that is wrong in every way we could think of."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+import websockets
+
+from tests.telephony.clients import Control, TwilioClient, tone_ulaw
+
+
+async def errors_of(control: Control) -> list[str]:
+    return [e["code"] for e in control.events if e["type"] == "error"]
+
+
+async def test_messages_before_attach_and_a_second_attach_are_refused(gateway):
+    control = await Control.connect(gateway)
+    await control.send({"type": "text", "turn_id": "t", "text": "Hi.", "final": True})
+    assert (await control.expect("error"))["code"] == "no_session"
+    await control.send("{not json")
+    assert (await control.expect("error"))["code"] == "bad_json"
+    await control.send({"type": "call.attach"})
+    assert (await control.expect("error"))["code"] == "bad_message"
+    await control.send({"type": "call.attach", "call_id": "x" * 200})
+    assert (await control.expect("error"))["code"] == "bad_message"
+    await control.send({"type": "call.attach", "call_id": "c1", "voice": "nobody"})
+    assert (await control.expect("error"))["code"] == "unknown_voice"
+
+    await control.attach("c1")
+    await control.send({"type": "call.attach", "call_id": "c2"})
+    assert (await control.expect("error"))["code"] == "session_exists"  # one call per control socket
+    await control.send({"type": "session.start"})
+    assert (await control.expect("error"))["code"] == "bad_message"
+    await control.send({"type": "user.text", "text": "hello"})
+    assert (await control.expect("error"))["code"] == "no_agent"
+    await control.ws.send(b"\x00\x01")
+    assert (await control.expect("error"))["code"] == "binary_not_allowed"
+    await control.send({"type": "dance"})
+    assert (await control.expect("error"))["code"] == "unknown_type"
+
+    other = await Control.connect(gateway)
+    await other.send({"type": "call.attach", "call_id": "c1"})
+    assert (await other.expect("error"))["code"] == "call_busy"  # one control socket per call
+
+
+async def test_text_before_the_media_leg_plays_once_it_connects(gateway):
+    control = await Control.connect(gateway)
+    await control.attach("early")
+    await control.send({"type": "text", "turn_id": "t", "text": "Waiting for you.", "final": True})
+    await asyncio.sleep(0.3)
+    assert not any(e["type"] == "audio.start" for e in control.events)  # nobody could hear it yet
+    tw = await TwilioClient.connect(gateway, stream_sid="MZe", call_sid="CAe")
+    await tw.start(params={"call_id": "early"})
+    msg, _ = await tw.recv()
+    assert msg["event"] == "media"
+    await control.expect("turn.done", turn_id="t")
+    await tw.stop()
+
+
+async def test_agent_can_reattach_after_its_socket_drops(gateway):
+    tw = await TwilioClient.connect(gateway, stream_sid="MZr", call_sid="CAr")
+    await tw.start()
+    first = await Control.connect(gateway)
+    session_id = (await first.attach("CAr"))["session_id"]
+    await first.close()
+    await asyncio.sleep(0.05)
+    second = await Control.connect(gateway)
+    assert (await second.attach("MZr"))["session_id"] == session_id  # the same call, still connected
+    await second.expect("call.media", state="connected")
+    await tw.stop()
+    await second.expect("session.ended")
+
+
+async def test_control_requires_the_api_key_when_keys_are_configured(make_gateway):
+    gw = await make_gateway(server={"api_keys": ["k1"]})
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await Control.connect(gw)
+    assert refused.value.response.status_code == 401
+    control = await Control.connect(gw, additional_headers={"Authorization": "Bearer k1"})
+    await control.attach("c")
+
+
+async def test_malformed_twilio_input_gets_errors_and_never_touches_other_calls(gateway):
+    bystander = await TwilioClient.connect(gateway, stream_sid="MZok", call_sid="CAok")
+    await bystander.start()
+    bystander_control = await Control.connect(gateway)
+    await bystander_control.attach("CAok")
+
+    bad = await TwilioClient.connect(gateway, stream_sid="MZbad", call_sid="CAbad")
+    await bad.media(tone_ulaw())  # media before start: nothing to attach it to (counted, logged)
+    await bad.start()
+    control = await Control.connect(gateway)
+    await control.attach("CAbad")
+    await control.expect("call.media", state="connected")
+    await bad.send("{oops")
+    await bad.send("[1, 2]")
+    await bad.send({"event": "media", "media": {"payload": "!!!not base64!!!"}})
+    await bad.send({"event": "media", "media": {"payload": ""}})
+    await bad.send({"event": "media", "media": {"payload": base64.b64encode(b"\xff" * 9000).decode()}})
+    await bad.send({"event": "media", "media": "payload"})
+    await bad.send({"event": "dtmf", "dtmf": {"digit": "55"}})
+    await bad.send({"event": "mark", "mark": {"name": "never-sent"}})
+    await bad.send({"event": "teleport"})
+    await bad.send(b"\x00\x01\x02")
+    await bad.send({"event": "start", "start": {"streamSid": "MZother"}})
+    expected = ["bad_json", "bad_message", "bad_audio", "bad_audio", "bad_audio", "bad_message", "bad_message",
+                "bad_message", "unknown_type", "binary_not_allowed", "bad_message"]
+    for code in expected:
+        assert (await control.expect("error"))["code"] == code
+    await bad.media(tone_ulaw())  # still a working call
+    await control.send({"type": "text", "turn_id": "t", "text": "Still fine.", "final": True})
+    await control.expect("turn.done", turn_id="t")
+
+    await bystander_control.send({"type": "text", "turn_id": "b", "text": "Unbothered.", "final": True})
+    msg, _ = await bystander.recv()
+    assert msg["event"] == "media" and msg["streamSid"] == "MZok"
+    await bystander_control.expect("turn.done", turn_id="b")
+    assert await errors_of(bystander_control) == []
+
+    bad.ws.transport.abort()  # abrupt: no stop, no close frame
+    ended = await control.expect("call.media", state="ended")
+    assert ended["reason"] == "disconnected"
+    await control.expect_closed()
+    assert gateway.calls.get("CAok") is not None and gateway.calls.get("CAbad") is None
+    metrics = gateway.metrics.render().decode()
+    assert 'voxgate_errors_total{code="no_session"} 1.0' in metrics
+
+
+async def test_unusable_start_closes_the_stream(gateway):
+    tw = await TwilioClient.connect(gateway)
+    await tw.start(media_format={"encoding": "audio/x-l16", "sampleRate": 16000, "channels": 1})
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await tw.recv()
+    assert closed.value.rcvd.code == 1008
+    tw = await TwilioClient.connect(gateway)
+    await tw.send({"event": "start", "start": {"callSid": "CA9"}})  # no streamSid: nowhere to send audio
+    with pytest.raises(websockets.ConnectionClosed):
+        await tw.recv()
+    assert len(gateway.calls) == 0 and not gateway.sessions
+
+
+async def test_a_full_gateway_refuses_new_calls_with_at_capacity(make_gateway):
+    gw = await make_gateway(server={"max_sessions": 1})
+    first = await Control.connect(gw)
+    await first.attach("one")
+    second = await Control.connect(gw)
+    await second.send({"type": "call.attach", "call_id": "two"})
+    assert (await second.expect("error"))["code"] == "at_capacity"
+    tw = await TwilioClient.connect(gw, stream_sid="MZ3", call_sid="CA3")
+    await tw.start()
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await tw.recv()
+    assert closed.value.rcvd.code == 1013
