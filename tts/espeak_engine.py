@@ -146,6 +146,7 @@ class EspeakEngine(Engine):
         self._wake = threading.Condition()
         self._cancelled: set[int] = set()
         self._active = 0
+        self._current: SynthesisStream | None = None  # the request inside eSpeak now
         self._aborted = 0  # requests stopped in the middle of synthesis
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -171,13 +172,17 @@ class EspeakEngine(Engine):
         if self._thread is None:
             return
         with self._wake:
-            for _, _, stream in self._jobs:
-                if stream is not None:
-                    self._cancelled.add(stream.request.request_id)
+            open_streams = [stream for _, _, stream in self._jobs if stream is not None]
+            if self._current is not None:
+                open_streams.append(self._current)
+            for stream in open_streams:
+                self._cancelled.add(stream.request.request_id)
             heapq.heappush(self._jobs, (float("-inf"), next(self._order), None))  # stop sentinel first
             self._wake.notify()
         await asyncio.to_thread(self._thread.join)
         self._thread = None
+        for stream in open_streams:  # their consumers must not wait forever
+            stream._fail(EngineError("internal", "the eSpeak engine was closed"))
 
     def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
         if self._thread is None:
@@ -232,11 +237,13 @@ class EspeakEngine(Engine):
                     self._cancelled.discard(rid)
                     continue
                 self._active = 1
+                self._current = stream
             try:
                 self._speak(lib, stream)
             finally:
                 with self._wake:
                     self._active = 0
+                    self._current = None
                     self._cancelled.discard(rid)
 
     def _speak(self, lib: _Library, stream: SynthesisStream) -> None:

@@ -129,3 +129,22 @@ def test_auto_engine_without_weights_is_the_espeak_voice(monkeypatch):
     monkeypatch.delenv("VOXGATE_MODEL_DIR", raising=False)
     engine = build_engine(load_config(None, {"engine": {"kind": "auto"}}))
     assert isinstance(engine, EspeakEngine)
+
+
+@needs_espeak
+async def test_close_ends_every_open_stream():
+    engine = EspeakEngine()
+    await engine.start()
+    long_text = "A long text keeps the worker busy for a moment. " * 400
+    streams = [engine.synthesize(SynthesisRequest(text=long_text, language="en")) for _ in range(3)]
+    await engine.close()
+    async def drain(stream) -> None:
+        try:
+            async for _ in stream:
+                pass
+        except EngineError as exc:
+            assert exc.code == "internal"
+
+    for stream in streams:
+        await asyncio.wait_for(drain(stream), 5)  # would hang if close left it open
+        assert stream.done
