@@ -33,6 +33,15 @@ class SamplingRows:
                    full(greedy, torch.bool),
                    None if repetition_penalty is None else full(repetition_penalty, torch.float32))
 
+    def slice(self, n: int) -> "SamplingRows":
+        """Views of rows 0..n-1 (writes go to the full tensors)."""
+        rp = None if self.repetition_penalty is None else self.repetition_penalty[:n]
+        return SamplingRows(self.temperature[:n], self.top_k[:n], self.top_p[:n], self.greedy[:n], rp)
+
+    def index(self, idx: torch.Tensor) -> "SamplingRows":
+        rp = None if self.repetition_penalty is None else self.repetition_penalty[idx]
+        return SamplingRows(self.temperature[idx], self.top_k[idx], self.top_p[idx], self.greedy[idx], rp)
+
     def set_row(self, row: int, *, temperature: float, top_k: int, top_p: float, greedy: bool,
                 repetition_penalty: float | None = None) -> None:
         self.temperature[row] = temperature
@@ -52,30 +61,29 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: 
 def talker_logits(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor, suppress: torch.Tensor,
                   eos_id: int, eos_allowed: torch.Tensor) -> torch.Tensor:
     """The official processors for codebook 0. seen [B, V] bool, suppress [V] bool, eos_allowed [B] bool."""
+    # masked_fill with Python scalars keeps this capturable in a CUDA graph (no host->device copies)
     logits = apply_repetition_penalty(logits.float(), seen, penalty)
-    neg_inf = torch.tensor(float("-inf"), device=logits.device)
-    logits = torch.where(suppress.view(1, -1), neg_inf, logits)
+    logits = logits.masked_fill(suppress.view(1, -1), float("-inf"))
     eos_col = torch.zeros_like(suppress)
     eos_col[eos_id] = True
-    return torch.where(eos_col.view(1, -1) & ~eos_allowed.view(-1, 1), neg_inf, logits)
+    return logits.masked_fill(eos_col.view(1, -1) & ~eos_allowed.view(-1, 1), float("-inf"))
 
 
 def warp(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     """Temperature, then top-k, then top-p (transformers' order and tie rules)."""
     vocab = logits.shape[-1]
     x = logits / rows.temperature.clamp_min(1e-5).view(-1, 1)
-    neg_inf = torch.tensor(float("-inf"), device=x.device)
     desc = x.sort(dim=-1, descending=True).values
     k = torch.where(rows.top_k > 0, rows.top_k.clamp(max=vocab), torch.full_like(rows.top_k, vocab))
     kth = desc.gather(1, (k - 1).view(-1, 1))
-    x = torch.where(x < kth, neg_inf, x)
+    x = x.masked_fill(x < kth, float("-inf"))
     # top-p: drop the low tail whose cumulative probability stays <= 1 - top_p; keep the best token
     asc, order = x.sort(dim=-1)
     cum = asc.softmax(dim=-1).cumsum(dim=-1)
     drop = cum <= (1 - rows.top_p).view(-1, 1)
     drop[:, -1] = False
     drop = drop.scatter(1, order, drop)
-    return torch.where(drop, neg_inf, x)
+    return x.masked_fill(drop, float("-inf"))
 
 
 def sample(logits: torch.Tensor, rows: SamplingRows, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -92,3 +92,16 @@ def make_tiny_model_main(args) -> int:
     print(f"wrote tiny {cfg.tts_model_size} {cfg.tts_model_type} checkpoint to {args.dir} "
           f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
+
+
+def ensure_tiny_model(model_dir: str | None = None) -> str:
+    """A tiny CustomVoice checkpoint for `voxgate serve --model tiny`: made once, reused after."""
+    import os
+
+    from tts.qwen3.tiny import make_tiny_model
+
+    model_dir = model_dir or os.environ.get("VOXGATE_TINY_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "voxgate", "tiny-qwen3-1b7-custom_voice")
+    if not os.path.isfile(os.path.join(model_dir, "speech_tokenizer", "model.safetensors")):
+        make_tiny_model(model_dir, variant="1b7", kind="custom_voice", seed=0)
+    return model_dir

@@ -1,0 +1,441 @@
+"""`Qwen3Engine`: every request of the process served by one worker thread per device.
+
+The worker loops over steps (DESIGN.md §3.1):
+
+1. drop cancelled requests (their slots free now);
+2. admit queued requests, earliest deadline first, into free slots (one batched prefill);
+3. one batched frame for all active slots (`TalkerBatch.step`: talker step, 15-step code
+   predictor, sampling; a CUDA graph per batch bucket on CUDA) and ONE device->host copy
+   for the whole batch (codes and next tokens);
+4. one batched vocoder pass: streams whose pending frames reach their next packet size
+   (a ramp: 1 frame first, then 2, 4, 8), earliest deadline first, decoded together with
+   the codec's streaming decoder (frame-exact, equal to the offline decode);
+5. PCM handed to the event loop with `loop.call_soon_threadsafe`.
+
+A request's failure (bad voice, text too long, a vocoder error on its row) fails that
+request only. The frame cap per request comes from its text length, so a sequence
+without EOS ends cleanly. Per-request seeds are not honoured in a batch (one generator
+per engine); greedy settings are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tts.engine import CODEC_FRAME_SAMPLES, Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream
+
+log = logging.getLogger("voxgate.qwen3")
+
+FRAME_S = CODEC_FRAME_SAMPLES / 24000
+
+
+@dataclass
+class EngineSettings:
+    model_dir: str | None = None
+    random_weights: str | None = None  # "0.6b" | "1.7b": released shape, random weights (benches)
+    device: str = "cuda"
+    dtype: str = "bfloat16"
+    codec_dtype: str = "float32"
+    max_batch: int = 64
+    max_queued: int = 1024
+    max_seq_len: int = 1024  # KV cache columns per slot: prompt + frames
+    max_frames: int = 900  # hard cap per request (72 s)
+    frames_base: int = 24  # cap from text: base + per_token * text tokens
+    frames_per_token: float = 8.0
+    ignore_eos: bool = False  # benches: fixed lengths
+    packet_ramp: tuple[int, ...] = (1, 2, 4, 8)
+    vocoder_rows: int = 0  # rows vocoded per step at most (0: no limit)
+    use_cuda_graphs: bool | None = None  # None: on CUDA
+    default_speaker: str | None = None
+    seed: int = 0
+
+
+@dataclass
+class _Job:
+    stream: SynthesisStream
+    request: SynthesisRequest
+    seq: int
+    deadline: float
+    cancelled: bool = False
+    slot: int | None = None
+    cap: int = 0
+    generated: int = 0
+    vocoded: int = 0
+    packets: int = 0
+    generating: bool = True
+    pending: list = field(default_factory=list)
+    codec_state: object = None
+    codes: list = field(default_factory=list)  # all frames (kept for tests/debug when asked)
+    admitted_at: float = 0.0
+
+    @property
+    def priority(self) -> float:
+        """When this stream's audio runs out: its deadline plus the audio already delivered."""
+        return self.deadline + self.vocoded * FRAME_S
+
+
+class Qwen3Engine(Engine):
+    name = "qwen3"
+
+    def __init__(self, settings: EngineSettings, checkpoint=None, keep_codes: bool = False):
+        self.settings = settings
+        self._ckpt = checkpoint
+        self._batch = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cond = threading.Condition()
+        self._queue: list[_Job] = []
+        self._jobs: dict[int, _Job] = {}  # by stream id
+        self._slots: dict[int, _Job] = {}
+        self._finishing: list[_Job] = []  # generated, frames still to vocode
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._keep_codes = keep_codes
+        self.counters = {"steps": 0, "host_syncs": 0, "frames": 0, "admitted": 0, "completed": 0, "failed": 0,
+                         "cancelled": 0, "vocoder_calls": 0, "audio_s": 0.0}
+        self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}
+        self.trace: list | None = None  # (name, start_s, dur_s, args) spans when enabled
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def from_config(cls, cfg) -> "Qwen3Engine":
+        """From gateway.config.EngineConfig-like attributes (model_dir, dtype, device, max_batch, max_queued)."""
+        s = EngineSettings(model_dir=getattr(cfg, "model_dir", None))
+        for name in ("device", "dtype", "max_batch", "max_queued"):
+            if getattr(cfg, name, None) is not None:
+                setattr(s, name, getattr(cfg, name))
+        return cls(s)
+
+    def load(self) -> None:
+        """Load weights and allocate the batch (blocking; `start` runs it off the event loop)."""
+        import torch
+
+        from tts.qwen3.batch import TalkerBatch
+        from tts.qwen3.checkpoint import Checkpoint
+
+        s = self.settings
+        if s.device.startswith("cuda") and not torch.cuda.is_available():
+            raise EngineError("no_device", f"engine device {s.device!r} is not available on this machine")
+        if self._ckpt is None:
+            if s.random_weights:
+                self._ckpt = Checkpoint.random(s.random_weights, s.device, s.dtype, seed=s.seed)
+            else:
+                self._ckpt = Checkpoint.load(s.model_dir, s.device, s.dtype, s.codec_dtype)
+        gen = torch.Generator(device=self._ckpt.model.talker.codec_head.weight.device).manual_seed(s.seed)
+        self._batch = TalkerBatch(self._ckpt.model, s.max_batch, s.max_seq_len, use_cuda_graphs=s.use_cuda_graphs,
+                                  generator=gen)
+        self._batch.capture_all()
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self._batch is None:
+            await self._loop.run_in_executor(None, self.load)
+        self._start_worker()
+
+    def start_sync(self, loop: asyncio.AbstractEventLoop) -> None:
+        """For benches/tests that load first and attach to a loop later."""
+        self._loop = loop
+        if self._batch is None:
+            self.load()
+        self._start_worker()
+
+    def _start_worker(self) -> None:
+        if self._thread is None:
+            self._stop = False
+            self._thread = threading.Thread(target=self._run, name="qwen3-worker", daemon=True)
+            self._thread.start()
+
+    async def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+            self._thread = None
+        for job in list(self._jobs.values()):
+            job.stream._fail(EngineError("internal", "engine closed"))
+        self._jobs.clear()
+
+    # ------------------------------------------------------------ API
+    def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        if not request.text or not request.text.strip():
+            raise EngineError("bad_message", "text is empty")
+        stream = SynthesisStream(request, self)
+        with self._cond:
+            if len(self._queue) >= self.settings.max_queued:
+                raise EngineError("overloaded", f"engine queue is full ({self.settings.max_queued} requests waiting)")
+            job = _Job(stream, request, next(self._seq), request.deadline)
+            self._queue.append(job)
+            self._jobs[id(stream)] = job
+            self._cond.notify()
+        return stream
+
+    def voices(self) -> list[str]:
+        if self._ckpt is None:
+            return []
+        return sorted(self._ckpt.config.talker.spk_id)
+
+    def stats(self) -> dict:
+        with self._cond:
+            return {"queued": len(self._queue), "active": len(self._slots), **self.counters}
+
+    def _cancel(self, stream: SynthesisStream) -> None:
+        with self._cond:
+            job = self._jobs.get(id(stream))
+            if job is not None:
+                job.cancelled = True
+                self._cond.notify()
+
+    def _update_deadline(self, stream: SynthesisStream, deadline: float) -> None:
+        with self._cond:
+            job = self._jobs.get(id(stream))
+            if job is not None:
+                job.deadline = deadline - job.vocoded * FRAME_S
+
+    # ------------------------------------------------------------ worker
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and not self._queue and not self._slots and not self._finishing:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                self._drop_cancelled()
+                free = [s for s in range(self.settings.max_batch) if s not in self._slots]
+                admit: list[_Job] = []
+                if free and self._queue:
+                    self._queue.sort(key=lambda j: (j.deadline, j.seq))
+                    admit, self._queue = self._queue[: len(free)], self._queue[len(free):]
+            try:
+                if admit:
+                    self._admit(admit, free)
+                if self._slots:
+                    self._step()
+                if self._finishing or self._slots:
+                    self._vocode()
+            except Exception as e:  # a device-level failure: fail what was in flight, keep serving
+                log.exception("qwen3 worker step failed")
+                self._fail_all_active(e)
+
+    def _drop_cancelled(self) -> None:
+        """Under the lock: cancelled jobs leave the queue, their slots and the vocoder list."""
+        for job in [j for j in self._queue if j.cancelled]:
+            self._queue.remove(job)
+            self._forget(job, "cancelled")
+        for slot, job in list(self._slots.items()):
+            if job.cancelled:
+                self._batch.release(slot)
+                del self._slots[slot]
+                self._forget(job, "cancelled")
+        for job in [j for j in self._finishing if j.cancelled]:
+            self._finishing.remove(job)
+            self._forget(job, "cancelled")
+
+    def _forget(self, job: _Job, outcome: str) -> None:
+        self._jobs.pop(id(job.stream), None)
+        self.counters[outcome] += 1
+
+    def _post(self, fn, *args) -> None:
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    def _fail(self, job: _Job, error: EngineError) -> None:
+        self._post(job.stream._fail, error)
+        with self._cond:
+            if job.slot is not None and self._slots.get(job.slot) is job:
+                self._batch.release(job.slot)
+                del self._slots[job.slot]
+            if job in self._finishing:
+                self._finishing.remove(job)
+            self._forget(job, "failed")
+
+    def _fail_all_active(self, error: Exception) -> None:
+        err = error if isinstance(error, EngineError) else EngineError("internal", f"engine step failed: {error}")
+        for job in list(self._slots.values()) + list(self._finishing):
+            self._fail(job, err)
+
+    # -- admission
+    def _voice(self, request: SynthesisRequest) -> dict:
+        cfg = self._ckpt.config
+        if cfg.tts_model_type == "custom_voice":
+            speaker = request.voice
+            if not speaker or speaker == "default" or speaker.lower() not in cfg.talker.spk_id:
+                if speaker and speaker != "default":
+                    raise EngineError("unknown_voice", f"voice {speaker!r} is not a speaker of this checkpoint")
+                speaker = self.settings.default_speaker or sorted(cfg.talker.spk_id)[0]
+            return {"speaker": speaker, "instruct": request.instruct}
+        if cfg.tts_model_type == "voice_design":
+            return {"instruct": request.instruct}
+        raise EngineError("unknown_voice", "Base (voice clone) checkpoints need an x-vector; not served yet")
+
+    def _prompt(self, job: _Job):
+        from tts.qwen3.prompt import PromptError, build_prompt
+
+        req = job.request
+        try:
+            if self._ckpt.tokenizer is None:  # random-weight benches: a prompt of the right length, no text
+                return self._bench_prompt(req.text)
+            return build_prompt(self._ckpt.model.talker, self._ckpt.config, self._ckpt.tokenizer, req.text,
+                                language=req.language, **self._voice(req))
+        except PromptError as e:
+            raise EngineError(e.code, e.message) from None
+
+    def _bench_prompt(self, text: str):
+        import torch
+
+        from tts.qwen3.prompt import Prompt
+
+        talker, cfg = self._ckpt.model.talker, self._ckpt.config
+        n = max(1, len(text) // 4)  # about one token per 4 characters
+        dev = talker.codec_head.weight.device
+        g = torch.Generator(device=dev).manual_seed(len(text))
+        ids = torch.randint(0, cfg.talker.text_vocab_size, (n + 12,), generator=g, device=dev)
+        pad = talker.embed_text(torch.tensor([cfg.tts_pad_token_id], device=dev))[0]
+        return Prompt(prefill=talker.embed_text(ids), trailing_text=pad.new_zeros((0, pad.shape[0])), pad=pad, text_tokens=n)
+
+    def _sampling(self, req: SynthesisRequest) -> tuple[dict, dict]:
+        s, gen = req.sampling, self._ckpt.generation
+        talker = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, greedy=s.greedy,
+                      repetition_penalty=1.0 if s.greedy else s.repetition_penalty)
+        predictor = dict(temperature=gen.subtalker_temperature if not s.greedy else 1.0, top_k=gen.subtalker_top_k,
+                         top_p=gen.subtalker_top_p, greedy=s.greedy or not gen.subtalker_dosample)
+        return talker, predictor
+
+    def _admit(self, jobs: list[_Job], free: list[int]) -> None:
+        import torch
+
+        t0 = time.perf_counter()
+        ready, prompts, tset, pset = [], [], [], []
+        for job in jobs:
+            try:
+                prompt = self._prompt(job)
+                length = prompt.prefill.shape[0]
+                cap = int(self.settings.frames_base + self.settings.frames_per_token * prompt.text_tokens)
+                cap = min(cap, self.settings.max_frames, self.settings.max_seq_len - length - 1)
+                if cap < 1:
+                    raise EngineError("text_too_long", f"text needs {length} prompt positions; the engine holds "
+                                                       f"{self.settings.max_seq_len} per request")
+                job.cap = cap
+                ts, ps = self._sampling(job.request)
+            except EngineError as e:
+                self._fail(job, e)
+                continue
+            except Exception as e:  # noqa: BLE001 - one request's bug fails that request only
+                log.exception("prompt failed")
+                self._fail(job, EngineError("internal", f"could not prepare the request: {e}"))
+                continue
+            ready.append(job)
+            prompts.append(prompt)
+            tset.append(ts)
+            pset.append(ps)
+        if not ready:
+            return
+        slots = free[: len(ready)]
+        with self._cond:
+            for job, slot in zip(ready, slots):
+                job.slot = slot
+                self._slots[slot] = job
+        for job in ready:
+            job.codec_state = self._ckpt.codec.new_state(1) if self._ckpt.codec is not None else None
+            job.admitted_at = time.monotonic()
+        self._batch.admit(slots, prompts, tset, pset)
+        if self._batch.device.type == "cuda":
+            torch.cuda.synchronize() if self.trace is not None else None
+        self.counters["admitted"] += len(ready)
+        self._span("prefill", t0, {"rows": len(ready)})
+        self.timings["prefill"] += time.perf_counter() - t0
+
+    # -- one frame for everyone
+    def _step(self) -> None:
+        t0 = time.perf_counter()
+        n_rows = max(self._slots) + 1
+        out = self._batch.step(n_rows).numpy()  # the one device->host copy of this step
+        self.counters["steps"] += 1
+        self.counters["host_syncs"] += 1
+        groups = self._batch.groups
+        eos = self._ckpt.config.talker.codec_eos_token_id
+        with self._cond:
+            for slot, job in list(self._slots.items()):
+                if job.cancelled:
+                    continue
+                job.pending.append(out[slot, :groups].copy())
+                if self._keep_codes:
+                    job.codes.append(out[slot, :groups].copy())
+                job.generated += 1
+                self.counters["frames"] += 1
+                ended = (out[slot, groups] == eos and not self.settings.ignore_eos) or job.generated >= job.cap
+                if ended:
+                    job.generating = False
+                    self._batch.release(slot)
+                    del self._slots[slot]
+                    self._finishing.append(job)
+        self._span("talker_step+code_predictor", t0, {"rows": n_rows})
+        self.timings["step"] += time.perf_counter() - t0
+
+    # -- vocoder
+    def _packet_target(self, job: _Job) -> int:
+        ramp = self.settings.packet_ramp
+        return ramp[min(job.packets, len(ramp) - 1)]
+
+    def _vocode(self) -> None:
+        import torch
+
+        with self._cond:
+            candidates = [j for j in list(self._slots.values()) + self._finishing if not j.cancelled]
+        ready = [j for j in candidates if j.pending and (len(j.pending) >= self._packet_target(j) or not j.generating)]
+        empty_done = [j for j in candidates if not j.generating and not j.pending]
+        ready.sort(key=lambda j: (j.priority, j.seq))
+        if self.settings.vocoder_rows:
+            ready = ready[: self.settings.vocoder_rows]
+        by_len: dict[int, list[_Job]] = {}
+        for job in ready:
+            t = len(job.pending) if not job.generating else self._packet_target(job)
+            by_len.setdefault(t, []).append(job)
+        t0 = time.perf_counter()
+        codec = self._ckpt.codec
+        for t, jobs in sorted(by_len.items(), key=lambda kv: min(j.priority for j in kv[1])):
+            codes = np.stack([np.stack(j.pending[:t]) for j in jobs])  # [k, t, G]
+            try:
+                with torch.inference_mode():
+                    pcm = codec.decode_streams(torch.from_numpy(codes).to(codec.device), [j.codec_state for j in jobs])
+                    pcm = pcm.float().cpu().numpy()
+            except Exception as e:  # noqa: BLE001
+                log.exception("vocoder failed")
+                for job in jobs:
+                    self._fail(job, EngineError("internal", f"vocoder failed: {e}"))
+                continue
+            self.counters["vocoder_calls"] += 1
+            for job, row in zip(jobs, pcm):
+                del job.pending[:t]
+                last = not job.generating and not job.pending
+                self._post(job.stream._deliver, PcmChunk(row, job.vocoded, last))
+                job.vocoded += t
+                job.packets += 1
+                self.counters["audio_s"] += t * FRAME_S
+                if last:
+                    self._complete(job)
+        for job in empty_done:
+            self._post(job.stream._deliver, PcmChunk(np.zeros(0, dtype=np.float32), job.vocoded, True))
+            self._complete(job)
+        if ready:
+            self._span("vocoder", t0, {"rows": len(ready)})
+            self.timings["vocoder"] += time.perf_counter() - t0
+
+    def _complete(self, job: _Job) -> None:
+        with self._cond:
+            if job in self._finishing:
+                self._finishing.remove(job)
+            self._forget(job, "completed")
+
+    # -- tracing
+    def _span(self, name: str, t0: float, args: dict) -> None:
+        if self.trace is not None:
+            self.trace.append((name, t0, time.perf_counter() - t0, args))
