@@ -209,6 +209,14 @@ class EspeakEngine(Engine):
         with self._wake:
             self._cancelled.add(stream.request.request_id)
 
+    def _update_deadline(self, stream: SynthesisStream, deadline: float) -> None:
+        with self._wake:
+            for i, (_, order, queued) in enumerate(self._jobs):
+                if queued is stream:
+                    self._jobs[i] = (deadline, order, stream)
+                    heapq.heapify(self._jobs)
+                    return
+
     def voice_for(self, request: SynthesisRequest) -> str:
         language = request.language if request.language != "auto" else language_of(request.text)
         voice = self.language_voices.get(language)

@@ -148,3 +148,24 @@ async def test_close_ends_every_open_stream():
     for stream in streams:
         await asyncio.wait_for(drain(stream), 5)  # would hang if close left it open
         assert stream.done
+
+
+@needs_espeak
+async def test_the_earliest_deadline_is_spoken_first(engine):
+    busy = engine.synthesize(SynthesisRequest(text="Keep the worker busy for a moment. " * 30, language="en"))
+    for _ in range(2000):
+        if engine.stats()["active"]:
+            break
+        await asyncio.sleep(0.001)
+    late = engine.synthesize(SynthesisRequest(text="Later.", language="en", deadline=1e12))
+    soon = engine.synthesize(SynthesisRequest(text="Sooner.", language="en", deadline=1e12))
+    soon.set_deadline(0.0)  # the playout is about to run dry
+    order = []
+
+    async def finish(name, stream):
+        async for _ in stream:
+            pass
+        order.append(name)
+
+    await asyncio.gather(finish("busy", busy), finish("late", late), finish("soon", soon))
+    assert order.index("soon") < order.index("late")
