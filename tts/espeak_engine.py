@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import heapq
 import itertools
 import logging
+import math
 import re
 import threading
 
@@ -60,23 +62,32 @@ def language_of(text: str) -> str:
 
 
 def resample(x: np.ndarray, src_rate: int, dst_rate: int, taps: int = 16) -> np.ndarray:
-    """Band-limited resampling by a Hann-windowed sinc (enough for a demo voice)."""
+    """Band-limited polyphase resampling with a Hann-windowed sinc (enough for a demo voice)."""
     if src_rate == dst_rate or len(x) == 0:
         return x.astype(np.float32, copy=False)
-    n_out = len(x) * dst_rate // src_rate
-    cutoff = min(1.0, dst_rate / src_rate)
+    g = math.gcd(src_rate, dst_rate)
+    up, down = dst_rate // g, src_rate // g
+    table = _polyphase_table(up, down, taps)
     offsets = np.arange(-taps // 2 + 1, taps // 2 + 1)
-    padded = np.pad(x.astype(np.float64), (taps, taps))
+    padded = np.pad(x.astype(np.float32, copy=False), (taps, taps))
+    n_out = len(x) * up // down
     out = np.empty(n_out, dtype=np.float32)
-    step = src_rate / dst_rate
-    for start in range(0, n_out, 8192):  # blocks bound the (n, taps) temporaries
-        t = np.arange(start, min(start + 8192, n_out)) * step
-        base = np.floor(t).astype(np.int64)
-        dist = (t - base)[:, None] - offsets[None, :]
-        h = cutoff * np.sinc(cutoff * dist) * (0.5 + 0.5 * np.cos(np.pi * dist / (taps / 2)))
-        h /= h.sum(axis=1, keepdims=True)  # unity gain at DC for every phase
-        out[start : start + len(t)] = (padded[base[:, None] + offsets[None, :] + taps] * h).sum(axis=1)
+    for start in range(0, n_out, 16384):  # blocks bound the (n, taps) temporaries
+        pos = np.arange(start, min(start + 16384, n_out)) * down
+        base, phase = pos // up, pos % up
+        window = padded[base[:, None] + (offsets + taps)[None, :]]
+        out[start : start + len(pos)] = np.einsum("ij,ij->i", window, table[phase])
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def _polyphase_table(up: int, down: int, taps: int) -> np.ndarray:
+    """Filter taps for each of the `up` output phases, normalised to unity gain at DC."""
+    cutoff = min(1.0, up / down)
+    offsets = np.arange(-taps // 2 + 1, taps // 2 + 1)
+    dist = (np.arange(up) / up)[:, None] - offsets[None, :]
+    h = cutoff * np.sinc(cutoff * dist) * (0.5 + 0.5 * np.cos(np.pi * dist / (taps / 2)))
+    return (h / h.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
 class _Library:
