@@ -43,6 +43,7 @@ log = logging.getLogger("voxgate.twilio")
 MAX_SEND_BACKLOG_BYTES = 48 * 1024
 MAX_MEDIA_BYTES = 8000  # one second of μ-law; Twilio sends 160-byte (20 ms) chunks
 DTMF_DIGITS = frozenset("0123456789*#ABCDabcd")
+START_TIMEOUT_S = 10.0  # Twilio sends `start` right after connecting; a socket that does not is not Twilio
 CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN_LATER = 1013
 
@@ -205,11 +206,12 @@ class _TwilioStream:
     async def run(self) -> None:
         limits = self.gateway.config.server.limits
         while not self.ws.closed:
+            timeout = limits.idle_timeout_s if self.call is not None else START_TIMEOUT_S
             try:
-                msg = await asyncio.wait_for(self.ws.receive(), timeout=limits.idle_timeout_s)
+                msg = await asyncio.wait_for(self.ws.receive(), timeout=timeout)
             except asyncio.TimeoutError:  # Twilio may never send `stop`
                 self.end_reason = "idle_timeout"
-                await self._error(P.IDLE_TIMEOUT, f"no message from Twilio for {limits.idle_timeout_s:g} s")
+                await self._error(P.IDLE_TIMEOUT, f"no {'message' if self.call else 'start'} from Twilio for {timeout:g} s")
                 return
             if msg.type == WSMsgType.TEXT:
                 try:
