@@ -127,10 +127,12 @@ class VoiceConfig:
     normalize: bool = True
     stress: bool = False  # Russian stress marks (silero-stress) for stress-trained finetunes
     stress_format: str = "plus"  # plus ('+' before the vowel) | acute (combining accent after it)
+    stress_homographs: bool = True  # silero's context model (замок, готов); off = far cheaper, homographs unmarked
     lexicon: dict[str, dict[str, str]] = field(default_factory=dict)  # language -> word -> spoken form
 
     def validate(self, check) -> None:
         check(self.stress_format in ("plus", "acute"), "stress_format", "must be plus or acute")
+        check(isinstance(self.stress_homographs, bool), "stress_homographs", "must be true or false")
 
 
 @dataclass

@@ -14,11 +14,12 @@ from tts.frontend import FrontendOptions, apply_lexicon, detect_language, normal
 from tts.frontend.cli import normalize_main
 
 CASES_PATH = Path(__file__).with_name("cases.tsv")
+HELDOUT_PATH = Path(__file__).with_name("cases_heldout.tsv")
 
 
-def load_cases() -> list[tuple[str, str, str, str]]:
+def load_cases(path: Path = CASES_PATH) -> list[tuple[str, str, str, str]]:
     rows = []
-    for line in CASES_PATH.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip() or line.startswith("#") or line.startswith("lang\t"):
             continue
         lang, category, text, expected = line.split("\t")
@@ -33,6 +34,7 @@ def canon(s: str) -> str:
 
 
 CASES = load_cases()
+HELDOUT = load_cases(HELDOUT_PATH)
 
 
 def test_case_table_is_large_enough():
@@ -42,6 +44,11 @@ def test_case_table_is_large_enough():
 
 @pytest.mark.parametrize("lang,category,text,expected", CASES, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(CASES)])
 def test_case_table(lang, category, text, expected):
+    assert canon(normalize(text, lang)) == canon(expected)
+
+
+@pytest.mark.parametrize("lang,category,text,expected", HELDOUT, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(HELDOUT)])
+def test_heldout_table(lang, category, text, expected):
     assert canon(normalize(text, lang)) == canon(expected)
 
 

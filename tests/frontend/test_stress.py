@@ -65,3 +65,36 @@ def test_loading_the_model_leaves_torch_thread_count_unchanged():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=Path(__file__).parents[2])
     assert out.stdout.split() == ["True", "2"], out.stderr
+
+
+def test_without_the_homograph_model_homographs_stay_unmarked():
+    out = add_stress("Повесьте замок на дверь.", homographs=False)
+    assert "замок" in out  # left for the speech model to decide
+    assert "Пов+есьте" in out
+
+
+async def test_prepare_text_async_runs_stress_off_the_event_loop():
+    import asyncio
+    import threading
+
+    from tts.frontend import prepare_text_async
+    from tts.frontend import stress as stress_mod
+
+    seen = []
+    real = stress_mod._load
+
+    def spy():
+        seen.append(threading.current_thread() is threading.main_thread())
+        return real()
+
+    stress_mod._load = spy
+    stress_mod._stressed.cache_clear()
+    try:
+        out = await prepare_text_async("Готов к 5 марта.", "ru", FrontendOptions(stress=True))
+    finally:
+        stress_mod._load = real
+    assert out.text == "Гот+ов к п+ятому м+арта."
+    assert seen == [False]
+    plain = await prepare_text_async("Готов к 5 марта.", "ru", FrontendOptions())
+    assert plain.text == "Готов к пятому марта."
+    assert asyncio.get_running_loop() is not None

@@ -31,6 +31,7 @@ class FrontendOptions:
     stress_format: str = "plus"  # plus ('+' before the vowel) | acute (combining accent after it)
     lexicon: dict = field(default_factory=dict)  # language -> {word: spoken form}; "*" applies to all
     stress_single_vowel: bool = False  # also mark one-vowel words ("н+а")
+    stress_homographs: bool = True  # context model for замок/готов/все: most of the stress cost
 
 
 @dataclass(frozen=True)
@@ -100,5 +101,18 @@ def prepare_text(text: str, language: str = "auto", options: FrontendOptions = F
     if options.stress and lang == "ru":
         from .stress import add_stress
 
-        out = add_stress(spoken, options.stress_format, options.stress_single_vowel)
+        out = add_stress(spoken, options.stress_format, options.stress_single_vowel, options.stress_homographs)
     return PreparedText(text=out, language=lang, normalized=spoken)
+
+
+async def prepare_text_async(
+    text: str, language: str = "auto", options: FrontendOptions = FrontendOptions()
+) -> PreparedText:
+    """`prepare_text` for the event loop: inline when it is cheap (normalisation alone, well
+    under a millisecond), in a worker thread when Russian stress is on (milliseconds per
+    sentence, and 2-3 s for the first call, which loads the model)."""
+    if not options.stress:
+        return prepare_text(text, language, options)
+    import asyncio
+
+    return await asyncio.to_thread(prepare_text, text, language, options)

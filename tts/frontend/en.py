@@ -161,7 +161,8 @@ def _times(s: str) -> str:
         return f"{cardinal(h)} {minutes}{suffix}"
 
     s = re.sub(r"(?<![\d:])([01]?\d|2[0-3]):([0-5]\d)(?:\s?([ap])\.?m\.?(?![a-z]))?(?![\d:])", time, s, flags=re.I)
-    return re.sub(r"(?<![\d:.,])(1[0-2]|0?[1-9])()\s?([ap])\.?m\b\.?", time, s, flags=re.I)
+    s = re.sub(r"(?<![\d:.,])(1[0-2]|0?[1-9])()\s?([ap])\.?m\b\.?", time, s, flags=re.I)
+    return re.sub(r"\b([ap] m)\s*[-–—]\s*(?=[a-z]+\b)", r"\1 to ", s)  # 9am-5pm
 
 
 _CURRENCIES = {"$": ("dollar", "cent"), "usd": ("dollar", "cent"), "€": ("euro", "cent"), "eur": ("euro", "cent"),
@@ -273,7 +274,12 @@ def _signs_and_math(s: str) -> str:
     return re.sub(r"\bNo\.\s?(?=\d)", "number ", s)
 
 
+_SAID_AS_DIGITS = {"911", "999", "112", "411"}  # emergency and service numbers
+
+
 def _numbers(s: str) -> str:
+    said = "|".join(sorted(_SAID_AS_DIGITS))
+    s = re.sub(rf"(?<![\d.,])({said})(?![\d.,]\d|\d)", lambda m: _digits(m.group(1)), s)
     s = re.sub(r"(?<![\d.,])(\d+(?:,\d{3})*)\.(\d+)(?![\d.]\d)", lambda m: decimal(m.group(0)), s)
     return re.sub(rf"(?<![\d.])({_NUM})", lambda m: cardinal(_to_int(m.group(1))), s)
 
@@ -315,6 +321,7 @@ def normalize_en(text: str) -> str:
     s = _dates(s)
     s = _years(s)
     s = _times(s)
+    s = re.sub(r"(?:(?<=^)|(?<=[\s(]))[-−](?=[$€£]?\d)", "minus ", s)
     s = _money(s)
     s = _units(s)
     s = _ordinals(s)

@@ -273,13 +273,14 @@ def _amount(num: str, case: str, unit: str | None, mult: str | None) -> str:
     if unit is None:
         return decimal(whole, frac, case) if frac else cardinal(n, case)
     g = gender_of(unit)
-    words = f"{cardinal(n, case, g)} {counted(n, unit, case)}"
-    if frac:
-        cents = int(frac[:2].ljust(2, "0"))
-        sub = _SUBUNIT.get(unit, "копейка")
-        if cents:
-            words += f" {cardinal(cents, case, gender_of(sub))} {counted(cents, sub, case)}"
-    return words
+    cents = int(frac[:2].ljust(2, "0")) if frac else 0
+    sub = _SUBUNIT.get(unit, "копейка")
+    parts = []
+    if n or not cents:
+        parts.append(f"{cardinal(n, case, g)} {counted(n, unit, case)}")
+    if cents:
+        parts.append(f"{cardinal(cents, case, gender_of(sub))} {counted(cents, sub, case)}")
+    return " ".join(parts)
 
 
 def _count_case(s: str, pos: int) -> str:
@@ -338,6 +339,8 @@ def _units(s: str) -> str:
         g = gender_of(lemma)
         stop = _stop(s, m.end(), u + dot) if dot else ""
         last = num2 or num
+        if num2 is None and re.fullmatch(r"1[.,]5", num):  # "1,5 ч": полтора часа
+            return f"{'полторы' if g == 'femn' else 'полтора'} {inflect(lemma, 'gent', 'sing')}{tail}{stop}"
         head = f"{_amount(num, case, None, None) if ',' in num or '.' in num else cardinal(_to_int(num), case, g)}"
         if num2:
             head += "-" + (_amount(num2, case, None, None) if "," in num2 or "." in num2 else cardinal(_to_int(num2), case, g))

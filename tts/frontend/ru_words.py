@@ -127,7 +127,12 @@ def counted(n: int, lemma: str, case: str = "nomn", after_in: bool = False) -> s
     return inflect(lemma, c, number, after_in)
 
 
+_GENDER = {"евро": "masc", "кофе": "masc"}  # the dictionary says neuter; speech says "один евро"
+
+
 def gender_of(lemma: str) -> str:
+    if lemma in _GENDER:
+        return _GENDER[lemma]
     p = _lemma_parse(lemma)
     if p is None:
         return "masc"

@@ -7,6 +7,7 @@ Calls are serialised by a lock: the model object is not documented as thread-saf
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 
@@ -48,16 +49,24 @@ def warm_up() -> None:
     add_stress("Замок готов.")
 
 
-def add_stress(text: str, fmt: str = "plus", single_vowel: bool = False) -> str:
+def add_stress(text: str, fmt: str = "plus", single_vowel: bool = False, homographs: bool = True) -> str:
     """Stress marks and ё for Russian text: '+' before the stressed vowel (fmt='plus') or a
     combining acute accent after it (fmt='acute'). Words with one vowel stay unmarked unless
-    single_vowel. A literal '+' in the text is kept apart from the marks by a space."""
+    single_vowel. homographs=False skips the context model (замок, готов, все/всё): much
+    cheaper, but those words are left unmarked. A literal '+' before a vowel gets a space."""
     if fmt not in ("plus", "acute"):
         raise ValueError(f"stress format must be plus or acute, not {fmt!r}")
+    return _stressed(text, fmt, single_vowel, homographs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stressed(text: str, fmt: str, single_vowel: bool, homographs: bool) -> str:
+    """Cached: agents repeat their phrases (greetings, confirmations, goodbyes)."""
     accentor = _load()
     text = re.sub(rf"\+(?=[{_VOWELS}])", "+ ", text)
+    flags = {} if homographs else {"put_stress_homo": False, "put_yo_homo": False}
     with _lock:
-        marked = accentor(text, stress_single_vowel=single_vowel)
+        marked = accentor(text, stress_single_vowel=single_vowel, **flags)
     if fmt == "acute":
         marked = re.sub(rf"\+([{_VOWELS}])", lambda m: m.group(1) + _ACUTE, marked)
     return marked
