@@ -169,3 +169,11 @@ async def test_the_earliest_deadline_is_spoken_first(engine):
 
     await asyncio.gather(finish("busy", busy), finish("late", late), finish("soon", soon))
     assert order.index("soon") < order.index("late")
+
+
+@needs_espeak
+async def test_a_sentence_chunk_ends_with_a_pause_and_starts_without_one(engine):
+    sentence = await speak(engine, "Hello there.", language="en")
+    fragment = await speak(engine, "Hello there", language="en")
+    assert 0.2 < (len(sentence) - len(fragment)) / SAMPLE_RATE < 0.35  # the pause between sentences
+    assert np.flatnonzero(np.abs(sentence) > 0.002)[0] < 0.01 * SAMPLE_RATE  # no latency in the audio itself
