@@ -153,3 +153,24 @@ async def test_a_full_gateway_refuses_new_calls_with_at_capacity(make_gateway):
     with pytest.raises(websockets.ConnectionClosed) as closed:
         await tw.recv()
     assert closed.value.rcvd.code == 1013
+
+
+async def test_user_text_reaches_the_built_in_agent_and_its_reply_plays_on_twilio(make_gateway):
+    from gateway import agent
+
+    gw = await make_gateway(llm={"kind": "simulated", "ttft_ms": 20, "tokens_per_s": 400})
+    agent.install(gw)
+    tw = await TwilioClient.connect(gw, stream_sid="MZa", call_sid="CAa")
+    await tw.start()
+    control = await Control.connect(gw)
+    await control.attach("CAa")
+    await control.send({"type": "user.text", "text": "Hello?"})
+    start = await control.expect("audio.start")
+    msg, _ = await tw.recv()
+    assert msg["event"] == "media"
+    await control.send({"type": "interrupt"})
+    while msg["event"] != "clear":
+        msg, _ = await tw.recv()
+    done = await control.expect("turn.done", turn_id=start["turn_id"])
+    assert done["interrupted"] is True
+    await tw.stop()
