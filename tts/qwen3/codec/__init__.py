@@ -13,6 +13,11 @@ same number of frames t and advances the state in place:
     state = dec.new_state(batch_size)
     pcm = dec.decode_step(codes_chunk, state)  # [B, t, 16] → [B, t·1920]
 
+The step writes the new history into the state's own tensors (their storage
+never changes, so an engine can capture the step in a CUDA graph per (B, t)
+bucket) and makes no device→host sync; out-of-range codes are clamped there,
+while `decode` refuses them with `CodecError('bad_codes')`.
+
 Concatenating the outputs of any chunking equals `decode` of the whole
 sequence (to float rounding, ≤ 1e-5 in fp32): nothing is recomputed and no
 left context is re-decoded.
@@ -23,7 +28,7 @@ streams, each at its own position, in one call. Two ways:
 * a state object per stream (`dec.new_state(1)`), and each step
   `dec.decode_streams(codes[B, t, 16], [state_a, state_b, ...])` — stacks the
   states, runs one batched step, and writes each stream's new history back
-  into its own object (copies, no shared storage);
+  into its own object (`copy_from`; no storage shared between streams);
 * one persistent batch state for all slots, with
   `sub = state.select(rows)` → `dec.decode_step(codes, sub)` →
   `state.assign(rows, sub)`; `StreamingCodecState.stack([...])` and

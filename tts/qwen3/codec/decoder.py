@@ -71,12 +71,13 @@ class CodecDecoder(nn.Module):
         self.prepare()
 
     def prepare(self) -> None:
-        """Derive what checkpoints do not store (lookup tables, RoPE frequencies)."""
+        """Derive what checkpoints do not store (lookup tables, RoPE frequencies, folded
+        Snake and polyphase weights); call again after changing parameters."""
         with torch.no_grad():
             self.quantizer.prepare(self.pre_conv.conv.weight.dtype)
             self.pre_transformer.prepare()
             for module in self.modules():
-                if isinstance(module, CausalConvTranspose1d):
+                if isinstance(module, (CausalConvTranspose1d, SnakeBeta)):
                     module.prepare()
 
     @property
