@@ -94,16 +94,18 @@ def measure_cost(rounds: int) -> list[dict]:
         first_ms = (time.perf_counter() - t0) * 1000
         for s in sentences:  # warm caches
             prepare_text(s, "auto", options)
-        times = []
+        times, cpu = [], []
         for _ in range(rounds):
             for s in sentences:
                 stress._stressed.cache_clear()
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 prepare_text(s, "auto", options)
                 times.append((time.perf_counter() - t) * 1000)
+                cpu.append((time.process_time() - c) * 1000)
         rows.append({
             "lang": lang, "what": what, "calls": len(times), "first_call_ms": first_ms,
             "median_ms": statistics.median(times), "p99_ms": _percentile(times, 0.99), "max_ms": max(times),
+            "cpu_median_ms": statistics.median(cpu), "cpu_p99_ms": _percentile(cpu, 0.99),
             "mean_chars": sum(map(len, sentences)) / len(sentences),
         })
     return rows
@@ -223,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--failures", action="store_true", help="with --compare: print each failed case")
     p.add_argument("--cases", type=Path, default=CASES, help="with --compare: the case table (TSV)")
     p.add_argument("--rounds", type=int, default=20, help="cost: passes over the sentence set")
+    p.add_argument("--threads", type=int, default=0, help="cost: torch intra-op threads (0: leave as is)")
     args = p.parse_args(argv)
     if args.compare:
         rows = compare(args.failures, args.cases)
@@ -241,15 +244,20 @@ def main(argv: list[str] | None = None) -> int:
                                  if c in r["by_category"])
                 print(f"  {r['lang']} {r['option']}: {cells}")
         return 0
+    import os
+
     import torch
 
-    print(f"torch threads: {torch.get_num_threads()}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}, load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     rows = measure_cost(args.rounds)
-    print(f"{'lang':4} {'what':28} {'calls':>6} {'median ms':>10} {'p99 ms':>8} {'max ms':>8} {'first call ms':>14}")
+    print(f"{'lang':4} {'what':34} {'calls':>6} {'median ms':>10} {'p99 ms':>8} {'max ms':>8} "
+          f"{'cpu med ms':>10} {'cpu p99 ms':>10} {'first call ms':>14}")
     for r in rows:
-        print(f"{r['lang']:4} {r['what']:28} {r['calls']:>6} {r['median_ms']:>10.2f} {r['p99_ms']:>8.2f}"
-              f" {r['max_ms']:>8.2f} {r['first_call_ms']:>14.0f}")
-    print(f"torch threads after: {torch.get_num_threads()}")
+        print(f"{r['lang']:4} {r['what']:34} {r['calls']:>6} {r['median_ms']:>10.2f} {r['p99_ms']:>8.2f}"
+              f" {r['max_ms']:>8.2f} {r['cpu_median_ms']:>10.2f} {r['cpu_p99_ms']:>10.2f} {r['first_call_ms']:>14.0f}")
+    print(f"torch threads after: {torch.get_num_threads()}, load average: {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -92,7 +92,6 @@ def _stop(s: str, end: int, token: str) -> str:
 def _agree(n: int, s: str, start: int, end: int) -> tuple[str, str, bool]:
     """(case, gender, animate) of the cardinal n at s[start:end] from the preposition and the next noun."""
     preps = _prep_cases(s, start)
-    word, _ = _prev(s, start)
     nxt = _next_word(s, end)
     readings = noun_readings(nxt) if nxt else ()
     cands: list[tuple[str, str, bool]] = []
@@ -103,9 +102,8 @@ def _agree(n: int, s: str, start: int, end: int) -> tuple[str, str, bool]:
                 cands.append((c, rg, anim))
                 break
     if cands:
+        # the noun's form outweighs a preposition that may govern another word ("в течение 2 дней")
         case = _choose([c for c, _, _ in cands], preps)
-        if preps and case not in preps and word not in ("", None):
-            case = case  # the noun outweighs a preposition that may govern something else
         g, anim = next((g, a) for c, g, a in cands if c == case)
         return case, g, anim
     return (preps[0] if preps else "nomn"), "masc", False
