@@ -8,6 +8,8 @@ end, the server's own clock lateness, and the server's CPU per call.
 
     .venv/bin/python -m tests.telephony.probe_pacing --leg twilio --calls 50 --seconds 8
     .venv/bin/python -m tests.telephony.probe_pacing --leg audiosocket --calls 50 --seconds 8
+    .venv/bin/python -m tests.telephony.probe_pacing --leg bargein --calls 20   # 20 interrupts per leg
+    .venv/bin/python -m tests.telephony.probe_pacing --leg frame-cost
 """
 
 from __future__ import annotations
@@ -130,6 +132,9 @@ telephony: {{audiosocket_port: {as_port}}}
     try:
         server.stdout.readline()  # "voxgate listening on …"
         base = f"ws://127.0.0.1:{http_port}"
+        if args.leg == "bargein":
+            print(json.dumps(await bargein(base, as_port, args.calls)))
+            return
         text = " ".join(["This sentence keeps the line busy for a while."] * max(1, int(args.seconds / 3.3)))
         start = asyncio.Event()
         arrivals: list[list[float]] = []
@@ -159,6 +164,49 @@ telephony: {{audiosocket_port: {as_port}}}
         os.unlink(cfg.name)
 
 
+async def bargein(base: str, as_port: int, reps: int) -> dict:
+    """Interrupt → Twilio `clear` received; interrupt → first silent AudioSocket frame (ms, one call at a time)."""
+    text = "A long answer that the caller will interrupt right in the middle of it. " * 4
+    twilio_ms, as_ms = [], []
+    async with websockets.connect(f"{base}/v1/twilio", compression=None) as tw, websockets.connect(f"{base}/v1/control") as ctl:
+        await tw.send(json.dumps({"event": "start", "streamSid": "MZb", "start": {"streamSid": "MZb", "callSid": "CAb"}}))
+        await ctl.send(json.dumps({"type": "call.attach", "call_id": "CAb"}))
+        for i in range(reps):
+            await ctl.send(json.dumps({"type": "text", "turn_id": f"t{i}", "text": text, "final": True}))
+            for _ in range(15):  # 300 ms into the turn
+                while json.loads(await tw.recv())["event"] != "media":
+                    pass
+            t0 = time.monotonic()
+            await ctl.send(json.dumps({"type": "interrupt"}))
+            while json.loads(await tw.recv())["event"] != "clear":
+                pass
+            twilio_ms.append((time.monotonic() - t0) * 1000)
+    call = uuid.uuid4()
+    reader, writer = await asyncio.open_connection("127.0.0.1", as_port)
+    writer.write(struct.pack(">BH", 1, 16) + call.bytes)
+    async with websockets.connect(f"{base}/v1/control") as ctl:
+        await ctl.send(json.dumps({"type": "call.attach", "call_id": str(call)}))
+
+        async def frame() -> bytes:
+            kind, length = struct.unpack(">BH", await reader.readexactly(3))
+            return await reader.readexactly(length)
+
+        for i in range(reps):
+            await ctl.send(json.dumps({"type": "text", "turn_id": f"t{i}", "text": text, "final": True}))
+            while not any(await frame()):
+                pass
+            for _ in range(15):
+                await frame()
+            t0 = time.monotonic()
+            await ctl.send(json.dumps({"type": "interrupt"}))
+            while any(await frame()):
+                pass
+            as_ms.append((time.monotonic() - t0) * 1000)
+    writer.close()
+    return {"reps": reps, "twilio_clear_ms_p50": round(float(np.median(twilio_ms)), 1), "twilio_clear_ms_max": round(max(twilio_ms), 1),
+            "audiosocket_silence_ms_p50": round(float(np.median(as_ms)), 1), "audiosocket_silence_ms_max": round(max(as_ms), 1)}
+
+
 def frame_cost() -> None:
     """CPU of one outbound Twilio frame: PCM16 → μ-law → base64 → JSON text."""
     pcm = (np.sin(np.arange(160) / 3) * 8000).astype("<i2").tobytes()
@@ -173,7 +221,7 @@ def frame_cost() -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--leg", choices=["twilio", "audiosocket", "frame-cost"], default="twilio")
+    ap.add_argument("--leg", choices=["twilio", "audiosocket", "bargein", "frame-cost"], default="twilio")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=8.0)
     a = ap.parse_args()
