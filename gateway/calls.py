@@ -85,7 +85,9 @@ class CallRegistry:
         return len({id(c) for c in self._calls.values()})
 
     def get(self, call_id: str) -> Call | None:
-        return self._calls.get(call_id)
+        """The live call known by this id (a call whose session just closed is gone already)."""
+        call = self._calls.get(call_id)
+        return call if call is not None and not call.session.closed else None
 
     def track(self, close: Callable[[], Awaitable[None]]) -> None:
         """Registers the running socket handler and how to close its socket; `shutdown` uses both."""
@@ -113,7 +115,7 @@ class CallRegistry:
                              instruct: str | None = None) -> Call:
         """`call.attach`: joins the call, or creates it to wait for its media leg. Sends `call.attached`."""
         call_id = normalize_call_id(call_id)
-        call = self._calls.get(call_id)
+        call = self.get(call_id)
         if call is not None and call.control is not None:
             raise P.ProtocolError(P.CALL_BUSY, f"call {call_id!r} already has a control socket")
         if call is None:
@@ -149,7 +151,7 @@ class CallRegistry:
         ids = list(dict.fromkeys(normalize_call_id(i) for i in ids if i))
         if not ids:
             raise P.ProtocolError(P.BAD_MESSAGE, "the media leg names no call id")
-        call = next((self._calls[i] for i in ids if i in self._calls), None)
+        call = next((c for c in map(self.get, ids) if c is not None), None)
         if call is not None and call.media_state != "waiting":
             raise P.ProtocolError(P.CALL_BUSY, f"call {call.call_id!r} already has a media leg")
         if call is None:
@@ -160,7 +162,7 @@ class CallRegistry:
                 timer.cancel()
             call.timers.clear()
             for i in ids:
-                if i not in self._calls:
+                if self.get(i) is None:
                     self._calls[i] = call
                     call.aliases.add(i)
         self._start_call_timer(call)

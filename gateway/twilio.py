@@ -43,6 +43,7 @@ log = logging.getLogger("voxgate.twilio")
 MAX_SEND_BACKLOG_BYTES = 48 * 1024
 MAX_MEDIA_BYTES = 8000  # one second of μ-law; Twilio sends 160-byte (20 ms) chunks
 DTMF_DIGITS = frozenset("0123456789*#ABCDabcd")
+MAX_OUTSTANDING_MARKS = 256
 START_TIMEOUT_S = 10.0  # Twilio sends `start` right after connecting; a socket that does not is not Twilio
 CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN_LATER = 1013
@@ -103,9 +104,12 @@ class TwilioLeg:
         """Marks go after the frame that holds their chunk's last audio."""
         while self._to_send:
             name, mark = self._to_send.pop(0)
+            if not self._usable():
+                continue
+            if len(self.sent_marks) >= MAX_OUTSTANDING_MARKS:  # a far end that never echoes must not grow our memory
+                del self.sent_marks[next(iter(self.sent_marks))]
             self.sent_marks[name] = mark
-            if self._usable():
-                await self.ws.send_str('{"event":"mark","streamSid":' + self._sid + ',"mark":{"name":' + json.dumps(name) + "}}")
+            await self.ws.send_str('{"event":"mark","streamSid":' + self._sid + ',"mark":{"name":' + json.dumps(name) + "}}")
 
     def on_playout_event(self, event: PlayoutEvent) -> None:
         if event.type == "mark":
