@@ -174,3 +174,26 @@ async def test_user_text_reaches_the_built_in_agent_and_its_reply_plays_on_twili
     done = await control.expect("turn.done", turn_id=start["turn_id"])
     assert done["interrupted"] is True
     await tw.stop()
+
+
+async def test_draining_gateway_ends_telephony_calls_with_shutting_down(make_gateway):
+    from tests.telephony.clients import AudioSocketClient
+
+    gw = await make_gateway()
+    tw = await TwilioClient.connect(gw, stream_sid="MZd", call_sid="CAd")
+    await tw.start()
+    tw_control = await Control.connect(gw)
+    await tw_control.attach("CAd")
+    asock = await AudioSocketClient.connect(gw)
+    as_control = await Control.connect(gw)
+    await as_control.attach(str(asock.uuid))
+    await as_control.expect("call.media", state="connected")
+    await gw.drain(timeout=0.1)
+    for control in (tw_control, as_control):
+        assert (await control.expect("error"))["code"] == "shutting_down"
+        await control.expect("session.ended")
+    with pytest.raises(websockets.ConnectionClosed):
+        while True:
+            await tw.recv()
+    rest = await asock.read_until_eof()
+    assert rest[-1] == (0x00, b"")
