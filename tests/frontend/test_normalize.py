@@ -134,3 +134,35 @@ def test_frontend_imports_without_its_heavy_dependencies():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).parents[2])
     assert out.stdout.strip() == "[]", out.stderr
+
+
+# ------------------------------------------------------------------ robustness
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ATOMS = ["5", "21", "3,5", "3.5", "10:30", "1990", "г.", "руб.", "₽", "$", "€", "%", "-", "–", "+", "/", "(", ":",
+          ".", ",", "№", "°C", "км", "ч", "млн", "тыс.", "1-й", "XX", "в.", "в", "с", "до", "марта", "года", "книги",
+          "Mr.", "5pm", "March", "1st", "USB", "СБП", "123-45-67", "+7", "800", "12.04.1961", "2024-03-05", "1/2",
+          "=", "1,000", "12 345", "99999999999999999999", "0,0", "25:00", "31.13.2020", " ", "\n"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_ATOMS), max_size=12).map(" ".join), st.sampled_from(["ru", "en"]))
+def test_normalisers_never_raise(text, lang):
+    assert isinstance(normalize(text, lang), str)
+
+
+def test_a_normaliser_failure_speaks_the_text_as_written(monkeypatch, caplog):
+    import tts.frontend as frontend
+
+    def broken(text, lang):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(frontend, "normalize", broken)
+    assert frontend.prepare_text("Это 5 книг.", "ru").text == "Это 5 книг."
+    assert "failed" in caplog.text
+
+
+def test_very_long_numbers_are_read_digit_by_digit():
+    assert normalize("Карта 12345678901234567", "ru").endswith("один два три четыре пять шесть семь восемь девять ноль "
+                                                               "один два три четыре пять шесть семь")

@@ -12,9 +12,11 @@ homograph model): call `prepare_text` off the event loop.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from dataclasses import dataclass, field
 
+log = logging.getLogger("voxgate.frontend")
 _CYRILLIC = re.compile(r"[\u0400-\u04FF]")
 _SCRIPTS = (
     (re.compile(r"[\u3040-\u30ff]"), "ja"),  # kana before Han: Japanese text mixes both
@@ -96,7 +98,10 @@ def prepare_text(text: str, language: str = "auto", options: FrontendOptions = F
     lexicon = options.lexicon or {}
     spoken = apply_lexicon(spoken, {**lexicon.get("*", {}), **lexicon.get(lang, {})})
     if options.normalize:
-        spoken = normalize(spoken, lang)
+        try:
+            spoken = normalize(spoken, lang)
+        except Exception:  # a normaliser bug must not cost the caller the chunk: speak it as written
+            log.exception("frontend: normalising %r (%s) failed; speaking it as written", text, lang)
     out = spoken
     if options.stress and lang == "ru":
         from .stress import add_stress

@@ -30,10 +30,16 @@ def _us(words: str) -> str:
 
 
 def cardinal(n: int) -> str:
-    return ("minus " + cardinal(-n)) if n < 0 else _us(_n2w()(n, lang="en"))
+    if n < 0:
+        return "minus " + cardinal(-n)
+    if n >= 10**15:  # ids and card numbers: digit by digit
+        return _digits(str(n))
+    return _us(_n2w()(n, lang="en"))
 
 
 def ordinal(n: int) -> str:
+    if n >= 10**15:
+        return cardinal(n)
     return _us(_n2w()(n, lang="en", to="ordinal"))
 
 

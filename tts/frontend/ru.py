@@ -508,6 +508,32 @@ def _abbreviations(s: str) -> str:
     return s
 
 
+_RU_LETTERS = {"Б": "бэ", "В": "вэ", "Г": "гэ", "Д": "дэ", "Ж": "жэ", "З": "зэ", "Й": "й", "К": "ка", "Л": "эл",
+               "М": "эм", "Н": "эн", "П": "пэ", "Р": "эр", "С": "эс", "Т": "тэ", "Ф": "эф", "Х": "ха", "Ц": "цэ",
+               "Ч": "че", "Ш": "ша", "Щ": "ща", "Ъ": "твёрдый знак", "Ь": "мягкий знак"}
+_RU_VOWELS = set("АЕЁИОУЫЭЮЯ")
+
+
+def _is_spelled(word: str) -> bool:
+    """Whether a Cyrillic acronym is said letter by letter (СБП, ГИБДД, ИНН) or as a word (ЕГЭ, МИД, ГОСТ)."""
+    vowels = [ch in _RU_VOWELS for ch in word]
+    if not any(vowels) or len(set(word)) < len(word):
+        return True
+    if any(a and b for a, b in zip(vowels, vowels[1:])):
+        return True  # ОАО
+    return len(word) <= 3 and not vowels[0] and not vowels[1]  # США, СНГ
+
+
+def _cyrillic_acronyms(s: str) -> str:
+    def acronym(m: re.Match) -> str:
+        w = m.group(1)
+        if not _is_spelled(w):
+            return w.lower()
+        return " ".join(_RU_LETTERS.get(ch, ch.lower()) for ch in w)
+
+    return re.sub(rf"(?<![{_L}\w])([А-ЯЁ]{{2,5}})(?![{_L}\w])", acronym, s)
+
+
 def normalize_ru(text: str) -> str:
     s = re.sub(r"[\u00a0\u202f\u2009]", " ", text)
     s = s.replace("−", "-")
@@ -527,4 +553,5 @@ def normalize_ru(text: str) -> str:
     s = _cardinals(s)
     s = _abbreviations(s)
     s = latin.latin_in_russian(s)
+    s = _cyrillic_acronyms(s)
     return re.sub(r"[ \t]{2,}", " ", s).strip()

@@ -46,12 +46,20 @@ def _n2w():
     return num2words
 
 
+_DIGITS = ("ноль", "один", "два", "три", "четыре", "пять", "шесть", "семь", "восемь", "девять")
+_MAX_WORDS = 10**15  # longer numbers (ids, card numbers) are read digit by digit
+
+
 def cardinal(n: int, case: str = "nomn", gender: str = "masc", animate: bool = False) -> str:
+    if abs(n) >= _MAX_WORDS:
+        return ("минус " if n < 0 else "") + " ".join(_DIGITS[int(d)] for d in str(abs(n)))
     words = _n2w()(n, lang="ru", case=_N2W_CASE[case], gender=_N2W_GENDER.get(gender, "m"), animate=animate)
     return _drop_leading_one(n, words)
 
 
 def ordinal(n: int, case: str = "nomn", gender: str = "masc", plural: bool = False) -> str:
+    if n >= _MAX_WORDS:
+        return cardinal(n)
     words = _n2w()(n, lang="ru", to="ordinal", case=_N2W_CASE[case], gender=_N2W_GENDER.get(gender, "m"), plural=plural)
     return words
 
