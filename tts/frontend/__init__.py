@@ -16,6 +16,8 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from .cleanup import strip_markup
+
 log = logging.getLogger("voxgate.frontend")
 _CYRILLIC = re.compile(r"[\u0400-\u04FF]")
 _SCRIPTS = (
@@ -99,7 +101,7 @@ def prepare_text(text: str, language: str = "auto", options: FrontendOptions = F
     spoken = apply_lexicon(spoken, {**lexicon.get("*", {}), **lexicon.get(lang, {})})
     if options.normalize:
         try:
-            spoken = normalize(spoken, lang)
+            spoken = normalize(strip_markup(spoken), lang)
         except Exception:  # a normaliser bug must not cost the caller the chunk: speak it as written
             log.exception("frontend: normalising %r (%s) failed; speaking it as written", text, lang)
     out = spoken

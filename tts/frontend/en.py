@@ -276,6 +276,8 @@ def _signs_and_math(s: str) -> str:
     s = re.sub(r"(?:(?<=^)|(?<=[\s(]))[-−](?=\d)", "minus ", s)
     s = re.sub(r"(?<=[\d\s])=(?=[\s\d])", " equals ", s)
     s = re.sub(r"(?<=\d)\s+\+\s+(?=\d)", " plus ", s)
+    s = re.sub(r"(?<=\d)\s*[×*]\s*(?=\d)", " times ", s)
+    s = re.sub(r"(?<=\d)\s*x\s*(?=\d)", " by ", s)  # 30x40: dimensions
     s = re.sub(r"#\s?(?=\d)", "number ", s)
     return re.sub(r"\bNo\.\s?(?=\d)", "number ", s)
 

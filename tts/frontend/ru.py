@@ -438,7 +438,7 @@ def _fractions(s: str) -> str:
 def _math(s: str) -> str:
     s = re.sub(r"(?<=[\d\s])=(?=[\s\d])", " равно ", s)
     s = re.sub(r"(?<=\d)\s+\+\s+(?=\d)", " плюс ", s)
-    s = re.sub(r"(?<=\d)\s*[×x]\s*(?=\d)", " на ", s)
+    s = re.sub(r"(?<=\d)\s*[×x*]\s*(?=\d)", " на ", s)
     return s
 
 
