@@ -125,7 +125,8 @@ class CallRegistry:
             call.timers.append(asyncio.get_running_loop().call_later(timeout, self._unknown_call, call, timeout))
         call.control = leg
         call.session.attach_text(leg)
-        call.session.emit({"type": "call.attached", "call_id": call_id, "session_id": call.session.session_id})
+        # `voice` says which voice the call speaks with: the media leg's, when it came first.
+        call.session.emit({"type": "call.attached", "call_id": call_id, "session_id": call.session.session_id, "voice": call.session.voice_name})
         if call.media_state == "connected":
             call.session.emit({"type": "call.media", "state": "connected", "leg": call.media_kind})
         await call.session.flush_events()
