@@ -313,7 +313,7 @@ class Session:
             pushed = turn.pushed.get(index, 0)
             if played <= 0 or not pushed:
                 break
-            if index in turn.complete and played >= pushed - 1:
+            if index in turn.complete and played >= pushed - 1 - rate / 10_000:  # chunk_played_ms is rounded to 0.1 ms
                 parts.append(text.strip())
                 continue
             share = min(1.0, played / pushed)

@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 
 from tests.webrtc.peer import ClientPeer
+from tts.espeak_engine import espeak_available
 
 TEXT = "Hello there. This is the WebRTC leg speaking. It pulls frames from the playout."
 
@@ -222,3 +223,41 @@ async def test_offers_beyond_max_sessions_are_refused_with_at_capacity(gateway_f
     finally:
         await first.close()
         await second.close()
+
+
+needs_espeak = pytest.mark.skipif(not espeak_available(), reason="needs the espeak extra (espeakng-loader)")
+
+
+@needs_espeak
+@pytest.mark.parametrize("text", ["Hi there, friend.", "Good morning.", "Yes, of course."])
+async def test_a_fully_played_turn_reports_all_its_text(gateway_factory, text):
+    # eSpeak chunk lengths are not whole milliseconds: played_text must not lose the last word to rounding.
+    gw = await gateway_factory(engine={"kind": "espeak"})
+    peer = ClientPeer(gw.url)
+    try:
+        await peer.connect()
+        peer.send({"type": "text", "turn_id": "t", "text": text, "final": True})
+        done = await peer.next_event("turn.done", turn_id="t")
+        assert done["interrupted"] is False and done["played_text"] == text
+    finally:
+        await peer.close()
+
+
+@needs_espeak
+async def test_played_text_after_barge_in_keeps_every_fully_played_chunk(gateway_factory):
+    gw = await gateway_factory(engine={"kind": "espeak"})
+    peer = ClientPeer(gw.url)
+    try:
+        await peer.connect()
+        peer.send({"type": "session.start", "language": "en"})
+        await peer.next_event("session.started")
+        first = "Thanks for calling the demo line."
+        peer.send({"type": "text", "turn_id": "t", "text": f"{first} The second sentence is much longer and keeps going for quite a while.", "final": True})
+        await peer.next_event("mark", turn_id="t", chunk=0)  # the first sentence has been heard in full
+        await asyncio.sleep(0.3)
+        peer.send({"type": "interrupt"})
+        done = await peer.next_event("turn.done", turn_id="t")
+        assert done["interrupted"] is True
+        assert done["played_text"].startswith(first) and len(done["played_text"]) > len(first)
+    finally:
+        await peer.close()
