@@ -170,5 +170,5 @@ def test_very_long_numbers_are_read_digit_by_digit():
 
 def test_markdown_and_emoji_are_not_spoken():
     out = prepare_text("**Важно:** оплатите до 5 марта 😊\n- пункт 1\n# Итог", "ru").text
-    assert out == "Важно: оплатите до пятого марта \nпункт один\nИтог"
+    assert out == "Важно: оплатите до пятого марта\nпункт один\nИтог"
     assert prepare_text("Use `pip` and *really* check 5*3 🎉.", "en").text == "Use pip and really check five times three."
