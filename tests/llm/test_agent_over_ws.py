@@ -113,6 +113,21 @@ async def test_reply_is_spoken_and_the_history_goes_to_the_next_request(llm_url,
     ]
 
 
+async def test_barge_in_closes_the_llm_stream(llm_url, start_agent_gateway, call):
+    fake, url = llm_url
+    gw = await start_agent_gateway({"base_url": url, "model": "endless"})
+    caller = await call(gw)
+    await caller.send({"type": "user.text", "text": "Talk forever."})
+    await caller.until("audio.start", turn_id="agent-1")
+    await asyncio.sleep(0.6)
+    await caller.send({"type": "interrupt"})
+    done = await caller.until("turn.done", turn_id="agent-1")
+    assert done["interrupted"] is True and done["played_text"]
+    await asyncio.wait_for(fake.hung_up.wait(), 5)  # the HTTP stream was closed, not left running
+    agent = gw.user_text_handler.__self__.agents[next(iter(gw.sessions))]
+    assert agent.conversation.history[-1] == {"role": "assistant", "content": done["played_text"]}
+
+
 @pytest.mark.parametrize(
     "model, key, words",
     [("good", "sk-wrong", "401"), ("boom", KEY, "500"), ("dropped", KEY, "connection")],

@@ -26,6 +26,7 @@ class FakeOpenAi:
 
     def __init__(self):
         self.requests: list[dict] = []
+        self.hung_up = asyncio.Event()  # the client closed an endless stream
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -59,6 +60,15 @@ class FakeOpenAi:
             return resp
         elif model == "no-done":
             await resp.write(sse(delta("Bye")))
+        elif model == "endless":  # a long reply at a few pieces per second, until the client hangs up
+            try:
+                await resp.write(sse(delta("This reply goes on and on. ")))
+                for i in range(400):
+                    await asyncio.sleep(0.05)
+                    await resp.write(sse(delta(f"Part {i} of it. ")))
+            except (ConnectionError, RuntimeError):
+                self.hung_up.set()
+                return resp
         elif model == "slow":
             await resp.write(sse(delta("Wait")))
             await asyncio.sleep(1.5)
