@@ -179,7 +179,14 @@ class WebrtcCall:
         if self.channel is not None:
             return  # the first channel is the protocol's; others are ignored
         self.channel = channel
-        channel.on("message", lambda data: self._spawn(self._on_message(data)))
+        inbox: asyncio.Queue = asyncio.Queue()
+        channel.on("message", inbox.put_nowait)
+        self._spawn(self._read(inbox))
+
+    async def _read(self, inbox: asyncio.Queue) -> None:
+        """One reader, so messages are handled strictly in the order they came."""
+        while True:
+            await self._on_message(await inbox.get())
 
     async def _on_message(self, data) -> None:
         limits = self.gateway.config.server.limits

@@ -261,3 +261,12 @@ async def test_played_text_after_barge_in_keeps_every_fully_played_chunk(gateway
         assert done["played_text"].startswith(first) and len(done["played_text"]) > len(first)
     finally:
         await peer.close()
+
+
+async def test_text_pieces_sent_back_to_back_are_spoken_in_order(gateway, peer):
+    await peer.connect()
+    pieces = ["One two three four five six. ", "Seven eight nine. ", "Ten eleven twelve."]
+    for i, piece in enumerate(pieces):  # the first message also creates the session
+        peer.send({"type": "text", "turn_id": "t", "text": piece, "final": i == len(pieces) - 1})
+    done = await peer.next_event("turn.done", turn_id="t", timeout=20)
+    assert done["played_text"] == "".join(pieces)
