@@ -210,6 +210,8 @@ class Chunker:
         core = _core(tok)
         if core.endswith(".") and not _has_closer(tok):
             word = _abbr_word(core)
+            if word in _MAYBE_FINAL and prev.lower() == "т.":
+                return True  # "т. д.", "т. п." close their phrase
             if word in _NEVER_FINAL or _is_initial(core):
                 return False
             if word == "г" and not _is_number(prev):

@@ -91,6 +91,9 @@ def _phones(s: str) -> str:
         return ", ".join(parts)
 
     s = re.sub(r"(?<![\w+])(\+?1[\s.-]?)?\(?(\d{3})\)?[\s.-](\d{3})[\s.-](\d{4})(?!\d)", nanp, s)
+    s = re.sub(r"(?<![\w+])(\+?\d{1,3})[\s-]\(?(\d{3})\)?[\s-](\d{3})[\s-](\d{2})[\s-](\d{2})(?!\d)",
+               lambda m: ("plus " if m.group(1).startswith("+") else "")
+               + ", ".join(_digits(g) for g in re.findall(r"\d+", m.group(0))), s)  # +7 800 200-00-00
     s = re.sub(r"(?<![\w+])\+(\d{1,3})[\s-]\(?(\d{1,4})\)?(?:[\s-](\d{2,4}))+(?!\d)",
                lambda m: "plus " + ", ".join(_digits(g) for g in re.findall(r"\d+", m.group(0))), s)
     return re.sub(r"(?<![\d-])(\d{3})-(\d{4})(?![\d-])", lambda m: f"{_digits(m.group(1))}, {_digits(m.group(2))}", s)
@@ -164,7 +167,7 @@ def _times(s: str) -> str:
                 return f"{cardinal(h)}{suffix}{_stop(s, m.end(), m.group(0))}"
             return f"{cardinal(h)} o'clock" if h <= 12 else f"{cardinal(h)} hundred"
         minutes = cardinal(int(mi)) if int(mi) >= 10 else f"oh {cardinal(int(mi))}"
-        return f"{cardinal(h)} {minutes}{suffix}"
+        return f"{cardinal(h)} {minutes}{suffix}{_stop(s, m.end(), m.group(0)) if ampm else ''}"
 
     s = re.sub(r"(?<![\d:])([01]?\d|2[0-3]):([0-5]\d)(?:\s?([ap])\.?m\.?(?![a-z]))?(?![\d:])", time, s, flags=re.I)
     s = re.sub(r"(?<![\d:.,])(1[0-2]|0?[1-9])()\s?([ap])\.?m\b\.?", time, s, flags=re.I)
@@ -254,6 +257,8 @@ _FRACTIONS = {(1, 2): "one half", (1, 4): "one quarter", (3, 4): "three quarters
 
 
 def _fractions(s: str) -> str:
+    s = re.sub(r"(?<![\d/])24/7(?![\d/])", "twenty-four seven", s)
+
     def frac(m: re.Match) -> str:
         a, b = int(m.group(1)), int(m.group(2))
         if (a, b) in _FRACTIONS:
@@ -289,7 +294,11 @@ def _numbers(s: str) -> str:
     said = "|".join(sorted(_SAID_AS_DIGITS))
     s = re.sub(rf"(?<![\d.,])({said})(?![\d.,]\d|\d)", lambda m: _digits(m.group(1)), s)
     s = re.sub(r"(?<![\d.,])(\d+(?:,\d{3})*)\.(\d+)(?![\d.]\d)", lambda m: decimal(m.group(0)), s)
-    return re.sub(rf"(?<![\d.])({_NUM})", lambda m: cardinal(_to_int(m.group(1))), s)
+    def card(m: re.Match) -> str:
+        glued = " " if re.match(r"[A-Za-z]", s[m.end():m.end() + 1]) else ""  # "221B"
+        return cardinal(_to_int(m.group(1))) + glued
+
+    return re.sub(rf"(?<![\d.])({_NUM})", card, s)
 
 
 # (pattern, words, may end a sentence)

@@ -29,7 +29,7 @@ _BRAND_RE = re.compile(
     r"(?<![A-Za-z\-])(" + "|".join(re.escape(k) for k in sorted(BRANDS_RU, key=len, reverse=True)) + r")(?![A-Za-z])",
     re.IGNORECASE,
 )
-_ACRONYM_RE = re.compile(r"(?<![A-Za-z])([A-Z]{2,6})(?![A-Za-z])")
+_ACRONYM_RE = re.compile(r"(?<![A-Za-z'])([A-Z]{1,6})(?![A-Za-z'])")  # SMS, 5G, витамин C
 
 
 def spell_en_letters(word: str) -> str:

@@ -155,6 +155,15 @@ def _dates(s: str) -> str:
 
     s = re.sub(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4}|\d{2})(?!\d|\.\d)(?:\s*г\.)?", numeric, s)
 
+    def day_month(m: re.Match) -> str:
+        d, mo = int(m.group(2)), int(m.group(3))
+        if not (1 <= d <= 31 and 1 <= mo <= 12):
+            return m.group(0)
+        return f"{m.group(1)}{ordinal(d, _date_case(s, m.start(2)), 'neut')} {_MONTHS[mo - 1]}"
+
+    # "до 31.12": a day and a month (a decimal is written with a comma in Russian)
+    s = re.sub(r"(?i)(\b(?:до|с|со|по|к|от|на|после|около)\s+)(\d{1,2})\.(\d{2})(?![\d]|\.\d)", day_month, s)
+
     def worded(m: re.Match) -> str:
         first, link, day, month, year = m.groups()
         out = ""
@@ -180,23 +189,27 @@ def _dates(s: str) -> str:
 
 
 _YEAR_NOUN = r"годами|годам|годах|годов|годом|годы|году|года|годе|год"
+# the forms of "год" after a year: case -> number, the likelier case first
+_YEAR_FORMS = {
+    "год": {"nomn": "sing", "accs": "sing"}, "года": {"gent": "sing"}, "году": {"loct": "sing", "datv": "sing"},
+    "годом": {"ablt": "sing"}, "годе": {"loct": "sing"}, "годы": {"nomn": "plur", "accs": "plur"},
+    "годов": {"gent": "plur"}, "годам": {"datv": "plur"}, "годами": {"ablt": "plur"}, "годах": {"loct": "plur"},
+}
 
 
 def _years(s: str) -> str:
     def year_case(noun: str, pos: int) -> tuple[str, str]:
         preps = _prep_cases(s, pos)
-        if noun.startswith("г"):  # г. / гг.: the case comes from the preposition alone
+        if not noun.startswith("год"):  # г. / гг.: the case comes from the preposition alone
             plural = "plur" if noun.startswith("гг") else "sing"
             if preps:
                 case = "loct" if preps[0] == "accs" and _prev(s, pos)[0] in ("в", "во") else preps[0]
             else:
                 case = "nomn"
             return case, plural
-        readings = noun_readings(noun)
-        cands = [rc for rc, _, _, _ in readings]
-        case = _choose(cands, preps) or "nomn"
-        number = next((rn for rc, rn, _, _ in readings if rc == case), "sing")
-        return case, number
+        cands = _YEAR_FORMS[noun]
+        case = _choose(list(cands), preps) or next(iter(cands))
+        return case, cands[case]
 
     def year_noun(noun: str, case: str, number: str, pos: int) -> str:
         if noun.startswith("г") and not noun.startswith("год"):
@@ -423,6 +436,8 @@ def _romans(s: str) -> str:
 
 
 def _fractions(s: str) -> str:
+    s = re.sub(r"(?<![\d/])24/7(?![\d/])", "двадцать четыре на семь", s)
+
     def frac(m: re.Match) -> str:
         a, b = int(m.group(1)), int(m.group(2))
         case = _count_case(s, m.start())
@@ -462,7 +477,8 @@ def _cardinals(s: str) -> str:
     def card(m: re.Match) -> str:
         n = _to_int(m.group(0))
         case, g, anim = _agree(n, s, m.start(), m.end())
-        return cardinal(n, case, g, anim)
+        glued = " " if re.match(r"[^\W\d_]", s[m.end():m.end() + 1]) else ""  # "221Б", "5G"
+        return cardinal(n, case, g, anim) + glued
 
     return re.sub(rf"(?<![\d])(?:{_NUM})", card, s)
 
