@@ -42,3 +42,18 @@ def test_talker_processors_penalise_seen_block_eos_early_and_suppress_controls()
     assert out[0, 3] == float("-inf") and out[0, 4] == float("-inf")
     out = talker_logits(logits, seen, torch.tensor([2.0]), suppress, eos_id=4, eos_allowed=torch.tensor([True]))
     assert out[0, 4] == 4.0
+
+
+def test_top_k_path_follows_the_renormalised_distribution():
+    probs = torch.tensor([0.4, 0.3, 0.2, 0.06, 0.04])
+    logits = probs.log().expand(20000, 5)
+    rows = SamplingRows.filled(20000, "cpu", temperature=1.0, top_k=3)
+    counts = torch.bincount(sample(logits, rows, torch.Generator().manual_seed(5)), minlength=5).float() / 20000
+    assert torch.allclose(counts, torch.tensor([4 / 9, 3 / 9, 2 / 9, 0, 0]), atol=0.02)
+
+
+def test_top_k_with_top_p_keeps_the_smallest_set_reaching_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).expand(2000, 4)
+    rows = SamplingRows.filled(2000, "cpu", temperature=1.0, top_k=3, top_p=0.75)
+    toks = sample(logits, rows, torch.Generator().manual_seed(6))
+    assert set(toks.tolist()) == {0, 1}

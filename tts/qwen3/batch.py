@@ -80,6 +80,7 @@ class TalkerBatch:
         for i, p in enumerate(prompts):
             embeds[i, : lengths[i]] = p.prefill.to(self.dtype)
         self.ensure_trailing(max(p.trailing_text.shape[0] for p in prompts))
+        keys = (self.cb0.rows.shape_key, self.pred_rows.shape_key)
         for slot, p, ts, ps in zip(slots, prompts, talker_settings, predictor_settings):
             self.cb0.rows.set_row(slot, **ts)
             self.pred_rows.set_row(slot, **ps)
@@ -87,6 +88,8 @@ class TalkerBatch:
             if n:
                 self.trailing[slot, :n] = p.trailing_text.to(self.dtype)
             self.trailing_len[slot] = n
+        if (self.cb0.rows.shape_key, self.pred_rows.shape_key) != keys:
+            self._graphs.clear()  # top-k / top-p shapes changed: recapture on next use
         self.pad.copy_(prompts[0].pad.to(self.dtype))
         self.cb0.seen[idx] = False
         self.cb0.generated[idx] = 0

@@ -7,9 +7,10 @@ The worker loops over steps (DESIGN.md §3.1):
 3. one batched frame for all active slots (`TalkerBatch.step`: talker step, 15-step code
    predictor, sampling; a CUDA graph per batch bucket on CUDA) and ONE device->host copy
    for the whole batch (codes and next tokens);
-4. one batched vocoder pass: streams whose pending frames reach their next packet size
-   (a ramp: 1 frame first, then 2, 4, 8), earliest deadline first, decoded together with
-   the codec's streaming decoder (frame-exact, equal to the offline decode);
+4. one batched vocoder pass over the new frames of every stream, earliest deadline first
+   (all of them unless `vocoder_rows` caps it), with the codec's streaming decoder and one
+   persistent state row per slot (frame-exact, equal to the offline decode). PCM goes out
+   in packets that ramp up: 1 frame first, then 2, 4, 8;
 5. PCM handed to the event loop with `loop.call_soon_threadsafe`.
 
 A request's failure (bad voice, text too long, a vocoder error on its row) fails that
@@ -57,7 +58,7 @@ class EngineSettings:
     seed: int = 0
 
 
-@dataclass
+@dataclass(eq=False)  # jobs compare by identity
 class _Job:
     stream: SynthesisStream
     request: SynthesisRequest
@@ -67,18 +68,19 @@ class _Job:
     slot: int | None = None
     cap: int = 0
     generated: int = 0
-    vocoded: int = 0
+    vocoded: int = 0  # frames decoded to PCM
+    delivered: int = 0  # frames handed to the stream
     packets: int = 0
     generating: bool = True
-    pending: list = field(default_factory=list)
-    codec_state: object = None
+    pending: list = field(default_factory=list)  # codes not yet vocoded
+    pcm: list = field(default_factory=list)  # PCM not yet delivered
     codes: list = field(default_factory=list)  # all frames (kept for tests/debug when asked)
     admitted_at: float = 0.0
 
     @property
     def priority(self) -> float:
         """When this stream's audio runs out: its deadline plus the audio already delivered."""
-        return self.deadline + self.vocoded * FRAME_S
+        return self.deadline + self.delivered * FRAME_S
 
 
 class Qwen3Engine(Engine):
@@ -92,8 +94,9 @@ class Qwen3Engine(Engine):
         self._cond = threading.Condition()
         self._queue: list[_Job] = []
         self._jobs: dict[int, _Job] = {}  # by stream id
-        self._slots: dict[int, _Job] = {}
-        self._finishing: list[_Job] = []  # generated, frames still to vocode
+        self._slots: dict[int, _Job] = {}  # slot -> job whose talker row is generating
+        self._held: dict[int, _Job] = {}  # slot -> job owning it (generating, or vocoding its last frames)
+        self._vstate = None  # the codec's streaming state, one row per slot
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -199,18 +202,18 @@ class Qwen3Engine(Engine):
         with self._cond:
             job = self._jobs.get(id(stream))
             if job is not None:
-                job.deadline = deadline - job.vocoded * FRAME_S
+                job.deadline = deadline - job.delivered * FRAME_S
 
     # ------------------------------------------------------------ worker
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stop and not self._queue and not self._slots and not self._finishing:
+                while not self._stop and not self._queue and not self._held:
                     self._cond.wait()
                 if self._stop:
                     return
                 self._drop_cancelled()
-                free = [s for s in range(self.settings.max_batch) if s not in self._slots]
+                free = [s for s in range(self.settings.max_batch) if s not in self._held]
                 admit: list[_Job] = []
                 if free and self._queue:
                     self._queue.sort(key=lambda j: (j.deadline, j.seq))
@@ -220,7 +223,7 @@ class Qwen3Engine(Engine):
                     self._admit(admit, free)
                 if self._slots:
                     self._step()
-                if self._finishing or self._slots:
+                if self._held:
                     self._vocode()
             except Exception as e:  # a device-level failure: fail what was in flight, keep serving
                 log.exception("qwen3 worker step failed")
@@ -231,14 +234,18 @@ class Qwen3Engine(Engine):
         for job in [j for j in self._queue if j.cancelled]:
             self._queue.remove(job)
             self._forget(job, "cancelled")
-        for slot, job in list(self._slots.items()):
+        for slot, job in list(self._held.items()):
             if job.cancelled:
-                self._batch.release(slot)
-                del self._slots[slot]
+                self._release(job)
                 self._forget(job, "cancelled")
-        for job in [j for j in self._finishing if j.cancelled]:
-            self._finishing.remove(job)
-            self._forget(job, "cancelled")
+
+    def _release(self, job: _Job) -> None:
+        """Under the lock: the job gives up its talker row and its slot."""
+        if self._slots.get(job.slot) is job:
+            self._batch.release(job.slot)
+            del self._slots[job.slot]
+        if self._held.get(job.slot) is job:
+            del self._held[job.slot]
 
     def _forget(self, job: _Job, outcome: str) -> None:
         self._jobs.pop(id(job.stream), None)
@@ -250,16 +257,12 @@ class Qwen3Engine(Engine):
     def _fail(self, job: _Job, error: EngineError) -> None:
         self._post(job.stream._fail, error)
         with self._cond:
-            if job.slot is not None and self._slots.get(job.slot) is job:
-                self._batch.release(job.slot)
-                del self._slots[job.slot]
-            if job in self._finishing:
-                self._finishing.remove(job)
+            self._release(job)
             self._forget(job, "failed")
 
     def _fail_all_active(self, error: Exception) -> None:
         err = error if isinstance(error, EngineError) else EngineError("internal", f"engine step failed: {error}")
-        for job in list(self._slots.values()) + list(self._finishing):
+        for job in list(self._held.values()):
             self._fail(job, err)
 
     # -- admission
@@ -343,9 +346,10 @@ class Qwen3Engine(Engine):
             for job, slot in zip(ready, slots):
                 job.slot = slot
                 self._slots[slot] = job
+                self._held[slot] = job
         for job in ready:
-            job.codec_state = self._ckpt.codec.new_state(1) if self._ckpt.codec is not None else None
             job.admitted_at = time.monotonic()
+        self._reset_vocoder_rows(slots)
         self._batch.admit(slots, prompts, tset, pset)
         if self._batch.device.type == "cuda":
             torch.cuda.synchronize() if self.trace is not None else None
@@ -375,64 +379,97 @@ class Qwen3Engine(Engine):
                 if ended:
                     job.generating = False
                     self._batch.release(slot)
-                    del self._slots[slot]
-                    self._finishing.append(job)
+                    del self._slots[slot]  # the slot stays held until its last frames are vocoded
         self._span("talker_step+code_predictor", t0, {"rows": n_rows})
         self.timings["step"] += time.perf_counter() - t0
 
     # -- vocoder
+    def _reset_vocoder_rows(self, slots: list[int]) -> None:
+        codec = self._ckpt.codec
+        if codec is None:
+            return
+        if self._vstate is None:
+            self._vstate = codec.new_state(self.settings.max_batch)
+        self._vstate.assign(slots, codec.new_state(len(slots)))
+
     def _packet_target(self, job: _Job) -> int:
         ramp = self.settings.packet_ramp
         return ramp[min(job.packets, len(ramp) - 1)]
 
-    def _vocode(self) -> None:
+    def _decode(self, jobs: list[_Job]) -> list[np.ndarray]:
+        """Decode every pending frame of `jobs` (their slots' state rows advance in place)."""
         import torch
 
+        from tts.qwen3.codec import StreamingCodecState
+
+        codec, vs, g = self._ckpt.codec, self._vstate, self._batch.groups
         with self._cond:
-            candidates = [j for j in list(self._slots.values()) + self._finishing if not j.cancelled]
-        ready = [j for j in candidates if j.pending and (len(j.pending) >= self._packet_target(j) or not j.generating)]
-        empty_done = [j for j in candidates if not j.generating and not j.pending]
-        ready.sort(key=lambda j: (j.priority, j.seq))
-        if self.settings.vocoder_rows:
-            ready = ready[: self.settings.vocoder_rows]
-        by_len: dict[int, list[_Job]] = {}
-        for job in ready:
-            t = len(job.pending) if not job.generating else self._packet_target(job)
-            by_len.setdefault(t, []).append(job)
-        t0 = time.perf_counter()
-        codec = self._ckpt.codec
-        for t, jobs in sorted(by_len.items(), key=lambda kv: min(j.priority for j in kv[1])):
-            codes = np.stack([np.stack(j.pending[:t]) for j in jobs])  # [k, t, G]
-            try:
-                with torch.inference_mode():
-                    pcm = codec.decode_streams(torch.from_numpy(codes).to(codec.device), [j.codec_state for j in jobs])
-                    pcm = pcm.float().cpu().numpy()
-            except Exception as e:  # noqa: BLE001
-                log.exception("vocoder failed")
-                for job in jobs:
-                    self._fail(job, EngineError("internal", f"vocoder failed: {e}"))
-                continue
+            owners = {slot: job for slot, job in self._held.items() if not job.cancelled}
+        n = max(j.slot for j in jobs) + 1
+        chosen = {id(j) for j in jobs}
+        if all(len(j.pending) == 1 for j in jobs) and all(id(owners[s]) in chosen for s in owners if s < n):
+            # Common case: one new frame per stream; decode slots 0..n-1 on a view of the state
+            # (rows without a live stream decode zeros and are reset when their slot is reused).
+            codes = np.zeros((n, 1, g), dtype=np.int64)
+            for j in jobs:
+                codes[j.slot, 0] = j.pending[0]
+            view = StreamingCodecState(vs.frames[:n], [b[:n] for b in vs.buffers])
+            with torch.inference_mode():
+                pcm = codec.decode_step(torch.from_numpy(codes).to(codec.device), view).float().cpu().numpy()
             self.counters["vocoder_calls"] += 1
-            for job, row in zip(jobs, pcm):
-                del job.pending[:t]
-                last = not job.generating and not job.pending
-                self._post(job.stream._deliver, PcmChunk(row, job.vocoded, last))
-                job.vocoded += t
+            return [pcm[j.slot] for j in jobs]
+        out: dict[int, np.ndarray] = {}
+        by_len: dict[int, list[_Job]] = {}
+        for j in jobs:
+            by_len.setdefault(len(j.pending), []).append(j)
+        for t, group in by_len.items():
+            idx = [j.slot for j in group]
+            codes = np.stack([np.stack(j.pending) for j in group])
+            sub = vs.select(idx)
+            with torch.inference_mode():
+                pcm = codec.decode_step(torch.from_numpy(codes).to(codec.device), sub).float().cpu().numpy()
+            vs.assign(idx, sub)
+            self.counters["vocoder_calls"] += 1
+            out.update({j.slot: row for j, row in zip(group, pcm)})
+        return [out[j.slot] for j in jobs]
+
+    def _vocode(self) -> None:
+        with self._cond:
+            live = [j for j in self._held.values() if not j.cancelled]
+        todo = sorted((j for j in live if j.pending), key=lambda j: (j.priority, j.seq))
+        if self.settings.vocoder_rows:
+            todo = todo[: self.settings.vocoder_rows]
+        t0 = time.perf_counter()
+        if todo:
+            try:
+                pcms = self._decode(todo)
+            except Exception as e:  # noqa: BLE001 - fail the streams in this call, keep serving
+                log.exception("vocoder failed")
+                for job in todo:
+                    self._fail(job, EngineError("internal", f"vocoder failed: {e}"))
+                return
+            for job, pcm in zip(todo, pcms):
+                job.vocoded += len(job.pending)
+                job.pending.clear()
+                job.pcm.append(pcm)
+            self._span("vocoder", t0, {"rows": len(todo)})
+            self.timings["vocoder"] += time.perf_counter() - t0
+        for job in live:
+            buffered = job.vocoded - job.delivered
+            last = not job.generating and not job.pending
+            if (buffered and buffered >= self._packet_target(job)) or last:
+                pcm = np.concatenate(job.pcm) if job.pcm else np.zeros(0, dtype=np.float32)
+                job.pcm.clear()
+                self._post(job.stream._deliver, PcmChunk(pcm, job.delivered, last))
+                job.delivered = job.vocoded
                 job.packets += 1
-                self.counters["audio_s"] += t * FRAME_S
+                self.counters["audio_s"] += buffered * FRAME_S
                 if last:
                     self._complete(job)
-        for job in empty_done:
-            self._post(job.stream._deliver, PcmChunk(np.zeros(0, dtype=np.float32), job.vocoded, True))
-            self._complete(job)
-        if ready:
-            self._span("vocoder", t0, {"rows": len(ready)})
-            self.timings["vocoder"] += time.perf_counter() - t0
 
     def _complete(self, job: _Job) -> None:
         with self._cond:
-            if job in self._finishing:
-                self._finishing.remove(job)
+            self._release(job)
             self._forget(job, "completed")
 
     # -- tracing

@@ -28,10 +28,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        # normalise in float32, scale by the weight in the input dtype (the reference's order)
+        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
 def rope_cos_sin(input_pos: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
@@ -112,11 +110,16 @@ class Decoder(nn.Module):
         for layer in self.layers:
             layer.self_attn.kv_cache = KVCache(max_batch, max_seq_len, self.shape.num_key_value_heads,
                                                self.shape.head_dim, dtype, device)
+        # RoPE for every cache column, computed once with the same arithmetic as `rope_cos_sin`.
+        cos, sin = rope_cos_sin(torch.arange(max_seq_len, device=device).view(1, -1), self.shape.head_dim,
+                                self.shape.rope_theta, dtype)
+        self.rope_cos, self.rope_sin = cos[0, 0], sin[0, 0]  # [S, head_dim]
+        self.cols = torch.arange(max_seq_len, device=device)
 
     def forward(self, x: torch.Tensor, input_pos: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """x [B, T, hidden], input_pos [B, T] -> normed hidden states [B, T, hidden]."""
-        cos, sin = rope_cos_sin(input_pos, self.shape.head_dim, self.shape.rope_theta, x.dtype)
-        cols = torch.arange(self.max_seq_len, device=x.device)
+        cos, sin = self.rope_cos[input_pos].unsqueeze(1), self.rope_sin[input_pos].unsqueeze(1)  # [B, 1, T, D]
+        cols = self.cols
         mask = (cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1))  # [B, 1, T, S]
         for layer in self.layers:
             x = layer(x, cos, sin, mask, input_pos, rows)

@@ -15,13 +15,19 @@ import torch
 
 @dataclass
 class SamplingRows:
-    """Per-row sampling settings as device tensors [B] (so one graph serves mixed requests)."""
+    """Per-row sampling settings as device tensors [B] (so one graph serves mixed requests).
+
+    `kmax` and `top_p_on` are host-side summaries of the rows (sticky as rows are set): top-k
+    runs as one `topk(kmax)` instead of a full sort, and top-p runs only when a row asked for it.
+    """
 
     temperature: torch.Tensor  # float
     top_k: torch.Tensor  # long; <= 0 disables
     top_p: torch.Tensor  # float; 1.0 disables
     greedy: torch.Tensor  # bool
     repetition_penalty: torch.Tensor | None = None  # float; talker only
+    kmax: int | None = 0  # largest top_k of any row; None: some row samples the whole vocabulary
+    top_p_on: bool = False
 
     @classmethod
     def filled(cls, batch: int, device, *, temperature: float = 0.9, top_k: int = 50, top_p: float = 1.0,
@@ -31,16 +37,22 @@ class SamplingRows:
 
         return cls(full(temperature, torch.float32), full(top_k, torch.long), full(top_p, torch.float32),
                    full(greedy, torch.bool),
-                   None if repetition_penalty is None else full(repetition_penalty, torch.float32))
+                   None if repetition_penalty is None else full(repetition_penalty, torch.float32),
+                   kmax=top_k if top_k > 0 else None, top_p_on=top_p < 1.0)
+
+    def _like(self, **tensors) -> "SamplingRows":
+        return SamplingRows(**tensors, kmax=self.kmax, top_p_on=self.top_p_on)
 
     def slice(self, n: int) -> "SamplingRows":
         """Views of rows 0..n-1 (writes go to the full tensors)."""
         rp = None if self.repetition_penalty is None else self.repetition_penalty[:n]
-        return SamplingRows(self.temperature[:n], self.top_k[:n], self.top_p[:n], self.greedy[:n], rp)
+        return self._like(temperature=self.temperature[:n], top_k=self.top_k[:n], top_p=self.top_p[:n],
+                          greedy=self.greedy[:n], repetition_penalty=rp)
 
     def index(self, idx: torch.Tensor) -> "SamplingRows":
         rp = None if self.repetition_penalty is None else self.repetition_penalty[idx]
-        return SamplingRows(self.temperature[idx], self.top_k[idx], self.top_p[idx], self.greedy[idx], rp)
+        return self._like(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
+                          greedy=self.greedy[idx], repetition_penalty=rp)
 
     def set_row(self, row: int, *, temperature: float, top_k: int, top_p: float, greedy: bool,
                 repetition_penalty: float | None = None) -> None:
@@ -50,6 +62,14 @@ class SamplingRows:
         self.greedy[row] = greedy
         if self.repetition_penalty is not None and repetition_penalty is not None:
             self.repetition_penalty[row] = repetition_penalty
+        if not greedy:
+            self.kmax = None if (top_k <= 0 or self.kmax is None) else max(self.kmax, top_k)
+            self.top_p_on = self.top_p_on or top_p < 1.0
+
+    @property
+    def shape_key(self) -> tuple:
+        """What a captured graph depends on besides the tensors."""
+        return (self.kmax, self.top_p_on)
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
@@ -73,24 +93,50 @@ def warp(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     """Temperature, then top-k, then top-p (transformers' order and tie rules)."""
     vocab = logits.shape[-1]
     x = logits / rows.temperature.clamp_min(1e-5).view(-1, 1)
-    desc = x.sort(dim=-1, descending=True).values
-    k = torch.where(rows.top_k > 0, rows.top_k.clamp(max=vocab), torch.full_like(rows.top_k, vocab))
-    kth = desc.gather(1, (k - 1).view(-1, 1))
-    x = x.masked_fill(x < kth, float("-inf"))
-    # top-p: drop the low tail whose cumulative probability stays <= 1 - top_p; keep the best token
-    asc, order = x.sort(dim=-1)
-    cum = asc.softmax(dim=-1).cumsum(dim=-1)
-    drop = cum <= (1 - rows.top_p).view(-1, 1)
-    drop[:, -1] = False
-    drop = drop.scatter(1, order, drop)
-    return x.masked_fill(drop, float("-inf"))
+    kmax = vocab if rows.kmax is None else min(rows.kmax, vocab)
+    if kmax > 0:
+        best = x.topk(kmax, dim=-1).values if kmax < vocab else x.sort(dim=-1, descending=True).values
+        k = torch.where(rows.top_k > 0, rows.top_k.clamp(max=kmax), torch.full_like(rows.top_k, kmax))
+        x = x.masked_fill(x < best.gather(1, (k - 1).view(-1, 1)), float("-inf"))
+    if rows.top_p_on:
+        # drop the low tail whose cumulative probability stays <= 1 - top_p; keep the best token
+        asc, order = x.sort(dim=-1)
+        cum = asc.softmax(dim=-1).cumsum(dim=-1)
+        drop = cum <= (1 - rows.top_p).view(-1, 1)
+        drop[:, -1] = False
+        x = x.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return x
+
+
+def _sample_top_k(x: torch.Tensor, rows: SamplingRows, kmax: int, generator) -> torch.Tensor:
+    """Draw among each row's top-k candidates only: noise and top-p over [B, kmax], not [B, V]."""
+    vals, idx = x.topk(kmax, dim=-1)  # sorted, best first
+    k = torch.where(rows.top_k > 0, rows.top_k.clamp(max=kmax), torch.full_like(rows.top_k, kmax))
+    # ties with the k-th value stay in, as transformers' `scores < kth` rule keeps them (within kmax)
+    vals = vals.masked_fill(vals < vals.gather(1, (k - 1).view(-1, 1)), float("-inf"))
+    if rows.top_p_on:
+        # keep the best tokens until the probability mass before a token reaches top_p
+        before = vals.softmax(dim=-1).cumsum(dim=-1) - vals.softmax(dim=-1)
+        drop = before >= rows.top_p.view(-1, 1)
+        drop[:, 0] = False
+        vals = vals.masked_fill(drop, float("-inf"))
+    noise = torch.empty_like(vals).exponential_(1, generator=generator)
+    return idx.gather(1, (vals - noise.log()).argmax(dim=-1, keepdim=True)).squeeze(1)
 
 
 def sample(logits: torch.Tensor, rows: SamplingRows, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Processed logits [B, V] -> tokens [B] (long), on the device."""
+    """Processed logits [B, V] -> tokens [B] (long), on the device.
+
+    Gumbel-max: argmax(x - log E) with E ~ Exp(1) is a draw from softmax(x), like gpt-fast's
+    argmax(probs / E), without the softmax and without a host sync.
+    """
     logits = logits.float()
     greedy_tok = logits.argmax(dim=-1)
-    probs = warp(logits, rows).softmax(dim=-1)
-    noise = torch.empty_like(probs).exponential_(1, generator=generator)
-    sampled = (probs / noise).argmax(dim=-1)
+    vocab = logits.shape[-1]
+    if rows.kmax is not None and 0 < rows.kmax < vocab:
+        x = logits / rows.temperature.clamp_min(1e-5).view(-1, 1)
+        sampled = _sample_top_k(x, rows, rows.kmax, generator)
+    else:
+        noise = torch.empty_like(logits).exponential_(1, generator=generator)
+        sampled = (warp(logits, rows) - noise.log()).argmax(dim=-1)
     return torch.where(rows.greedy, greedy_tok, sampled)
