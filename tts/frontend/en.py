@@ -170,6 +170,8 @@ def _times(s: str) -> str:
         return f"{cardinal(h)} {minutes}{suffix}{_stop(s, m.end(), m.group(0)) if ampm else ''}"
 
     s = re.sub(r"(?<![\d:])([01]?\d|2[0-3]):([0-5]\d)(?:\s?([ap])\.?m\.?(?![a-z]))?(?![\d:])", time, s, flags=re.I)
+    s = re.sub(r"(?<![\d:.,])(1[0-2]|0?[1-9])\s*[-–—]\s*(?=(?:1[0-2]|0?[1-9])\s?[ap]\.?m\b)",
+               lambda m: f"{cardinal(int(m.group(1)))} to ", s, flags=re.I)  # 8-10 pm
     s = re.sub(r"(?<![\d:.,])(1[0-2]|0?[1-9])()\s?([ap])\.?m\b\.?", time, s, flags=re.I)
     return re.sub(r"\b([ap] m)\s*[-–—]\s*(?=[a-z]+\b)", r"\1 to ", s)  # 9am-5pm
 
@@ -228,6 +230,8 @@ _UNITS = {
     "min": ("minute", ""), "mins": ("minute", ""), "hr": ("hour", ""), "hrs": ("hour", ""), "h": ("hour", ""),
     "ml": ("milliliter", ""), "l": ("liter", ""), "L": ("liter", ""), "kW": ("kilowatt", ""), "W": ("watt", ""),
     "Mbps": ("megabit", " per second"), "GHz": ("gigahertz", ""), "MHz": ("megahertz", ""),
+    "sq ft": ("square foot", ""), "sq. ft.": ("square foot", ""), "sq m": ("square meter", ""),
+    "m²": ("square meter", ""), "ft²": ("square foot", ""),
 }
 _UNIT_RE = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
 
@@ -239,8 +243,8 @@ def _units(s: str) -> str:
         value = float(num.replace(",", ""))
         if noun == "percent" or noun.endswith("hertz"):
             plural = noun
-        elif noun == "foot":
-            plural = "foot" if value == 1 else "feet"
+        elif noun.endswith("foot"):
+            plural = noun if value == 1 else noun[:-4] + "feet"
         else:
             plural = _plural(noun, value)
         spoken = decimal(num) if "." in num else cardinal(_to_int(num))
@@ -283,6 +287,7 @@ def _signs_and_math(s: str) -> str:
     s = re.sub(r"(?<=\d)\s+\+\s+(?=\d)", " plus ", s)
     s = re.sub(r"(?<=\d)\s*[×*]\s*(?=\d)", " times ", s)
     s = re.sub(r"(?<=\d)\s*x\s*(?=\d)", " by ", s)  # 30x40: dimensions
+    s = re.sub(r"(?<=\d)x\b", " times", s)  # 3x cheaper
     s = re.sub(r"#\s?(?=\d)", "number ", s)
     return re.sub(r"\bNo\.\s?(?=\d)", "number ", s)
 
@@ -332,8 +337,28 @@ def _abbreviations(s: str) -> str:
     return re.sub(r"(?<![A-Za-z'])([A-Z]{2,5})(?![A-Za-z'])", acronym, s)
 
 
+_DIGIT_CODE = r"(?i)(\b(?:code|pin|password|passcode|otp|cvv|cvc)\b(?:\s+is)?[\s:#\-\"]*)(\d{3,8})\b"
+_TLD_EN = {"io": "I O", "ai": "A I", "us": "U S", "uk": "U K", "ru": "R U"}
+
+
+def _codes_and_addresses(s: str) -> str:
+    """Codes digit by digit; e-mail and web addresses with 'at' and 'dot'."""
+    s = re.sub(_DIGIT_CODE, lambda m: m.group(1) + _digits(m.group(2)), s)
+
+    def domain(d: str) -> str:
+        parts = d.lower().split(".")
+        return " dot ".join(_TLD_EN.get(p, p) if i == len(parts) - 1 else p for i, p in enumerate(parts))
+
+    s = re.sub(r"\b([\w.+-]+)@([\w-]+(?:\.[\w-]+)+)\b",
+               lambda m: f"{m.group(1).replace('.', ' dot ')} at {domain(m.group(2))}", s)
+    s = re.sub(r"\b(?:https?://)?(www\.)?((?:[\w-]+\.)+(?:com|org|net|io|ai|us|uk|ru|dev|app|co))\b(/\S*)?",
+               lambda m: ("w w w dot " if m.group(1) else "") + domain(m.group(2)), s)
+    return re.sub(r"\bQ([1-4])\s+(20\d\d|19\d\d)\b", lambda m: f"Q {cardinal(int(m.group(1)))} {year(int(m.group(2)))}", s)
+
+
 def normalize_en(text: str) -> str:
     s = re.sub(r"[\u00a0\u202f\u2009]", " ", text).replace("−", "-")
+    s = _codes_and_addresses(s)
     s = _phones(s)
     s = _dates(s)
     s = _years(s)

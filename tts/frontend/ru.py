@@ -15,6 +15,8 @@ from . import latin
 from .ru_words import (
     CASES,
     cardinal,
+    is_adjective,
+    one_and_half,
     counted,
     decimal,
     gender_of,
@@ -70,6 +72,16 @@ def _next_word(s: str, pos: int) -> str:
     return m.group(1).lower() if m else ""
 
 
+def _noun_after(s: str, pos: int) -> str:
+    """The noun the number counts, past up to two adjectives ("2 новых сообщения" -> сообщения)."""
+    words = re.match(rf"(?:{_SP}*([{_L}]+))?(?:{_SP}+([{_L}]+))?(?:{_SP}+([{_L}]+))?", s[pos:])
+    found = [w.lower() for w in words.groups() if w] if words else []
+    for w in found:
+        if not is_adjective(w):
+            return w
+    return found[0] if found else ""
+
+
 def _to_int(num: str) -> int:
     return int(re.sub(r"\D", "", num))
 
@@ -92,14 +104,16 @@ def _stop(s: str, end: int, token: str) -> str:
 def _agree(n: int, s: str, start: int, end: int) -> tuple[str, str, bool]:
     """(case, gender, animate) of the cardinal n at s[start:end] from the preposition and the next noun."""
     preps = _prep_cases(s, start)
-    nxt = _next_word(s, end)
+    nxt = _noun_after(s, end)
     readings = noun_readings(nxt) if nxt else ()
     cands: list[tuple[str, str, bool]] = []
+    one = n % 10 == 1 and n % 100 != 11
     for c in CASES:
         want = noun_number_for(n, c)
         for rc, rn, rg, anim in readings:
             if (rc, rn) == want:
-                cands.append((c, rg, anim))
+                # "на 2 персоны": a noun in the genitive singular takes the inanimate form of the number
+                cands.append((c, rg, anim and (one or rn == "plur")))
                 break
     if cands:
         # the noun's form outweighs a preposition that may govern another word ("в течение 2 дней")
@@ -299,7 +313,7 @@ def _count_case(s: str, pos: int) -> str:
     preps = _prep_cases(s, pos)
     if not preps:
         return "nomn"
-    return "accs" if word in ("в", "во", "на", "за", "через", "про", "по") else preps[0]
+    return "accs" if word in ("в", "во", "на", "за", "через", "про", "по", "под") else preps[0]
 
 
 def _money(s: str) -> str:
@@ -335,6 +349,8 @@ _UNITS = {
     "ГБ": ("гигабайт", ""), "Гб": ("гигабайт", ""), "МБ": ("мегабайт", ""), "Мб": ("мегабайт", ""),
     "КБ": ("килобайт", ""), "Кб": ("килобайт", ""), "ТБ": ("терабайт", ""), "шт": ("штука", ""),
     "кВт": ("киловатт", ""), "Вт": ("ватт", ""), "га": ("гектар", ""), "т": ("тонна", ""),
+    "м²": ("квадратный метр", ""), "м2": ("квадратный метр", ""), "кв. м": ("квадратный метр", ""),
+    "км²": ("квадратный километр", ""), "м³": ("кубический метр", ""),
 }
 _UNIT_RE = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
 
@@ -351,7 +367,8 @@ def _units(s: str) -> str:
         stop = _stop(s, m.end(), u + dot) if dot else ""
         last = num2 or num
         if num2 is None and re.fullmatch(r"1[.,]5", num):  # "1,5 ч": полтора часа
-            return f"{'полторы' if g == 'femn' else 'полтора'} {inflect(lemma, 'gent', 'sing')}{tail}{stop}"
+            noun = counted(2, lemma, case) if case in ("nomn", "accs") else counted(5, lemma, case)
+            return f"{one_and_half(g, case)} {noun}{tail}{stop}"
         head = f"{_amount(num, case, None, None) if ',' in num or '.' in num else cardinal(_to_int(num), case, g)}"
         if num2:
             head += "-" + (_amount(num2, case, None, None) if "," in num2 or "." in num2 else cardinal(_to_int(num2), case, g))
@@ -468,7 +485,13 @@ def _ranges(s: str) -> str:
 
 def _decimals(s: str) -> str:
     def dec(m: re.Match) -> str:
-        return decimal(m.group(1), m.group(2), _count_case(s, m.start()) if _prep_cases(s, m.start()) else "nomn")
+        case = _count_case(s, m.start()) if _prep_cases(s, m.start()) else "nomn"
+        if m.group(1) == "1" and m.group(2) == "5":
+            noun = _noun_after(s, m.end())
+            readings = noun_readings(noun) if noun else ()
+            if readings and not is_adjective(noun):
+                return one_and_half(readings[0][2], case)  # "1,5 года": полтора года
+        return decimal(m.group(1), m.group(2), case)
 
     return re.sub(r"(?<![\d.,])(\d+)[.,](\d+)(?![\d.,]\d)", dec, s)
 
@@ -550,9 +573,53 @@ def _cyrillic_acronyms(s: str) -> str:
     return re.sub(rf"(?<![{_L}\w])([А-ЯЁ]{{2,5}})(?![{_L}\w])", acronym, s)
 
 
+_DIGIT_WORDS = ("ноль", "один", "два", "три", "четыре", "пять", "шесть", "семь", "восемь", "девять")
+
+
+def _codes(s: str) -> str:
+    """Codes and passwords are read digit by digit: "код: 4821" -> "четыре восемь два один"."""
+    return re.sub(
+        rf"(?i)(\b(?:код|кода|коду|кодом|пароль|пароля|пин|pin|pin-код|пин-код|cvv|cvc)\b[\s:\-—«\"]*)(\d{{3,8}})\b",
+        lambda m: m.group(1) + " ".join(_DIGIT_WORDS[int(d)] for d in m.group(2)),
+        s,
+    )
+
+
+_PER = {"мес": "месяц", "месяц": "месяц", "год": "год", "г": "год", "день": "день", "сут": "сутки",
+        "сутки": "сутки", "ч": "час", "час": "час", "нед": "неделю", "неделю": "неделю", "шт": "штуку",
+        "чел": "человека", "ночь": "ночь", "мин": "минуту", "кг": "килограмм"}
+
+
+def _per(s: str) -> str:
+    """"500 рублей/мес." -> "500 рублей в месяц" (за штуку, за человека, за килограмм)."""
+    def per(m: re.Match) -> str:
+        word = _PER[m.group(1).lower()]
+        prep = "за" if word in ("штуку", "человека", "килограмм") else "в"
+        return f" {prep} {word}" + _stop(s, m.end(), m.group(0))
+
+    alts = "|".join(sorted(_PER, key=len, reverse=True))
+    return re.sub(rf"(?<=[{_L}\d.])\s?/\s?({alts})\.?(?![{_L}])", per, s)
+
+
+_TLD = {"ru": "ру", "com": "ком", "org": "орг", "net": "нет", "рф": "рф", "io": "ай оу", "su": "эс ю"}
+
+
+def _emails_and_urls(s: str) -> str:
+    def domain(d: str) -> str:
+        parts = d.lower().split(".")
+        return " точка ".join(_TLD.get(p, p) if i == len(parts) - 1 else p for i, p in enumerate(parts))
+
+    s = re.sub(r"\b([\w.+-]+)@([\w-]+(?:\.[\w-]+)+)\b",
+               lambda m: f"{m.group(1).replace('.', ' точка ')} собака {domain(m.group(2))}", s)
+    return re.sub(r"\b(?:https?://)?(www\.)?((?:[\w-]+\.)+(?:ru|com|org|net|рф|io|su))\b(/\S*)?",
+                  lambda m: ("вэ вэ вэ точка " if m.group(1) else "") + domain(m.group(2)), s)
+
+
 def normalize_ru(text: str) -> str:
     s = re.sub(r"[\u00a0\u202f\u2009]", " ", text)
     s = s.replace("−", "-")
+    s = _emails_and_urls(s)
+    s = _codes(s)
     s = _phones(s)
     s = _dates(s)
     s = _years(s)
@@ -560,6 +627,7 @@ def normalize_ru(text: str) -> str:
     s = _signs(s)
     s = _money(s)
     s = _units(s)
+    s = _per(s)
     s = _ordinals(s)
     s = _romans(s)
     s = _fractions(s)

@@ -53,6 +53,8 @@ _MAX_WORDS = 10**15  # longer numbers (ids, card numbers) are read digit by digi
 def cardinal(n: int, case: str = "nomn", gender: str = "masc", animate: bool = False) -> str:
     if abs(n) >= _MAX_WORDS:
         return ("минус " if n < 0 else "") + " ".join(_DIGITS[int(d)] for d in str(abs(n)))
+    if n % 1000 == 0 and n >= 1000:
+        gender = "masc"  # the noun agrees with тысяча/миллион, not the number ("один миллион заявок")
     words = _n2w()(n, lang="ru", case=_N2W_CASE[case], gender=_N2W_GENDER.get(gender, "m"), animate=animate)
     return _drop_leading_one(n, words)
 
@@ -76,16 +78,30 @@ def _drop_leading_one(n: int, words: str) -> str:
 _DENOMS = ("десят", "сот", "тысячн", "десятитысячн", "стотысячн", "миллионн")
 
 
+_FRACTION_ENDINGS = {  # "целая", "десятая": adjectives that decline with the number before them
+    "sing": {"nomn": "ая", "gent": "ой", "datv": "ой", "accs": "ую", "ablt": "ой", "loct": "ой"},
+    "plur": {"nomn": "ых", "gent": "ых", "datv": "ым", "accs": "ых", "ablt": "ыми", "loct": "ых"},
+}
+
+
 def decimal(integer: str, fraction: str, case: str = "nomn") -> str:
-    """'2', '5' -> 'две целых пять десятых' (fraction digits as written)."""
+    """'2', '5' -> 'две целых пять десятых' (fraction digits as written), declined in `case`."""
     whole = int(integer or "0")
     frac = int(fraction)
     k = min(len(fraction), len(_DENOMS))
-    whole_words = cardinal(whole, case, "femn")
-    whole_noun = "целая" if _is_one(whole) and case == "nomn" else "целых"
-    frac_words = cardinal(frac, case, "femn")
-    frac_noun = _DENOMS[k - 1] + ("ая" if _is_one(frac) and case == "nomn" else "ых")
-    return f"{whole_words} {whole_noun} {frac_words} {frac_noun}"
+
+    def part(n: int, stem: str) -> str:
+        ending = _FRACTION_ENDINGS["sing" if _is_one(n) else "plur"][case]
+        return f"{cardinal(n, case, 'femn')} {stem}{ending}"
+
+    return f"{part(whole, 'цел')} {part(frac, _DENOMS[k - 1])}"
+
+
+def one_and_half(gender: str, case: str = "nomn") -> str:
+    """1,5 before a noun: полтора часа, полторы минуты, полутора часов."""
+    if case in ("nomn", "accs"):
+        return "полторы" if gender == "femn" else "полтора"
+    return "полутора"
 
 
 def _is_one(n: int) -> bool:
@@ -130,9 +146,25 @@ def inflect(lemma: str, case: str, number: str = "sing", after_in: bool = False)
 
 
 def counted(n: int, lemma: str, case: str = "nomn", after_in: bool = False) -> str:
-    """The noun that follows the cardinal n: (5, 'рубль') -> 'рублей'."""
+    """The noun that follows the cardinal n: (5, 'рубль') -> 'рублей'; an adjective before the
+    noun ('квадратный метр') agrees: (2, ...) -> 'квадратных метра'."""
     c, number = noun_number_for(n, case)
-    return inflect(lemma, c, number, after_in)
+    *adjectives, noun = lemma.split(" ")
+    words = [inflect_adjective(a, c, "plur" if (c, number) == ("gent", "sing") and not _is_one(n) else number,
+                               gender_of(noun)) for a in adjectives]
+    return " ".join(words + [inflect(noun, c, number, after_in)])
+
+
+@functools.lru_cache(maxsize=1024)
+def inflect_adjective(lemma: str, case: str, number: str, gender: str) -> str:
+    m = morph()
+    if m is None:
+        return lemma
+    p = next((p for p in m.parse(lemma) if p.tag.POS == "ADJF"), None)
+    if p is None:
+        return lemma
+    form = p.inflect({case, number} | ({gender} if number == "sing" else set()))
+    return form.word if form is not None else lemma
 
 
 _GENDER = {"евро": "masc", "кофе": "masc"}  # the dictionary says neuter; speech says "один евро"
@@ -166,6 +198,16 @@ def noun_readings(word: str) -> tuple[tuple[str, str, str, bool], ...]:
             continue
         out.append((case, tag.number or "sing", tag.gender or "masc", tag.animacy == "anim"))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=8192)
+def is_adjective(word: str) -> bool:
+    """Whether the likeliest reading of a word is an adjective or participle ("новых", "свободных")."""
+    m = morph()
+    if m is None:
+        return False
+    parses = m.parse(word)
+    return bool(parses) and parses[0].tag.POS in ("ADJF", "PRTF")
 
 
 def is_noun(word: str) -> bool:
