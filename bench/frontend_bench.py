@@ -148,19 +148,23 @@ def _voxgate(lang: str, morphology: bool = True) -> Callable[[str], str]:
     from tts.frontend import normalize
     from tts.frontend import ru_words
 
+    def clear_caches() -> None:  # every memo that may hold an answer made with or without pymorphy3
+        for name in dir(ru_words):
+            fn = getattr(ru_words, name)
+            if callable(fn) and hasattr(fn, "cache_clear") and name != "morph":
+                fn.cache_clear()
+
     def run(text: str) -> str:
         if morphology:
             return normalize(text, lang)
         saved = ru_words.morph
         ru_words.morph = lambda: None
-        for fn in (ru_words.noun_readings, ru_words._lemma_parse, ru_words.inflect):
-            fn.cache_clear()
+        clear_caches()
         try:
             return normalize(text, lang)
         finally:
             ru_words.morph = saved
-            for fn in (ru_words.noun_readings, ru_words._lemma_parse, ru_words.inflect):
-                fn.cache_clear()
+            clear_caches()
 
     return run
 
