@@ -125,6 +125,11 @@ def test_offline_decode_is_causal(decoder):
     assert max_diff(decoder.decode(codes)[:, : 6 * 1920], short) <= STREAM_TOL
 
 
+def test_offline_decode_does_not_depend_on_its_internal_chunk_size(decoder):
+    codes = random_codes(1, 17, seed=9)
+    assert max_diff(decoder.decode(codes, chunk_frames=5), decoder.decode(codes)) <= STREAM_TOL
+
+
 def test_bad_codes_are_refused(decoder):
     with pytest.raises(CodecError, match="0..2047") as err:
         decoder.decode(torch.full((1, 2, 16), 2048))

@@ -34,6 +34,12 @@ streams, each at its own position, in one call. Two ways:
   `state.assign(rows, sub)`; `StreamingCodecState.stack([...])` and
   `state.split()` move rows between the two forms.
 
+Official parity: `decode` equals the official decoder's full forward. The
+official `Qwen3TTSTokenizerV2Model.decode` cuts sequences over 300 frames
+into chunks with 25 frames of left context, shorter than the released
+72-frame window, so beyond 300 frames it drifts from its own full forward;
+ours stays exact (and equal to any streamed chunking).
+
 Precision: `load_codec_decoder(dtype=…)` sets the 12.5 Hz part (RVQ
 projections, pre-conv, transformer); the upsampling convolutions use
 `conv_dtype` (fp32 by default) and SnakeBeta always computes in fp32 (its
