@@ -25,14 +25,20 @@ left context is re-decoded.
 Batched engine: rows are independent, so a worker can decode different
 streams, each at its own position, in one call. Two ways:
 
+* one persistent slot state for all streams (`slots = dec.new_state(max_streams)`):
+  each step `dec.decode_step(codes[B, t, 16], slots, rows=[...])` advances
+  just the named rows (gather, one batched step, scatter back: a fixed
+  number of kernels whatever B is); `slots.reset([row])` hands a slot to a
+  new stream. This is the form for a GPU worker.
 * a state object per stream (`dec.new_state(1)`), and each step
   `dec.decode_streams(codes[B, t, 16], [state_a, state_b, ...])` — stacks the
-  states, runs one batched step, and writes each stream's new history back
-  into its own object (`copy_from`; no storage shared between streams);
-* one persistent batch state for all slots, with
-  `sub = state.select(rows)` → `dec.decode_step(codes, sub)` →
-  `state.assign(rows, sub)`; `StreamingCodecState.stack([...])` and
-  `state.split()` move rows between the two forms.
+  states, runs one batched step, and copies each stream's new history back
+  into its own object. Simple, but it costs a few small copies per stream
+  per buffer; fine on CPU and for a handful of streams.
+
+All rows of one call advance by the same t; group streams by chunk size.
+`state.select(rows)`, `state.assign(rows, sub)`, `StreamingCodecState.stack`
+and `state.split()` move rows between the two forms.
 
 Official parity: `decode` equals the official decoder's full forward. The
 official `Qwen3TTSTokenizerV2Model.decode` cuts sequences over 300 frames

@@ -101,12 +101,22 @@ class CodecDecoder(nn.Module):
         return StreamingCodecState(torch.zeros(batch_size, dtype=torch.long, device=device), buffers)
 
     @torch.no_grad()
-    def decode_step(self, codes: torch.Tensor, state: StreamingCodecState) -> torch.Tensor:
+    def decode_step(
+        self, codes: torch.Tensor, state: StreamingCodecState, rows: Sequence[int] | torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Decode the next t frames of every row: codes [B, t, Q] → float32 [B, t·samples_per_frame].
 
-        Advances `state` in place (its tensors keep their storage). Codes are clamped into the codebook (no host
-        sync; an out-of-range id must not crash a device shared by other streams).
+        Advances `state` in place (its tensors keep their storage). With `rows`,
+        only those rows of a larger slot state are stepped (codes row i
+        continues state row rows[i]); the others are left as they are. Codes are
+        clamped into the codebook (no host sync; an out-of-range id must not
+        crash a device shared by other streams).
         """
+        if rows is not None:
+            sub = state.select(rows)
+            wav = self.decode_step(codes, sub)
+            state.assign(rows, sub)
+            return wav
         cfg = self.config
         if codes.dim() != 3 or codes.shape[2] != cfg.num_quantizers:
             raise CodecError("bad_codes", f"codes must be [batch, frames, {cfg.num_quantizers}], got {tuple(codes.shape)}")

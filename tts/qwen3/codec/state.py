@@ -52,6 +52,13 @@ class StreamingCodecState:
         for mine, theirs in zip(self.buffers, other.buffers):
             mine.index_copy_(0, idx, theirs.to(mine.dtype))
 
+    def reset(self, rows: Rows) -> None:
+        """Make rows fresh streams again (a slot handed to a new stream), in place."""
+        idx = self._index(rows)
+        self.frames.index_fill_(0, idx, 0)
+        for buf in self.buffers:
+            buf.index_fill_(0, idx, 0)
+
     def split(self) -> list["StreamingCodecState"]:
         """One independent single-row state per row (contiguous copies)."""
         return [self.select([b]) for b in range(self.batch_size)]
