@@ -58,7 +58,7 @@ def params_from_args(args) -> SweepParams:
         levels=_levels(args.levels),
         window_s=float(args.window),
         ramp_s=g("ramp"),
-        settle_s=float(g("settle", 2.0)),
+        settle_s=float(g("settle", 5.0)),
         seed=int(args.seed),
         client=client,
         slo=slo,
@@ -104,6 +104,10 @@ async def _run(args, params: SweepParams, out: Path) -> int:
             targets.append(target_from_url("A", args.gateway))
             if args.ab:
                 targets.append(target_from_url("B", args.ab))
+        elif getattr(args, "stub", False):
+            t = await start_local("A", None, out)  # measures the client: a server that costs almost nothing
+            started.append(t)
+            targets.append(t)
         else:
             if not configs:
                 configs = ["configs/simulated.yaml"]

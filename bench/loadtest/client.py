@@ -55,6 +55,7 @@ class ClientClock:
         self.period = FRAME_MS / 1000.0
         self.members: dict[int, CallerPlayback] = {}
         self.lateness = array("f")  # seconds, one per tick run while recording
+        self.stalls: list[tuple[float, float]] = []  # (scheduled time, lateness) of ticks run over a frame late
         self.recording = False
         self._task: asyncio.Task | None = None
 
@@ -88,6 +89,8 @@ class ClientClock:
             while due <= now:
                 if self.recording:
                     self.lateness.append(now - due)
+                    if now - due > self.period:
+                        self.stalls.append((due, now - due))
                 for pb in list(self.members.values()):
                     pb.tick(due)
                 n += 1

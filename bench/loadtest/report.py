@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
 DASHES = ["", "6,3", "2,3"]
@@ -29,7 +30,7 @@ def line_chart(series: list[dict], title: str, xlabel: str, ylabel: str, hlines:
     if not pts:
         return f"<p><i>{_e(title)}: no data</i></p>"
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y1 = max([p[1] for p in pts] + [h for h, _ in hlines]) * 1.1 or 1.0
+    y1 = _nice(max([p[1] for p in pts] + [h for h, _ in hlines]) * 1.05)
     x1 = x1 if x1 > x0 else x0 + 1
     L, R, T, B = 60, 150, 28, 40
     pw, ph = width - L - R, height - T - B
@@ -43,7 +44,7 @@ def line_chart(series: list[dict], title: str, xlabel: str, ylabel: str, hlines:
     for i in range(5):
         yv = y1 * i / 4
         out.append(f'<line x1="{L}" x2="{L + pw}" y1="{sy(yv):.1f}" y2="{sy(yv):.1f}" stroke="#eee"/>'
-                   f'<text x="{L - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end">{yv:.0f}</text>')
+                   f'<text x="{L - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end">{yv:.4g}</text>')
     xs = sorted({p[0] for p in pts}) if len({p[0] for p in pts}) <= 12 else [x0 + (x1 - x0) * i / 6 for i in range(7)]
     for xv in xs:
         out.append(f'<text x="{sx(xv):.1f}" y="{T + ph + 14}" text-anchor="middle">{xv:.0f}</text>')
@@ -66,6 +67,14 @@ def line_chart(series: list[dict], title: str, xlabel: str, ylabel: str, hlines:
                    f'<text x="{L + pw + 32}" y="{ly}">{_e(s["name"])}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _nice(x: float) -> float:
+    """The next 1, 2, 2.5 or 5 × 10^k at or above x, for round axis ticks."""
+    if x <= 0:
+        return 1.0
+    k = 10 ** math.floor(math.log10(x))
+    return next(m * k for m in (1, 2, 2.5, 5, 10) if m * k >= x)
 
 
 def _downsample_min(values: list[int], n: int = 1200) -> list[tuple[int, int]]:
@@ -106,11 +115,12 @@ def summary_rows(doc: dict) -> list[str]:
                 f"{_f(t['p50']):>6}/{_f(t['p95']):>6}/{_f(t['p99']):>6} {_f(m['ttfa_server_ms']['p95']):>7} {_f(m['e2e_ms']['p95']):>7} "
                 f"{h['per_100_turns']['audible']:>8.1f} {s['per_100_turns']['audible']:>12.1f} {h['per_100_turns']['micro']:>10.1f} "
                 f"{m['pct_turns_audible_heard']:>6.1f} {_f(h['duration_ms']['p95']):>5}/{_f(h['duration_ms']['max']):>6} {m['audio_x']:>6.1f} "
-                f"{_f(m['client']['lateness_ms']['p99'], 1):>7} {'PASS' if m['slo']['pass'] else 'fail':>4}"
+                f"{_f(((m.get('client') or {}).get('lateness_ms') or {}).get('p99'), 1):>7} {'PASS' if m['slo']['pass'] else 'fail':>4}"
             )
     for label in labels:
         c = doc["capacities"][label]
-        rows.append(f"capacity {label}: SLO {c['slo']} (highest passing {c['slo_any']}), strict (zero audible gaps) {c['strict']} (highest {c['strict_any']})")
+        rows.append(f"capacity {label}: SLO {c['slo']} (highest passing {c['slo_any']}), strict (zero audible gaps) {c['strict']} (highest {c['strict_any']}),"
+                    f" strict counting engine gaps only {c.get('strict_engine')} (highest {c.get('strict_engine_any')})")
     cc = doc.get("client_capacity") or {}
     if cc:
         rows.append(f"client: clock on time up to {cc.get('max_level_clock_on_time')} callers; first slip at {cc.get('first_level_clock_slipped')};"
@@ -140,8 +150,13 @@ audible gaps ≤ {slo['audible_per_turn']:g} per turn (counted {_e(slo['gaps_fro
     for label in labels:
         c = doc["capacities"][label]
         t = doc["targets"][label]
-        rows.append([f"<b>{_e(label)}</b> {_e(t.get('config') or t['ws_url'])}", _f(c["slo"]), _f(c["slo_any"]), _f(c["strict"]), _f(c["strict_any"])])
-    parts.append("<h2>Capacity</h2>" + _table(["target", "SLO capacity", "highest passing", "strict capacity", "highest strict"], rows))
+        rows.append([f"<b>{_e(label)}</b> {_e(t.get('config') or t['ws_url'])}", _f(c["slo"]), _f(c["slo_any"]), _f(c["strict"]), _f(c["strict_any"]),
+                     _f(c.get("strict_engine")), _f(c.get("strict_engine_any"))])
+    parts.append("<h2>Capacity</h2>" + _table(["target", "SLO capacity", "highest passing", "strict capacity", "highest strict",
+                                               "strict, engine gaps only", "highest strict (engine)"], rows)
+                 + "<p>Capacity = the highest level that passes with every lower level passing too; “highest” ignores failures below. "
+                   "“Engine gaps only” counts the audible gaps the gateway blames on late synthesis (cause <code>engine</code>), "
+                   "leaving out gaps from agent text that came too slowly (cause <code>text</code>).</p>")
     cc = doc.get("client_capacity") or {}
     parts.append(f"<p>Load client: clock on time (tick lateness p99 ≤ 20 ms) up to <b>{_f(cc.get('max_level_clock_on_time'))}</b> callers;"
                  f" first slip at {_f(cc.get('first_level_clock_slipped'))}; ≈{_f(cc.get('callers_per_core_est_min'))} callers per core of client CPU.</p>")
@@ -181,11 +196,12 @@ audible gaps ≤ {slo['audible_per_turn']:g} per turn (counted {_e(slo['gaps_fro
         series.append({"name": f"{label} srv audible", "color": COLORS[k % 4], "dash": "2,3", "points": [(m["level"], m["server_gaps"]["per_100_turns"]["audible"]) for m in ms]})
     plots.append(line_chart(series, "Gaps per 100 turns vs concurrency (heard; server dotted)", "concurrent calls", "gaps / 100 turns",
                             [(100 * slo["audible_per_turn"], "SLO audible")]))
-    series = [{"name": f"{label} E2E p95", "color": COLORS[k % 4], "dash": "", "points": [(m["level"], m["e2e_ms"]["p95"]) for m in doc["levels"][label]]}
+    series = [{"name": f"{label} E2E {q}", "color": COLORS[k % 4], "dash": DASHES[j], "points": [(m["level"], m["e2e_ms"][q]) for m in doc["levels"][label]]}
+              for k, label in enumerate(labels) for j, q in enumerate(("p50", "p95"))]
+    plots.append(line_chart(series, "E2E first audio vs concurrency", "concurrent calls", "ms", [(slo["e2e_p95_ms"], "SLO p95")]))
+    series = [{"name": f"{label} audio×", "color": COLORS[k % 4], "dash": "", "points": [(m["level"], m["audio_x"]) for m in doc["levels"][label]]}
               for k, label in enumerate(labels)]
-    series += [{"name": f"{label} audio×", "color": COLORS[k % 4], "dash": "2,3", "points": [(m["level"], m["audio_x"] * 100) for m in doc["levels"][label]]}
-               for k, label in enumerate(labels)]
-    plots.append(line_chart(series, "E2E first audio p95 (ms) and audio× (×100)", "concurrent calls", "ms  |  audio× · 100", [(slo["e2e_p95_ms"], "SLO E2E")]))
+    plots.append(line_chart(series, "Audio produced: seconds per wall second", "concurrent calls", "audio ×"))
     parts.append('<h2>Plots</h2><div class="plots">' + "".join(plots) + "</div>")
 
     # worst call buffer level
@@ -221,11 +237,12 @@ audible gaps ≤ {slo['audible_per_turn']:g} per turn (counted {_e(slo['gaps_fro
                          _f(s["per_100_turns"]["micro"], 1), _f(s["per_100_turns"]["audible"], 1),
                          f"{s['by_cause']['engine']['micro']}/{s['by_cause']['engine']['audible']}",
                          f"{s['by_cause']['text']['micro']}/{s['by_cause']['text']['audible']}",
-                         _f(m["pct_turns_audible_heard"], 1), _f(m["pct_turns_audible_server"], 1)])
+                         _f(m["pct_turns_audible_heard"], 1), _f(m["pct_turns_audible_server"], 1), str(h.get("during_client_stall", 0))])
     parts.append("<h2>Gap scaling</h2><p>micro/audible counts; heard split by source (server silence frames, late delivery, mixed); "
                  "server split by cause.</p>" + _table(
                      ["target level", "turns", "heard micro/100t", "heard audible/100t", "heard server m/a", "heard delivery m/a", "heard mixed m/a",
-                      "server micro/100t", "server audible/100t", "server engine m/a", "server text m/a", "% turns audible (heard)", "% turns audible (server)"], rows))
+                      "server micro/100t", "server audible/100t", "server engine m/a", "server text m/a", "% turns audible (heard)", "% turns audible (server)",
+                      "heard gaps during a client stall"], rows))
     rows = []
     for label in labels:
         for m in doc["levels"][label]:
@@ -247,12 +264,14 @@ audible gaps ≤ {slo['audible_per_turn']:g} per turn (counted {_e(slo['gaps_fro
     rows = []
     for label in labels:
         for m in doc["levels"][label]:
-            c = m["client"]
+            c = m.get("client") or {}
+            if "ticks" not in c:
+                continue
             rows.append([f"{label} {m['level']}", str(c["ticks"]), _f(c["lateness_ms"]["p50"], 2), _f(c["lateness_ms"]["p99"], 1),
                          _f(c["lateness_ms"]["max"], 1), str(c["late_ticks_over_20ms"]), _f(c["cpu_pct_of_core"]), _f(c["callers_per_core_est"]),
-                         '<b class="bad">slipped</b>' if c["clock_slipped"] else "on time"])
+                         '<b class="bad">slipped</b>' if c["clock_slipped"] else "on time", _f(c.get("loadavg_1m"), 2)])
     parts.append("<h2>Load client health</h2><p>If the client's own clock slips, its heard gaps include its own artefacts.</p>" + _table(
-        ["target level", "ticks", "lateness p50 ms", "p99 ms", "max ms", "ticks > 20 ms late", "client CPU % of a core", "callers/core est.", "clock"], rows))
+        ["target level", "ticks", "lateness p50 ms", "p99 ms", "max ms", "ticks > 20 ms late", "client CPU % of a core", "callers/core est.", "clock", "machine load (1 min)"], rows))
 
     # server counters and per-level SLO detail
     det = []
@@ -272,3 +291,55 @@ audible gaps ≤ {slo['audible_per_turn']:g} per turn (counted {_e(slo['gaps_fro
     parts.append("<h2>Provenance</h2>" + cfgs + f"<pre>{_e(json.dumps({k: env[k] for k in ('versions', 'cpu', 'python', 'platform') if k in env}, indent=1))}</pre>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- re-render a run folder
+def rederive(doc: dict, slo_overrides: dict | None = None) -> dict:
+    """Recompute SLO verdicts and capacities of a metrics.json (e.g. with other thresholds)."""
+    from dataclasses import fields
+
+    from bench.loadtest.stats import LevelMetrics, Slo, capacities, slo_verdict
+
+    slo = Slo(**(doc["params"]["slo"] | (slo_overrides or {})))
+    doc["params"]["slo"] = slo.__dict__.copy()
+    names = {f.name for f in fields(LevelMetrics)}
+    for label, levels in doc["levels"].items():
+        objs = []
+        for m in levels:
+            obj = LevelMetrics(**{k: v for k, v in m.items() if k in names})
+            m["slo"] = obj.slo = slo_verdict(obj, slo)
+            objs.append(obj)
+        doc["capacities"][label] = capacities(objs)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(description="re-render report.html of a load-test run folder (optionally with other SLO thresholds)")
+    p.add_argument("run")
+    p.add_argument("--slo-ttfa-p95-ms", type=float)
+    p.add_argument("--slo-e2e-p95-ms", type=float)
+    p.add_argument("--slo-audible-per-turn", type=float)
+    p.add_argument("--slo-error-rate", type=float)
+    p.add_argument("--slo-gaps-from", choices=["heard", "server"])
+    p.add_argument("--out", help="write here instead of RUN/report.html")
+    a = p.parse_args(argv)
+    run = Path(a.run)
+    doc = json.loads((run / "metrics.json").read_text())
+    env = json.loads((run / "env.json").read_text())
+    overrides: dict = {}
+    for key, attr in (("ttfa_p95_ms", "slo_ttfa_p95_ms"), ("e2e_p95_ms", "slo_e2e_p95_ms"), ("audible_per_turn", "slo_audible_per_turn"),
+                      ("error_rate", "slo_error_rate"), ("gaps_from", "slo_gaps_from")):
+        if getattr(a, attr) is not None:
+            overrides[key] = getattr(a, attr)
+    doc = rederive(doc, overrides)
+    (Path(a.out) if a.out else run / "report.html").write_text(render_report(doc, env), encoding="utf-8")
+    for row in summary_rows(doc):
+        print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

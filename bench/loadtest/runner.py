@@ -9,8 +9,10 @@ been heard to its end, then all sessions end before the next level.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +34,7 @@ class SweepParams:
     levels: list[int]
     window_s: float = 30.0
     ramp_s: float | None = None  # None: 0.1 s per caller, at least 2 s, at most 10 s
-    settle_s: float = 2.0  # after the ramp, before the window opens
+    settle_s: float = 5.0  # after the ramp, before the window opens (in-flight load reaches steady state)
     pause_between_s: float = 1.0
     seed: int = 0
     client: ClientSettings = field(default_factory=ClientSettings)
@@ -65,7 +67,23 @@ def client_health(lateness_s, cpu_s: float, window_s: float, level: int) -> dict
         "callers_per_core_est": (level / cpu_frac) if cpu_frac > 0 else None,
         # The client's clock "slips" when ticks run more than a frame late: its own gaps would then be artefacts.
         "clock_slipped": bool(lat_ms) and percentile(lat_ms, 99) > 20.0,
+        # Other work on the machine (a shared box) shows here.
+        "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
+
+
+def mark_client_stalls(turns: list[dict], stalls: list[tuple[float, float]], prebuffer_s: float) -> None:
+    """Flag heard gaps with late delivery that overlap a stall of this client's own loop.
+
+    A stalled client reads frames late, so their arrival times (and the gap)
+    may be the client's artefact rather than the gateway's.
+    """
+    for t in turns:
+        for g in t.get("heard_gaps", []):
+            if g["source"] == "server":
+                continue
+            start, end = g["t"] - prebuffer_s - 0.02, g["t"] + g["duration_ms"] / 1000.0
+            g["client_stall"] = any(due <= end and due + late >= start for due, late in stalls)
 
 
 async def run_level(
@@ -79,38 +97,48 @@ async def run_level(
 ) -> LevelResult:
     events: list[dict] = []
     before = await scrape(http, target)
-    clock = ClientClock()
-    clock.start()
-    ramp = params.ramp_for(level)
-    start = time.monotonic() + 0.2
-    w0 = start + ramp + params.settle_s
-    w1 = w0 + params.window_s
-    run = LevelRun(level, target.label, t0, (w0, w1), events.append)
-    tasks = []
-    for i in range(level):
-        seed = params.seed * 1_000_003 + level * 1009 + i  # same calls for A and B at a level
-        caller = Caller(i, target.ws_url, scenarios.picker(seed), params.client, clock, run, seed)
-        caller.wav_sink = wav_sink
-        tasks.append(asyncio.get_running_loop().create_task(caller.live(start + ramp * i / level)))
-    log.info("%s level %d: ramp %.1f s, window %.0f s", target.label, level, ramp, params.window_s)
-    await asyncio.sleep(max(0.0, w0 - time.monotonic()))
-    clock.recording = True
-    cpu0 = time.process_time()
-    await asyncio.sleep(max(0.0, w1 - time.monotonic()))
-    cpu = time.process_time() - cpu0
-    clock.recording = False
-    # Cool-down: keep the load until every counted turn was heard (bounded by the turn timeout).
-    limit = time.monotonic() + params.client.turn_timeout_s + 5.0
-    while run.pending_in_window > 0 and time.monotonic() < limit:
-        await asyncio.sleep(0.1)
-    run.stop.set()
-    done, pending = await asyncio.wait(tasks, timeout=3.0)
-    for t in pending:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await clock.stop()
+    # A full GC pass over a big heap stalls the client's loop for 100+ ms and fakes delivery gaps:
+    # freeze what exists, and keep the cyclic GC off while the level runs (frames are freed by refcount).
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        clock = ClientClock()
+        clock.start()
+        ramp = params.ramp_for(level)
+        start = time.monotonic() + 0.2
+        w0 = start + ramp + params.settle_s
+        w1 = w0 + params.window_s
+        run = LevelRun(level, target.label, t0, (w0, w1), events.append)
+        tasks = []
+        for i in range(level):
+            seed = params.seed * 1_000_003 + level * 1009 + i  # same calls for A and B at a level
+            caller = Caller(i, target.ws_url, scenarios.picker(seed), params.client, clock, run, seed)
+            caller.wav_sink = wav_sink
+            tasks.append(asyncio.get_running_loop().create_task(caller.live(start + ramp * i / level)))
+        log.info("%s level %d: ramp %.1f s, window %.0f s", target.label, level, ramp, params.window_s)
+        await asyncio.sleep(max(0.0, w0 - time.monotonic()))
+        clock.recording = True
+        cpu0 = time.process_time()
+        await asyncio.sleep(max(0.0, w1 - time.monotonic()))
+        cpu = time.process_time() - cpu0
+        clock.recording = False
+        # Cool-down: keep the load until every counted turn was heard (bounded by the turn timeout).
+        limit = time.monotonic() + params.client.turn_timeout_s + 5.0
+        while run.pending_in_window > 0 and time.monotonic() < limit:
+            await asyncio.sleep(0.1)
+        run.stop.set()
+        done, pending = await asyncio.wait(tasks, timeout=3.0)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await clock.stop()
+    finally:
+        gc.enable()
+        gc.unfreeze()
     after = await scrape(http, target)
     turns = [asdict(t) for t in run.turns]
+    mark_client_stalls(turns, [(due - t0, late) for due, late in clock.stalls], params.client.prebuffer_ms / 1000.0)
     in_window_errors = [e for e in run.session_errors if e["in_window"]]
     m = level_metrics(
         turns,

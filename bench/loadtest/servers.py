@@ -46,10 +46,14 @@ def target_from_url(label: str, url: str) -> Target:
     return Target(label, ws, http)
 
 
-async def start_local(label: str, config_path: str, log_dir: Path, ready_timeout_s: float = 60.0) -> Target:
+async def start_local(label: str, config_path: str | None, log_dir: Path, ready_timeout_s: float = 60.0) -> Target:
+    """`voxgate serve --config PATH` on a free loopback port; with no config, the stub gateway (bench/loadtest/stub.py)."""
     port = free_port()
     log_path = log_dir / f"server_{label}.log"
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", config_path, "--host", "127.0.0.1", "--port", str(port), "--log-level", "WARNING"]
+    if config_path:
+        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", config_path, "--host", "127.0.0.1", "--port", str(port), "--log-level", "WARNING"]
+    else:
+        cmd = [sys.executable, "-m", "bench.loadtest.stub", "--host", "127.0.0.1", "--port", str(port)]
     logf = open(log_path, "wb")
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=os.getcwd(), start_new_session=True)
     logf.close()
@@ -58,7 +62,7 @@ async def start_local(label: str, config_path: str, log_dir: Path, ready_timeout
     async with aiohttp.ClientSession() as http:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"gateway {label} ({config_path}) exited with {proc.returncode}; see {log_path}")
+                raise RuntimeError(f"gateway {label} ({config_path or 'stub'}) exited with {proc.returncode}; see {log_path}")
             try:
                 async with http.get(target.http_url + "/readyz", timeout=aiohttp.ClientTimeout(total=2)) as r:
                     if r.status == 200:
@@ -111,6 +115,8 @@ def counter_deltas(before: str, after: str) -> dict[str, float]:
     out = {}
     for key, value in a.items():
         name = key.split("{", 1)[0]
+        if name.endswith("_created"):
+            continue  # creation timestamps, not measurements
         if name.endswith(("_total", "_count", "_sum")):
             d = value - b.get(key, 0.0)
             if d:

@@ -69,6 +69,8 @@ def _gap_table(gaps: list[dict], split: str, splits: Iterable[str], turns: int) 
         }
         for s in splits
     }
+    # Late-delivery gaps that overlap a stall of the load client itself (suspect, not the gateway's).
+    out["during_client_stall"] = sum(1 for g in gaps if g.get("client_stall"))
     durations = [g["duration_ms"] for g in gaps]
     out["duration_ms"] = {"p50": percentile(durations, 50), "p95": percentile(durations, 95), "max": max(durations) if durations else None}
     out["total_ms"] = sum(durations)
@@ -168,6 +170,8 @@ def slo_verdict(m: LevelMetrics, slo: Slo) -> dict:
     }
     out["pass"] = m.turns > 0 and all(c["pass"] for c in out.values())
     out["zero_audible"] = m.turns > 0 and gaps["audible"] == 0 and m.errors == 0
+    # The engine's share: no audible gap the gateway blames on late synthesis.
+    out["zero_audible_engine"] = m.turns > 0 and m.server_gaps["by_cause"]["engine"]["audible"] == 0 and m.errors == 0
     return out
 
 
@@ -177,10 +181,12 @@ def capacities(levels: list[LevelMetrics]) -> dict:
     Each is the highest level such that it and every lower level pass
     (a sweep that fails at 40 and passes at 60 is noise, not capacity);
     `*_any` gives the highest passing level regardless, to show such noise.
+    `strict_engine` counts only audible gaps the gateway attributes to the
+    engine (cause `engine`), leaving out gaps from slow agent text.
     """
     out = {}
     ordered = sorted(levels, key=lambda m: m.level)
-    for name, key in (("slo", "pass"), ("strict", "zero_audible")):
+    for name, key in (("slo", "pass"), ("strict", "zero_audible"), ("strict_engine", "zero_audible_engine")):
         cap = None
         for m in ordered:
             if not m.slo[key]:
