@@ -172,8 +172,7 @@ def _write_trace(path: str, spans: list, t_origin: float) -> None:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
 
 
-def _reference(model_dir: str, levels: list[int], max_frames: int, device: str) -> list[dict]:
-    """The official qwen-tts: generate + decode, one static batch per level."""
+def _load_reference(model_dir: str, device: str):
     import warnings
 
     import torch
@@ -185,23 +184,41 @@ def _reference(model_dir: str, levels: list[int], max_frames: int, device: str) 
     if device != "cpu":
         model.model.to(device)
         model.device = torch.device(device)
+    return model
+
+
+def _reference_level(model, c: int, max_frames: int) -> dict:
+    """The official qwen-tts: generate + decode of c texts as one static batch."""
+    texts = [list(TEXTS.values())[i % 3] for i in range(c)]
     speaker = sorted(model.get_supported_speakers() or [""])[0] or None
-    out = []
-    for c in levels:
-        texts = [list(TEXTS.values())[i % 3] for i in range(c)]
-        t0 = time.monotonic()
-        if model.model.tts_model_type == "custom_voice":
-            wavs, sr = model.generate_custom_voice(text=texts, speaker=[speaker] * c, language=["English"] * c,
-                                                   max_new_tokens=max_frames + 1)
-        else:
-            wavs, sr = model.generate_voice_design(text=texts, instruct=["A calm voice."] * c,
-                                                   language=["English"] * c, max_new_tokens=max_frames + 1)
-        wall = time.monotonic() - t0
-        audio = sum(len(w) for w in wavs) / sr
-        out.append({"concurrency": c, "audio_s": round(audio, 3), "wall_s": round(wall, 3),
-                    "audio_x": round(audio / wall, 3), "rtf": round(wall / (audio / c), 4) if audio else None,
-                    "ttfa_p50_ms": round(wall * 1e3, 1), "ttfa_p95_ms": round(wall * 1e3, 1)})
-    return out
+    t0 = time.monotonic()
+    if model.model.tts_model_type == "custom_voice":
+        wavs, sr = model.generate_custom_voice(text=texts, speaker=[speaker] * c, language=["English"] * c,
+                                               max_new_tokens=max_frames + 1)
+    else:
+        wavs, sr = model.generate_voice_design(text=texts, instruct=["A calm voice."] * c, language=["English"] * c,
+                                               max_new_tokens=max_frames + 1)
+    wall = time.monotonic() - t0
+    audio = sum(len(w) for w in wavs) / sr
+    return {"concurrency": c, "audio_s": round(audio, 3), "wall_s": round(wall, 3), "audio_x": round(audio / wall, 3),
+            "rtf": round(wall / (audio / c), 4) if audio else None,
+            "ttfa_p50_ms": round(wall * 1e3, 1), "ttfa_p95_ms": round(wall * 1e3, 1)}
+
+
+async def _compare(engine, reference, sampling, max_frames: int, repeats: int) -> tuple[list[dict], list[dict]]:
+    """Ours and the official at c=1 and c=16, interleaved `repeats` times; the best run of each counts
+    (a shared CPU box makes single runs noisy, and both sides get the same chances)."""
+    ours, theirs = {}, {}
+    for _ in range(repeats):
+        for c in (1, 16):
+            texts = [list(TEXTS.values())[i % 3] for i in range(c)]
+            mine = await _run_level(engine, texts, sampling)
+            ref = await asyncio.get_running_loop().run_in_executor(None, _reference_level, reference, c, max_frames)
+            if c not in ours or mine["audio_x"] > ours[c]["audio_x"]:
+                ours[c] = mine
+            if c not in theirs or ref["audio_x"] > theirs[c]["audio_x"]:
+                theirs[c] = ref
+    return [ours[1], ours[16]], [theirs[1], theirs[16]]
 
 
 async def _bench(args) -> dict:
@@ -211,9 +228,9 @@ async def _bench(args) -> dict:
     from tts.qwen3.engine import Qwen3Engine
 
     levels = [int(x) for x in args.concurrency.split(",")] if args.concurrency else []
-    if args.reference:
-        levels = sorted(set(levels) | {1, 16})
-    max_batch = args.max_batch or max([1] + levels)
+    if args.reference and not args.model_dir:
+        raise SystemExit("--reference needs --model-dir (the official code loads the same checkpoint)")
+    max_batch = args.max_batch or max([1] + levels + ([16] if args.reference else []))
     settings = _settings(args, max_batch)
     engine = Qwen3Engine(settings)
     t_load = time.monotonic()
@@ -223,7 +240,7 @@ async def _bench(args) -> dict:
     print(f"engine: {src} on {settings.device} {settings.dtype}, max_batch {max_batch}, "
           f"CUDA graphs {engine._batch.use_cuda_graphs}; loaded in {load_s:.1f} s")
     if args.trace:
-        engine.trace = []
+        engine.enable_trace(stages=True)
     t_origin = time.perf_counter()
     sampling = SamplingSettings()
     result: dict = {"engine": {"source": src, "device": settings.device, "dtype": settings.dtype,
@@ -241,26 +258,24 @@ async def _bench(args) -> dict:
         if sweep:
             _print_levels(sweep, "ours (Qwen3Engine):")
         result["levels"] = sweep
+        if args.reference:
+            repeats = int(os.environ.get("VOXGATE_BENCH_REPEATS", "3"))
+            reference = _load_reference(args.model_dir, settings.device)
+            max_frames = args.frames or settings.max_frames
+            ours, ref = await _compare(engine, reference, sampling, max_frames, repeats)
+            _print_levels(ours, f"ours, best of {repeats} (interleaved with the official runs):")
+            _print_levels([{**r, "keeps_up": "-", "streams_keeping_up": "", "host_syncs_per_frame": 0, "mean_batch": 0}
+                           for r in ref], f"official qwen-tts, best of {repeats} (generate + decode, one static batch; "
+                                          "TTFA = the whole batch):")
+            ratios = {str(o["concurrency"]): round(o["audio_x"] / r["audio_x"], 2) for o, r in zip(ours, ref)}
+            result["reference"] = {"ours": ours, "official": ref, "repeats": repeats,
+                                   "audio_x_ratio_ours_over_official": ratios}
+            print("audio x, ours / official: " + ", ".join(f"c={k}: {v}x" for k, v in ratios.items()))
     finally:
         await engine.close()
     if args.trace:
         _write_trace(args.trace, engine.trace, t_origin)
         print(f"trace: {args.trace} ({len(engine.trace)} spans)")
-    if args.reference:
-        if not args.model_dir:
-            raise SystemExit("--reference needs --model-dir (the official code loads the same checkpoint)")
-        max_frames = args.frames or settings.max_frames
-        ref = _reference(args.model_dir, [1, 16], max_frames, settings.device)
-        _print_levels([{**r, "keeps_up": "-", "streams_keeping_up": "", "host_syncs_per_frame": 0, "mean_batch": 0}
-                       for r in ref], "official qwen-tts (generate + decode, static batch; TTFA = whole batch):")
-        result["reference"] = ref
-        ratios = {}
-        for r in ref:
-            mine = next((x for x in result["levels"] if x["concurrency"] == r["concurrency"]), None)
-            if mine and r["audio_x"]:
-                ratios[str(r["concurrency"])] = round(mine["audio_x"] / r["audio_x"], 2)
-        result["audio_x_ratio_ours_over_official"] = ratios
-        print("audio x, ours / official: " + ", ".join(f"c={k}: {v}x" for k, v in ratios.items()))
     if torch.cuda.is_available():
         result["engine"]["gpu"] = torch.cuda.get_device_name(0)
     return result

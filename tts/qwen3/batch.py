@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from tts.qwen3.generate import TalkerSampling, decode_frame, prefill
+from tts.qwen3.generate import TalkerSampling, decode_frame, predict_codes, prefill, talker_step
 from tts.qwen3.model import Qwen3TTSModel
 from tts.qwen3.prompt import Prompt
 from tts.qwen3.sampling import SamplingRows
@@ -59,6 +59,8 @@ class TalkerBatch:
         self.use_cuda_graphs = (dev.type == "cuda") if use_cuda_graphs is None else use_cuda_graphs
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._pool = None
+        self.stage_marks = None  # eager tracing: called with a stage name after each stage
+        self.last_launch_s = 0.0  # time spent issuing the last step (the rest of `step` is the host sync)
 
     # -- admission ------------------------------------------------------
     def ensure_trailing(self, length: int) -> None:
@@ -127,8 +129,18 @@ class TalkerBatch:
         cb0 = TalkerSampling(self.cb0.rows.slice(n), self.cb0.seen[:n], self.cb0.generated[:n], self.cb0.suppress,
                              self.cb0.eos_id, self.cb0.min_new_tokens)
         pos = self.pos[:n]
-        codes, hidden, tok = decode_frame(talker, self.hidden[:n], self.code0[:n], text, pos, cb0,
-                                          self.pred_rows.slice(n), self.generator if not self.use_cuda_graphs else None)
+        gen = self.generator if not self.use_cuda_graphs else None
+        if self.stage_marks is None:
+            codes, hidden, tok = decode_frame(talker, self.hidden[:n], self.code0[:n], text, pos, cb0,
+                                              self.pred_rows.slice(n), gen)
+        else:  # eager, traced: the same three stages as decode_frame, timed one by one
+            mark = self.stage_marks
+            codes = predict_codes(talker, self.hidden[:n], self.code0[:n], self.pred_rows.slice(n), gen)
+            mark("code_predictor")
+            hidden, logits = talker_step(talker, codes, text, pos)
+            mark("talker_step")
+            tok = cb0.next_token(logits, gen)
+            mark("sampling")
         act = self.active[:n]
         self.hidden[:n] = hidden
         self.code0[:n] = tok
@@ -141,12 +153,16 @@ class TalkerBatch:
     def step(self, n_rows: int) -> torch.Tensor:
         """Run one frame for the smallest bucket covering slots 0..n_rows-1; returns out[:n] on the host
         (the step's one device->host copy): codes [n, G] and the next codebook-0 token [n]."""
+        import time
+
         n = self.bucket_for(n_rows)
+        t0 = time.perf_counter()
         if self.use_cuda_graphs:
             graph = self._graphs.get(n) or self._capture(n)
             graph.replay()
         else:
             self._step_rows(n)
+        self.last_launch_s = time.perf_counter() - t0
         return self.out[:n_rows].cpu()
 
     def _capture(self, n: int) -> "torch.cuda.CUDAGraph":

@@ -7,10 +7,10 @@ The worker loops over steps (DESIGN.md §3.1):
 3. one batched frame for all active slots (`TalkerBatch.step`: talker step, 15-step code
    predictor, sampling; a CUDA graph per batch bucket on CUDA) and ONE device->host copy
    for the whole batch (codes and next tokens);
-4. one batched vocoder pass over the new frames of every stream, earliest deadline first
-   (all of them unless `vocoder_rows` caps it), with the codec's streaming decoder and one
-   persistent state row per slot (frame-exact, equal to the offline decode). PCM goes out
-   in packets that ramp up: 1 frame first, then 2, 4, 8;
+4. one batched vocoder pass for the streams whose pending frames make their next packet
+   (a ramp: 1 frame first for a fast first audio, then 2, 4, 8), earliest deadline first
+   (`vocoder_rows` caps how many), with the codec's streaming decoder and one persistent
+   state row per slot (frame-exact, equal to the offline decode);
 5. PCM handed to the event loop with `loop.call_soon_threadsafe`.
 
 A request's failure (bad voice, text too long, a vocoder error on its row) fails that
@@ -360,8 +360,15 @@ class Qwen3Engine(Engine):
     # -- one frame for everyone
     def _step(self) -> None:
         t0 = time.perf_counter()
+        if self._batch.stage_marks is not None:
+            self._stage_reset()
         n_rows = max(self._slots) + 1
         out = self._batch.step(n_rows).numpy()  # the one device->host copy of this step
+        if self.trace is not None:
+            t_launch = t0 + self._batch.last_launch_s
+            self.trace.append(("decode_step" if self._batch.use_cuda_graphs else "decode_step (eager)", t0,
+                               self._batch.last_launch_s, {"rows": n_rows}))
+            self.trace.append(("host_sync", t_launch, time.perf_counter() - t_launch, {"rows": n_rows}))
         self.counters["steps"] += 1
         self.counters["host_syncs"] += 1
         groups = self._batch.groups
@@ -380,7 +387,6 @@ class Qwen3Engine(Engine):
                     job.generating = False
                     self._batch.release(slot)
                     del self._slots[slot]  # the slot stays held until its last frames are vocoded
-        self._span("talker_step+code_predictor", t0, {"rows": n_rows})
         self.timings["step"] += time.perf_counter() - t0
 
     # -- vocoder
@@ -407,12 +413,14 @@ class Qwen3Engine(Engine):
             owners = {slot: job for slot, job in self._held.items() if not job.cancelled}
         n = max(j.slot for j in jobs) + 1
         chosen = {id(j) for j in jobs}
-        if all(len(j.pending) == 1 for j in jobs) and all(id(owners[s]) in chosen for s in owners if s < n):
-            # Common case: one new frame per stream; decode slots 0..n-1 on a view of the state
-            # (rows without a live stream decode zeros and are reset when their slot is reused).
-            codes = np.zeros((n, 1, g), dtype=np.int64)
+        t = len(jobs[0].pending)
+        if all(len(j.pending) == t for j in jobs) and all(id(owners[s]) in chosen for s in owners if s < n):
+            # Common case: streams in step (same packet size, every live slot below n): decode slots
+            # 0..n-1 on a view of the state, no gather/scatter of state rows. Rows without a live
+            # stream decode zeros; they are reset when their slot is reused.
+            codes = np.zeros((n, t, g), dtype=np.int64)
             for j in jobs:
-                codes[j.slot, 0] = j.pending[0]
+                codes[j.slot] = np.stack(j.pending)
             view = StreamingCodecState(vs.frames[:n], [b[:n] for b in vs.buffers])
             with torch.inference_mode():
                 pcm = codec.decode_step(torch.from_numpy(codes).to(codec.device), view).float().cpu().numpy()
@@ -436,7 +444,9 @@ class Qwen3Engine(Engine):
     def _vocode(self) -> None:
         with self._cond:
             live = [j for j in self._held.values() if not j.cancelled]
-        todo = sorted((j for j in live if j.pending), key=lambda j: (j.priority, j.seq))
+        # a stream is decoded once its pending frames make its next packet (1, 2, 4, 8 ...), or at its end
+        todo = sorted((j for j in live if j.pending and (len(j.pending) >= self._packet_target(j) or not j.generating)),
+                      key=lambda j: (j.priority, j.seq))
         if self.settings.vocoder_rows:
             todo = todo[: self.settings.vocoder_rows]
         t0 = time.perf_counter()
@@ -457,7 +467,7 @@ class Qwen3Engine(Engine):
         for job in live:
             buffered = job.vocoded - job.delivered
             last = not job.generating and not job.pending
-            if (buffered and buffered >= self._packet_target(job)) or last:
+            if buffered or last:
                 pcm = np.concatenate(job.pcm) if job.pcm else np.zeros(0, dtype=np.float32)
                 job.pcm.clear()
                 self._post(job.stream._deliver, PcmChunk(pcm, job.delivered, last))
@@ -473,6 +483,29 @@ class Qwen3Engine(Engine):
             self._forget(job, "completed")
 
     # -- tracing
+    def enable_trace(self, stages: bool = True) -> None:
+        """Record spans; with `stages` (eager only) also code_predictor / talker_step / sampling
+        inside each step, synchronising the device between them (slower: for traces, not numbers)."""
+        self.trace = []
+        if stages and self._batch is not None and not self._batch.use_cuda_graphs:
+            import torch
+
+            cuda = self._batch.device.type == "cuda"
+            last = [time.perf_counter()]
+
+            def mark(name: str) -> None:
+                if cuda:
+                    torch.cuda.synchronize()
+                now = time.perf_counter()
+                self.trace.append((name, last[0], now - last[0], {}))
+                last[0] = now
+
+            def reset() -> None:
+                last[0] = time.perf_counter()
+
+            self._batch.stage_marks = mark
+            self._stage_reset = reset
+
     def _span(self, name: str, t0: float, args: dict) -> None:
         if self.trace is not None:
             self.trace.append((name, t0, time.perf_counter() - t0, args))

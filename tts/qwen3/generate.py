@@ -38,12 +38,13 @@ def predict_codes(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, row
     b = hidden.shape[0]
     g = cp.config.num_code_groups
     embeds = torch.stack([hidden, talker.embed_codec(code0)], dim=1)
-    pos = torch.arange(2, device=hidden.device).expand(b, 2)
-    codes = [code0, sample(cp.step(embeds, pos, 0, rows), rows_cfg, generator)]
+    # every row is at the same predictor position: int positions (slices, no mask) unless rows are picked
+    pos = (lambda p, t: p) if rows is None else (
+        lambda p, t: torch.arange(p, p + t, device=hidden.device).expand(b, t))
+    codes = [code0, sample(cp.step(embeds, pos(0, 2), 0, rows), rows_cfg, generator)]
     for j in range(1, g - 1):
         e = cp.model.codec_embedding[j - 1](codes[-1]).unsqueeze(1)
-        pos = torch.full((b, 1), j + 1, dtype=torch.long, device=hidden.device)
-        codes.append(sample(cp.step(e, pos, j, rows), rows_cfg, generator))
+        codes.append(sample(cp.step(e, pos(j + 1, 1), j, rows), rows_cfg, generator))
     return torch.stack(codes, dim=1)
 
 

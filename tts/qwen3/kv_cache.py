@@ -37,3 +37,11 @@ class KVCache(nn.Module):
         if kc is None:
             kc, vc = self.k_cache[rows], self.v_cache[rows]
         return kc, vc
+
+    def update_uniform(self, b: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows 0..b-1 all at positions start..start+T-1: k/v [B, H, T, D] by slicing; returns the
+        caches up to the last written column (no gather, no mask needed)."""
+        end = start + k.shape[2]
+        self.k_cache[:b, :, start:end] = k
+        self.v_cache[:b, :, start:end] = v
+        return self.k_cache[:b, :, :end], self.v_cache[:b, :, :end]

@@ -57,17 +57,36 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
         self.kv_cache: KVCache | None = None
+        self.qkv_weight: torch.Tensor | None = None  # set by fuse(): one matmul for q, k and v
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                input_pos: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    def fuse(self) -> None:
+        """One [q; k; v] weight; the three Linear weights become views of it (same storage, same keys)."""
+        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).detach()
+        nq, nk = self.q_proj.out_features, self.k_proj.out_features
+        self.q_proj.weight.data, self.k_proj.weight.data, self.v_proj.weight.data = w[:nq], w[nq:nq + nk], w[nq + nk:]
+        self.qkv_weight = w
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
+                input_pos: torch.Tensor | int, rows: torch.Tensor | None) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.n_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, self.n_kv, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        hq, hk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+        if self.qkv_weight is not None:
+            q, k, v = F.linear(x, self.qkv_weight).split([hq, hk, hk], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = self.q_norm(q.reshape(b, t, self.n_heads, self.head_dim))
+        k = self.k_norm(k.reshape(b, t, self.n_kv, self.head_dim))
+        v = v.reshape(b, t, self.n_kv, self.head_dim)
+        qk = torch.cat([q, k], dim=2).transpose(1, 2)  # RoPE once for q and k heads together
+        qk = qk * cos + _rotate_half(qk) * sin
+        q, k = qk[:, : self.n_heads], qk[:, self.n_heads:]
+        gqa = self.n_heads != self.n_kv
+        if isinstance(input_pos, int):  # every row at positions start..start+t-1 (the code predictor)
+            keys, values = self.kv_cache.update_uniform(b, input_pos, k, v.transpose(1, 2))
+            out = F.scaled_dot_product_attention(q, keys, values, is_causal=t > 1, enable_gqa=gqa)
+            return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
         keys, values = self.kv_cache.update(rows, input_pos, k.transpose(1, 2), v)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 
@@ -77,8 +96,18 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None
+
+    def fuse(self) -> None:
+        w = torch.cat([self.gate_proj.weight, self.up_proj.weight]).detach()
+        n = self.gate_proj.out_features
+        self.gate_proj.weight.data, self.up_proj.weight.data = w[:n], w[n:]
+        self.gate_up_weight = w
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_weight is not None:
+            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -116,11 +145,23 @@ class Decoder(nn.Module):
         self.rope_cos, self.rope_sin = cos[0, 0], sin[0, 0]  # [S, head_dim]
         self.cols = torch.arange(max_seq_len, device=device)
 
-    def forward(self, x: torch.Tensor, input_pos: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """x [B, T, hidden], input_pos [B, T] -> normed hidden states [B, T, hidden]."""
-        cos, sin = self.rope_cos[input_pos].unsqueeze(1), self.rope_sin[input_pos].unsqueeze(1)  # [B, 1, T, D]
-        cols = self.cols
-        mask = (cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1))  # [B, 1, T, S]
+    def forward(self, x: torch.Tensor, input_pos: torch.Tensor | int, rows: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """x [B, T, hidden] at positions input_pos [B, T] -> normed hidden states [B, T, hidden].
+
+        An int `input_pos` means every row sits at start..start+T-1 (cache rows 0..B-1, causal from 0):
+        the code predictor's case, which then needs no mask and no gather.
+        """
+        if isinstance(input_pos, int):
+            t = x.shape[1]
+            if t > 1 and input_pos:
+                raise ValueError("a multi-token uniform step must start at position 0")
+            cos = self.rope_cos[input_pos:input_pos + t].view(1, 1, t, -1)
+            sin = self.rope_sin[input_pos:input_pos + t].view(1, 1, t, -1)
+            mask = None
+        else:
+            cos, sin = self.rope_cos[input_pos].unsqueeze(1), self.rope_sin[input_pos].unsqueeze(1)  # [B, 1, T, D]
+            mask = (self.cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1))  # [B, 1, T, S]
         for layer in self.layers:
             x = layer(x, cos, sin, mask, input_pos, rows)
         return self.norm(x)
@@ -162,7 +203,7 @@ class CodePredictor(nn.Module):
             nn.Linear(talker_hidden, c.hidden_size, bias=True) if c.hidden_size != talker_hidden else nn.Identity()
         )
 
-    def step(self, embeds: torch.Tensor, input_pos: torch.Tensor, head: int, rows: torch.Tensor | None = None
+    def step(self, embeds: torch.Tensor, input_pos: torch.Tensor | int, head: int, rows: torch.Tensor | None = None
              ) -> torch.Tensor:
         """Talker-width embeds [B, T, Dt] at input_pos -> logits of lm_head[head] at the last position [B, V]."""
         h = self.model(self.small_to_mtp_projection(embeds), input_pos, rows)
@@ -209,6 +250,14 @@ class Qwen3TTSModel(nn.Module):
         self.config = config
         self.talker = Talker(config.talker)
         self.speaker_encoder = SpeakerEncoder(config.speaker_encoder) if config.has_speaker_encoder else None
+
+    def fuse_projections(self) -> None:
+        """Fewer, larger matmuls (q/k/v and gate/up) for every decoder layer; idempotent."""
+        for dec in (self.talker.model, self.talker.code_predictor.model):
+            for layer in dec.layers:
+                if layer.self_attn.qkv_weight is None:
+                    layer.self_attn.fuse()
+                    layer.mlp.fuse()
 
     def setup_caches(self, max_batch: int, max_seq_len: int, dtype: torch.dtype | None = None, device=None) -> None:
         p = next(self.parameters())

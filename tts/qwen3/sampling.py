@@ -28,6 +28,8 @@ class SamplingRows:
     repetition_penalty: torch.Tensor | None = None  # float; talker only
     kmax: int | None = 0  # largest top_k of any row; None: some row samples the whole vocabulary
     top_p_on: bool = False
+    any_greedy: bool = True  # conservative summaries: some row may be greedy / every row is greedy
+    all_greedy: bool = False
 
     @classmethod
     def filled(cls, batch: int, device, *, temperature: float = 0.9, top_k: int = 50, top_p: float = 1.0,
@@ -38,10 +40,11 @@ class SamplingRows:
         return cls(full(temperature, torch.float32), full(top_k, torch.long), full(top_p, torch.float32),
                    full(greedy, torch.bool),
                    None if repetition_penalty is None else full(repetition_penalty, torch.float32),
-                   kmax=top_k if top_k > 0 else None, top_p_on=top_p < 1.0)
+                   kmax=top_k if top_k > 0 else None, top_p_on=top_p < 1.0, any_greedy=greedy, all_greedy=greedy)
 
     def _like(self, **tensors) -> "SamplingRows":
-        return SamplingRows(**tensors, kmax=self.kmax, top_p_on=self.top_p_on)
+        return SamplingRows(**tensors, kmax=self.kmax, top_p_on=self.top_p_on, any_greedy=self.any_greedy,
+                            all_greedy=self.all_greedy)
 
     def slice(self, n: int) -> "SamplingRows":
         """Views of rows 0..n-1 (writes go to the full tensors)."""
@@ -62,6 +65,8 @@ class SamplingRows:
         self.greedy[row] = greedy
         if self.repetition_penalty is not None and repetition_penalty is not None:
             self.repetition_penalty[row] = repetition_penalty
+        self.any_greedy = self.any_greedy or greedy
+        self.all_greedy = self.all_greedy and greedy
         if not greedy:
             self.kmax = None if (top_k <= 0 or self.kmax is None) else max(self.kmax, top_k)
             self.top_p_on = self.top_p_on or top_p < 1.0
@@ -69,7 +74,7 @@ class SamplingRows:
     @property
     def shape_key(self) -> tuple:
         """What a captured graph depends on besides the tensors."""
-        return (self.kmax, self.top_p_on)
+        return (self.kmax, self.top_p_on, self.any_greedy, self.all_greedy)
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
@@ -131,7 +136,8 @@ def sample(logits: torch.Tensor, rows: SamplingRows, generator: torch.Generator 
     argmax(probs / E), without the softmax and without a host sync.
     """
     logits = logits.float()
-    greedy_tok = logits.argmax(dim=-1)
+    if rows.all_greedy:
+        return logits.argmax(dim=-1)
     vocab = logits.shape[-1]
     if rows.kmax is not None and 0 < rows.kmax < vocab:
         x = logits / rows.temperature.clamp_min(1e-5).view(-1, 1)
@@ -139,4 +145,6 @@ def sample(logits: torch.Tensor, rows: SamplingRows, generator: torch.Generator 
     else:
         noise = torch.empty_like(logits).exponential_(1, generator=generator)
         sampled = (warp(logits, rows) - noise.log()).argmax(dim=-1)
-    return torch.where(rows.greedy, greedy_tok, sampled)
+    if not rows.any_greedy:
+        return sampled
+    return torch.where(rows.greedy, logits.argmax(dim=-1), sampled)

@@ -142,6 +142,6 @@ def make_tiny_model(model_dir: str, variant: str = "1b7", kind: str = "custom_vo
     config = tiny_config(variant, kind, codebook, groups, ids)
     write_config_files(model_dir, config)
     model = random_model(config, seed=seed)
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.clone() for k, v in model.state_dict().items()}  # fused weights share storage
     save_file(state, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
     return config

@@ -69,6 +69,7 @@ def load_model(model_dir: str, device: str | torch.device = "cpu", dtype: str | 
     expected = {k: v.shape for k, v in model.state_dict().items()}
     state = load_state(os.path.join(model_dir, "model.safetensors"), expected, device, dtype)
     model.load_state_dict(state, assign=True, strict=True)
+    model.fuse_projections()
     return model.eval()
 
 
@@ -88,4 +89,5 @@ def random_model(config: ModelConfig, device: str | torch.device = "cpu", dtype:
             t = torch.empty(p.shape, dtype=dtype, device=device).normal_(0.0, std, generator=gen)
         state[name] = t
     model.load_state_dict(state, assign=True, strict=True)
+    model.fuse_projections()
     return model.eval()
