@@ -29,7 +29,8 @@ streams, each at its own position, in one call. Two ways:
   each step `dec.decode_step(codes[B, t, 16], slots, rows=[...])` advances
   just the named rows (gather, one batched step, scatter back: a fixed
   number of kernels whatever B is); `slots.reset([row])` hands a slot to a
-  new stream. This is the form for a GPU worker.
+  new stream. This is the form for a GPU worker; pass `rows` as a device
+  LongTensor (a Python list costs a host→device copy every step).
 * a state object per stream (`dec.new_state(1)`), and each step
   `dec.decode_streams(codes[B, t, 16], [state_a, state_b, ...])` — stacks the
   states, runs one batched step, and copies each stream's new history back
