@@ -94,16 +94,21 @@ def apply_lexicon(text: str, entries: dict[str, str]) -> str:
     return pattern.sub(sub, text)
 
 
-def prepare_text(text: str, language: str = "auto", options: FrontendOptions = FrontendOptions()) -> PreparedText:
+def _spoken(text: str, language: str, options: FrontendOptions) -> tuple[str, str]:
+    """(resolved language, spoken form before stress marks)."""
     lang = detect_language(text) if language == "auto" else language
-    spoken = text
     lexicon = options.lexicon or {}
-    spoken = apply_lexicon(spoken, {**lexicon.get("*", {}), **lexicon.get(lang, {})})
+    spoken = apply_lexicon(text, {**lexicon.get("*", {}), **lexicon.get(lang, {})})
     if options.normalize:
         try:
             spoken = normalize(strip_markup(spoken), lang)
         except Exception:  # a normaliser bug must not cost the caller the chunk: speak it as written
             log.exception("frontend: normalising %r (%s) failed; speaking it as written", text, lang)
+    return lang, spoken
+
+
+def prepare_text(text: str, language: str = "auto", options: FrontendOptions = FrontendOptions()) -> PreparedText:
+    lang, spoken = _spoken(text, language, options)
     out = spoken
     if options.stress and lang == "ru":
         from .stress import add_stress
@@ -115,11 +120,16 @@ def prepare_text(text: str, language: str = "auto", options: FrontendOptions = F
 async def prepare_text_async(
     text: str, language: str = "auto", options: FrontendOptions = FrontendOptions()
 ) -> PreparedText:
-    """`prepare_text` for the event loop: inline when it is cheap (normalisation alone, well
-    under a millisecond), in a worker thread when Russian stress is on (milliseconds per
-    sentence, and 2-3 s for the first call, which loads the model)."""
-    if not options.stress:
-        return prepare_text(text, language, options)
-    import asyncio
+    """`prepare_text` for the event loop: normalisation inline (well under a millisecond), Russian
+    stress awaited from the stress worker thread (milliseconds per sentence, and 2-3 s for the
+    first call, which loads the model), so the loop never blocks on the model."""
+    lang, spoken = _spoken(text, language, options)
+    out = spoken
+    if options.stress and lang == "ru":
+        import asyncio
 
-    return await asyncio.to_thread(prepare_text, text, language, options)
+        from .stress import submit_stress
+
+        future = submit_stress(spoken, options.stress_format, options.stress_single_vowel, options.stress_homographs)
+        out = await asyncio.wrap_future(future)
+    return PreparedText(text=out, language=lang, normalized=spoken)

@@ -2,24 +2,33 @@
 
 `import silero_stress` sets torch's intra-op thread count to 1 for the whole process, so the
 model is loaded lazily, once per process, and the thread count is put back right after.
-Calls are serialised by a lock: the model object is not documented as thread-safe.
+
+The model runs on one dedicated worker thread: calls are serialised there (the model is not
+documented as thread-safe) and an event loop can await them (`submit_stress`).
+
+Cost depends on torch's OpenMP threads: with more than one intra-op thread on a busy machine,
+OpenMP's busy-waiting multiplies the cost (2-core dev box, load 4: median 15-20 ms CPU per
+sentence, p99 80-400 ms). OMP_WAIT_POLICY=PASSIVE in the process environment, or one torch
+thread, brings it to about 3 ms median and under 10 ms p99 (bench/frontend_bench.py).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import re
 import threading
 
 _VOWELS = "аеёиоуыэюяАЕЁИОУЫЭЮЯ"
 _ACUTE = "\u0301"
-_lock = threading.Lock()
+_load_lock = threading.Lock()
 _accentor = None
+_worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="silero-stress")
 
 
 def _load():
     global _accentor
-    with _lock:
+    with _load_lock:
         if _accentor is None:
             import torch
 
@@ -52,11 +61,18 @@ def warm_up() -> None:
 def add_stress(text: str, fmt: str = "plus", single_vowel: bool = False, homographs: bool = True) -> str:
     """Stress marks and ё for Russian text: '+' before the stressed vowel (fmt='plus') or a
     combining acute accent after it (fmt='acute'). Words with one vowel stay unmarked unless
-    single_vowel. homographs=False skips the context model (замок, готов, все/всё): much
-    cheaper, but those words are left unmarked. A literal '+' before a vowel gets a space."""
+    single_vowel. homographs=False skips the context model (замок, готов, все/всё): cheaper,
+    but those words are left unmarked. A literal '+' before a vowel gets a space."""
+    return submit_stress(text, fmt, single_vowel, homographs).result()
+
+
+def submit_stress(
+    text: str, fmt: str = "plus", single_vowel: bool = False, homographs: bool = True
+) -> concurrent.futures.Future:
+    """`add_stress` as a future from the stress worker (for `asyncio.wrap_future`)."""
     if fmt not in ("plus", "acute"):
         raise ValueError(f"stress format must be plus or acute, not {fmt!r}")
-    return _stressed(text, fmt, single_vowel, homographs)
+    return _worker.submit(_stressed, text, fmt, single_vowel, homographs)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -65,8 +81,7 @@ def _stressed(text: str, fmt: str, single_vowel: bool, homographs: bool) -> str:
     accentor = _load()
     text = re.sub(rf"\+(?=[{_VOWELS}])", "+ ", text)
     flags = {} if homographs else {"put_stress_homo": False, "put_yo_homo": False}
-    with _lock:
-        marked = accentor(text, stress_single_vowel=single_vowel, **flags)
+    marked = accentor(text, stress_single_vowel=single_vowel, **flags)
     if fmt == "acute":
         marked = re.sub(rf"\+([{_VOWELS}])", lambda m: m.group(1) + _ACUTE, marked)
     return marked
