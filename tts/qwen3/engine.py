@@ -101,6 +101,8 @@ class Qwen3Engine(Engine):
         self._thread: threading.Thread | None = None
         self._stop = False
         self._keep_codes = keep_codes
+        # host_syncs: device->host copies in the frame loop (one per step). Each vocoder call also
+        # copies its PCM to the host (vocoder_calls), which is the audio itself.
         self.counters = {"steps": 0, "host_syncs": 0, "frames": 0, "admitted": 0, "completed": 0, "failed": 0,
                          "cancelled": 0, "vocoder_calls": 0, "audio_s": 0.0}
         self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}

@@ -126,7 +126,11 @@ def new_talker_sampling(model: Qwen3TTSModel, batch: int, s: GenerationSettings,
 
 @torch.inference_mode()
 def generate_codes(model: Qwen3TTSModel, prompt: Prompt, settings: GenerationSettings) -> GenerationResult:
-    """One utterance: at most `max_frames` frames, ending at EOS. One host sync per frame (the EOS check)."""
+    """One utterance: at most `max_frames` frames, ending at EOS. One host sync per frame (the EOS check).
+
+    (Re)allocates the model's caches for one sequence when they are too small: do not share a model
+    with a running engine.
+    """
     import time
 
     talker = model.talker
