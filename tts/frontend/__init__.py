@@ -4,9 +4,10 @@ Interface used by the gateway: `prepare_text(text, language, options) -> Prepare
 called once per text chunk before synthesis. Order: lexicon (from config) first, then the
 language's normaliser, then (Russian, when asked) stress marks and ё.
 
-Everything heavy is imported lazily (num2words, pymorphy3, silero-stress), so `tts` still
+Everything heavy is imported lazily (pymorphy3, silero-stress), so `tts` still
 imports with torch and numpy alone. With stress on, a chunk costs milliseconds (the
-homograph model): call `prepare_text` off the event loop.
+homograph model) and the first one seconds (loading it): from an event loop, await
+`prepare_text_async`, which runs the model on its own thread.
 """
 
 from __future__ import annotations

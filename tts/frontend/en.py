@@ -1,13 +1,14 @@
 """English text to spoken words: numbers (US style, no 'and'), ordinals, dates and years,
 times, money, percentages, phone numbers, ranges, units, abbreviations, acronyms.
 
-Number words come from num2words (imported lazily); the passes run most specific first.
+Number words come from en_numerals; the passes run most specific first.
 """
 
 from __future__ import annotations
 
-import functools
 import re
+
+from . import en_numerals as numerals
 
 _MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december"]
@@ -16,37 +17,20 @@ _MONTH_RE = r"(?:" + "|".join(_MONTHS + sorted(_MONTH_ABBR, key=len, reverse=Tru
 _NUM = r"\d{1,3}(?:,\d{3})+(?!\d)|\d+"
 
 
-@functools.lru_cache(maxsize=1)
-def _n2w():
-    from num2words import num2words
-
-    return num2words
-
-
-def _us(words: str) -> str:
-    """num2words' British 'one hundred and five, ...' -> 'one hundred five'."""
-    words = words.replace(",", "")
-    return re.sub(r"\band\s+", "", words)
-
-
 def cardinal(n: int) -> str:
     if n < 0:
         return "minus " + cardinal(-n)
-    if n >= 10**15:  # ids and card numbers: digit by digit
+    if n >= numerals.MAX:  # ids and card numbers: digit by digit
         return _digits(str(n))
-    return _us(_n2w()(n, lang="en"))
+    return numerals.cardinal(n)
 
 
 def ordinal(n: int) -> str:
-    if n >= 10**15:
-        return cardinal(n)
-    return _us(_n2w()(n, lang="en", to="ordinal"))
+    return cardinal(n) if n >= numerals.MAX else numerals.ordinal(n)
 
 
 def year(n: int) -> str:
-    if 2000 <= n <= 2009:
-        return cardinal(n)  # "two thousand five"
-    return _us(_n2w()(n, lang="en", to="year"))
+    return numerals.year(n)
 
 
 def _to_int(num: str) -> int:

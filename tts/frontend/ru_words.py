@@ -1,7 +1,7 @@
 """Russian number words and noun agreement.
 
-Number words come from num2words (cases, genders); noun forms from pymorphy3. Both are
-imported lazily: `tts/` must import on machines that have only torch and numpy.
+Number words come from our own tables (ru_numerals); noun forms from pymorphy3, imported
+lazily: `tts/` must import on machines that have only torch and numpy.
 Cases use pymorphy's grammemes: nomn gent datv accs ablt loct.
 """
 
@@ -9,16 +9,10 @@ from __future__ import annotations
 
 import functools
 
+from . import ru_numerals as numerals
+
 CASES = ("nomn", "gent", "datv", "accs", "ablt", "loct")
-_N2W_CASE = {
-    "nomn": "nominative",
-    "gent": "genitive",
-    "datv": "dative",
-    "accs": "accusative",
-    "ablt": "instrumental",
-    "loct": "prepositional",
-}
-_N2W_GENDER = {"masc": "m", "femn": "f", "neut": "n"}
+_DIGITS = ("ноль", "один", "два", "три", "четыре", "пять", "шесть", "семь", "восемь", "девять")
 
 # Counting forms that pymorphy's dictionary gives otherwise ("гигабайтов").
 _GEN_PLURAL = {"гигабайт": "гигабайт", "мегабайт": "мегабайт", "килобайт": "килобайт", "терабайт": "терабайт",
@@ -39,40 +33,16 @@ def morph():
     return pymorphy3.MorphAnalyzer()
 
 
-@functools.lru_cache(maxsize=1)
-def _n2w():
-    from num2words import num2words
-
-    return num2words
-
-
-_DIGITS = ("ноль", "один", "два", "три", "четыре", "пять", "шесть", "семь", "восемь", "девять")
-_MAX_WORDS = 10**15  # longer numbers (ids, card numbers) are read digit by digit
-
-
 def cardinal(n: int, case: str = "nomn", gender: str = "masc", animate: bool = False) -> str:
-    if abs(n) >= _MAX_WORDS:
+    if abs(n) >= numerals.MAX:
         return ("минус " if n < 0 else "") + " ".join(_DIGITS[int(d)] for d in str(abs(n)))
-    if n % 1000 == 0 and n >= 1000:
-        gender = "masc"  # the noun agrees with тысяча/миллион, not the number ("один миллион заявок")
-    words = _n2w()(n, lang="ru", case=_N2W_CASE[case], gender=_N2W_GENDER.get(gender, "m"), animate=animate)
-    return _drop_leading_one(n, words)
+    return numerals.cardinal(n, case, gender if gender in ("masc", "femn", "neut") else "masc", animate)
 
 
 def ordinal(n: int, case: str = "nomn", gender: str = "masc", plural: bool = False) -> str:
-    if n >= _MAX_WORDS:
+    if n >= numerals.MAX:
         return cardinal(n)
-    words = _n2w()(n, lang="ru", to="ordinal", case=_N2W_CASE[case], gender=_N2W_GENDER.get(gender, "m"), plural=plural)
-    return words
-
-
-def _drop_leading_one(n: int, words: str) -> str:
-    """'одна тысяча пятьсот' -> 'тысяча пятьсот': the spoken count of a round thousand."""
-    if 1000 <= n < 2000:
-        first, _, rest = words.partition(" ")
-        if first in ("одна", "одной", "одну", "одною") and rest:
-            return rest
-    return words
+    return numerals.ordinal(n, case, gender if gender in ("masc", "femn", "neut") else "masc", plural)
 
 
 _DENOMS = ("десят", "сот", "тысячн", "десятитысячн", "стотысячн", "миллионн")
