@@ -14,7 +14,7 @@ from tts.frontend import FrontendOptions, apply_lexicon, detect_language, normal
 from tts.frontend.cli import normalize_main
 
 CASES_PATH = Path(__file__).with_name("cases.tsv")
-HELDOUT_PATH = Path(__file__).with_name("cases_heldout.tsv")
+HELDOUT_PATHS = [Path(__file__).with_name("cases_heldout.tsv"), Path(__file__).with_name("cases_heldout2.tsv")]
 
 
 def load_cases(path: Path = CASES_PATH) -> list[tuple[str, str, str, str]]:
@@ -34,7 +34,7 @@ def canon(s: str) -> str:
 
 
 CASES = load_cases()
-HELDOUT = load_cases(HELDOUT_PATH)
+HELDOUT = [case for path in HELDOUT_PATHS for case in load_cases(path)]
 
 
 def test_case_table_is_large_enough():

@@ -91,12 +91,17 @@ def _dates(s: str) -> str:
         s,
     )
     # March 5, 2024 / March 5th / Jan 15
+    def month_day(m: re.Match) -> str:
+        words = f"{_month(m.group(1)).capitalize()} {ordinal(int(m.group(2)))}"
+        if m.group(4):  # "April 12 or 13", "May 3-5"
+            link = "to" if m.group(3).strip() in ("-", "–", "—") else m.group(3).strip()
+            words += f" {link} {ordinal(int(m.group(4)))}"
+        return words + (f", {year(int(m.group(5)))}" if m.group(5) else "")
+
     s = re.sub(
-        rf"\b({_MONTH_RE})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?",
-        lambda m: f"{_month(m.group(1)).capitalize()} {ordinal(int(m.group(2)))}"
-        + (f", {year(int(m.group(3)))}" if m.group(3) else ""),
-        s,
-        flags=re.IGNORECASE,
+        rf"\b({_MONTH_RE})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b"
+        rf"(?:(\s+(?:or|and|to|through)\s+|\s*[-–—]\s*)(\d{{1,2}})(?:st|nd|rd|th)?\b)?(?:,?\s+(\d{{4}}))?",
+        month_day, s, flags=re.IGNORECASE,
     )
     # 5 March 2024 / 5th of March
     def day_month(m: re.Match) -> str:

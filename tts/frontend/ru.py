@@ -55,8 +55,12 @@ _MONTH_RE = "|".join(_MONTHS)
 
 # ------------------------------------------------------------------ context
 def _prev(s: str, pos: int) -> tuple[str, str]:
-    """The word before pos (lowercased) and the characters between it and pos."""
+    """The word before pos (lowercased) and the characters between it and pos; a sign the
+    signs pass wrote ("до минус 10") is looked past to the preposition."""
     m = re.search(r"([\w-]+)([^\w]*)$", s[:pos])
+    if m and m.group(1).lower() in ("минус", "плюс") and not m.group(2).strip():
+        word, between = _prev(s, m.start())
+        return word, between
     return (m.group(1).lower(), m.group(2)) if m else ("", s[:pos])
 
 
@@ -486,11 +490,14 @@ def _ranges(s: str) -> str:
 def _decimals(s: str) -> str:
     def dec(m: re.Match) -> str:
         case = _count_case(s, m.start()) if _prep_cases(s, m.start()) else "nomn"
-        if m.group(1) == "1" and m.group(2) == "5":
+        if m.group(2) == "5":
             noun = _noun_after(s, m.end())
             readings = noun_readings(noun) if noun else ()
             if readings and not is_adjective(noun):
-                return one_and_half(readings[0][2], case)  # "1,5 года": полтора года
+                gender = readings[0][2]
+                if m.group(1) == "1":
+                    return one_and_half(gender, case)  # "1,5 года": полтора года
+                return f"{cardinal(int(m.group(1)), case, gender)} с половиной"  # "2,5 рубля"
         return decimal(m.group(1), m.group(2), case)
 
     return re.sub(r"(?<![\d.,])(\d+)[.,](\d+)(?![\d.,]\d)", dec, s)
