@@ -172,3 +172,10 @@ def test_markdown_and_emoji_are_not_spoken():
     out = prepare_text("**Важно:** оплатите до 5 марта 😊\n- пункт 1\n# Итог", "ru").text
     assert out == "Важно: оплатите до пятого марта\nпункт один\nИтог"
     assert prepare_text("Use `pip` and *really* check 5*3 🎉.", "en").text == "Use pip and really check five times three."
+
+
+def test_a_chunk_without_letters_takes_the_fallback_language():
+    assert detect_language("7.") == "en"
+    assert prepare_text("7.", fallback_language="ru").text == "семь."
+    assert prepare_text("7.", fallback_language="ru").language == "ru"
+    assert prepare_text("Seven 7.", fallback_language="ru").language == "en"

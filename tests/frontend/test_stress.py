@@ -97,3 +97,8 @@ async def test_prepare_text_async_runs_stress_off_the_event_loop():
     assert len(seen) == 1 and seen[0].startswith("silero-stress")
     plain = await prepare_text_async("Готов к 5 марта.", "ru", FrontendOptions())
     assert plain.text == "Готов к пятому марта."
+
+
+def test_a_stress_from_the_lexicon_is_kept():
+    opts = FrontendOptions(stress=True, lexicon={"ru": {"Ваганов": "Ваг+анов"}})
+    assert prepare_text("Ваганов пришёл.", "ru", opts).text == "Ваг+анов приш+ёл."

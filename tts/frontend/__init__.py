@@ -46,15 +46,19 @@ class PreparedText:
     normalized: str = ""  # the spoken form before stress marks (for logs and played_text)
 
 
-def detect_language(text: str) -> str:
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def detect_language(text: str, default: str = "en") -> str:
     """Language by script: any Cyrillic -> ru (Russian text often carries Latin brand names);
-    kana -> ja, Hangul -> ko, Han -> zh; otherwise en."""
+    kana -> ja, Hangul -> ko, Han -> zh; other letters -> en; no letters at all ("7.",
+    "10:30") -> `default` (a session may pass the language of the turn's previous chunk)."""
     if _CYRILLIC.search(text):
         return "ru"
     for pattern, lang in _SCRIPTS:
         if pattern.search(text):
             return lang
-    return "en"
+    return "en" if _LETTER.search(text) else default
 
 
 def normalize(text: str, language: str) -> str:
@@ -95,9 +99,9 @@ def apply_lexicon(text: str, entries: dict[str, str]) -> str:
     return pattern.sub(sub, text)
 
 
-def _spoken(text: str, language: str, options: FrontendOptions) -> tuple[str, str]:
+def _spoken(text: str, language: str, options: FrontendOptions, fallback: str) -> tuple[str, str]:
     """(resolved language, spoken form before stress marks)."""
-    lang = detect_language(text) if language == "auto" else language
+    lang = detect_language(text, fallback) if language == "auto" else language
     lexicon = options.lexicon or {}
     spoken = apply_lexicon(text, {**lexicon.get("*", {}), **lexicon.get(lang, {})})
     if options.normalize:
@@ -108,8 +112,12 @@ def _spoken(text: str, language: str, options: FrontendOptions) -> tuple[str, st
     return lang, spoken
 
 
-def prepare_text(text: str, language: str = "auto", options: FrontendOptions = FrontendOptions()) -> PreparedText:
-    lang, spoken = _spoken(text, language, options)
+def prepare_text(
+    text: str, language: str = "auto", options: FrontendOptions = FrontendOptions(), fallback_language: str = "en"
+) -> PreparedText:
+    """The spoken form of one text chunk. With language "auto", a chunk without letters
+    takes `fallback_language` (pass the previous chunk's language: "7." after Russian)."""
+    lang, spoken = _spoken(text, language, options, fallback_language)
     out = spoken
     if options.stress and lang == "ru":
         from .stress import add_stress
@@ -119,12 +127,12 @@ def prepare_text(text: str, language: str = "auto", options: FrontendOptions = F
 
 
 async def prepare_text_async(
-    text: str, language: str = "auto", options: FrontendOptions = FrontendOptions()
+    text: str, language: str = "auto", options: FrontendOptions = FrontendOptions(), fallback_language: str = "en"
 ) -> PreparedText:
     """`prepare_text` for the event loop: normalisation inline (well under a millisecond), Russian
     stress awaited from the stress worker thread (milliseconds per sentence, and 2-3 s for the
     first call, which loads the model), so the loop never blocks on the model."""
-    lang, spoken = _spoken(text, language, options)
+    lang, spoken = _spoken(text, language, options, fallback_language)
     out = spoken
     if options.stress and lang == "ru":
         import asyncio

@@ -62,7 +62,8 @@ def add_stress(text: str, fmt: str = "plus", single_vowel: bool = False, homogra
     """Stress marks and ё for Russian text: '+' before the stressed vowel (fmt='plus') or a
     combining acute accent after it (fmt='acute'). Words with one vowel stay unmarked unless
     single_vowel. homographs=False skips the context model (замок, готов, все/всё): cheaper,
-    but those words are left unmarked. A literal '+' before a vowel gets a space."""
+    but those words are left unmarked. A word that already has a '+' (from the lexicon:
+    "Ваг+анов") keeps it: the lexicon can fix a stress the model gets wrong."""
     return submit_stress(text, fmt, single_vowel, homographs).result()
 
 
@@ -79,7 +80,6 @@ def submit_stress(
 def _stressed(text: str, fmt: str, single_vowel: bool, homographs: bool) -> str:
     """Cached: agents repeat their phrases (greetings, confirmations, goodbyes)."""
     accentor = _load()
-    text = re.sub(rf"\+(?=[{_VOWELS}])", "+ ", text)
     flags = {} if homographs else {"put_stress_homo": False, "put_yo_homo": False}
     marked = accentor(text, stress_single_vowel=single_vowel, **flags)
     if fmt == "acute":
