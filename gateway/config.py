@@ -109,7 +109,7 @@ class PlayoutConfig:
 
 @dataclass
 class ChunkerConfig:
-    first_chunk_words: int = 6  # the first chunk of a turn may go out after this many words at a clause break
+    first_chunk_words: int = 6  # a turn's first chunk goes out at its first clause break (, ; : —) or after this many words; 0: sentences only
     max_chunk_chars: int = 250
     min_chunk_chars: int = 1
 
