@@ -111,6 +111,24 @@ def measure_cost(rounds: int) -> list[dict]:
     return rows
 
 
+def measure_chunker(rounds: int) -> dict:
+    """Cost of Chunker.push per LLM-sized token (1-4 characters), over the same sentences as one turn."""
+    from gateway.chunker import Chunker
+
+    text = " ".join(SENTENCES_RU + SENTENCES_EN)
+    tokens = re.findall(r"\s*\S{1,4}", text)
+    times, chunks = [], 0
+    for _ in range(rounds):
+        c = Chunker()
+        for tok in tokens:
+            t = time.perf_counter()
+            chunks += len(c.push(tok))
+            times.append((time.perf_counter() - t) * 1e6)
+        chunks += len(c.flush())
+    return {"pushes": len(times), "median_us": statistics.median(times), "p99_us": _percentile(times, 0.99),
+            "chunks_per_turn": chunks / rounds}
+
+
 # ------------------------------------------------------------------ compare
 def load_cases(path: Path = CASES) -> list[tuple[str, str, str, str]]:
     rows = []
@@ -261,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r['lang']:4} {r['what']:34} {r['calls']:>6} {r['median_ms']:>10.2f} {r['p99_ms']:>8.2f}"
               f" {r['max_ms']:>8.2f} {r['cpu_median_ms']:>10.2f} {r['cpu_p99_ms']:>10.2f} {r['first_call_ms']:>14.0f}")
+    ch = measure_chunker(args.rounds)
+    print(f"chunker: {ch['pushes']} pushes of 1-4 characters, median {ch['median_us']:.1f} us, "
+          f"p99 {ch['p99_us']:.1f} us, {ch['chunks_per_turn']:.0f} chunks per turn")
     print(f"torch threads after: {torch.get_num_threads()}, load average: {os.getloadavg()[0]:.1f}")
     return 0
 
