@@ -8,7 +8,7 @@ The worker loops over steps (DESIGN.md §3.1):
    predictor, sampling; a CUDA graph per batch bucket on CUDA) and ONE device->host copy
    for the whole batch (codes and next tokens);
 4. one batched vocoder pass for the streams whose pending frames make their next packet
-   (a ramp: 1 frame first for a fast first audio, then 2, 4, 8), earliest deadline first
+   (a ramp: 1 frame first for a fast first audio, then 2, then 4), earliest deadline first
    (`vocoder_rows` caps how many), with the codec's streaming decoder and one persistent
    state row per slot (frame-exact, equal to the offline decode);
 5. PCM handed to the event loop with `loop.call_soon_threadsafe`.
@@ -51,7 +51,7 @@ class EngineSettings:
     frames_base: int = 24  # cap from text: base + per_token * text tokens
     frames_per_token: float = 8.0
     ignore_eos: bool = False  # benches: fixed lengths
-    packet_ramp: tuple[int, ...] = (1, 2, 4, 8)
+    packet_ramp: tuple[int, ...] = (1, 2, 4)  # frames per packet; 4 (320 ms) measured best per frame
     vocoder_rows: int = 0  # rows vocoded per step at most (0: no limit)
     use_cuda_graphs: bool | None = None  # None: on CUDA
     default_speaker: str | None = None

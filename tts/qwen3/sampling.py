@@ -65,11 +65,22 @@ class SamplingRows:
         self.greedy[row] = greedy
         if self.repetition_penalty is not None and repetition_penalty is not None:
             self.repetition_penalty[row] = repetition_penalty
+        self._k_index = None
         self.any_greedy = self.any_greedy or greedy
         self.all_greedy = self.all_greedy and greedy
         if not greedy:
             self.kmax = None if (top_k <= 0 or self.kmax is None) else max(self.kmax, top_k)
             self.top_p_on = self.top_p_on or top_p < 1.0
+
+    def k_index(self, kmax: int) -> torch.Tensor:
+        """Each row's k (top_k, or kmax when off) as a [B, 1] gather index; computed once per object,
+        so the code predictor's 15 draws of a frame share it."""
+        cached = getattr(self, "_k_index", None)
+        if cached is None or cached[0] != kmax:
+            k = torch.where(self.top_k > 0, self.top_k.clamp(max=kmax), torch.full_like(self.top_k, kmax))
+            cached = (kmax, (k - 1).view(-1, 1))
+            self._k_index = cached
+        return cached[1]
 
     @property
     def shape_key(self) -> tuple:
@@ -116,9 +127,9 @@ def warp(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
 def _sample_top_k(x: torch.Tensor, rows: SamplingRows, kmax: int, generator) -> torch.Tensor:
     """Draw among each row's top-k candidates only: noise and top-p over [B, kmax], not [B, V]."""
     vals, idx = x.topk(kmax, dim=-1)  # sorted, best first
-    k = torch.where(rows.top_k > 0, rows.top_k.clamp(max=kmax), torch.full_like(rows.top_k, kmax))
+    k = rows.k_index(kmax)
     # ties with the k-th value stay in, as transformers' `scores < kth` rule keeps them (within kmax)
-    vals = vals.masked_fill(vals < vals.gather(1, (k - 1).view(-1, 1)), float("-inf"))
+    vals = vals.masked_fill(vals < vals.gather(1, k), float("-inf"))
     if rows.top_p_on:
         # keep the best tokens until the probability mass before a token reaches top_p
         before = vals.softmax(dim=-1).cumsum(dim=-1) - vals.softmax(dim=-1)
