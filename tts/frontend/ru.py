@@ -57,11 +57,16 @@ _MONTH_RE = "|".join(_MONTHS)
 def _prev(s: str, pos: int) -> tuple[str, str]:
     """The word before pos (lowercased) and the characters between it and pos; a sign the
     signs pass wrote ("до минус 10") is looked past to the preposition."""
-    m = re.search(r"([\w-]+)([^\w]*)$", s[:pos])
-    if m and m.group(1).lower() in ("минус", "плюс") and not m.group(2).strip():
-        word, between = _prev(s, m.start())
-        return word, between
-    return (m.group(1).lower(), m.group(2)) if m else ("", s[:pos])
+    head = s[:pos]
+    for _ in range(3):
+        m = re.search(r"([\w-]+)([^\w]*)$", head)
+        if not m:
+            return "", head
+        if m.group(1).lower() in ("минус", "плюс") and not m.group(2).strip():
+            head = head[: m.start()]
+            continue
+        return m.group(1).lower(), m.group(2)
+    return "", head
 
 
 def _prep_cases(s: str, pos: int) -> tuple[str, ...] | None:
@@ -416,12 +421,28 @@ def _ordinal_by_suffix(n: int, suffix: str, s: str, start: int, end: int) -> str
     return forms[0][3]
 
 
+def _cardinal_by_suffix(n: int, suffix: str, s: str, start: int) -> str | None:
+    """"5-ти", "2-мя", "2-х": a cardinal with its ending written out, or None if none fits."""
+    if suffix == "х" and not (n % 10 in (2, 3, 4) and n % 100 not in (12, 13, 14)):
+        return None  # "90-х": a decade, an ordinal
+    forms = [(case, cardinal(n, case)) for case in CASES]
+    fitting = [(case, w) for case, w in forms if w.endswith(suffix)]
+    if not fitting:
+        return None
+    preps = _prep_cases(s, start) or ()
+    return next((w for case, w in fitting if case in preps), fitting[0][1])
+
+
 def _ordinals(s: str) -> str:
-    return re.sub(
-        rf"(?<![\d.,])(\d+)-({_ORD_SUFFIX})(?![{_L}])",
-        lambda m: _ordinal_by_suffix(int(m.group(1)), m.group(2), s, m.start(), m.end()),
-        s,
-    )
+    def ordinal_or_cardinal(m: re.Match) -> str:
+        n, suffix = int(m.group(1)), m.group(2)
+        if suffix in ("ти", "ми", "мя", "х"):
+            words = _cardinal_by_suffix(n, suffix, s, m.start())
+            if words:
+                return words
+        return _ordinal_by_suffix(n, suffix, s, m.start(), m.end())
+
+    return re.sub(rf"(?<![\d.,])(\d+)-({_ORD_SUFFIX}|ти|мя)(?![{_L}])", ordinal_or_cardinal, s)
 
 
 _ROMAN = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
