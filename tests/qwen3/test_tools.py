@@ -81,3 +81,15 @@ def test_voice_design_speaks_from_an_instruction_and_base_needs_an_xvector(tmp_p
         build_prompt(cb.model.talker, cb.config, cb.tokenizer, "Hi.")
     xvec = torch.randn(cb.config.talker.hidden_size)
     assert build_prompt(cb.model.talker, cb.config, cb.tokenizer, "Hi.", xvector=xvec).prefill.shape[0] > 0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_talker_with_float32_codec_is_finite_and_not_silent(tiny_dir, tmp_path, dtype):
+    rc, out, codes = _synth(tiny_dir, tmp_path, "--speaker", "ryan", "--greedy", "--max-frames", "4", "--dtype", dtype)
+    assert rc == 0
+    ck = Checkpoint.load(tiny_dir, dtype=dtype)
+    prompt = build_prompt(ck.model.talker, ck.config, ck.tokenizer, "Hello world.", speaker="ryan", language="en")
+    c = generate_codes(ck.model, prompt, GenerationSettings(greedy=True, subtalker_greedy=True, max_frames=4)).codes
+    assert c.shape == (4, 16) and int(c.min()) >= 0 and int(c.max()) < 2048
+    pcm = ck.codec.decode(c.unsqueeze(0))[0].numpy()
+    assert np.isfinite(pcm).all() and np.abs(pcm).max() > 1e-4

@@ -61,7 +61,10 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
         self.kv_cache: KVCache | None = None
-        self.qkv_weight: torch.Tensor | None = None  # set by fuse(): one matmul for q, k and v
+        # Set by fuse(): one matmul for q, k and v, one norm for q and k heads. Buffers (not saved),
+        # so `.to()` moves them along.
+        self.register_buffer("qkv_weight", None, persistent=False)
+        self.register_buffer("qk_norm_weight", None, persistent=False)
 
     def fuse(self) -> None:
         """One [q; k; v] weight; the three Linear weights become views of it (same storage, same keys)."""
@@ -109,7 +112,7 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
-        self.gate_up_weight: torch.Tensor | None = None
+        self.register_buffer("gate_up_weight", None, persistent=False)
 
     def fuse(self) -> None:
         w = torch.cat([self.gate_proj.weight, self.up_proj.weight]).detach()
