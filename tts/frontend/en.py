@@ -84,6 +84,12 @@ def _phones(s: str) -> str:
 
 
 def _dates(s: str) -> str:
+    s = re.sub(  # US order: 3/14/1990
+        r"(?<![\d/])(\d{1,2})/(\d{1,2})/(\d{4})(?![\d/])",
+        lambda m: f"{_MONTHS[int(m.group(1)) - 1].capitalize()} {ordinal(int(m.group(2)))}, {year(int(m.group(3)))}"
+        if 1 <= int(m.group(1)) <= 12 and 1 <= int(m.group(2)) <= 31 else m.group(0),
+        s,
+    )
     s = re.sub(
         r"(?<![\d-])(\d{4})-(\d{2})-(\d{2})(?![\d-])",
         lambda m: f"{_MONTHS[int(m.group(2)) - 1]} {ordinal(int(m.group(3)))} {year(int(m.group(1)))}"
@@ -124,11 +130,22 @@ def _years(s: str) -> str:
         lambda m: f"{year(int(m.group(1)))} to {year(int(m.group(2)))}",
         s,
     )
-    return re.sub(
+    s = re.sub(
+        r"(?i)\b(between)\s+(1[1-9]\d\d|20\d\d)\s+and\s+(1[1-9]\d\d|20\d\d)\b",
+        lambda m: f"{m.group(1)} {year(int(m.group(2)))} and {year(int(m.group(3)))}", s,
+    )
+    s = re.sub(
         rf"(?i)\b({_YEAR_WORDS})\s+(1[1-9]\d\d|20\d\d)(?![\d,.]\d|\s*(?:%|[a-z]))",
         lambda m: f"{m.group(1)} {year(int(m.group(2)))}",
         s,
     )
+    # a bare four-digit number ending a clause is most often a year: "The year was 1999."
+    s = re.sub(r"(?<![\d,.$£€#\w])(1[5-9]\d\d|20\d\d)(?=\s*(?:[.!?;]|$))", lambda m: year(int(m.group(1))), s)
+    return re.sub(r"(?<![\w'])'(\d\d)\b(?!s)", lambda m: _two_digit_year(m.group(1)), s)  # '98
+
+
+def _two_digit_year(yy: str) -> str:
+    return f"oh {cardinal(int(yy))}" if yy.startswith("0") else cardinal(int(yy))
 
 
 _DECADES = {2: "twenties", 3: "thirties", 4: "forties", 5: "fifties", 6: "sixties", 7: "seventies", 8: "eighties",
@@ -196,6 +213,11 @@ def _money_words(num: str, cur: str, scale: str | None) -> str:
 
 def _money(s: str) -> str:
     amount = rf"(?:{_NUM})(?:\.\d+)?"
+    s = re.sub(  # $5-10: five to ten dollars
+        rf"([$€£₽¥])\s?({amount})\s*[-–—]\s*[$€£₽¥]?\s?({amount})(?:\s?({_SCALE})\b)?",
+        lambda m: f"{decimal(m.group(2))} to {_money_words(m.group(3), m.group(1), m.group(4))}",
+        s, flags=re.I,
+    )
     s = re.sub(
         rf"([$€£₽¥])\s?({amount})(?:\s?({_SCALE})\b)?",
         lambda m: _money_words(m.group(2), m.group(1), m.group(3)),
@@ -220,14 +242,17 @@ _UNITS = {
     "ml": ("milliliter", ""), "l": ("liter", ""), "L": ("liter", ""), "kW": ("kilowatt", ""), "W": ("watt", ""),
     "Mbps": ("megabit", " per second"), "GHz": ("gigahertz", ""), "MHz": ("megahertz", ""),
     "sq ft": ("square foot", ""), "sq. ft.": ("square foot", ""), "sq m": ("square meter", ""),
-    "m²": ("square meter", ""), "ft²": ("square foot", ""),
+    "m²": ("square meter", ""), "ft²": ("square foot", ""), "pts": ("point", ""), "pcs": ("piece", ""),
 }
 _UNIT_RE = "|".join(re.escape(u) for u in sorted(_UNITS, key=len, reverse=True))
 
 
 def _units(s: str) -> str:
+    def spoken(num: str) -> str:
+        return decimal(num) if "." in num else cardinal(_to_int(num))
+
     def unit(m: re.Match) -> str:
-        num, u = m.group(1), m.group(2)
+        num, u = m.group("num"), m.group("unit")
         noun, tail = _UNITS[u]
         value = float(num.replace(",", ""))
         if noun == "percent" or noun.endswith("hertz"):
@@ -236,10 +261,15 @@ def _units(s: str) -> str:
             plural = noun if value == 1 else noun[:-4] + "feet"
         else:
             plural = _plural(noun, value)
-        spoken = decimal(num) if "." in num else cardinal(_to_int(num))
-        return f"{spoken} {plural}{tail}{_stop(s, m.end(), m.group(0))}"
+        words = spoken(num)
+        if m.group("first"):  # "50-60%": fifty to sixty percent
+            words = f"{spoken(m.group('first'))} to {words}"
+        return f"{words} {plural}{tail}{_stop(s, m.end(), m.group(0))}"
 
-    return re.sub(rf"(?<![\d.,])((?:{_NUM})(?:\.\d+)?)\s?({_UNIT_RE})\.?(?![A-Za-z\d])", unit, s)
+    num = rf"(?:{_NUM})(?:\.\d+)?"
+    return re.sub(
+        rf"(?<![\d.,])(?:(?P<first>{num})\s*[-–—]\s*)?(?P<num>{num})\s?(?P<unit>{_UNIT_RE})\.?(?![A-Za-z\d])", unit, s
+    )
 
 
 def _ordinals(s: str) -> str:
@@ -251,6 +281,7 @@ _FRACTIONS = {(1, 2): "one half", (1, 4): "one quarter", (3, 4): "three quarters
 
 def _fractions(s: str) -> str:
     s = re.sub(r"(?<![\d/])24/7(?![\d/])", "twenty-four seven", s)
+    s = re.sub(r"(?<![\d/.])(\d+\.\d+)/(\d+)(?![\d/])", lambda m: f"{decimal(m.group(1))} out of {cardinal(int(m.group(2)))}", s)
 
     def frac(m: re.Match) -> str:
         a, b = int(m.group(1)), int(m.group(2))
@@ -272,6 +303,11 @@ def _ranges(s: str) -> str:
 
 def _signs_and_math(s: str) -> str:
     s = re.sub(r"(?:(?<=^)|(?<=[\s(]))[-−](?=\d)", "minus ", s)
+    s = re.sub(r"(?<=\d)\+(?=\s|$|[.,!?])", " plus", s)  # 100+ customers
+    s = re.sub(r"(?<![\d:])(\d{1,2}):(\d{1,2})(?![\d:])", r"\1 to \2", s)  # 1:1, 16:9 (times went first)
+    # 1.2M users, 5B views (but "221B Baker Street" is a house)
+    s = re.sub(r"(?<![\d.])(\d+\.\d+|\d+(?=[MB]\s+[a-z]))([MB])\b",
+               lambda m: f"{m.group(1)} {'million' if m.group(2) == 'M' else 'billion'}", s)
     s = re.sub(r"(?<=[\d\s])=(?=[\s\d])", " equals ", s)
     s = re.sub(r"(?<=\d)\s+\+\s+(?=\d)", " plus ", s)
     s = re.sub(r"(?<=\d)\s*[×*]\s*(?=\d)", " times ", s)
@@ -287,6 +323,8 @@ _SAID_AS_DIGITS = {"911", "999", "112", "411"}  # emergency and service numbers
 def _numbers(s: str) -> str:
     said = "|".join(sorted(_SAID_AS_DIGITS))
     s = re.sub(rf"(?<![\d.,])({said})(?![\d.,]\d|\d)", lambda m: _digits(m.group(1)), s)
+    s = re.sub(r"(?<![\d.])(\d+(?:\.\d+){2,})(?![\d.]\d)",  # versions: 3.11.2
+               lambda m: " point ".join(cardinal(int(p)) for p in m.group(1).split(".")), s)
     s = re.sub(r"(?<![\d.,])(\d+(?:,\d{3})*)\.(\d+)(?![\d.]\d)", lambda m: decimal(m.group(0)), s)
     def card(m: re.Match) -> str:
         glued = " " if re.match(r"[A-Za-z]", s[m.end():m.end() + 1]) else ""  # "221B"
@@ -309,6 +347,17 @@ _ABBR = [
 # Acronyms said as words; others of two to five capitals are spelled.
 _ACRONYM_WORDS = {"NASA", "NATO", "UNESCO", "UNICEF", "COVID", "LASER", "RADAR", "FIFA", "OPEC", "GIF", "JPEG",
                   "PIN", "SIM", "AIDS", "ASCII", "IKEA", "SCUBA", "NAFTA", "OK", "I", "A"}
+
+
+_WEEKDAYS = {"Mon": "Monday", "Tue": "Tuesday", "Tues": "Tuesday", "Wed": "Wednesday", "Thu": "Thursday",
+             "Thur": "Thursday", "Thurs": "Thursday", "Fri": "Friday", "Sat": "Saturday", "Sun": "Sunday"}
+_WEEKDAY_RE = "|".join(sorted(_WEEKDAYS, key=len, reverse=True))
+
+
+def _weekdays(s: str) -> str:
+    s = re.sub(rf"\b({_WEEKDAY_RE})\.?\s*[-–—]\s*({_WEEKDAY_RE})\b\.?",
+               lambda m: f"{_WEEKDAYS[m.group(1)]} to {_WEEKDAYS[m.group(2)]}", s)
+    return re.sub(rf"\b({_WEEKDAY_RE})\.?(?=,|\s+\d)", lambda m: _WEEKDAYS[m.group(1)], s)
 
 
 def _abbreviations(s: str) -> str:
@@ -348,6 +397,10 @@ def _codes_and_addresses(s: str) -> str:
 def normalize_en(text: str) -> str:
     s = re.sub(r"[\u00a0\u202f\u2009]", " ", text).replace("−", "-")
     s = _codes_and_addresses(s)
+    s = re.sub(r"~\s?(?=[$€£]?\d)", "about ", s)
+    s = re.sub(r"(?:(?<=^)|(?<=\s))<\s?(?=[$€£]?\d)", "less than ", s)
+    s = re.sub(r"(?:(?<=^)|(?<=\s))>\s?(?=[$€£]?\d)", "more than ", s)
+    s = _weekdays(s)
     s = _phones(s)
     s = _dates(s)
     s = _years(s)

@@ -270,6 +270,10 @@ def _times(s: str) -> str:
         minutes = cardinal(mi, case, "femn")
         return f"{cardinal(h, case)} {'ноль ' + minutes if mi < 10 else minutes}"
 
+    # "10:00–16:00" without a preposition: "с десяти часов до шестнадцати часов"
+    t = r"(?:[01]?\d|2[0-3]):[0-5]\d"
+    s = re.sub(rf"(?<![\d.:])({t})\s*[-–—]\s*({t})(?![\d:])",
+               lambda m: m.group(0) if _prep_cases(s, m.start()) else f"с {m.group(1)} до {m.group(2)}", s)
     return re.sub(r"(?<![\d.:])([01]?\d|2[0-3]):([0-5]\d)(?![\d:])", time, s)
 
 
@@ -643,13 +647,48 @@ def _emails_and_urls(s: str) -> str:
                   lambda m: ("вэ вэ вэ точка " if m.group(1) else "") + domain(m.group(2)), s)
 
 
+_WEEKDAYS_RU = {"пн": ("понедельник", "понедельника"), "вт": ("вторник", "вторника"), "ср": ("среда", "среды"),
+                "чт": ("четверг", "четверга"), "пт": ("пятница", "пятницы"), "сб": ("суббота", "субботы"),
+                "вс": ("воскресенье", "воскресенья")}
+_WEEKDAY_ACC = {"среда": "среду", "пятница": "пятницу", "суббота": "субботу"}
+
+
+def _weekdays(s: str) -> str:
+    """"Пн–Пт" -> "с понедельника по пятницу"; "Сб, Вс" -> "суббота, воскресенье" (capitalised only)."""
+    alts = "Пн|Вт|Ср|Чт|Пт|Сб|Вс"
+
+    def span(m: re.Match) -> str:
+        a, b = _WEEKDAYS_RU[m.group(1).lower()], _WEEKDAYS_RU[m.group(2).lower()]
+        return f"с {a[1]} по {_WEEKDAY_ACC.get(b[0], b[0])}"
+
+    s = re.sub(rf"(?<![{_L}])({alts})\.?\s*[-–—]\s*({alts})(?![{_L}])\.?", span, s)
+    return re.sub(rf"(?<![{_L}])({alts})(?=,|\s*:|\s+\d)", lambda m: _WEEKDAYS_RU[m.group(1).lower()][0], s)
+
+
+def _symbols(s: str) -> str:
+    s = re.sub(r"~\s?(?=[$€£₽]?\d)", "около ", s)
+    s = re.sub(r"(?:(?<=^)|(?<=\s))<\s?(?=[$€£₽]?\d)", "меньше ", s)
+    s = re.sub(r"(?:(?<=^)|(?<=\s))>\s?(?=[$€£₽]?\d)", "больше ", s)
+    s = re.sub(r"(?<=\d)\+(?=\s|$|[.,!?])", " плюс", s)  # 18+
+    return re.sub(r"(?<![\d/.,])(\d+[.,]\d+)/(\d+)(?![\d/])", r"\1 из \2", s)  # рейтинг 4,5/5
+
+
+def _versions(s: str) -> str:
+    """"3.11.2" -> "три точка одиннадцать точка два" (after the dates pass took 05.03.2024)."""
+    return re.sub(r"(?<![\d.])(\d+(?:\.\d+){2,})(?![\d.]\d)",
+                  lambda m: " точка ".join(cardinal(int(p)) for p in m.group(1).split(".")), s)
+
+
 def normalize_ru(text: str) -> str:
     s = re.sub(r"[\u00a0\u202f\u2009]", " ", text)
     s = s.replace("−", "-")
     s = _emails_and_urls(s)
     s = _codes(s)
+    s = _symbols(s)
+    s = _weekdays(s)
     s = _phones(s)
     s = _dates(s)
+    s = _versions(s)
     s = _years(s)
     s = _times(s)
     s = _signs(s)
