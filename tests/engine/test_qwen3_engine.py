@@ -160,3 +160,35 @@ def test_from_config_reads_engine_config_attributes(ckpt):
     eng = Qwen3Engine.from_config(Cfg())
     s = eng.settings
     assert (s.model_dir, s.dtype, s.device, s.max_batch, s.max_queued) == ("/x", "float32", "cpu", 7, 9)
+
+
+async def _preempted_run(ckpt, slack):
+    eng = _engine(ckpt, max_batch=1, frames_base=6, frames_per_token=1.0, ignore_eos=True, preempt_slack_s=slack)
+    await eng.start()
+    try:
+        now = time.monotonic()
+        a = eng.synthesize(_req("A long answer whose audio is not needed for a while.", deadline=now + 10))
+        job_a = eng._jobs[id(a)]
+        it = a.__aiter__()
+        got = [await it.__anext__()]  # A is generating
+        b = eng.synthesize(_req("Urgent.", deadline=time.monotonic()))
+        b_chunks = await _collect(b)
+        a_unfinished_when_b_done = not a.done
+        a_chunks = got + [c async for c in it]
+    finally:
+        await eng.close()
+    return eng, job_a, a_chunks, b_chunks, a_unfinished_when_b_done
+
+
+async def test_a_stream_far_from_running_dry_yields_its_slot_and_resumes_seamlessly(ckpt):
+    eng, job_a, a_chunks, b_chunks, a_waited = await _preempted_run(ckpt, slack=0.5)
+    assert eng.counters["preempted"] >= 1 and job_a.preempted >= 1
+    assert b_chunks[-1].is_last and a_waited  # the urgent one finished while the other one waited
+    assert sum(len(c.pcm) for c in a_chunks) == job_a.cap * 1920 and a_chunks[-1].is_last
+    assert [c.frame_index for c in a_chunks] == list(np.cumsum([0] + [len(c.pcm) // 1920 for c in a_chunks[:-1]]))
+    # resuming by re-prefilling its frames continues the same greedy sequence and the same audio
+    _, plain, plain_chunks, _, _ = await _preempted_run(ckpt, slack=0.0)
+    assert plain.preempted == 0
+    assert np.array_equal(np.stack(job_a.codes), np.stack(plain.codes))
+    pa, pb = np.concatenate([c.pcm for c in a_chunks]), np.concatenate([c.pcm for c in plain_chunks])
+    assert np.abs(pa - pb).max() <= 1e-5

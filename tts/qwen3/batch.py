@@ -71,9 +71,13 @@ class TalkerBatch:
             self._graphs.clear()  # captured graphs read the old buffer
 
     @torch.inference_mode()
-    def admit(self, slots: list[int], prompts: list[Prompt], talker_settings: list[dict], predictor_settings: list[dict]
-              ) -> None:
-        """Prefill `prompts` into `slots` and sample each one's first codebook-0 token (no host sync)."""
+    def admit(self, slots: list[int], prompts: list[Prompt], talker_settings: list[dict], predictor_settings: list[dict],
+              resumes: list | None = None) -> None:
+        """Prefill `prompts` into `slots` and sample each one's first codebook-0 token (no host sync).
+
+        A `resumes` entry (next codebook-0 token, codes [n, G] so far) marks a sequence coming back after
+        preemption: its prompt already holds its n frames, and its sampler state is rebuilt from them.
+        """
         dev = self.device
         idx = torch.tensor(slots, dtype=torch.long, device=dev)
         lengths = [p.prefill.shape[0] for p in prompts]
@@ -106,6 +110,16 @@ class TalkerBatch:
         self.code0[idx] = tok
         self.pos[idx] = length_t
         self.frame[idx] = 0
+        for slot, resume in zip(slots, resumes or []):
+            if resume is None:
+                continue
+            next_code0, codes = resume
+            seen = torch.tensor(list(codes[:, 0]) + [next_code0], dtype=torch.long, device=dev)
+            self.code0[slot] = next_code0
+            self.cb0.seen[slot] = False
+            self.cb0.seen[slot, seen] = True
+            self.cb0.generated[slot] = len(codes) + 1
+            self.frame[slot] = len(codes)
         self.active[idx] = True
 
     def release(self, slot: int) -> None:

@@ -3,7 +3,9 @@
 The worker loops over steps (DESIGN.md §3.1):
 
 1. drop cancelled requests (their slots free now);
-2. admit queued requests, earliest deadline first, into free slots (one batched prefill);
+2. admit queued requests, earliest deadline first, into free slots (one batched prefill). With
+   every slot taken, a stream that is seconds from running dry yields its slot to a request
+   needed sooner, and resumes later by re-prefilling its prompt and frames (same sequence);
 3. one batched frame for all active slots (`TalkerBatch.step`: talker step, 15-step code
    predictor, sampling; a CUDA graph per batch bucket on CUDA) and ONE device->host copy
    for the whole batch (codes and next tokens);
@@ -53,6 +55,8 @@ class EngineSettings:
     ignore_eos: bool = False  # benches: fixed lengths
     packet_ramp: tuple[int, ...] = (1, 2, 4)  # frames per packet; 4 (320 ms) measured best per frame
     vocoder_rows: int = 0  # rows vocoded per step at most (0: no limit)
+    preempt_slack_s: float = 3.0  # with every slot taken, a stream this far from running dry yields its
+    # slot to an earlier deadline and resumes later by re-prefilling its frames (0: never)
     use_cuda_graphs: bool | None = None  # None: on CUDA
     default_speaker: str | None = None
     seed: int = 0
@@ -74,8 +78,12 @@ class _Job:
     generating: bool = True
     pending: list = field(default_factory=list)  # codes not yet vocoded
     pcm: list = field(default_factory=list)  # PCM not yet delivered
-    codes: list = field(default_factory=list)  # all frames (kept for tests/debug when asked)
+    codes: list = field(default_factory=list)  # every frame so far (to resume after preemption)
     admitted_at: float = 0.0
+    prompt: object = None  # tts.qwen3.prompt.Prompt, kept to resume
+    next_code0: int = -1  # the codebook-0 token already sampled for the next frame
+    codec_state: object = None  # the stream's vocoder state row while it has no slot
+    preempted: int = 0
 
     @property
     def priority(self) -> float:
@@ -86,7 +94,7 @@ class _Job:
 class Qwen3Engine(Engine):
     name = "qwen3"
 
-    def __init__(self, settings: EngineSettings, checkpoint=None, keep_codes: bool = False):
+    def __init__(self, settings: EngineSettings, checkpoint=None, keep_codes: bool = True):
         self.settings = settings
         self._ckpt = checkpoint
         self._batch = None
@@ -104,7 +112,7 @@ class Qwen3Engine(Engine):
         # host_syncs: device->host copies in the frame loop (one per step). Each vocoder call also
         # copies its PCM to the host (vocoder_calls), which is the audio itself.
         self.counters = {"steps": 0, "host_syncs": 0, "frames": 0, "admitted": 0, "completed": 0, "failed": 0,
-                         "cancelled": 0, "vocoder_calls": 0, "audio_s": 0.0}
+                         "cancelled": 0, "preempted": 0, "vocoder_calls": 0, "audio_s": 0.0}
         self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}
         self.trace: list | None = None  # (name, start_s, dur_s, args) spans when enabled
 
@@ -215,10 +223,11 @@ class Qwen3Engine(Engine):
                 if self._stop:
                     return
                 self._drop_cancelled()
+                self._queue.sort(key=lambda j: (j.priority, j.seq))
+                self._preempt_for_deadlines()
                 free = [s for s in range(self.settings.max_batch) if s not in self._held]
                 admit: list[_Job] = []
                 if free and self._queue:
-                    self._queue.sort(key=lambda j: (j.deadline, j.seq))
                     admit, self._queue = self._queue[: len(free)], self._queue[len(free):]
             try:
                 if admit:
@@ -240,6 +249,35 @@ class Qwen3Engine(Engine):
             if job.cancelled:
                 self._release(job)
                 self._forget(job, "cancelled")
+
+    def _preempt_for_deadlines(self) -> None:
+        """Under the lock, queue sorted: while every slot is taken and the most urgent waiting request
+        needs audio before a generating stream that is >= preempt_slack_s from running dry, that
+        stream yields its slot. It keeps its frames, its next token and its vocoder state, and
+        re-enters the queue at the time it runs dry."""
+        slack = self.settings.preempt_slack_s
+        if slack <= 0:
+            return
+        now = time.monotonic()
+        waiting = [j for j in self._queue if not j.cancelled]
+        for head in waiting:
+            if len(self._held) < self.settings.max_batch:
+                return
+            victims = [j for j in self._slots.values() if not j.cancelled and j.codes]
+            if not victims:
+                return
+            victim = max(victims, key=lambda j: j.priority)
+            if victim.priority - now < slack or head.priority >= victim.priority:
+                return
+            slot = victim.slot
+            if self._vstate is not None:
+                victim.codec_state = self._vstate.select([slot])
+            self._release(victim)
+            victim.slot = None
+            victim.preempted += 1
+            self.counters["preempted"] += 1
+            self._queue.append(victim)
+            self._queue.sort(key=lambda j: (j.priority, j.seq))
 
     def _release(self, job: _Job) -> None:
         """Under the lock: the job gives up its talker row and its slot."""
@@ -293,6 +331,20 @@ class Qwen3Engine(Engine):
         except PromptError as e:
             raise EngineError(e.code, e.message) from None
 
+    def _resume_prompt(self, job: _Job):
+        import torch
+
+        from tts.qwen3.prompt import Prompt
+
+        p, talker = job.prompt, self._ckpt.model.talker
+        codes = torch.from_numpy(np.stack(job.codes)).to(p.prefill.device)
+        n, n_text = codes.shape[0], p.trailing_text.shape[0]
+        text = torch.stack([p.trailing_text[i] if i < n_text else p.pad for i in range(n)])
+        with torch.inference_mode():
+            frames = talker.embed_frame(codes) + text
+        return Prompt(prefill=torch.cat([p.prefill, frames]), trailing_text=p.trailing_text, pad=p.pad,
+                      text_tokens=p.text_tokens)
+
     def _bench_prompt(self, text: str):
         import torch
 
@@ -319,16 +371,22 @@ class Qwen3Engine(Engine):
 
         t0 = time.perf_counter()
         ready, prompts, tset, pset = [], [], [], []
+        resumes = []
         for job in jobs:
             try:
-                prompt = self._prompt(job)
-                length = prompt.prefill.shape[0]
-                cap = int(self.settings.frames_base + self.settings.frames_per_token * prompt.text_tokens)
-                cap = min(cap, self.settings.max_frames, self.settings.max_seq_len - length - 1)
-                if cap < 1:
-                    raise EngineError("text_too_long", f"text needs {length} prompt positions; the engine holds "
-                                                       f"{self.settings.max_seq_len} per request")
-                job.cap = cap
+                if job.prompt is None:
+                    prompt = job.prompt = self._prompt(job)
+                    length = prompt.prefill.shape[0]
+                    cap = int(self.settings.frames_base + self.settings.frames_per_token * prompt.text_tokens)
+                    cap = min(cap, self.settings.max_frames, self.settings.max_seq_len - length - 1)
+                    if cap < 1:
+                        raise EngineError("text_too_long", f"text needs {length} prompt positions; the engine "
+                                                           f"holds {self.settings.max_seq_len} per request")
+                    job.cap = cap
+                    resume = None
+                else:  # resuming after preemption: the prompt plus every frame so far, in one prefill
+                    prompt = self._resume_prompt(job)
+                    resume = (job.next_code0, np.stack(job.codes))
                 ts, ps = self._sampling(job.request)
             except EngineError as e:
                 self._fail(job, e)
@@ -338,6 +396,7 @@ class Qwen3Engine(Engine):
                 self._fail(job, EngineError("internal", f"could not prepare the request: {e}"))
                 continue
             ready.append(job)
+            resumes.append(resume)
             prompts.append(prompt)
             tset.append(ts)
             pset.append(ps)
@@ -349,10 +408,15 @@ class Qwen3Engine(Engine):
                 job.slot = slot
                 self._slots[slot] = job
                 self._held[slot] = job
-        for job in ready:
-            job.admitted_at = time.monotonic()
-        self._reset_vocoder_rows(slots)
-        self._batch.admit(slots, prompts, tset, pset)
+        fresh = [slot for slot, r in zip(slots, resumes) if r is None]
+        for job, slot in zip(ready, slots):
+            job.admitted_at = job.admitted_at or time.monotonic()
+            if job.codec_state is not None:
+                self._vstate.assign([slot], job.codec_state)
+                job.codec_state = None
+        if fresh:
+            self._reset_vocoder_rows(fresh)
+        self._batch.admit(slots, prompts, tset, pset, resumes)
         if self._batch.device.type == "cuda":
             torch.cuda.synchronize() if self.trace is not None else None
         self.counters["admitted"] += len(ready)
@@ -380,8 +444,8 @@ class Qwen3Engine(Engine):
                 if job.cancelled:
                     continue
                 job.pending.append(out[slot, :groups].copy())
-                if self._keep_codes:
-                    job.codes.append(out[slot, :groups].copy())
+                job.codes.append(job.pending[-1])
+                job.next_code0 = int(out[slot, groups])
                 job.generated += 1
                 self.counters["frames"] += 1
                 ended = (out[slot, groups] == eos and not self.settings.ignore_eos) or job.generated >= job.cap
