@@ -70,7 +70,7 @@ def load_model(model_dir: str, device: str | torch.device = "cpu", dtype: str | 
     state = load_state(os.path.join(model_dir, "model.safetensors"), expected, device, dtype)
     model.load_state_dict(state, assign=True, strict=True)
     model.fuse_projections()
-    return model.eval()
+    return model.eval().requires_grad_(False)  # inference only: no autograd bookkeeping
 
 
 def random_model(config: ModelConfig, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.float32,
@@ -90,4 +90,4 @@ def random_model(config: ModelConfig, device: str | torch.device = "cpu", dtype:
         state[name] = t
     model.load_state_dict(state, assign=True, strict=True)
     model.fuse_projections()
-    return model.eval()
+    return model.eval().requires_grad_(False)  # inference only: no autograd bookkeeping
