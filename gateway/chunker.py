@@ -96,19 +96,28 @@ class Chunker:
     * sentence ends cut (after abbreviations only when an uppercase letter follows);
     * the first chunk of a turn may go out early, at the first clause break
       (, ; : or a dash) or once `first_chunk_words` words have arrived
-      (0 disables this);
+      (0 disables this), if it has at least `min_first_chars` characters;
     * a chunk longer than `max_chunk_chars` is cut at its last clause break,
       else at its last word boundary that does not separate a protected pair;
     * a sentence or clause cut that would leave a chunk shorter than
       `min_chunk_chars` waits for more text instead.
     """
 
-    def __init__(self, first_chunk_words: int = 6, max_chunk_chars: int = 250, min_chunk_chars: int = 1):
-        if first_chunk_words < 0 or max_chunk_chars < 1 or min_chunk_chars < 1:
-            raise ValueError("first_chunk_words >= 0, max_chunk_chars >= 1 and min_chunk_chars >= 1")
+    def __init__(
+        self,
+        first_chunk_words: int = 6,
+        max_chunk_chars: int = 250,
+        min_chunk_chars: int = 1,
+        *,
+        min_first_chars: int = 10,
+    ):
+        if first_chunk_words < 0 or max_chunk_chars < 1 or min_chunk_chars < 1 or min_first_chars < 0:
+            raise ValueError("first_chunk_words >= 0, max_chunk_chars >= 1, min_chunk_chars >= 1, min_first_chars >= 0")
         self.first_chunk_words = first_chunk_words
         self.max_chunk_chars = max_chunk_chars
         self.min_chunk_chars = min_chunk_chars
+        # a fast first chunk shorter than this ("Hi,") would play out before the next one is ready
+        self.min_first_chars = min_first_chars
         self._buf = ""
         self._emitted = 0
 
@@ -166,7 +175,7 @@ class Chunker:
                 return end
             if "\n" in buf[end:gap_end] and long_enough and kind is not None and self._may_cut_after(tok, prev):
                 return end  # a line break (list item, paragraph) ends a chunk
-            if fast_first and long_enough:
+            if fast_first and long_enough and end - chunk_start >= self.min_first_chars:
                 if self._clause_break(tok, prev):
                     return end
                 if i + 1 >= self.first_chunk_words and self._word_boundary(tok, prev) and _word_follows(tokens, i):

@@ -122,7 +122,14 @@ def test_first_chunk_words_zero_disables_the_fast_chunk():
 
 
 def test_only_the_first_chunk_is_fast():
-    assert run(["Hi, there. Well, then, fine. Ok"], first_chunk_words=6) == ["Hi,", "there.", "Well, then, fine.", "Ok"]
+    assert run(["Hi, there. Well, then, fine. Ok"], first_chunk_words=6, min_first_chars=0) == [
+        "Hi,", "there.", "Well, then, fine.", "Ok"]
+
+
+def test_a_fast_first_chunk_is_not_too_short_to_cover_the_next():
+    assert run(["Hi, my dear friend, how are you? Fine"], first_chunk_words=6) == [
+        "Hi, my dear friend,", "how are you?", "Fine"]
+    assert run(["Здравствуйте, меня зовут Анна."])[0] == "Здравствуйте,"
 
 
 def test_range_dash_is_not_a_clause_break():
@@ -157,7 +164,7 @@ def test_flush_ends_the_turn_and_resets():
     c.push("Hello there. Bye")
     assert c.flush() == ["Bye"]
     assert c.pending == ""
-    assert c.push("Again, fast") == ["Again,"]  # a new turn gets a fast first chunk again
+    assert c.push("Once again, fast") == ["Once again,"]  # a new turn gets a fast first chunk again
 
 
 def test_bad_options_are_rejected():
@@ -211,6 +218,7 @@ def boundaries(text: str, chunks: list[str]) -> list[tuple[int, int]]:
 options = st.fixed_dictionaries(
     {
         "first_chunk_words": st.integers(0, 8),
+        "min_first_chars": st.integers(0, 30),
         "max_chunk_chars": st.integers(30, 300),
         "min_chunk_chars": st.integers(1, 20),
     }
