@@ -611,7 +611,7 @@ _DIGIT_WORDS = ("ноль", "один", "два", "три", "четыре", "п�
 def _codes(s: str) -> str:
     """Codes and passwords are read digit by digit: "код: 4821" -> "четыре восемь два один"."""
     return re.sub(
-        rf"(?i)(\b(?:код|кода|коду|кодом|пароль|пароля|пин|pin|pin-код|пин-код|cvv|cvc)\b[\s:\-—«\"]*)(\d{{3,8}})\b",
+        r"(?i)(\b(?:код|кода|коду|кодом|пароль|пароля|пин|pin|pin-код|пин-код|cvv|cvc)\b[\s:\-—«\"]*)(\d{3,8})\b",
         lambda m: m.group(1) + " ".join(_DIGIT_WORDS[int(d)] for d in m.group(2)),
         s,
     )
