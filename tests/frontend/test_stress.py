@@ -102,3 +102,21 @@ async def test_prepare_text_async_runs_stress_off_the_event_loop():
 def test_a_stress_from_the_lexicon_is_kept():
     opts = FrontendOptions(stress=True, lexicon={"ru": {"Ваганов": "Ваг+анов"}})
     assert prepare_text("Ваганов пришёл.", "ru", opts).text == "Ваг+анов приш+ёл."
+
+
+def _stress_cases():
+    from pathlib import Path
+
+    rows = []
+    for line in Path(__file__).with_name("stress_cases.tsv").read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#") or line.startswith("input\t"):
+            continue
+        text, expected, note = line.split("\t")
+        marks = [pytest.mark.xfail(strict=True, reason=note)] if note.startswith("known miss") else []
+        rows.append(pytest.param(text, expected, id=note.replace(" ", "_")[:40], marks=marks))
+    return rows
+
+
+@pytest.mark.parametrize("text,expected", _stress_cases())
+def test_stress_case_table(text, expected):
+    assert add_stress(text) == expected
