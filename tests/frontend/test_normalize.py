@@ -179,3 +179,8 @@ def test_a_chunk_without_letters_takes_the_fallback_language():
     assert prepare_text("7.", fallback_language="ru").text == "семь."
     assert prepare_text("7.", fallback_language="ru").language == "ru"
     assert prepare_text("Seven 7.", fallback_language="ru").language == "en"
+
+
+def test_language_tags_are_reduced_to_the_language():
+    assert prepare_text("Это 5 книг.", "ru-RU").text == "Это пять книг."
+    assert prepare_text("That is 5 books.", "EN").language == "en"

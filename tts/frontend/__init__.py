@@ -101,7 +101,7 @@ def apply_lexicon(text: str, entries: dict[str, str]) -> str:
 
 def _spoken(text: str, language: str, options: FrontendOptions, fallback: str) -> tuple[str, str]:
     """(resolved language, spoken form before stress marks)."""
-    lang = detect_language(text, fallback) if language == "auto" else language
+    lang = detect_language(text, fallback) if language == "auto" else language.lower().split("-")[0]  # "ru-RU"
     lexicon = options.lexicon or {}
     spoken = apply_lexicon(text, {**lexicon.get("*", {}), **lexicon.get(lang, {})})
     if options.normalize:
