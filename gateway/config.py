@@ -112,11 +112,13 @@ class ChunkerConfig:
     first_chunk_words: int = 6  # a turn's first chunk goes out at its first clause break (, ; : —) or after this many words; 0: sentences only
     max_chunk_chars: int = 250
     min_chunk_chars: int = 1
+    min_first_chars: int = 10  # a fast first chunk shorter than this would play out before the next is ready
 
     def validate(self, check) -> None:
         check(self.first_chunk_words >= 0, "first_chunk_words", "must be >= 0")
         check(self.max_chunk_chars >= 20, "max_chunk_chars", "must be >= 20")
         check(self.min_chunk_chars >= 1, "min_chunk_chars", "must be >= 1")
+        check(self.min_first_chars >= 0, "min_first_chars", "must be >= 0")
 
 
 @dataclass

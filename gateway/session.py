@@ -29,7 +29,7 @@ from gateway.chunker import Chunker
 from gateway.config import Config, VoiceConfig
 from gateway.metrics import GatewayMetrics
 from tts import Engine, EngineError, SynthesisRequest, SynthesisStream
-from tts.frontend import FrontendOptions, prepare_text
+from tts.frontend import FrontendOptions, prepare_text, prepare_text_async
 
 log = logging.getLogger("voxgate.session")
 
@@ -70,10 +70,11 @@ class _Turn:
 class _Job:
     turn: _Turn
     index: int
-    stream: SynthesisStream
     resampler: StreamResampler
+    stream: SynthesisStream | None = None  # None while the text is being prepared
     held: list[np.ndarray] = field(default_factory=list)  # audio waiting for earlier chunks
     done: bool = False
+    failed: bool = False  # the chunk was skipped (engine refused or failed it)
     task: asyncio.Task | None = None
 
 
@@ -99,8 +100,13 @@ class Session:
         self.language = language if language != "auto" else self.voice.language
         self.instruct = instruct if instruct is not None else self.voice.instruct
         self.frontend = FrontendOptions(
-            normalize=self.voice.normalize, stress=self.voice.stress, stress_format=self.voice.stress_format, lexicon=self.voice.lexicon
+            normalize=self.voice.normalize,
+            stress=self.voice.stress,
+            stress_format=self.voice.stress_format,
+            stress_homographs=self.voice.stress_homographs,
+            lexicon=self.voice.lexicon,
         )
+        self._last_language = self.language if self.language != "auto" else "en"  # for chunks without letters
         self.output = output
         self.encoder = FrameEncoder(output)
         self.on_closed = on_closed
@@ -167,7 +173,7 @@ class Session:
             if len(self._turns) >= self.config.server.limits.max_queued_turns:
                 raise P.ProtocolError(P.TOO_MANY_TURNS, f"at most {self.config.server.limits.max_queued_turns} turns may be queued")
             c = self.config.chunker
-            turn = _Turn(turn_id, Chunker(c.first_chunk_words, c.max_chunk_chars, c.min_chunk_chars))
+            turn = _Turn(turn_id, Chunker(c.first_chunk_words, c.max_chunk_chars, c.min_chunk_chars, min_first_chars=c.min_first_chars))
             self._turns[turn_id] = turn
             self.playout.open_utterance(turn_id)
         elif turn.final:
@@ -187,44 +193,53 @@ class Session:
     def _pump(self) -> None:
         while self._pending and len(self._inflight) < MAX_IN_FLIGHT:
             turn, index = self._pending.popleft()
-            prepared = prepare_text(turn.texts[index], self.language, self.frontend)
-            log.info("session %s turn %s chunk %d speaks %r (%s)", self.session_id, turn.turn_id, index, prepared.text, prepared.language)
-            request = SynthesisRequest(
-                text=prepared.text,
-                voice=self.voice.speaker or self.voice_name,
-                language=prepared.language,
-                instruct=self.instruct,
-                deadline=self._next_deadline(),
-                tag=f"{self.session_id}/{turn.turn_id}/{index}",
-            )
-            try:
-                stream = self.engine.synthesize(request)
-            except EngineError as exc:
-                self.emit(P.error_event(exc.code, f"turn {turn.turn_id!r} chunk {index}: {exc.message}"))
-                turn.complete.add(index)  # skipped: the turn goes on without it
-                self._maybe_close_turn(turn)
-                continue
-            self.metrics.chunks.inc()
-            job = _Job(turn, index, stream, StreamResampler(self.engine.sample_rate, self.output.sample_rate))
+            job = _Job(turn, index, StreamResampler(self.engine.sample_rate, self.output.sample_rate))
             self._inflight.append(job)
-            job.task = asyncio.get_running_loop().create_task(self._consume(job))
+            job.task = asyncio.get_running_loop().create_task(self._run_job(job))
+
+    async def _prepare(self, text: str):
+        """Normalisation inline (sub-millisecond); Russian stress off the loop (a model)."""
+        if self.frontend.stress:
+            prepared = await prepare_text_async(text, self.language, self.frontend, self._last_language)
+        else:
+            prepared = prepare_text(text, self.language, self.frontend, self._last_language)
+        self._last_language = prepared.language
+        return prepared
+
+    def _submit(self, job: _Job, prepared) -> None:
+        turn, index = job.turn, job.index
+        log.info("session %s turn %s chunk %d speaks %r (%s)", self.session_id, turn.turn_id, index, prepared.text, prepared.language)
+        request = SynthesisRequest(
+            text=prepared.text,
+            voice=self.voice.speaker or self.voice_name,
+            language=prepared.language,
+            instruct=self.instruct,
+            deadline=self._next_deadline(),
+            tag=f"{self.session_id}/{turn.turn_id}/{index}",
+        )
+        job.stream = self.engine.synthesize(request)
+        self.metrics.chunks.inc()
 
     def _next_deadline(self) -> float:
         """When the playout would run dry without the next chunk's audio."""
         held = sum(sum(len(p) for p in job.held) for job in self._inflight)
         return time.monotonic() + (self.playout.buffered_ms / 1000.0) + held / self.output.sample_rate
 
-    async def _consume(self, job: _Job) -> None:
+    async def _run_job(self, job: _Job) -> None:
+        """Prepare one text chunk, submit it, and feed its audio to the playout in order."""
         try:
+            self._submit(job, await self._prepare(job.turn.texts[job.index]))
             async for chunk in job.stream:
                 self._deliver(job, job.resampler.process(chunk.pcm))
             self._deliver(job, job.resampler.flush())
         except asyncio.CancelledError:
             return
-        except EngineError as exc:
+        except EngineError as exc:  # refused (overloaded) or failed: the turn goes on without this chunk
+            job.failed = True
             self.emit(P.error_event(exc.code, f"turn {job.turn.turn_id!r} chunk {job.index}: {exc.message}"))
-        except Exception as exc:  # the engine failed this chunk only
-            log.exception("engine failed a chunk")
+        except Exception as exc:  # the engine (or the frontend) failed this chunk only
+            job.failed = True
+            log.exception("chunk failed")
             self.emit(P.error_event(P.ENGINE_ERROR, f"turn {job.turn.turn_id!r} chunk {job.index}: {exc}"))
         if job not in self._inflight:
             return  # interrupted meanwhile
@@ -239,8 +254,9 @@ class Session:
             self._push(job, pcm)
             deadline = None
             for later in list(self._inflight)[1:]:
-                deadline = deadline or self._next_deadline()
-                later.stream.set_deadline(deadline)
+                if later.stream is not None:
+                    deadline = deadline or self._next_deadline()
+                    later.stream.set_deadline(deadline)
         else:
             job.held.append(pcm)
 
@@ -253,7 +269,8 @@ class Session:
         while self._inflight and self._inflight[0].done:
             job = self._inflight.popleft()
             job.turn.complete.add(job.index)
-            self.playout.mark(job.turn.turn_id, job.index)
+            if not job.failed:
+                self.playout.mark(job.turn.turn_id, job.index)
             self._maybe_close_turn(job.turn)
             if self._inflight:
                 head = self._inflight[0]
@@ -372,7 +389,8 @@ class Session:
 
     def _cancel_synthesis(self) -> None:
         for job in self._inflight:
-            job.stream.cancel()
+            if job.stream is not None:
+                job.stream.cancel()
             if job.task is not None:
                 job.task.cancel()
         self._inflight.clear()
