@@ -118,6 +118,10 @@ class Gateway:
         self._on_stop.append(fn)
 
     async def start(self, host: str | None = None, port: int | None = None) -> int:
+        if any(v.stress for v in self.config.voices.values()):
+            from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
+
+            await asyncio.to_thread(warm_up)
         await self.engine.start()
         self.clock.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)

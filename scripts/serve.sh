@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh webrtc,espeak
+# OpenMP threads that spin while idle make CPU models (stress, demo voices) stall the event loop.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 exec .venv/bin/voxgate serve --config configs/default.yaml "$@"
