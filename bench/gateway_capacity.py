@@ -49,6 +49,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         return r.read().decode()
@@ -118,7 +124,7 @@ async def caller(url: str, stop: asyncio.Event, stats: dict, rng: random.Random)
         await ws.send(json.dumps({"type": "session.end"}))
 
 
-async def run_level(port: int, n: int, window: float, warmup: float) -> dict:
+async def run_level(port: int, pid: int, n: int, window: float, warmup: float) -> dict:
     url = f"ws://127.0.0.1:{port}/v1/ws"
     stop = asyncio.Event()
     stats = {"frames": 0, "turns": 0, "errors": 0}
@@ -128,9 +134,9 @@ async def run_level(port: int, n: int, window: float, warmup: float) -> dict:
         tasks.append(asyncio.create_task(caller(url, stop, stats, rng)))
         await asyncio.sleep(0.005)
     await asyncio.sleep(warmup)
-    before, f0, t0 = scrape(port), stats["frames"], time.monotonic()
+    before, f0, t0, c0 = scrape(port), stats["frames"], time.monotonic(), cpu_seconds(pid)
     await asyncio.sleep(window)
-    after, f1, t1 = scrape(port), stats["frames"], time.monotonic()
+    after, f1, t1, c1 = scrape(port), stats["frames"], time.monotonic(), cpu_seconds(pid)
     stop.set()
     await asyncio.wait(tasks, timeout=15)
     p50, p99, over, ticks = lateness_quantiles(before, after)
@@ -147,6 +153,8 @@ async def run_level(port: int, n: int, window: float, warmup: float) -> dict:
         "underruns": int(underruns),
         "frames_dropped": int(dropped),
         "frames_per_s_received": round((f1 - f0) / (t1 - t0), 1),
+        "server_cpu_pct": round(100 * (c1 - c0) / (t1 - t0), 1),
+        "server_cpu_us_per_frame": round(1e6 * (c1 - c0) / max(f1 - f0, 1), 1),
         "errors": stats["errors"],
         "holds": p99 <= 20.0 and underruns == 0 and skipped == 0,
     }
@@ -173,12 +181,12 @@ def main(argv: list[str] | None = None) -> int:
             except OSError:
                 time.sleep(0.1)
         rows = []
-        print(f"{'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} {'frames/s':>9} {'holds':>6}", flush=True)
+        print(f"{'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} {'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'holds':>6}", flush=True)
         for level in [int(x) for x in args.levels.split(",")]:
-            row = asyncio.run(run_level(port, level, args.window, args.warmup))
+            row = asyncio.run(run_level(port, server.pid, level, args.window, args.warmup))
             rows.append(row)
             print(f"{row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
-                  f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} {str(row['holds']):>6}", flush=True)
+                  f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} {row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {str(row['holds']):>6}", flush=True)
             time.sleep(2)
         held = [r["sessions"] for r in rows if r["holds"]]
         print(f"holds up to {max(held) if held else 0} paced sessions (cpu count {os.cpu_count()})")

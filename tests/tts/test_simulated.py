@@ -126,3 +126,11 @@ async def test_streaming_through_the_public_iterator():
         assert sum(len(c.pcm) for c in chunks) == int(round(13 * 0.07 * SR))
     finally:
         await eng.close()
+
+
+async def test_tone_is_seamless_across_its_table_period():
+    from tts.simulated import _TONE_PERIOD
+
+    x = tone(_TONE_PERIOD - 100, 200, 2)
+    assert np.max(np.abs(np.diff(x))) < 0.05  # no click where the table wraps
+    assert np.array_equal(tone(5, 10, 2), tone(_TONE_PERIOD + 5, 10, 2))
