@@ -44,7 +44,7 @@ def line_chart(series: list[dict], title: str, xlabel: str, ylabel: str, hlines:
     for i in range(5):
         yv = y1 * i / 4
         out.append(f'<line x1="{L}" x2="{L + pw}" y1="{sy(yv):.1f}" y2="{sy(yv):.1f}" stroke="#eee"/>'
-                   f'<text x="{L - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end">{yv:.4g}</text>')
+                   f'<text x="{L - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end">{yv:g}</text>')
     xs = sorted({p[0] for p in pts}) if len({p[0] for p in pts}) <= 12 else [x0 + (x1 - x0) * i / 6 for i in range(7)]
     for xv in xs:
         out.append(f'<text x="{sx(xv):.1f}" y="{T + ph + 14}" text-anchor="middle">{xv:.0f}</text>')
@@ -222,7 +222,9 @@ audible gaps ≤ {slo['audible_per_turn']:g} per turn (counted {_e(slo['gaps_fro
                                  f"{label}, level {lv}: buffer of the worst call ({w['call_id']}, caller {w['caller']}); gaps shaded",
                                  "run time (s)", "buffered audio (ms)", width=900, marks=marks))
     if wparts:
-        parts.append("<h2>Worst call: the caller's buffer over time</h2>" + "".join(wparts))
+        parts.append("<h2>Worst call: the caller's buffer over time</h2><p>Frames buffered at the caller at each tick (minimum per plotted "
+                     "point, so dips survive). Silence frames the gateway sends inside its own underruns fill the buffer too: "
+                     "there the line stays up and the shading (heard gaps) shows the silence.</p>" + "".join(wparts))
 
     # detail tables
     rows = []

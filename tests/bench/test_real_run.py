@@ -106,3 +106,20 @@ def test_cli_writes_the_run_folder_and_report(tmp_path):
     assert "<svg" in html and "<script" not in html and "<link" not in html and 'src="http' not in html
     assert list((run / "scrapes").glob("A_L2_*.prom"))
     assert list((run / "wav").glob("*.wav"))
+
+
+async def test_the_stub_gateway_is_heard_gap_free_so_it_can_measure_the_client(tmp_path):
+    target = await start_local("A", None, tmp_path)  # no config: the stub
+    try:
+        params = SweepParams(levels=[4], window_s=2.0, ramp_s=0.2, settle_s=0.2,
+                             client=ClientSettings(llm_ttft_ms=20, llm_tokens_per_s=400, turn_timeout_s=20))
+        r = (await run_sweep([target], params, parse_scenarios(SHORT), tmp_path))["A"][0]
+    finally:
+        stop_local(target)
+    m = r.metrics
+    assert m.turns >= 4 and m.errors == 0
+    assert m.heard_gaps["micro"] + m.heard_gaps["audible"] == 0
+    for t in r.turns:
+        if t["in_window"]:
+            assert t["heard_audio_ms"] == t["played_ms_server"]
+    assert 'kind="stub"' in r.scrape_after
