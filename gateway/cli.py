@@ -123,6 +123,7 @@ def _add_loadtest(sub) -> None:
     p.add_argument("--slo-audible-per-turn", type=float, default=0.2)
     p.add_argument("--slo-error-rate", type=float, default=0.01)
     p.add_argument("--slo-gaps-from", default="heard", choices=["heard", "server"], help="which gaps the SLO counts")
+    p.add_argument("--leg", default="native", choices=["native", "twilio"], help="native: /v1/ws; twilio: /v1/twilio media + /v1/control text")
     p.add_argument("--stub", action="store_true", help="against a near-free stub gateway: measures how many callers this client drives")
     p.set_defaults(handler=_run_loadtest)
 

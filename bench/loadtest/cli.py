@@ -46,6 +46,7 @@ def params_from_args(args) -> SweepParams:
         api_key=g("api_key"),
         turn_timeout_s=float(g("turn_timeout", 60.0)),
         keep_audio=bool(g("wav", False)),
+        leg=g("leg", "native"),
     )
     slo = Slo(
         ttfa_p95_ms=float(g("slo_ttfa_p95_ms", 800.0)),
@@ -131,8 +132,8 @@ async def _run(args, params: SweepParams, out: Path) -> int:
         (out / "params_used.yaml").write_text(yaml.safe_dump(params_doc, sort_keys=False, allow_unicode=True))
         gpu = GpuMonitor(out)
         wav_sink = _wav_writer(out / "wav") if params.client.keep_audio else None
-        if params.client.keep_audio and params.client.encoding != "pcm16":
-            print("voxgate loadtest: --wav needs pcm16 output; no WAVs will be written")
+        if params.client.keep_audio and (params.client.encoding != "pcm16" or params.client.leg != "native"):
+            print("voxgate loadtest: --wav needs the native leg with pcm16 output; no WAVs will be written")
             wav_sink = None
         try:
             results = await run_sweep(targets, params, scenarios, out, wav_sink, on_level=_print_level)
@@ -185,6 +186,9 @@ def run_from_args(args) -> int:
         params = params_from_args(args)
     except ValueError as exc:
         print(f"voxgate loadtest: {exc}")
+        return 2
+    if getattr(args, "leg", "native") not in ("native", "twilio"):
+        print("voxgate loadtest: --leg must be native or twilio")
         return 2
     if args.ab and not args.gateway:
         print("voxgate loadtest: --ab needs --gateway (or give --config twice)")

@@ -10,11 +10,14 @@ turn starts after the agent was *heard* finishing, as on a real call.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import random
 import time
+import uuid
 from array import array
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,6 +44,7 @@ class ClientSettings:
     api_key: str | None = None
     turn_timeout_s: float = 60.0  # a turn not heard to its end by then is an error
     keep_audio: bool = False
+    leg: str = "native"  # native (/v1/ws) | twilio (/v1/twilio media + /v1/control text)
 
 
 class ClientClock:
@@ -162,7 +166,10 @@ class Caller:
         self.run = run
         self.rng = random.Random(seed)
         self.llm = LlmSimulator(settings.llm_ttft_ms, settings.llm_tokens_per_s, seed=seed, jitter=settings.llm_jitter)
-        self.silence = FrameEncoder(OutputFormat(settings.encoding, settings.sample_rate)).silence
+        fmt = OutputFormat("mulaw", 8000) if settings.leg == "twilio" else OutputFormat(settings.encoding, settings.sample_rate)
+        self.frame_bytes = fmt.frame_bytes
+        self.silence = FrameEncoder(fmt).silence
+        self.root = url.rsplit("/v1/", 1)[0]  # ws://host:port
         self.call_seq = 0
         self.wav_sink: Callable[[str, bytes, int], None] | None = None
 
@@ -187,6 +194,8 @@ class Caller:
         self.run.on_event({"type": "client.session_error", **err, "level": self.run.level, "label": self.run.label})
 
     async def _call(self, call: Call) -> None:
+        if self.s.leg == "twilio":
+            return await self._call_twilio(call)
         run = self.run
         headers = {"Authorization": f"Bearer {self.s.api_key}"} if self.s.api_key else None
         heard_q: asyncio.Queue[HeardTurn] = asyncio.Queue()
@@ -212,17 +221,7 @@ class Caller:
                     self._session_error(state.session_error, state.session_error_msg)
                     await asyncio.sleep(1.0)
                     return
-                heard_end = call_start
-                for i, turn in enumerate(call.turns):
-                    if run.stop.is_set():
-                        break
-                    t_eot = heard_end + turn.pause_ms / 1000.0
-                    await _sleep_until(t_eot, run.stop)
-                    if run.stop.is_set():
-                        break
-                    heard_end = await self._turn(ws, pb, state, heard_q, call, i, t_eot)
-                    if heard_end is None:
-                        break
+                await self._turns(ws, pb, state, heard_q, call, call_start)
                 if not run.stop.is_set():
                     await ws.send('{"type":"session.end"}')
                     try:
@@ -233,6 +232,102 @@ class Caller:
                 self.clock.remove(pb)
                 reader.cancel()
                 self._call_done(call, pb, state, call_start)
+
+    async def _turns(self, ws, pb: CallerPlayback, state: "_CallState", heard_q: asyncio.Queue, call: Call, call_start: float) -> None:
+        """The call's turns at real pace; `ws` carries the text leg."""
+        heard_end = call_start
+        for i, turn in enumerate(call.turns):
+            if self.run.stop.is_set():
+                return
+            t_eot = heard_end + turn.pause_ms / 1000.0
+            await _sleep_until(t_eot, self.run.stop)
+            if self.run.stop.is_set():
+                return
+            heard_end = await self._turn(ws, pb, state, heard_q, call, i, t_eot)
+            if heard_end is None:
+                return
+
+    async def _call_twilio(self, call: Call) -> None:
+        """A Twilio Media Streams leg (/v1/twilio, μ-law 8 kHz in JSON) plus the agent's control socket (/v1/control)."""
+        run = self.run
+        headers = {"Authorization": f"Bearer {self.s.api_key}"} if self.s.api_key else None
+        heard_q: asyncio.Queue[HeardTurn] = asyncio.Queue()
+        pb = CallerPlayback(self.silence, self.s.prebuffer_ms, on_heard=heard_q.put_nowait, keep_audio=self.s.keep_audio, trace_level=True)
+        state = _CallState(call)
+        call_sid, stream_sid = "CA" + uuid.uuid4().hex, "MZ" + uuid.uuid4().hex
+        voice = self.s.voice or call.voice
+        opts = dict(compression=None, proxy=None, ping_interval=None, open_timeout=10, max_size=2**20)
+        async with connect(self.root + "/v1/twilio", **opts) as media, connect(self.root + "/v1/control", additional_headers=headers, **opts) as ctl:
+            params = {"call_id": call_sid, "language": call.language} | ({"voice": voice} if voice else {})
+            await media.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+            await media.send(json.dumps({"event": "start", "sequenceNumber": "1", "streamSid": stream_sid, "start": {
+                "streamSid": stream_sid, "callSid": call_sid, "accountSid": "AC" + "0" * 32, "tracks": ["inbound"],
+                "customParameters": params, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}))
+            await ctl.send(json.dumps({"type": "call.attach", "call_id": call_sid, "language": call.language} | ({"voice": voice} if voice else {})))
+            marks: deque = deque()
+            loop = asyncio.get_running_loop()
+            tasks = [loop.create_task(self._read(ctl, pb, state)), loop.create_task(self._read_twilio(media, pb, state, marks)),
+                     loop.create_task(self._echo_marks(media, pb, marks, stream_sid))]
+            call_start = time.monotonic()
+            self.clock.add(pb)
+            try:
+                try:
+                    await asyncio.wait_for(state.started.wait(), 10.0)
+                except asyncio.TimeoutError:
+                    self._session_error(state.session_error or "no_call_attached", "call.attached did not come within 10 s")
+                    return
+                if state.session_error:
+                    self._session_error(state.session_error, state.session_error_msg)
+                    await asyncio.sleep(1.0)
+                    return
+                await self._turns(ctl, pb, state, heard_q, call, call_start)
+                if not run.stop.is_set():
+                    await media.send(json.dumps({"event": "stop", "streamSid": stream_sid, "stop": {"callSid": call_sid}}))
+                    try:
+                        await asyncio.wait_for(state.ended.wait(), 5.0)
+                    except asyncio.TimeoutError:
+                        pass
+            finally:
+                self.clock.remove(pb)
+                for t in tasks:
+                    t.cancel()
+                self._call_done(call, pb, state, call_start)
+
+    async def _read_twilio(self, ws, pb: CallerPlayback, state: "_CallState", marks: deque) -> None:
+        n = self.frame_bytes
+        try:
+            async for msg in ws:
+                now = time.monotonic()
+                m = json.loads(msg)
+                event = m.get("event")
+                if event == "media":
+                    audio = base64.b64decode(m["media"]["payload"])
+                    for i in range(0, len(audio), n):
+                        self._on_frame(now, audio[i:i + n], pb, state)
+                elif event == "mark":
+                    marks.append((state.frames_in, m["mark"]["name"]))
+        except websockets.exceptions.ConnectionClosed:
+            pass
+
+    async def _echo_marks(self, ws, pb: CallerPlayback, marks: deque, stream_sid: str) -> None:
+        """Like Twilio: a mark comes back once the audio sent before it has been played."""
+        while True:
+            await asyncio.sleep(0.04)
+            while marks and pb.played_frames >= marks[0][0]:
+                _, name = marks.popleft()
+                await ws.send(json.dumps({"event": "mark", "streamSid": stream_sid, "mark": {"name": name}}))
+
+    def _on_frame(self, now: float, frame: bytes, pb: CallerPlayback, state: "_CallState") -> None:
+        pb.on_frame(now, frame)
+        state.frames_in += 1
+        rec = state.rec
+        if rec is not None and state.turn_open:
+            rec.frames += 1
+            if state.t_first_frame is None:
+                state.t_first_frame = now
+        w = self.run.window
+        if w[0] <= now < w[1] and frame != self.silence:
+            self.run.window_audio_frames += 1
 
     async def _turn(self, ws, pb: CallerPlayback, state: "_CallState", heard_q: asyncio.Queue, call: Call, i: int, t_eot: float) -> float | None:
         run = self.run
@@ -296,21 +391,11 @@ class Caller:
 
     # ------------------------------------------------------------ receiving
     async def _read(self, ws, pb: CallerPlayback, state: "_CallState") -> None:
-        run = self.run
-        window = run.window
-        silence = self.silence
         try:
             async for msg in ws:
                 now = time.monotonic()
                 if isinstance(msg, bytes):
-                    pb.on_frame(now, msg)
-                    rec = state.rec
-                    if rec is not None and state.turn_open:
-                        rec.frames += 1
-                        if state.t_first_frame is None:
-                            state.t_first_frame = now
-                    if window[0] <= now < window[1] and msg != silence:
-                        run.window_audio_frames += 1
+                    self._on_frame(now, msg, pb, state)
                     continue
                 self._on_event(json.loads(msg), now, pb, state)
         except websockets.exceptions.ConnectionClosed:
@@ -335,7 +420,7 @@ class Caller:
             if ev.get("interrupted"):
                 rec.error = rec.error or "interrupted"
             pb.end_turn(now)
-        elif etype == "session.started":
+        elif etype in ("session.started", "call.attached"):
             state.started.set()
         elif etype == "session.ended":
             state.ended.set()
@@ -388,6 +473,7 @@ class _CallState:
         self.t_eot = 0.0
         self.t_first_text: float | None = None
         self.t_first_frame: float | None = None
+        self.frames_in = 0
 
 
 async def _sleep_until(t: float, stop: asyncio.Event) -> None:

@@ -94,6 +94,7 @@ class CallerPlayback:
         self._gap_silent = 0
         self._seen_audio = False
         self.stray_frames = 0  # frames outside any turn (a protocol anomaly)
+        self.played_frames = 0  # frames taken from the buffer (Twilio-style marks are echoed by this count)
         self.audio = bytearray() if keep_audio else None  # every tick's sound, for the WAV
         self.levels = array("H") if trace_level else None  # buffered frames at each tick
 
@@ -152,6 +153,7 @@ class CallerPlayback:
                 return
             buf.popleft()
             self._frames_buffered -= 1
+            self.played_frames += 1
             if payload == self.silence:
                 self._silent_tick(T, delivery=False)
             else:

@@ -123,3 +123,21 @@ async def test_the_stub_gateway_is_heard_gap_free_so_it_can_measure_the_client(t
         if t["in_window"]:
             assert t["heard_audio_ms"] == t["played_ms_server"]
     assert 'kind="stub"' in r.scrape_after
+
+
+async def test_twilio_leg_callers_hear_media_frames_and_echo_marks(tmp_path):
+    target = await start_local("A", write_config(tmp_path, 50), tmp_path)
+    try:
+        params = SweepParams(levels=[2], window_s=2.5, ramp_s=0.2, settle_s=0.2,
+                             client=ClientSettings(llm_ttft_ms=50, llm_tokens_per_s=200, turn_timeout_s=20, leg="twilio"))
+        r = (await run_sweep([target], params, parse_scenarios(SHORT), tmp_path))["A"][0]
+    finally:
+        stop_local(target)
+    m = r.metrics
+    assert m.turns >= 2 and m.errors == 0 and m.ttfa_server_ms["p50"] > 0
+    for t in r.turns:
+        if t["in_window"]:
+            assert abs(t["heard_audio_ms"] - t["played_ms_server"]) <= 40
+    events = (tmp_path / "events.jsonl").read_text()
+    assert '"call.attached"' in events and '"call.mark"' in events  # the gateway got our played-mark echoes
+    assert any(k.startswith("voxgate_frames_sent_total") and "twilio" in k for k in r.server_deltas)
