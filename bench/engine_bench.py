@@ -25,7 +25,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 
 TEXTS = {
     "short": "Hello, how can I help you today?",

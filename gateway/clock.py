@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable, Protocol
+from typing import Callable, Protocol
 
 log = logging.getLogger("voxgate.clock")
 

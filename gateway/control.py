@@ -51,15 +51,10 @@ class ControlEndpoint:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         gw = self.gateway
-        if not gw.authorized(request):
-            return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)"), status=401)
-        limits = gw.config.server.limits
-        ws = web.WebSocketResponse(heartbeat=limits.ping_interval_s, max_msg_size=limits.max_message_bytes * 4, compress=False)
-        await ws.prepare(request)
-        if not gw.accepting:
-            await ws.send_json(P.error_event(P.SHUTTING_DOWN, "the gateway is not accepting calls"))
-            await ws.close(code=CLOSE_TRY_AGAIN_LATER)
+        ws, accepted = await gw.accept_ws(request)
+        if not accepted:
             return ws
+        limits = gw.config.server.limits
         leg = ControlLeg(ws)
         call: Call | None = None
         self.registry.track(leg.close)

@@ -209,17 +209,26 @@ class Gateway:
         voices = [{"name": name, "language": v.language, "speaker": v.speaker, "instruct": v.instruct} for name, v in self.config.voices.items()]
         return web.json_response({"default": self.config.default_voice_name, "voices": voices, "languages": ["auto", "en", "ru", "de", "fr", "es", "it", "pt", "zh", "ja", "ko"]})
 
-    # ------------------------------------------------------------ /v1/ws
-    async def _native_ws(self, request: web.Request) -> web.StreamResponse:
+    # ------------------------------------------------------------ client WebSockets
+    async def accept_ws(self, request: web.Request) -> tuple[web.StreamResponse, bool]:
+        """Auth, upgrade (no compression: audio does not compress) and the draining check shared by
+        client sockets. Returns (response, accepted); a refused socket is already answered."""
         if not self.authorized(request):
-            return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)"), status=401)
+            return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)"), status=401), False
         limits = self.config.server.limits
         ws = web.WebSocketResponse(heartbeat=limits.ping_interval_s, max_msg_size=limits.max_message_bytes * 4, compress=False)
         await ws.prepare(request)
         if not self.accepting:
             await ws.send_json(P.error_event(P.SHUTTING_DOWN, "the gateway is not accepting calls"))
             await ws.close(code=CLOSE_TRY_AGAIN_LATER)
+            return ws, False
+        return ws, True
+
+    async def _native_ws(self, request: web.Request) -> web.StreamResponse:
+        ws, accepted = await self.accept_ws(request)
+        if not accepted:
             return ws
+        limits = self.config.server.limits
         if len(self.sessions) + self._connections >= self.config.server.max_sessions:
             self.metrics.errors.labels(code=P.AT_CAPACITY).inc()
             await ws.send_json(P.error_event(P.AT_CAPACITY, f"the gateway holds its maximum of {self.config.server.max_sessions} sessions"))

@@ -13,8 +13,7 @@ import json
 import os
 from dataclasses import replace
 
-from tts.qwen3.config import (CodePredictorConfig, GenerationDefaults, ModelConfig, SpeakerEncoderConfig,
-                              TalkerConfig, released_config)
+from tts.qwen3.config import CodePredictorConfig, GenerationDefaults, ModelConfig, SpeakerEncoderConfig, released_config
 
 # The 256 byte-level symbols of GPT-2/Qwen2 BPE, in their order.
 def _byte_symbols() -> list[str]:
