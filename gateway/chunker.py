@@ -96,7 +96,8 @@ class Chunker:
     * sentence ends cut (after abbreviations only when an uppercase letter follows);
     * the first chunk of a turn may go out early, at the first clause break
       (, ; : or a dash) or once `first_chunk_words` words have arrived
-      (0 disables this), if it has at least `min_first_chars` characters;
+      (0 disables this); it needs at least `min_first_chars` characters, even
+      at a sentence end (a lone "Yes." plays out before the next chunk is ready);
     * a chunk longer than `max_chunk_chars` is cut at its last clause break,
       else at its last word boundary that does not separate a protected pair;
     * a sentence or clause cut that would leave a chunk shorter than
@@ -171,7 +172,10 @@ class Chunker:
             long_enough = end - chunk_start >= self.min_chunk_chars
             prev = tokens[i - 1][2] if i > 0 else ""
             kind = self._sentence_end(tok, prev, buf, gap_end)
-            if kind is True and long_enough:
+            # A one-word opening sentence ("Yes.") would play out long before the next chunk is
+            # ready: the turn's first chunk takes the next sentence or clause along with it.
+            first_too_short = self._emitted == 0 and end - chunk_start < self.min_first_chars
+            if kind is True and long_enough and not first_too_short:
                 return end
             if "\n" in buf[end:gap_end] and long_enough and kind is not None and self._may_cut_after(tok, prev):
                 return end  # a line break (list item, paragraph) ends a chunk

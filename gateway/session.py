@@ -359,16 +359,18 @@ class Session:
     async def tick(self) -> None:
         """One 20 ms frame, driven by the shared clock (or by the media leg's pull)."""
         frame = self.playout.tick()
-        if self._outbox:
+        # `audio.start` goes before the turn's first frame; marks and `turn.done` after the frame
+        # that completed them.
+        if self._outbox and any(e.get("type") == "audio.start" for e in self._outbox):
             await self.flush_events()
         media = self.media_leg
-        if media is None:
-            return
-        if frame.kind == "idle" or frame.kind == "latency":
-            if media.send_idle_silence:
+        if media is not None:
+            if frame.kind == "audio" or frame.kind == "gap":
+                await media.send_audio(self.encoder.encode(frame.pcm))
+            elif media.send_idle_silence:
                 await media.send_audio(self.encoder.silence)
-            return
-        await media.send_audio(self.encoder.encode(frame.pcm))
+        if self._outbox:
+            await self.flush_events()
 
     def pull_frame(self) -> tuple[np.ndarray, str]:
         """For legs that own the clock (WebRTC): one frame of float32 PCM and its kind."""

@@ -253,3 +253,18 @@ def test_any_text_round_trips(text, cuts, kw):
     chunks = run(pieces, **kw)
     assert squash("".join(chunks)) == squash(text)
     assert all(c.strip() and len(c) <= kw["max_chunk_chars"] for c in chunks)
+
+
+def test_a_one_word_opening_sentence_goes_out_with_what_follows():
+    c = Chunker(first_chunk_words=6, min_first_chars=10)
+    chunks = []
+    for token in "Yes. I can check that order for you, it shipped today. Anything else?".split(" "):
+        chunks += c.push(token + " ")
+    chunks += c.flush()
+    assert chunks[0].startswith("Yes. I can") and len(chunks[0]) >= 10
+    assert " ".join(chunks) == "Yes. I can check that order for you, it shipped today. Anything else?"
+
+
+def test_a_one_word_reply_still_plays_at_the_end_of_the_turn():
+    c = Chunker(min_first_chars=10)
+    assert c.push("Yes.") == [] and c.flush() == ["Yes."]

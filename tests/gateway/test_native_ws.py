@@ -322,3 +322,17 @@ async def test_graceful_drain_lets_the_turn_finish_then_closes_with_1001(start_g
     await drain
     async with aiohttp.ClientSession() as http:
         assert (await http.get(f"http://127.0.0.1:{gw.port}/readyz")).status == 503
+
+
+async def test_turn_done_and_the_last_mark_come_after_the_turns_last_frame(start_gateway):
+    gw = await start_gateway()
+    c = await Client.connect(gw)
+    await c.start()
+    await c.send({"type": "text", "turn_id": "a", "text": "Exactly one sentence.", "final": True})
+    done = await c.until("turn.done")
+    await asyncio.sleep(0.1)
+    await c.send({"type": "session.end"})
+    await c.until("session.ended")
+    done_at = [t for t, m in c.events if m["type"] == "turn.done"][0]
+    assert all(t <= done_at for t, _ in c.frames)
+    assert len(c.frames) == -(-int(done["played_ms"]) // 20)  # every frame of the turn, none after
