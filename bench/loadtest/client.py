@@ -196,7 +196,6 @@ class Caller:
     async def _call(self, call: Call) -> None:
         if self.s.leg == "twilio":
             return await self._call_twilio(call)
-        run = self.run
         headers = {"Authorization": f"Bearer {self.s.api_key}"} if self.s.api_key else None
         heard_q: asyncio.Queue[HeardTurn] = asyncio.Queue()
         pb = CallerPlayback(self.silence, self.s.prebuffer_ms, on_heard=heard_q.put_nowait, keep_audio=self.s.keep_audio, trace_level=True)
@@ -212,26 +211,32 @@ class Caller:
             call_start = time.monotonic()
             self.clock.add(pb)
             try:
-                try:
-                    await asyncio.wait_for(state.started.wait(), 10.0)
-                except asyncio.TimeoutError:
-                    self._session_error(state.session_error or "no_session_started", "session.started did not come within 10 s")
-                    return
-                if state.session_error:
-                    self._session_error(state.session_error, state.session_error_msg)
-                    await asyncio.sleep(1.0)
-                    return
-                await self._turns(ws, pb, state, heard_q, call, call_start)
-                if not run.stop.is_set():
-                    await ws.send('{"type":"session.end"}')
-                    try:
-                        await asyncio.wait_for(state.ended.wait(), 5.0)
-                    except asyncio.TimeoutError:
-                        pass
+                await self._converse(ws, pb, state, heard_q, call, call_start, "no_session_started", "session.started",
+                                     lambda: ws.send('{"type":"session.end"}'))
             finally:
                 self.clock.remove(pb)
                 reader.cancel()
                 self._call_done(call, pb, state, call_start)
+
+    async def _converse(self, text_ws, pb: CallerPlayback, state: "_CallState", heard_q: asyncio.Queue, call: Call,
+                        call_start: float, missing_code: str, started_event: str, hang_up) -> None:
+        """Wait for the session, play the call's turns over `text_ws`, then `hang_up()` and wait for the end."""
+        try:
+            await asyncio.wait_for(state.started.wait(), 10.0)
+        except asyncio.TimeoutError:
+            self._session_error(state.session_error or missing_code, f"{started_event} did not come within 10 s")
+            return
+        if state.session_error:
+            self._session_error(state.session_error, state.session_error_msg)
+            await asyncio.sleep(1.0)
+            return
+        await self._turns(text_ws, pb, state, heard_q, call, call_start)
+        if not self.run.stop.is_set():
+            await hang_up()
+            try:
+                await asyncio.wait_for(state.ended.wait(), 5.0)
+            except asyncio.TimeoutError:
+                pass
 
     async def _turns(self, ws, pb: CallerPlayback, state: "_CallState", heard_q: asyncio.Queue, call: Call, call_start: float) -> None:
         """The call's turns at real pace; `ws` carries the text leg."""
@@ -249,7 +254,6 @@ class Caller:
 
     async def _call_twilio(self, call: Call) -> None:
         """A Twilio Media Streams leg (/v1/twilio, μ-law 8 kHz in JSON) plus the agent's control socket (/v1/control)."""
-        run = self.run
         headers = {"Authorization": f"Bearer {self.s.api_key}"} if self.s.api_key else None
         heard_q: asyncio.Queue[HeardTurn] = asyncio.Queue()
         pb = CallerPlayback(self.silence, self.s.prebuffer_ms, on_heard=heard_q.put_nowait, keep_audio=self.s.keep_audio, trace_level=True)
@@ -271,22 +275,8 @@ class Caller:
             call_start = time.monotonic()
             self.clock.add(pb)
             try:
-                try:
-                    await asyncio.wait_for(state.started.wait(), 10.0)
-                except asyncio.TimeoutError:
-                    self._session_error(state.session_error or "no_call_attached", "call.attached did not come within 10 s")
-                    return
-                if state.session_error:
-                    self._session_error(state.session_error, state.session_error_msg)
-                    await asyncio.sleep(1.0)
-                    return
-                await self._turns(ctl, pb, state, heard_q, call, call_start)
-                if not run.stop.is_set():
-                    await media.send(json.dumps({"event": "stop", "streamSid": stream_sid, "stop": {"callSid": call_sid}}))
-                    try:
-                        await asyncio.wait_for(state.ended.wait(), 5.0)
-                    except asyncio.TimeoutError:
-                        pass
+                await self._converse(ctl, pb, state, heard_q, call, call_start, "no_call_attached", "call.attached",
+                                     lambda: media.send(json.dumps({"event": "stop", "streamSid": stream_sid, "stop": {"callSid": call_sid}})))
             finally:
                 self.clock.remove(pb)
                 for t in tasks:
