@@ -68,15 +68,16 @@ def build_chat_model(llm_config) -> ChatModel | None:
 class Agent:
     """Answers `user.text` with a new turn of `session`; see the module docstring.
 
-    `send_event` delivers agent-side events (`agent.text`) to the client next
-    to the session's own events.
+    Agent-side events (`agent.text`) go out through the session, to whatever
+    text leg is attached now; the agent watches the session's events (a
+    session observer) to trim its history after a barge-in.
     """
 
-    def __init__(self, session, model: ChatModel, system_prompt: str | None = None, send_event=None):
+    def __init__(self, session, model: ChatModel, system_prompt: str | None = None):
         self.session = session
         self.model = model
         self.conversation = Conversation(system_prompt=system_prompt)
-        self.send_event = send_event
+        session.observers.append(self.observe)
         self._ids = itertools.count(1)
         self._task: asyncio.Task | None = None
         self._streaming: str | None = None  # the turn the running reply feeds
@@ -129,7 +130,7 @@ class Agent:
                         return
                     reply += piece
                     self.session.add_text(turn_id, piece, False)
-                    await self._send({"type": "agent.text", "turn_id": turn_id, "text": piece})
+                    self.session.emit({"type": "agent.text", "turn_id": turn_id, "text": piece})
                     await self.session.flush_events()
             if not self.session.closed:
                 self.session.add_text(turn_id, "", True)
@@ -160,22 +161,6 @@ class Agent:
         except P.ProtocolError:
             pass
 
-    async def _send(self, event: dict) -> None:
-        if self.send_event is not None:
-            await self.send_event(event)
-
-
-class _ObservedLeg:
-    """A session's text leg with the agent looking over its shoulder."""
-
-    def __init__(self, leg, agent: Agent):
-        self.leg = leg
-        self.agent = agent
-
-    async def send_event(self, event: dict) -> None:
-        self.agent.observe(event)
-        await self.leg.send_event(event)
-
 
 class AgentService:
     """Gives each session that sends `user.text` its own `Agent` (installed as `gateway.user_text_handler`)."""
@@ -195,10 +180,7 @@ class AgentService:
         await agent.on_user_text(text)
 
     def agent_for(self, session) -> Agent:
-        leg = session.text_leg
-        agent = Agent(session, self._model(), self.llm_config.system_prompt, send_event=leg.send_event if leg else None)
-        if leg is not None:
-            session.attach_text(_ObservedLeg(leg, agent))
+        agent = Agent(session, self._model(), self.llm_config.system_prompt)
         self.agents[session.session_id] = agent
         asyncio.get_running_loop().create_task(self._forget_when_closed(session, agent))
         return agent

@@ -129,6 +129,8 @@ class Session:
         self._pending: deque[tuple[_Turn, int]] = deque()  # text chunks not yet submitted
         self._inflight: deque[_Job] = deque()
         self._outbox: deque[dict] = deque()
+        # Called with every event as it is emitted, whichever text leg is attached (e.g. the agent).
+        self.observers: list[Callable[[dict], None]] = []
         self._draining = False
         self.closed = False
         self._closed_event = asyncio.Event()
@@ -344,6 +346,8 @@ class Session:
     def emit(self, event: dict) -> None:
         if event.get("type") == "error":
             self.metrics.errors.labels(code=event["code"]).inc()
+        for observe in self.observers:
+            observe(event)
         self._outbox.append(event)
 
     async def flush_events(self) -> None:

@@ -197,3 +197,30 @@ async def test_draining_gateway_ends_telephony_calls_with_shutting_down(make_gat
             await tw.recv()
     rest = await asock.read_until_eof()
     assert rest[-1] == (0x00, b"")
+
+
+async def test_the_agent_keeps_its_history_and_events_after_the_control_socket_reattaches(make_gateway):
+    from gateway import agent
+
+    gw = await make_gateway(llm={"kind": "simulated", "ttft_ms": 20, "tokens_per_s": 400})
+    service = agent.install(gw)
+    tw = await TwilioClient.connect(gw, stream_sid="MZh", call_sid="CAh")
+    await tw.start()
+    first = await Control.connect(gw)
+    await first.attach("CAh")
+    await first.send({"type": "user.text", "text": "Hello?"})
+    await first.expect("turn.done")
+    await first.close()
+    await asyncio.sleep(0.05)
+    second = await Control.connect(gw)
+    await second.attach("CAh")
+    await second.send({"type": "user.text", "text": "Tell me more."})
+    assert (await second.expect("agent.text"))["text"]  # the reply streams to the new socket
+    start = await second.expect("audio.start")
+    await second.send({"type": "interrupt"})
+    done = await second.expect("turn.done", turn_id=start["turn_id"])
+    assert done["interrupted"] is True
+    (the_agent,) = service.agents.values()
+    last = the_agent.conversation.messages()[-1]
+    assert last["role"] == "assistant" and last["content"] == done["played_text"]  # trimmed to what was heard
+    await tw.stop()
