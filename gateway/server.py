@@ -16,6 +16,7 @@ import gc
 import hmac
 import json
 import logging
+import os
 import re
 import signal
 import time
@@ -118,6 +119,11 @@ class Gateway:
         self._on_stop.append(fn)
 
     async def start(self, host: str | None = None, port: int | None = None) -> int:
+        if self.config.server.log_dir:
+            try:
+                os.makedirs(self.config.server.log_dir, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"{self.config.source}: server.log_dir: cannot create {self.config.server.log_dir!r}: {exc.strerror}") from exc
         if any(v.stress for v in self.config.voices.values()):
             from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
 

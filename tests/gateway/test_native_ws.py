@@ -336,3 +336,23 @@ async def test_turn_done_and_the_last_mark_come_after_the_turns_last_frame(start
     done_at = [t for t, m in c.events if m["type"] == "turn.done"][0]
     assert all(t <= done_at for t, _ in c.frames)
     assert len(c.frames) == -(-int(done["played_ms"]) // 20)  # every frame of the turn, none after
+
+
+async def test_log_dir_gets_each_sessions_event_log_and_wav_timeline(start_gateway, tmp_path):
+    import wave
+
+    log_dir = tmp_path / "calls" / "today"  # created at start
+    gw = await start_gateway({"server": {"log_dir": str(log_dir), "record_wav": True}})
+    c = await Client.connect(gw)
+    started = await c.start(output={"encoding": "pcm16", "sample_rate": 16000})
+    await c.send({"type": "text", "turn_id": "t", "text": "Recorded for quality.", "final": True})
+    done = await c.until("turn.done")
+    await c.send({"type": "session.end"})
+    await c.until("session.ended")
+    sid = started["session_id"]
+    events = [json.loads(line) for line in (log_dir / f"{sid}.events.jsonl").read_text().splitlines()]
+    assert [e["type"] for e in events][:2] == ["utterance_start", "first_audio"]
+    assert events[-1]["type"] == "utterance_end" and events[-1]["played_ms"] == done["played_ms"]
+    with wave.open(str(log_dir / f"{sid}.wav")) as w:
+        assert w.getframerate() == 16000
+        assert w.getnframes() * 1000 / 16000 >= done["played_ms"]  # the timeline holds the turn and the silence around it
