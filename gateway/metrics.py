@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 _LATENESS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
 
 
 class GatewayMetrics:
-    def __init__(self, engine_stats: Callable[[], dict], engine_kind: str):
+    def __init__(self, engine_stats: Callable[[], dict], engine_kind: str, vocoder: str = "none"):
         r = self.registry = CollectorRegistry()
         self.sessions_active = Gauge("voxgate_sessions_active", "Sessions now open", registry=r)
         self.sessions_total = Counter("voxgate_sessions_total", "Sessions started", ["leg"], registry=r)
@@ -29,8 +30,9 @@ class GatewayMetrics:
         self.clock_skipped = Counter("voxgate_clock_skipped_ticks_total", "Ticks dropped after a long stall", registry=r)
         self.engine_queue = Gauge("voxgate_engine_queue_depth", "Requests waiting in the engine", registry=r)
         self.engine_active = Gauge("voxgate_engine_active_requests", "Requests the engine is serving", registry=r)
-        self.engine_info = Gauge("voxgate_engine_info", "Engine serving this gateway", ["kind"], registry=r)
-        self.engine_info.labels(kind=engine_kind).set(1)
+        self.engine_info = Gauge("voxgate_engine_info", "Engine serving this gateway", ["kind", "vocoder"], registry=r)
+        self.engine_info.labels(kind=engine_kind, vocoder=vocoder).set(1)
+        r.register(_EngineStats(engine_stats))
         self.engine_queue.set_function(lambda: engine_stats().get("queued", 0))
         self.engine_active.set_function(lambda: engine_stats().get("active", 0))
         self.engine_audio = Gauge("voxgate_engine_audio_seconds", "Audio seconds produced by the engine", registry=r)
@@ -38,3 +40,20 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _EngineStats:
+    """Every numeric counter the engine reports (steps, host syncs, preemptions, …) as `voxgate_engine_stat{name}`."""
+
+    def __init__(self, engine_stats: Callable[[], dict]):
+        self.engine_stats = engine_stats
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        family = GaugeMetricFamily("voxgate_engine_stat", "Engine counters as the engine reports them", labels=["name"])
+        for name, value in sorted(self.engine_stats().items()):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                family.add_metric([name], float(value))
+        yield family

@@ -82,7 +82,8 @@ class Gateway:
         self.config = config
         self.engine = engine or build_engine(config)
         self.engine_kind = getattr(self.engine, "name", resolve_kind(config))
-        self.metrics = GatewayMetrics(self.engine.stats, self.engine_kind)
+        vocoder = config.engine.vocoder if self.engine_kind == "qwen3" else "none"
+        self.metrics = GatewayMetrics(self.engine.stats, self.engine_kind, vocoder)
         self.clock = PlayoutClock(
             config.playout.frame_ms,
             on_lateness=self.metrics.clock_lateness.observe,

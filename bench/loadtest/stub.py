@@ -44,7 +44,7 @@ class StubGateway:
         return web.json_response({"ready": True, "engine": "stub"})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=f'voxgate_engine_info{{kind="stub"}} 1.0\nvoxgate_sessions_active {len(self.sessions)}\n')
+        return web.Response(text=f'voxgate_engine_info{{kind="stub",vocoder="none"}} 1.0\nvoxgate_sessions_active {len(self.sessions)}\n')
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(compress=False)

@@ -71,7 +71,7 @@ async def test_callers_hear_every_turn_without_gaps_when_the_engine_has_headroom
         if t["in_window"]:
             # What the caller heard is what the gateway says it played (to within a frame or two).
             assert abs(t["heard_audio_ms"] - t["played_ms_server"]) <= 40
-    assert 'voxgate_engine_info{kind="simulated"}' in r.scrape_after
+    assert 'voxgate_engine_info{kind="simulated",vocoder="none"}' in r.scrape_after
     assert any(k.startswith("voxgate_turns_total") for k in r.server_deltas)
     lines = (tmp_path / "turns.jsonl").read_text().splitlines()
     assert len(lines) == len(r.turns)

@@ -300,6 +300,8 @@ async def test_health_ready_metrics_and_voices(start_gateway):
         metrics = await (await http.get(base + "/metrics")).text()
         for name in ("voxgate_sessions_active", "voxgate_ttfa_seconds", "voxgate_underruns_total", "voxgate_engine_queue_depth"):
             assert name in metrics
+        assert 'voxgate_engine_info{kind="simulated",vocoder="none"} 1.0' in metrics
+        assert 'voxgate_engine_stat{name="audio_seconds"}' in metrics
         voices = await (await http.get(base + "/v1/voices")).json()
         assert voices["default"] == "default" and voices["voices"][0]["name"] == "default"
 
