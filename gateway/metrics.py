@@ -15,7 +15,7 @@ class GatewayMetrics:
     def __init__(self, engine_stats: Callable[[], dict], engine_kind: str, vocoder: str = "none"):
         r = self.registry = CollectorRegistry()
         self.sessions_active = Gauge("voxgate_sessions_active", "Sessions now open", registry=r)
-        self.sessions_total = Counter("voxgate_sessions_total", "Sessions started", ["leg"], registry=r)
+        self.sessions_total = Counter("voxgate_sessions_total", "Sessions started, by the leg that created them (a telephony call attached first by its agent counts as control)", ["leg"], registry=r)
         self.ttfa = Histogram("voxgate_ttfa_seconds", "Time to first audio per turn (playout)", buckets=_LATENCY_BUCKETS, registry=r)
         self.underruns = Counter("voxgate_underruns_total", "Playout underruns inside utterances", ["kind", "cause"], registry=r)
         self.underrun_seconds = Counter("voxgate_underrun_seconds_total", "Silence inside utterances", ["kind"], registry=r)
