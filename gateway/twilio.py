@@ -23,6 +23,7 @@ import hmac
 import itertools
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -325,6 +326,8 @@ class _TwilioStream:
             at = float(timestamp) if timestamp is not None else None
         except (TypeError, ValueError):
             at = None
+        if at is not None and not math.isfinite(at):
+            at = None  # "nan" and "inf" parse as floats but place nothing on the timeline
         self.call.inbound.push(ulaw_decode(audio), at)
 
     async def _error(self, code: str, message: str) -> None:

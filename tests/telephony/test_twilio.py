@@ -167,3 +167,22 @@ async def test_missing_token_env_refuses_to_start(monkeypatch):
     monkeypatch.delenv("VOXGATE_NO_SUCH_TOKEN", raising=False)
     with pytest.raises(ValueError, match="VOXGATE_NO_SUCH_TOKEN"):
         Gateway(load_config(None, {"engine": {"kind": "simulated"}, "telephony": {"twilio_auth_token_env": "VOXGATE_NO_SUCH_TOKEN"}}))
+
+
+@pytest.mark.parametrize("timestamp", ["nan", "inf", "-inf", "1e400"])
+async def test_a_non_finite_media_timestamp_does_not_end_a_recorded_call(gateway, timestamp):
+    control = await Control.connect(gateway)
+    await control.attach("CAts")
+    tw = await TwilioClient.connect(gateway, stream_sid="MZts", call_sid="CAts")
+    await tw.start()
+    await control.expect("call.media", state="connected")
+    await tw.media(tone_ulaw(), timestamp_ms=0)
+    await tw.send({"event": "media", "streamSid": "MZts",
+                   "media": {"track": "inbound", "chunk": "2", "timestamp": timestamp, "payload": base64.b64encode(tone_ulaw()).decode()}})
+    await tw.media(tone_ulaw(), timestamp_ms=40)
+    await control.send({"type": "text", "turn_id": "t", "text": "Still here.", "final": True})
+    await control.expect("turn.done", turn_id="t")
+    assert not [e for e in control.events if e["type"] == "error"]
+    assert gateway.calls.get("CAts").inbound.samples_received == 3 * 160
+    await tw.stop()
+    await control.expect("session.ended")
