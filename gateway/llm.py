@@ -20,6 +20,7 @@ from typing import AsyncIterator
 import aiohttp
 
 _MAX_ERROR_BODY = 2000
+_MAX_EVENT_BYTES = 1 << 20  # one SSE event's data; a stream that never ends its event must not grow our memory
 
 
 class LlmError(Exception):
@@ -101,18 +102,22 @@ class OpenAiChat:
 async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[str]:
     """The `data` of each server-sent event (multi-line data joined by newlines)."""
     lines: list[str] = []
+    size = 0
     async for raw in content:
         line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         if not line:
             if lines:
                 yield "\n".join(lines)
-                lines = []
+                lines, size = [], 0
             continue
         if line.startswith(":"):
             continue  # comment / keep-alive
         name, _, value = line.partition(":")
         if name == "data":
             lines.append(value[1:] if value.startswith(" ") else value)
+            size += len(raw)
+            if size > _MAX_EVENT_BYTES:
+                raise LlmError(f"the LLM sent an event too large (over {_MAX_EVENT_BYTES} bytes without an end)")
     if lines:
         yield "\n".join(lines)
 
@@ -120,7 +125,7 @@ async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[str]:
 def _delta_text(data: str) -> str:
     try:
         event = json.loads(data)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser allows
         raise LlmError(f"the LLM sent a malformed event: {data[:200]!r}") from exc
     if not isinstance(event, dict):
         raise LlmError(f"the LLM sent a malformed event: {data[:200]!r}")

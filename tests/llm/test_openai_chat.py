@@ -69,6 +69,19 @@ class FakeOpenAi:
             except (ConnectionError, RuntimeError):
                 self.hung_up.set()
                 return resp
+        elif model == "long-line":  # one SSE line longer than the client's line buffer
+            await resp.write(sse(delta("Hi")))
+            await resp.write(b"data: " + b"x" * 300_000 + b"\n\n")
+        elif model == "deep":  # valid-looking JSON nested deeper than the parser's recursion limit
+            await resp.write(b"data: " + b"[" * 100_000 + b"\n\n")
+        elif model == "no-blank":  # data lines that never end their event
+            try:
+                for _ in range(200):
+                    await resp.write(b"data: x\n" * 2000)
+                    await asyncio.sleep(0.005)
+            except (ConnectionError, RuntimeError):
+                self.hung_up.set()
+                return resp
         elif model == "slow":
             await resp.write(sse(delta("Wait")))
             await asyncio.sleep(1.5)
@@ -121,6 +134,9 @@ async def test_events_split_across_writes_and_crlf_lines_parse(llm_server):
         ("error-event", KEY, ["rate limited"]),
         ("dropped", KEY, []),
         ("no-done", KEY, ["before [DONE]"]),
+        ("long-line", KEY, []),
+        ("deep", KEY, ["malformed"]),
+        ("no-blank", KEY, ["too large"]),
     ],
 )
 async def test_failures_become_llm_error(llm_server, model, key, words):
