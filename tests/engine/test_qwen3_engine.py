@@ -192,3 +192,45 @@ async def test_a_stream_far_from_running_dry_yields_its_slot_and_resumes_seamles
     assert np.array_equal(np.stack(job_a.codes), np.stack(plain.codes))
     pa, pb = np.concatenate([c.pcm for c in a_chunks]), np.concatenate([c.pcm for c in plain_chunks])
     assert np.abs(pa - pb).max() <= 1e-5
+
+
+@pytest.mark.parametrize("bad", [
+    dict(sampling=SamplingSettings(top_k=60.0)),  # a float k once reached topk() on every later step
+    dict(sampling=SamplingSettings(temperature="0.9")),
+    dict(deadline=None),  # once killed the worker thread: every later request hung
+    dict(deadline=float("nan")),
+], ids=["float_top_k", "str_temperature", "no_deadline", "nan_deadline"])
+async def test_a_request_with_bad_settings_fails_alone_and_the_engine_keeps_serving(ckpt, bad):
+    eng = _engine(ckpt, frames_base=12, frames_per_token=0)
+    await eng.start()
+    try:
+        good = eng.synthesize(_req("Hello there."))
+        it = good.__aiter__()
+        got = [await it.__anext__()]  # generating when the bad one arrives
+        sampling = bad.pop("sampling", GREEDY)
+        with pytest.raises(EngineError) as e:
+            await asyncio.wait_for(_collect(eng.synthesize(SynthesisRequest("Hi.", voice="ryan", sampling=sampling,
+                                                                            **bad))), 30)
+        got += [c async for c in it]
+        later = await asyncio.wait_for(_collect(eng.synthesize(_req("Later."))), 30)
+    finally:
+        await eng.close()
+    assert e.value.code == "bad_message"
+    assert got[-1].is_last and later[-1].is_last and sum(len(c.pcm) for c in later) > 0
+
+
+async def test_streams_with_seconds_of_audio_do_not_take_turns_in_one_slot(ckpt):
+    """Two streams both far from running dry: the later deadline waits; re-prefilling to swap them every
+    packet (a preemption each time their priorities cross) would only burn the device."""
+    eng = _engine(ckpt, max_batch=1, frames_base=24, frames_per_token=0, ignore_eos=True, preempt_slack_s=3.0)
+    eng._loop = asyncio.get_running_loop()
+    await asyncio.get_running_loop().run_in_executor(None, eng.load)
+    now = time.monotonic()
+    a = eng.synthesize(_req("Hello there.", deadline=now + 10))
+    b = eng.synthesize(_req("Hello there.", deadline=now + 10.5))
+    await eng.start()
+    try:
+        await asyncio.gather(_collect(a), _collect(b))
+    finally:
+        await eng.close()
+    assert eng.counters["preempted"] == 0 and eng.counters["completed"] == 2

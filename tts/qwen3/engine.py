@@ -26,13 +26,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
+import numbers
 import threading
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tts.engine import CODEC_FRAME_SAMPLES, Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream
+from tts.engine import (CODEC_FRAME_SAMPLES, Engine, EngineError, PcmChunk, SamplingSettings, SynthesisRequest,
+                        SynthesisStream)
 
 log = logging.getLogger("voxgate.qwen3")
 
@@ -89,6 +92,26 @@ class _Job:
     def priority(self) -> float:
         """When this stream's audio runs out: its deadline plus the audio already delivered."""
         return self.deadline + self.delivered * FRAME_S
+
+
+def _check_deadline(deadline: object) -> None:
+    # the worker sorts by it: a non-number there would kill the worker thread for every stream
+    if isinstance(deadline, bool) or not isinstance(deadline, numbers.Real) or not math.isfinite(deadline):
+        raise EngineError("bad_message", f"deadline must be a finite time.monotonic() instant, got {deadline!r}")
+
+
+def _check_sampling(s: SamplingSettings) -> None:
+    """Per-request settings land in device rows shared by the whole batch (and top-k's width is sticky):
+    a bad value there would fail every stream at every step, so it is refused up front."""
+    def real(v: object) -> bool:
+        return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+    ok = (isinstance(s.greedy, bool) and isinstance(s.top_k, numbers.Integral) and not isinstance(s.top_k, bool)
+          and real(s.temperature) and real(s.top_p) and real(s.repetition_penalty)
+          and s.temperature >= 0 and 0 < s.top_p <= 1 and s.repetition_penalty > 0)
+    if not ok:
+        raise EngineError("bad_message", "sampling needs temperature >= 0, an integer top_k, 0 < top_p <= 1, "
+                                         f"repetition_penalty > 0 and a bool greedy; got {s}")
 
 
 class Qwen3Engine(Engine):
@@ -182,6 +205,8 @@ class Qwen3Engine(Engine):
             self._loop = asyncio.get_running_loop()
         if not request.text or not request.text.strip():
             raise EngineError("bad_message", "text is empty")
+        _check_deadline(request.deadline)
+        _check_sampling(request.sampling)
         stream = SynthesisStream(request, self)
         with self._cond:
             if len(self._queue) >= self.settings.max_queued:
@@ -209,6 +234,7 @@ class Qwen3Engine(Engine):
                 self._cond.notify()
 
     def _update_deadline(self, stream: SynthesisStream, deadline: float) -> None:
+        _check_deadline(deadline)
         with self._cond:
             job = self._jobs.get(id(stream))
             if job is not None:
@@ -252,8 +278,8 @@ class Qwen3Engine(Engine):
 
     def _preempt_for_deadlines(self) -> None:
         """Under the lock, queue sorted: while every slot is taken and the most urgent waiting request
-        needs audio before a generating stream that is >= preempt_slack_s from running dry, that
-        stream yields its slot. It keeps its frames, its next token and its vocoder state, and
+        needs audio at least preempt_slack_s before a generating stream that is >= preempt_slack_s from
+        running dry, that stream yields its slot. It keeps its frames, its next token and its vocoder state, and
         re-enters the queue at the time it runs dry."""
         slack = self.settings.preempt_slack_s
         if slack <= 0:
@@ -267,7 +293,9 @@ class Qwen3Engine(Engine):
             if not victims:
                 return
             victim = max(victims, key=lambda j: j.priority)
-            if victim.priority - now < slack or head.priority >= victim.priority:
+            # the head must need audio at least `slack` sooner than the victim: without that margin two
+            # streams with seconds buffered swap the slot (a re-prefill each) every time their priorities cross
+            if victim.priority - now < slack or victim.priority - head.priority < slack:
                 return
             slot = victim.slot
             if self._vstate is not None:
@@ -360,8 +388,8 @@ class Qwen3Engine(Engine):
 
     def _sampling(self, req: SynthesisRequest) -> tuple[dict, dict]:
         s, gen = req.sampling, self._ckpt.generation
-        talker = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, greedy=s.greedy,
-                      repetition_penalty=1.0 if s.greedy else s.repetition_penalty)
+        talker = dict(temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p), greedy=s.greedy,
+                      repetition_penalty=1.0 if s.greedy else float(s.repetition_penalty))
         predictor = dict(temperature=gen.subtalker_temperature if not s.greedy else 1.0, top_k=gen.subtalker_top_k,
                          top_p=gen.subtalker_top_p, greedy=s.greedy or not gen.subtalker_dosample)
         return talker, predictor
