@@ -1,0 +1,65 @@
+"""The batch's device work (admission prefill, one frame for all rows) has no op that makes the host wait
+for a device value. On CPU nothing syncs, so this watches the ops themselves: every `.item()` / `int(t)` /
+`bool(t)` (aten._local_scalar_dense) and every op whose output shape depends on the data. On CUDA each of
+those is a device->host sync that a CUDA graph cannot capture; the step's one copy (`out[:n].cpu()`)
+happens after `_step_rows`, outside what is watched here."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tts.qwen3.batch import TalkerBatch
+from tts.qwen3.checkpoint import Checkpoint
+from tts.qwen3.prompt import build_prompt
+
+SYNCING = {"_local_scalar_dense", "nonzero", "masked_select", "_unique", "_unique2", "unique_dim",
+           "unique_consecutive", "repeat_interleave"}
+
+
+class SyncWatch(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.hits: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if name in SYNCING:
+            self.hits.append(str(func))
+        if name in ("index", "index_put", "index_put_") and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ())):
+            self.hits.append(f"{func} with a bool mask")
+        return func(*args, **(kwargs or {}))
+
+
+def test_admission_and_a_batched_frame_never_wait_for_a_device_value(tmp_path):
+    from tts.qwen3.tiny import make_tiny_model
+
+    make_tiny_model(str(tmp_path), seed=4)
+    ck = Checkpoint.load(str(tmp_path))
+    batch = TalkerBatch(ck.model, 4, 160, use_cuda_graphs=False)
+    prompts = [build_prompt(ck.model.talker, ck.config, ck.tokenizer, t, speaker="ryan", language="en")
+               for t in ("Hello world.", "Short", "Another one.")]
+    sampled = dict(temperature=0.9, top_k=50, top_p=0.8, greedy=False, repetition_penalty=1.05)
+    greedy = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True, repetition_penalty=1.0)
+    pred = dict(temperature=0.9, top_k=50, top_p=1.0, greedy=False)
+    with SyncWatch() as watch:
+        batch.admit([0, 1], prompts[:2], [sampled, greedy], [pred, pred])
+        with torch.inference_mode():
+            for _ in range(3):
+                batch._step_rows(batch.bucket_for(2))
+        codes = batch.out[:1, : batch.groups].clone()
+    codes = codes.numpy()  # the host copy the engine makes once per step (outside the watch)
+    with SyncWatch() as watch_resume:
+        # a stream resuming after preemption: its sampler state is rebuilt from its codes on the host
+        batch.admit([2], prompts[2:], [sampled], [pred], resumes=[(int(codes[0, 0]), codes)])
+        with torch.inference_mode():
+            batch._step_rows(batch.bucket_for(3))
+    assert watch.hits == [] and watch_resume.hits == []
+
+
+def test_the_watch_sees_a_sync():
+    with SyncWatch() as watch:
+        t = torch.arange(4)
+        int(t[1]), t[t > 1]
+    assert len(watch.hits) == 2
