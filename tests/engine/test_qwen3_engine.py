@@ -234,3 +234,31 @@ async def test_streams_with_seconds_of_audio_do_not_take_turns_in_one_slot(ckpt)
     finally:
         await eng.close()
     assert eng.counters["preempted"] == 0 and eng.counters["completed"] == 2
+
+
+async def test_urgent_requests_arriving_together_all_get_a_slot_in_one_step(ckpt):
+    eng = _engine(ckpt, max_batch=2, frames_base=40, frames_per_token=0, ignore_eos=True, preempt_slack_s=0.5)
+    await eng.start()
+    admitted: list[list[int]] = []
+    admit = eng._admit
+
+    def recording_admit(jobs, free):
+        admitted.append([j.request.request_id for j in jobs])
+        return admit(jobs, free)
+
+    eng._admit = recording_admit
+    try:
+        far = [eng.synthesize(_req("A long answer.", deadline=time.monotonic() + 10)) for _ in range(2)]
+        its = [s.__aiter__() for s in far]
+        for it in its:
+            await it.__anext__()  # both slots generating, seconds from running dry
+        with eng._cond:  # both urgent requests reach the worker in the same iteration
+            urgent = [eng.synthesize(_req("Now.", deadline=time.monotonic())) for _ in range(2)]
+        await asyncio.gather(*[_collect(s) for s in urgent])
+        for s in far:
+            s.cancel()
+    finally:
+        await eng.close()
+    ids = {s.request.request_id for s in urgent}
+    assert eng.counters["preempted"] == 2
+    assert any(ids <= set(batch) for batch in admitted), admitted  # one admission, not one per step

@@ -277,8 +277,8 @@ class Qwen3Engine(Engine):
                 self._forget(job, "cancelled")
 
     def _preempt_for_deadlines(self) -> None:
-        """Under the lock, queue sorted: while every slot is taken and the most urgent waiting request
-        needs audio at least preempt_slack_s before a generating stream that is >= preempt_slack_s from
+        """Under the lock, queue sorted: while the waiting requests outnumber the free slots and the next
+        of them needs audio at least preempt_slack_s before a generating stream that is >= preempt_slack_s from
         running dry, that stream yields its slot. It keeps its frames, its next token and its vocoder state, and
         re-enters the queue at the time it runs dry."""
         slack = self.settings.preempt_slack_s
@@ -286,9 +286,9 @@ class Qwen3Engine(Engine):
             return
         now = time.monotonic()
         waiting = [j for j in self._queue if not j.cancelled]
-        for head in waiting:
-            if len(self._held) < self.settings.max_batch:
-                return
+        for i, head in enumerate(waiting):
+            if i < self.settings.max_batch - len(self._held):
+                continue  # the heads before it and this one fit in the free slots
             victims = [j for j in self._slots.values() if not j.cancelled and j.codes]
             if not victims:
                 return
