@@ -5,7 +5,7 @@ The worker loops over steps (DESIGN.md §3.1):
 1. drop cancelled requests (their slots free now);
 2. admit queued requests, earliest deadline first, into free slots (one batched prefill). With
    every slot taken, a stream that is seconds from running dry yields its slot to a request
-   needed sooner, and resumes later by re-prefilling its prompt and frames (same sequence);
+   needed at least that much sooner, and resumes later by re-prefilling its prompt and frames (same sequence);
 3. one batched frame for all active slots (`TalkerBatch.step`: talker step, 15-step code
    predictor, sampling; a CUDA graph per batch bucket on CUDA) and ONE device->host copy
    for the whole batch (codes and next tokens);
@@ -59,7 +59,7 @@ class EngineSettings:
     packet_ramp: tuple[int, ...] = (1, 2, 4)  # frames per packet; 4 (320 ms) measured best per frame
     vocoder_rows: int = 0  # rows vocoded per step at most (0: no limit)
     preempt_slack_s: float = 3.0  # with every slot taken, a stream this far from running dry yields its
-    # slot to an earlier deadline and resumes later by re-prefilling its frames (0: never)
+    # slot to a deadline at least this much earlier and resumes later by re-prefilling its frames (0: never)
     use_cuda_graphs: bool | None = None  # None: on CUDA
     default_speaker: str | None = None
     seed: int = 0
