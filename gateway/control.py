@@ -29,12 +29,27 @@ CLOSE_TRY_AGAIN_LATER = 1013
 class ControlLeg:
     """The session's text leg over one control WebSocket."""
 
-    def __init__(self, ws: web.WebSocketResponse):
+    def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest | None = None):
         self.ws = ws
+        self.transport = request.transport if request is not None else None
+        self.protocol = request.protocol if request is not None else None
 
     async def send_event(self, event: dict) -> None:
-        if not self.ws.closed:
-            await self.ws.send_str(json.dumps(event, ensure_ascii=False))
+        if self.ws.closed:
+            return
+        data = json.dumps(event, ensure_ascii=False)
+        t = self.transport
+        if t is not None and self.protocol is not None:
+            if t.is_closing():
+                return
+            # A send that fills the socket past its high-water mark waits until the agent reads; the shared
+            # clock flushes events too, so that wait would stall every call. An agent this far behind is
+            # gone: drop its socket (the call goes on, and an agent may re-attach).
+            if self.protocol.writing_paused or t.get_write_buffer_size() + len(data.encode()) + 16 > t.get_write_buffer_limits()[1]:
+                log.warning("control socket not reading (%d bytes unsent); closing it", t.get_write_buffer_size())
+                t.abort()
+                return
+        await self.ws.send_str(data)
 
     async def close(self) -> None:
         if not self.ws.closed:
@@ -55,7 +70,7 @@ class ControlEndpoint:
         if not accepted:
             return ws
         limits = gw.config.server.limits
-        leg = ControlLeg(ws)
+        leg = ControlLeg(ws, request)
         call: Call | None = None
         self.registry.track(leg.close)
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 
 import pytest
 import websockets
@@ -224,3 +225,44 @@ async def test_the_agent_keeps_its_history_and_events_after_the_control_socket_r
     last = the_agent.conversation.messages()[-1]
     assert last["role"] == "assistant" and last["content"] == done["played_text"]  # trimmed to what was heard
     await tw.stop()
+
+
+async def test_an_agent_that_stops_reading_never_stalls_other_calls(make_gateway):
+    gateway = await make_gateway(chunker={"max_chunk_chars": 20})  # a mark to the stuck agent every few hundred ms
+    # The stuck agent: attached to a playing call, then it floods bad messages (each answered with an error
+    # that echoes it) and never reads, so its socket's buffers fill up.
+    stuck_tw = await TwilioClient.connect(gateway, stream_sid="MZstuck", call_sid="CAstuck")
+    await stuck_tw.start()
+    stuck = await Control.connect(gateway, max_queue=1)
+    await stuck.attach("CAstuck")
+    # Every event of this turn echoes its 30 kB id: the clock's own sends to the agent are large.
+    await stuck.send({"type": "text", "turn_id": "s" * 30_000, "text": "Long words for a long while. " * 20, "final": True})
+    junk = json.dumps({"type": "x" * 60_000})
+
+    async def flood() -> None:
+        for _ in range(300):
+            await stuck.send(junk)
+
+    flooding = asyncio.get_running_loop().create_task(flood())
+    for _ in range(100):  # until the gateway stops reading the stuck agent (it is stuck writing to it)
+        if stuck.ws.transport.get_write_buffer_size() > 0:
+            break
+        await asyncio.sleep(0.05)
+
+    bystander = await TwilioClient.connect(gateway, stream_sid="MZby", call_sid="CAby")
+    await bystander.start()
+    control = await Control.connect(gateway)
+    await control.attach("CAby")
+    await control.send({"type": "text", "turn_id": "b", "text": "Unbothered by the other agent. " * 4, "final": True})
+    frames = 0
+    while frames < 50:  # a second of paced audio: the shared clock still runs
+        msg, _ = await bystander.recv(timeout=2.0)
+        frames += msg["event"] == "media"
+    await control.expect("turn.done", turn_id="b")
+    # The stuck agent lost its socket; its call goes on (an agent may re-attach).
+    call = gateway.calls.get("CAstuck")
+    assert call is not None and call.control is None
+    again = await Control.connect(gateway)
+    await again.attach("CAstuck")
+    flooding.cancel()
+    stuck.ws.transport.abort()
