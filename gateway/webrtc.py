@@ -157,6 +157,25 @@ class WebrtcCall:
         self.channel = None
         self.closed = False
         self._tasks: list[asyncio.Task] = []
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    def arm_idle_timer(self) -> None:
+        """(Re)starts the idle timeout: a peer that sends nothing for limits.idle_timeout_s is dropped, as on /v1/ws
+        (a connected peer that never opens its data channel would otherwise hold a session slot for good)."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        if not self.closed:
+            timeout = self.gateway.config.server.limits.idle_timeout_s
+            self._idle_timer = asyncio.get_running_loop().call_later(timeout, self._on_idle, timeout)
+
+    def _on_idle(self, timeout: float) -> None:
+        if self.closed:
+            return
+        if self.session is not None and not self.session.closed:
+            self._spawn(self.session.close(P.error_event(P.IDLE_TIMEOUT, f"no message for {timeout:g} s")))  # _watch then closes the call
+        else:
+            self.gateway.metrics.errors.labels(code=P.IDLE_TIMEOUT).inc()
+            self._spawn(self.close())
 
     # -- MediaLeg (audio is pulled by the track; nothing is pushed)
     async def send_audio(self, frame: bytes) -> None:
@@ -190,6 +209,7 @@ class WebrtcCall:
 
     async def _on_message(self, data) -> None:
         limits = self.gateway.config.server.limits
+        self.arm_idle_timer()
         try:
             if isinstance(data, bytes):
                 raise P.ProtocolError(P.BINARY_NOT_ALLOWED, "binary messages are not accepted on the data channel")
@@ -271,6 +291,8 @@ class WebrtcCall:
         if self.closed:
             return
         self.closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         self.transport.calls.discard(self)
         self.track.source = None
         if self.session is not None and not self.session.closed:
@@ -346,6 +368,7 @@ class WebrtcTransport:
         pc.on("datachannel", call.on_datachannel)
         pc.on("connectionstatechange", call.on_connection_state)
         call._spawn(call.watch_connection())
+        call.arm_idle_timer()
         local = pc.localDescription
         return web.json_response({"sdp": local.sdp, "type": local.type, "session_id": call.session_id})
 

@@ -270,3 +270,29 @@ async def test_text_pieces_sent_back_to_back_are_spoken_in_order(gateway, peer):
         peer.send({"type": "text", "turn_id": "t", "text": piece, "final": i == len(pieces) - 1})
     done = await peer.next_event("turn.done", turn_id="t", timeout=20)
     assert done["played_text"] == "".join(pieces)
+
+
+async def test_an_idle_peer_is_dropped_after_the_idle_timeout_and_frees_its_slot(gateway_factory):
+    gw = await gateway_factory(server={"max_sessions": 1, "limits": {"idle_timeout_s": 1.0}})
+    silent, second = ClientPeer(gw.url), ClientPeer(gw.url)
+    try:
+        await silent.connect()  # connected, data channel open, never a message: it holds the only slot
+        for _ in range(60):
+            try:
+                await second.connect()
+                break
+            except RuntimeError as exc:
+                assert "at_capacity" in str(exc)
+                await second.close()
+                second = ClientPeer(gw.url)
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the silent peer still holds its slot after the idle timeout")
+        second.send({"type": "session.start"})
+        await second.next_event("session.started")
+        error = await second.next_event("error", timeout=5)  # a session with no messages times out too
+        assert error["code"] == "idle_timeout"
+        await second.next_event("session.ended")
+    finally:
+        await silent.close()
+        await second.close()
