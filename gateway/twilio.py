@@ -71,9 +71,10 @@ class TwilioLeg:
     send_idle_silence = False
     output = TELEPHONY_PCM  # the session hands us PCM16 8 kHz; each frame is converted to μ-law here
 
-    def __init__(self, ws: web.WebSocketResponse, transport, stream_sid: str, metrics):
+    def __init__(self, ws: web.WebSocketResponse, transport, stream_sid: str, metrics, protocol=None):
         self.ws = ws
         self.transport = transport
+        self.protocol = protocol  # aiohttp's request protocol: tells whether a send would wait for Twilio to read
         self.stream_sid = stream_sid
         self.metrics = metrics
         self._frames = metrics.frames_sent.labels(leg="twilio")
@@ -91,9 +92,24 @@ class TwilioLeg:
         t = self.transport
         return not self.ws.closed and t is not None and not t.is_closing()
 
+    def _would_wait(self, nbytes: int) -> bool:
+        """True when sending `nbytes` would wait for Twilio to read (inside the shared clock's tick: every call would stall)."""
+        if self.protocol is not None and self.protocol.writing_paused:
+            return True
+        t = self.transport
+        return t.get_write_buffer_size() + nbytes + 16 > t.get_write_buffer_limits()[1]
+
+    async def _send_or_drop_stream(self, text: str) -> None:
+        """A mark or clear: it cannot be dropped alone, so a stream backed up this far (megabytes unread) is cut."""
+        if self._would_wait(len(text)):
+            log.warning("twilio stream %s is not reading (%d bytes unsent); closing it", self.stream_sid, self.transport.get_write_buffer_size())
+            self.transport.abort()
+            return
+        await self.ws.send_str(text)
+
     async def send_audio(self, frame: bytes) -> None:
         if self._usable():
-            if self.transport.get_write_buffer_size() > MAX_SEND_BACKLOG_BYTES:
+            if self.transport.get_write_buffer_size() > MAX_SEND_BACKLOG_BYTES or self._would_wait(len(self._media_head) + 2 * len(frame)):
                 self.metrics.frames_dropped.inc()  # as Twilio does when congested: drop, never block the clock
             else:
                 payload = base64.b64encode(ulaw_encode(np.frombuffer(frame, dtype="<i2"))).decode("ascii")
@@ -110,7 +126,7 @@ class TwilioLeg:
             if len(self.sent_marks) >= MAX_OUTSTANDING_MARKS:  # a far end that never echoes must not grow our memory
                 del self.sent_marks[next(iter(self.sent_marks))]
             self.sent_marks[name] = mark
-            await self.ws.send_str('{"event":"mark","streamSid":' + self._sid + ',"mark":{"name":' + json.dumps(name) + "}}")
+            await self._send_or_drop_stream('{"event":"mark","streamSid":' + self._sid + ',"mark":{"name":' + json.dumps(name) + "}}")
 
     def on_playout_event(self, event: PlayoutEvent) -> None:
         if event.type == "mark":
@@ -122,7 +138,7 @@ class TwilioLeg:
         self.epoch += 1
         self.clears_sent += 1
         if self._usable():
-            await self.ws.send_str(self._clear)
+            await self._send_or_drop_stream(self._clear)
 
     def on_mark_echo(self, name: str) -> dict | None:
         """Twilio echoed a mark: the `call.mark` event for the control socket, or None if we never sent it."""
@@ -298,7 +314,7 @@ class _TwilioStream:
         ):
             raise P.ProtocolError(P.UNSUPPORTED_FORMAT, f"start: mediaFormat {fmt} is not μ-law 8 kHz mono")
         ids = [v for v in (params.get("call_id"), call_sid, stream_sid) if isinstance(v, str) and v]
-        leg = TwilioLeg(self.ws, self.request.transport, stream_sid, self.gateway.metrics)
+        leg = TwilioLeg(self.ws, self.request.transport, stream_sid, self.gateway.metrics, self.request.protocol)
         voice, language = params.get("voice"), params.get("language")
         call = self.endpoint.registry.connect_media(
             ids, leg, "twilio", voice if isinstance(voice, str) else None, language if isinstance(language, str) else None

@@ -186,3 +186,42 @@ async def test_a_non_finite_media_timestamp_does_not_end_a_recorded_call(gateway
     assert gateway.calls.get("CAts").inbound.samples_received == 3 * 160
     await tw.stop()
     await control.expect("session.ended")
+
+
+async def test_a_twilio_stream_that_stops_reading_never_stalls_other_calls(make_gateway):
+    import socket
+
+    # Short chunks of fast speech: a mark every 40 ms.
+    gateway = await make_gateway(chunker={"max_chunk_chars": 20}, simulated={"ms_per_char": 2})
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a far end that reads nothing fills up fast
+    sock.connect(("127.0.0.1", gateway.port))
+    sock.setblocking(False)
+    stuck_ws = await websockets.connect(ws_url(gateway, "/v1/twilio"), sock=sock, compression=None, max_queue=1)
+    stuck = TwilioClient(stuck_ws, "MZstuck", "CAstuck")
+    await stuck.start()
+    stuck_control = await Control.connect(gateway)
+    await stuck_control.attach("CAstuck")
+    await stuck_control.expect("call.media", state="connected")
+    # Each mark names its turn: long ids make the marks to the stuck stream large.
+    await stuck_control.send({"type": "text", "turn_id": "s" * 50_000, "text": "Long words for a long while. " * 400, "final": True})
+    leg = gateway.calls.get("CAstuck").media
+    for _ in range(200):  # until the socket's buffers are full and the gateway's side of it backs up
+        if leg.transport.get_write_buffer_size() > 0:
+            break
+        await asyncio.sleep(0.05)
+
+    bystander = await TwilioClient.connect(gateway, stream_sid="MZby", call_sid="CAby")
+    await bystander.start()
+    control = await Control.connect(gateway)
+    await control.attach("CAby")
+    await control.send({"type": "text", "turn_id": "b", "text": "Unbothered by the other stream. " * 40, "final": True})
+    frames = 0
+    while frames < 50:  # a second of paced audio: the shared clock still runs
+        msg, _ = await bystander.recv(timeout=2.0)
+        frames += msg["event"] == "media"
+    await control.expect("turn.done", turn_id="b")
+    # The stream that backed up megabytes is cut; its call ends like any dropped stream.
+    ended = await stuck_control.expect("call.media", state="ended", timeout=10)
+    assert ended["reason"] == "disconnected"
+    stuck_ws.transport.abort()
