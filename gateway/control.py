@@ -79,20 +79,20 @@ class ControlEndpoint:
                     msg = await asyncio.wait_for(ws.receive(), timeout=limits.idle_timeout_s)
                 except asyncio.TimeoutError:
                     if call is None:
-                        await self._error(ws, None, P.ProtocolError(P.IDLE_TIMEOUT, f"no message for {limits.idle_timeout_s:g} s"))
+                        await self._error(leg, None, P.ProtocolError(P.IDLE_TIMEOUT, f"no message for {limits.idle_timeout_s:g} s"))
                         break
                     continue  # an attached agent may stay quiet while the caller talks
                 if msg.type == WSMsgType.TEXT:
                     try:
                         call = await self._on_message(msg.data, leg, call)
                     except P.ProtocolError as exc:
-                        await self._error(ws, call, exc)
+                        await self._error(leg, call, exc)
                         if exc.code == P.AT_CAPACITY:
                             await ws.close(code=CLOSE_TRY_AGAIN_LATER)
                     if call is not None and call.session.closed:
                         break
                 elif msg.type == WSMsgType.BINARY:
-                    await self._error(ws, call, P.ProtocolError(P.BINARY_NOT_ALLOWED, "binary messages are not accepted on /v1/control"))
+                    await self._error(leg, call, P.ProtocolError(P.BINARY_NOT_ALLOWED, "binary messages are not accepted on /v1/control"))
                 elif msg.type == WSMsgType.ERROR:
                     log.info("control ws error: %s", ws.exception())
                     gw.metrics.errors.labels(code=P.TOO_LARGE if "size" in str(ws.exception()) else P.BAD_MESSAGE).inc()
@@ -127,10 +127,9 @@ class ControlEndpoint:
             await call.session.handle(m)
         return call
 
-    async def _error(self, ws: web.WebSocketResponse, call: Call | None, exc: P.ProtocolError) -> None:
+    async def _error(self, leg: ControlLeg, call: Call | None, exc: P.ProtocolError) -> None:
         if call is not None and not call.session.closed:
             await call.report(exc.code, exc.message)  # counted by the session
             return
         self.gateway.metrics.errors.labels(code=exc.code).inc()
-        if not ws.closed:
-            await ws.send_json(exc.event())
+        await leg.send_event(exc.event())  # never waits on a client that stops reading

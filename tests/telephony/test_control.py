@@ -266,3 +266,26 @@ async def test_an_agent_that_stops_reading_never_stalls_other_calls(make_gateway
     await again.attach("CAstuck")
     flooding.cancel()
     stuck.ws.transport.abort()
+
+
+async def test_a_control_socket_that_never_reads_its_errors_is_dropped_not_held(gateway):
+    # Before any attach: bad messages whose errors echo them, and a client that reads nothing.
+    stuck = await Control.connect(gateway, max_queue=1)
+    junk = json.dumps({"type": "x" * 60_000})
+
+    async def flood() -> None:
+        for _ in range(300):
+            await stuck.send(junk)
+
+    flooding = asyncio.get_running_loop().create_task(flood())
+    try:
+        # The gateway drops the socket once it backs up, so its handler ends (it would idle-time-out if it were reading).
+        await asyncio.wait_for(stuck.ws.wait_closed(), 10)
+        for _ in range(50):
+            if not gateway.calls.connections:
+                break
+            await asyncio.sleep(0.05)
+        assert not gateway.calls.connections
+    finally:
+        flooding.cancel()
+        stuck.ws.transport.abort()
