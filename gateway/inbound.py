@@ -145,6 +145,10 @@ def recording_path(directory: str | None, call_id: str, session_id: str) -> str 
     """Where a call's inbound WAV goes; call ids come from the far end, so they are sanitised."""
     if not directory:
         return None
-    os.makedirs(directory, exist_ok=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:  # like a full disk, an unusable directory must not end (or leak) the call
+        log.warning("cannot record inbound audio in %s: %s", directory, exc)
+        return None
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id)[:80].lstrip(".") or "call"
     return os.path.join(directory, f"{safe}-{session_id}.inbound.wav")

@@ -225,3 +225,21 @@ async def test_a_twilio_stream_that_stops_reading_never_stalls_other_calls(make_
     ended = await stuck_control.expect("call.media", state="ended", timeout=10)
     assert ended["reason"] == "disconnected"
     stuck_ws.transport.abort()
+
+
+async def test_an_unusable_recording_directory_skips_the_recording_and_leaks_no_session(make_gateway, tmp_path):
+    (tmp_path / "a-file").write_text("not a directory")
+    gateway = await make_gateway(telephony={"record_inbound_dir": str(tmp_path / "a-file" / "inbound")})
+    control = await Control.connect(gateway)
+    await control.attach("CArec")
+    tw = await TwilioClient.connect(gateway, stream_sid="MZrec", call_sid="CArec")
+    await tw.start()
+    await control.expect("call.media", state="connected")
+    await tw.media(tone_ulaw())
+    await control.send({"type": "text", "turn_id": "t", "text": "Recorded or not.", "final": True})
+    await control.expect("turn.done", turn_id="t")
+    await tw.stop()
+    await control.expect("session.ended")
+    await control.expect_closed()
+    assert not gateway.sessions
+    tw.ws.transport.abort()  # it read none of the media sent to it
