@@ -46,6 +46,7 @@ STATIC_DIR = Path(__file__).parent / "static"
 CONNECT_TIMEOUT_S = 30.0  # an offer whose peer never connects is dropped
 STATS_INTERVAL_S = 0.25  # `playout.stats` events for the demo page's buffer meter
 MAX_OFFER_BYTES = 64 * 1024
+MAX_CHANNEL_BACKLOG_BYTES = 1 << 20  # events queued for a peer that does not take them (SCTP unacknowledged)
 CODEC_RATES = {"opus": 48000, "pcmu": 8000, "pcma": 8000}
 
 
@@ -191,6 +192,11 @@ class WebrtcCall:
     async def send_event(self, event: dict) -> None:
         channel = self.channel
         if channel is not None and channel.readyState == "open":
+            if channel.bufferedAmount > MAX_CHANNEL_BACKLOG_BYTES:  # aiortc queues without bound: drop the peer instead
+                if not self.closed:
+                    log.warning("webrtc call %s: %d bytes of events unacknowledged; closing", self.session_id, channel.bufferedAmount)
+                    self._spawn(self.close())
+                return
             channel.send(json.dumps(event, ensure_ascii=False))
 
     # -- data channel input

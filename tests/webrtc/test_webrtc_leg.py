@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
 import pytest
@@ -296,3 +297,29 @@ async def test_an_idle_peer_is_dropped_after_the_idle_timeout_and_frees_its_slot
     finally:
         await silent.close()
         await second.close()
+
+
+async def test_a_peer_that_never_acknowledges_its_events_is_dropped_not_buffered(gateway):
+    peer = ClientPeer(gateway.url)
+    try:
+        await peer.connect()
+        peer.send({"type": "session.start"})
+        started = await peer.next_event("session.started")
+
+        async def no_sack() -> None:  # the peer's SCTP stops acknowledging what the gateway sends
+            pass
+
+        peer.pc.sctp._send_sack = no_sack
+        junk = json.dumps({"type": "x" * 60_000})  # each is answered with an error that echoes it
+        for _ in range(60):
+            if peer.channel.readyState != "open":
+                break  # the gateway hung up
+            peer.send(junk)
+            await asyncio.sleep(0.01)
+        for _ in range(100):
+            if started["session_id"] not in gateway.sessions:
+                break
+            await asyncio.sleep(0.05)
+        assert started["session_id"] not in gateway.sessions, "the gateway kept buffering events for a peer that takes none"
+    finally:
+        await peer.close()
