@@ -317,6 +317,7 @@ class WebrtcTransport:
         self.gateway = gateway
         self.ice = ice_servers(gateway.config.webrtc.ice_servers)
         self.calls: set[WebrtcCall] = set()
+        self._answering = 0  # offers past the capacity check whose answer is still being made
 
     def routes(self) -> list:
         return [
@@ -341,10 +342,6 @@ class WebrtcTransport:
             return _error(401, P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)")
         if not gw.accepting:
             return _error(503, P.SHUTTING_DOWN, "the gateway is not accepting calls")
-        waiting = sum(1 for call in self.calls if call.session is None)  # answered, no session yet
-        if len(gw.sessions) + waiting >= gw.config.server.max_sessions:
-            gw.metrics.errors.labels(code=P.AT_CAPACITY).inc()
-            return _error(503, P.AT_CAPACITY, f"the gateway holds its maximum of {gw.config.server.max_sessions} sessions")
         if request.content_length and request.content_length > MAX_OFFER_BYTES:
             return _error(413, P.TOO_LARGE, f"an offer may be at most {MAX_OFFER_BYTES} bytes")
         try:
@@ -356,7 +353,13 @@ class WebrtcTransport:
         if "m=audio" not in body["sdp"]:
             return _error(400, P.BAD_MESSAGE, "the offer needs an audio m-line (addTransceiver('audio', {direction: 'recvonly'}))")
 
+        # No await between this check and taking the slot: concurrent offers cannot all pass it.
+        waiting = self._answering + sum(1 for call in self.calls if call.session is None)  # answered, no session yet
+        if len(gw.sessions) + waiting >= gw.config.server.max_sessions:
+            gw.metrics.errors.labels(code=P.AT_CAPACITY).inc()
+            return _error(503, P.AT_CAPACITY, f"the gateway holds its maximum of {gw.config.server.max_sessions} sessions")
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self.ice))
+        self._answering += 1  # holds a slot across the awaits below, so concurrent offers see it
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type="offer"))
             codec = _offered_audio_codec(pc)
@@ -369,6 +372,8 @@ class WebrtcTransport:
         except Exception as exc:  # aiortc raises ValueError and friends for SDP it cannot use
             await pc.close()
             return _error(400, P.BAD_MESSAGE, f"cannot answer this offer: {exc}")
+        finally:
+            self._answering -= 1
         call = WebrtcCall(self, pc, track, output, codec)
         self.calls.add(call)
         pc.on("datachannel", call.on_datachannel)

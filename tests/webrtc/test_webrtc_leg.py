@@ -323,3 +323,15 @@ async def test_a_peer_that_never_acknowledges_its_events_is_dropped_not_buffered
         assert started["session_id"] not in gateway.sessions, "the gateway kept buffering events for a peer that takes none"
     finally:
         await peer.close()
+
+
+async def test_offers_at_the_same_moment_cannot_exceed_max_sessions(gateway_factory):
+    gw = await gateway_factory(server={"max_sessions": 1})
+    peers = [ClientPeer(gw.url) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(p.connect() for p in peers), return_exceptions=True)
+        refused = [r for r in results if isinstance(r, RuntimeError) and "at_capacity" in str(r)]
+        assert len(refused) == 2, results
+    finally:
+        for p in peers:
+            await p.close()
