@@ -84,7 +84,13 @@ class OpenAiChat:
             async with self._client().post(self.url, json=body, headers=headers) as resp:
                 if resp.status != 200:
                     raise LlmError(f"the LLM answered HTTP {resp.status}: {await _error_text(resp)}")
-                async for data in _sse_data(resp.content):
+                events = _sse_data(resp.content)
+                while True:
+                    # The timeout is per event, not per read: keep-alive comments alone do not hold it off.
+                    try:
+                        data = await asyncio.wait_for(events.__anext__(), self.timeout.sock_read)
+                    except StopAsyncIteration:
+                        break
                     if data == "[DONE]":
                         return
                     piece = _delta_text(data)

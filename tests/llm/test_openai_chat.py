@@ -82,6 +82,14 @@ class FakeOpenAi:
             except (ConnectionError, RuntimeError):
                 self.hung_up.set()
                 return resp
+        elif model == "keepalive-only":  # the connection stays busy, the reply never comes
+            try:
+                await resp.write(sse(delta("Wait")))
+                for _ in range(60):
+                    await asyncio.sleep(0.05)
+                    await resp.write(b": keep-alive\n\n")
+            except (ConnectionError, RuntimeError):
+                return resp
         elif model == "slow":
             await resp.write(sse(delta("Wait")))
             await asyncio.sleep(1.5)
@@ -153,6 +161,13 @@ async def test_silence_past_the_timeout_is_an_llm_error(llm_server):
     _, url = llm_server
     with pytest.raises(LlmError) as err:
         await collect(OpenAiChat(url, "slow", api_key=KEY, timeout_s=0.3))
+    assert "did not answer" in err.value.message
+
+
+async def test_keep_alive_comments_do_not_hold_off_the_timeout(llm_server):
+    _, url = llm_server
+    with pytest.raises(LlmError) as err:
+        await collect(OpenAiChat(url, "keepalive-only", api_key=KEY, timeout_s=0.5))
     assert "did not answer" in err.value.message
 
 
