@@ -163,6 +163,9 @@ class TwilioEndpoint:
             self.auth_token = os.environ.get(env)
             if not self.auth_token:
                 raise ValueError(f"telephony.twilio_auth_token_env names {env!r}, but that environment variable is empty or unset")
+        elif gateway.config.server.api_keys:
+            # Twilio cannot send an API key (no headers, no query string in <Stream>): its signature is /v1/twilio's only guard.
+            log.warning("server.api_keys is set but telephony.twilio_auth_token_env is not: /v1/twilio is OPEN to anyone who can reach it")
 
     def route(self) -> web.RouteDef:
         return web.get("/v1/twilio", self.handle)

@@ -139,6 +139,11 @@ async def test_signature_is_verified_when_a_token_is_configured(make_gateway, mo
     await tw.stop()
 
 
+async def test_api_keys_without_a_twilio_token_warn_that_the_twilio_endpoint_is_open(make_gateway, caplog):
+    await make_gateway(server={"api_keys": ["k1"]})
+    assert any("/v1/twilio is OPEN" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
 async def test_signature_uses_the_public_url_behind_a_proxy(make_gateway, monkeypatch):
     monkeypatch.setenv("VOXGATE_TEST_TWILIO_TOKEN", "secret-token")
     public = "wss://voice.example.com"
