@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import re
+import time
 import wave
 from collections import deque
 
@@ -23,6 +24,8 @@ log = logging.getLogger("voxgate.inbound")
 
 # A timestamp jump beyond this is not packet loss but a lie; the recording does not pad it.
 MAX_PAD_MS = 5000
+# Media time may run this far ahead of arrival time (jitter); beyond it a timestamp is a lie the recording does not pad.
+MAX_AHEAD_MS = 1000
 
 
 class InboundStream:
@@ -78,6 +81,7 @@ class InboundAudio:
         self._subscribers: set[InboundStream] = set()
         self._wav: wave.Wave_write | None = None
         self._written = 0  # samples in the recording, silence padding included
+        self._epoch: tuple[float, float] | None = None  # (arrival time, timestamp) of the first timed packet
         self.closed = False
         if wav_path:
             try:
@@ -108,9 +112,13 @@ class InboundAudio:
             stream._put(pcm)
         if self._wav is not None:
             if timestamp_ms is not None:
+                now = time.monotonic()
+                if self._epoch is None:
+                    self._epoch = (now, timestamp_ms)
+                ahead_ms = (timestamp_ms - self._epoch[1]) - (now - self._epoch[0]) * 1000.0
                 at = int(timestamp_ms * self.sample_rate / 1000)
                 gap = at - self._written
-                if 0 < gap <= MAX_PAD_MS * self.sample_rate // 1000:
+                if 0 < gap <= MAX_PAD_MS * self.sample_rate // 1000 and ahead_ms <= MAX_AHEAD_MS:
                     self._write(np.zeros(gap, dtype=np.int16))
             self._write(pcm)
 

@@ -75,3 +75,15 @@ def test_no_directory_means_no_recording():
     inbound.push(frame(1))
     inbound.close()
     assert inbound.samples_received == 160
+
+
+def test_timestamps_that_run_ahead_of_the_clock_are_not_padded(tmp_path):
+    # Each pad is bounded, but a peer whose timestamps leap ahead on every packet must not get
+    # seconds of silence written per 20 ms packet: the timeline may not run ahead of real time.
+    path = recording_path(str(tmp_path), "CAleap", "s1")
+    inbound = InboundAudio(8000, path)
+    for i in range(21):
+        inbound.push(frame(7), timestamp_ms=i * 4000)
+    inbound.close()
+    with wave.open(path) as w:
+        assert w.getnframes() <= 21 * 160 + 8000  # the audio, plus at most a second of padding
