@@ -27,6 +27,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from audio.encode import OutputFormat
 from gateway import protocol as P
+from gateway.backpressure import send_would_wait
 from gateway.calls import install_telephony
 from gateway.clock import PlayoutClock
 from gateway.config import Config, ConfigError, load_config
@@ -49,23 +50,32 @@ class NativeWsLeg:
     clock_driven = True
     send_idle_silence = False
 
-    def __init__(self, ws: web.WebSocketResponse, transport, output: OutputFormat, metrics: GatewayMetrics):
+    def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, output: OutputFormat, metrics: GatewayMetrics):
         self.ws = ws
-        self.transport = transport
+        self.transport = request.transport
+        self.protocol = request.protocol
         self.output = output
         self.metrics = metrics
         self._frames = metrics.frames_sent.labels(leg="ws")
 
     async def send_event(self, event: dict) -> None:
-        if not self.ws.closed:
-            await self.ws.send_str(json.dumps(event, ensure_ascii=False))
+        if self.ws.closed:
+            return
+        data = json.dumps(event, ensure_ascii=False)
+        if send_would_wait(self.transport, self.protocol, len(data.encode())):
+            # Events cannot be skipped like frames: a client this far behind has stopped reading.
+            if self.transport is not None and not self.transport.is_closing():
+                log.warning("client not reading (%d bytes unsent); dropping its connection", self.transport.get_write_buffer_size())
+                self.transport.abort()
+            return
+        await self.ws.send_str(data)
 
     async def send_audio(self, frame: bytes) -> None:
         t = self.transport
         if self.ws.closed or t is None or t.is_closing():
             return
-        if t.get_write_buffer_size() > MAX_SEND_BACKLOG_BYTES:
-            self.metrics.frames_dropped.inc()
+        if t.get_write_buffer_size() > MAX_SEND_BACKLOG_BYTES or send_would_wait(t, self.protocol, len(frame)):
+            self.metrics.frames_dropped.inc()  # a slow client loses frames, never the clock
             return
         await self.ws.send_bytes(frame)
         self._frames.inc()
@@ -303,7 +313,7 @@ class Gateway:
         except (ValueError, TypeError) as exc:
             raise P.ProtocolError(P.UNSUPPORTED_FORMAT, str(exc)) from None
         session = self.new_session("ws", m.get("voice"), m.get("language", "auto"), m.get("instruct"), output)
-        leg = NativeWsLeg(ws, request.transport, output, self.metrics)
+        leg = NativeWsLeg(ws, request, output, self.metrics)
         session.attach_text(leg)
         session.attach_media(leg)
         self.clock.add(session)

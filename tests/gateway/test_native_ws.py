@@ -358,3 +358,32 @@ async def test_log_dir_gets_each_sessions_event_log_and_wav_timeline(start_gatew
     with wave.open(str(log_dir / f"{sid}.wav")) as w:
         assert w.getframerate() == 16000
         assert w.getnframes() * 1000 / 16000 >= done["played_ms"]  # the timeline holds the turn and the silence around it
+
+
+async def test_a_client_that_stops_reading_never_stalls_other_calls(start_gateway):
+    # short chunks: the clock owes the stuck client a (30 kB) mark every few hundred ms
+    gw = await start_gateway({"server": {"limits": {"max_message_bytes": 200_000}}, "chunker": {"max_chunk_chars": 20}})
+    stuck = await Client.connect(gw, max_queue=1)
+    await stuck.start()
+    await stuck.send({"type": "text", "turn_id": "s" * 30_000, "text": "Long words for a long while. " * 20, "final": True})
+    junk = json.dumps({"type": "x" * 60_000})  # each answered with an error that echoes its type
+
+    async def flood():
+        for _ in range(300):
+            await stuck.send(junk)
+
+    flooding = asyncio.get_running_loop().create_task(flood())
+    for _ in range(100):  # the gateway's socket to the stuck client backs up within a few seconds
+        if not gw.sessions:
+            break  # the stuck client was dropped
+        await asyncio.sleep(0.05)
+    bystander = await Client.connect(gw)
+    await bystander.start()
+    await bystander.send({"type": "text", "turn_id": "b", "text": "Unbothered by the other caller. " * 3, "final": True})
+    done = await bystander.until("turn.done", timeout=20)
+    assert done["gaps"] == {"micro": 0, "audible": 0}
+    spans = [b - a for (a, _), (b, _) in zip(bystander.frames, bystander.frames[1:])]
+    assert len(bystander.frames) * 20 >= done["played_ms"] - 40 and max(spans) < 0.5  # paced, never stalled
+    assert len(gw.sessions) == 1  # the stuck client's session was dropped, the bystander's goes on
+    flooding.cancel()
+    stuck.ws.transport.abort()
