@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("voxgate.control")
 
 CLOSE_TRY_AGAIN_LATER = 1013
+MAX_EVENT_BACKLOG_BYTES = 1 << 20  # unsent events beyond this: the agent is not reading
 
 
 class ControlLeg:
@@ -33,6 +34,9 @@ class ControlLeg:
         self.ws = ws
         self.transport = request.transport if request is not None else None
         self.protocol = request.protocol if request is not None else None
+        if self.transport is not None:
+            # Room for the largest event (a turn.done with a whole turn's text) above a kernel buffer that is full.
+            self.transport.set_write_buffer_limits(high=MAX_EVENT_BACKLOG_BYTES)
 
     async def send_event(self, event: dict) -> None:
         if self.ws.closed:

@@ -289,3 +289,20 @@ async def test_a_control_socket_that_never_reads_its_errors_is_dropped_not_held(
     finally:
         flooding.cancel()
         stuck.ws.transport.abort()
+
+
+async def test_a_reading_agent_gets_even_the_largest_events(gateway):
+    control = await Control.connect(gateway)
+    await control.attach("CAbig")
+    tw = await TwilioClient.connect(gateway, stream_sid="MZbig", call_sid="CAbig")
+    await tw.start()
+    await control.expect("call.media", state="connected")
+    text = "漢字" * 10_000  # 48 kB of UTF-8 in one event (agent.text-like echoes, played_text)
+    await control.send(json.dumps({"type": "text", "turn_id": "t", "text": text[:16_000], "final": False}, ensure_ascii=False))
+    await control.send({"type": "text", "turn_id": "t" * 20_000, "text": "x", "final": False})
+    await control.send(json.dumps({"type": "漢" * 22_000}, ensure_ascii=False))  # its error echoes 66 kB of UTF-8
+    assert (await control.expect("error"))["code"] == "unknown_type"
+    await control.send({"type": "interrupt"})
+    await control.expect("turn.done", turn_id="t")
+    assert gateway.calls.get("CAbig").control is not None
+    tw.ws.transport.abort()
