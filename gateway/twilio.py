@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("voxgate.twilio")
 
 MAX_SEND_BACKLOG_BYTES = 48 * 1024
+MAX_MARK_BACKLOG_BYTES = 256 * 1024  # marks and clear still go out above the media cap, up to this much unsent
 MAX_MEDIA_BYTES = 8000  # one second of μ-law; Twilio sends 160-byte (20 ms) chunks
 DTMF_DIGITS = frozenset("0123456789*#ABCDabcd")
 MAX_OUTSTANDING_MARKS = 256
@@ -75,6 +76,8 @@ class TwilioLeg:
         self.ws = ws
         self.transport = transport
         self.protocol = protocol  # aiohttp's request protocol: tells whether a send would wait for Twilio to read
+        if transport is not None and protocol is not None:
+            transport.set_write_buffer_limits(high=MAX_MARK_BACKLOG_BYTES)  # room for a mark that names a long turn id
         self.stream_sid = stream_sid
         self.metrics = metrics
         self._frames = metrics.frames_sent.labels(leg="twilio")

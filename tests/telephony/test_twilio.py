@@ -248,3 +248,17 @@ async def test_an_unusable_recording_directory_skips_the_recording_and_leaks_no_
     await control.expect_closed()
     assert not gateway.sessions
     tw.ws.transport.abort()  # it read none of the media sent to it
+
+
+async def test_a_mark_larger_than_64_kib_reaches_a_reading_stream(make_gateway):
+    gateway = await make_gateway(server={"limits": {"max_message_bytes": 200_000}})
+    control = await Control.connect(gateway, max_size=None)
+    await control.attach("CAlong")
+    tw = await TwilioClient.connect(gateway, stream_sid="MZlong", call_sid="CAlong")
+    await tw.start()
+    await control.expect("call.media", state="connected")
+    turn = "t" * 100_000
+    await control.send({"type": "text", "turn_id": turn, "text": "Hi there.", "final": True})
+    _, name = await read_media_until_mark(tw)
+    assert name.startswith(turn + "/0/")
+    await tw.stop()
