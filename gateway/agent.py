@@ -143,6 +143,11 @@ class Agent:
             self.session.emit(exc.event())
             if reply:
                 self._close_turn(turn_id)
+        except Exception as exc:  # a model that fails in any other way: report it, keep the call
+            log.exception("session %s: the agent's model failed", self.session.session_id)
+            self.session.emit(P.error_event(P.LLM_ERROR, f"the agent's model failed: {exc}"))
+            if reply:
+                self._close_turn(turn_id)
         finally:
             self._streaming = None
             if reply:

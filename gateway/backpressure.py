@@ -1,13 +1,25 @@
 """Sending without waiting on a slow peer.
 
 The shared playout clock sends every call's frames and events from one task:
-a send that waits for one peer to read would stall every call. Before each
-send, legs ask whether it would have to wait (the transport is paused, or the
-bytes would cross its high-water mark); a peer that far behind is dropped or
-its frame skipped, never awaited.
+a send that waits for one peer to read would stall every call. Client sockets
+get a high-water mark of 1 MiB (room for the largest event above a full kernel
+buffer); audio frames are skipped far below it, and a peer whose unsent events
+would cross it has stopped reading: it is dropped, never awaited.
 """
 
 from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("voxgate.backpressure")
+
+MAX_EVENT_BACKLOG_BYTES = 1 << 20
+
+
+def allow_event_backlog(transport) -> None:
+    """Raise the socket's high-water mark so that only a peer that stopped reading trips it."""
+    if transport is not None:
+        transport.set_write_buffer_limits(high=MAX_EVENT_BACKLOG_BYTES)
 
 
 def send_would_wait(transport, protocol, nbytes: int) -> bool:
@@ -17,3 +29,13 @@ def send_would_wait(transport, protocol, nbytes: int) -> bool:
     if protocol is not None and getattr(protocol, "writing_paused", False):
         return True
     return transport.get_write_buffer_size() + nbytes + 16 > transport.get_write_buffer_limits()[1]
+
+
+def drop_if_stuck(transport, protocol, nbytes: int, who: str) -> bool:
+    """Abort the connection (True) when sending `nbytes` would wait on the peer."""
+    if not send_would_wait(transport, protocol, nbytes):
+        return False
+    if transport is not None and not transport.is_closing():
+        log.warning("%s not reading (%d bytes unsent); dropping its connection", who, transport.get_write_buffer_size())
+        transport.abort()
+    return True

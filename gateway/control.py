@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from gateway import protocol as P
+from gateway.backpressure import allow_event_backlog, drop_if_stuck
 from gateway.calls import Call, CallRegistry
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("voxgate.control")
 
 CLOSE_TRY_AGAIN_LATER = 1013
-MAX_EVENT_BACKLOG_BYTES = 1 << 20  # unsent events beyond this: the agent is not reading
 
 
 class ControlLeg:
@@ -34,25 +34,16 @@ class ControlLeg:
         self.ws = ws
         self.transport = request.transport if request is not None else None
         self.protocol = request.protocol if request is not None else None
-        if self.transport is not None:
-            # Room for the largest event (a turn.done with a whole turn's text) above a kernel buffer that is full.
-            self.transport.set_write_buffer_limits(high=MAX_EVENT_BACKLOG_BYTES)
+        allow_event_backlog(self.transport)
 
     async def send_event(self, event: dict) -> None:
         if self.ws.closed:
             return
         data = json.dumps(event, ensure_ascii=False)
-        t = self.transport
-        if t is not None and self.protocol is not None:
-            if t.is_closing():
-                return
-            # A send that fills the socket past its high-water mark waits until the agent reads; the shared
-            # clock flushes events too, so that wait would stall every call. An agent this far behind is
-            # gone: drop its socket (the call goes on, and an agent may re-attach).
-            if self.protocol.writing_paused or t.get_write_buffer_size() + len(data.encode()) + 16 > t.get_write_buffer_limits()[1]:
-                log.warning("control socket not reading (%d bytes unsent); closing it", t.get_write_buffer_size())
-                t.abort()
-                return
+        # The shared clock flushes events too: an agent that stopped reading is dropped, never awaited
+        # (the call goes on, and an agent may re-attach).
+        if self.transport is not None and drop_if_stuck(self.transport, self.protocol, len(data.encode()), "control socket"):
+            return
         await self.ws.send_str(data)
 
     async def close(self) -> None:

@@ -27,7 +27,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from audio.encode import OutputFormat
 from gateway import protocol as P
-from gateway.backpressure import send_would_wait
+from gateway.backpressure import allow_event_backlog, drop_if_stuck, send_would_wait
 from gateway.calls import install_telephony
 from gateway.clock import PlayoutClock
 from gateway.config import Config, ConfigError, load_config
@@ -54,6 +54,7 @@ class NativeWsLeg:
         self.ws = ws
         self.transport = request.transport
         self.protocol = request.protocol
+        allow_event_backlog(self.transport)
         self.output = output
         self.metrics = metrics
         self._frames = metrics.frames_sent.labels(leg="ws")
@@ -62,12 +63,8 @@ class NativeWsLeg:
         if self.ws.closed:
             return
         data = json.dumps(event, ensure_ascii=False)
-        if send_would_wait(self.transport, self.protocol, len(data.encode())):
-            # Events cannot be skipped like frames: a client this far behind has stopped reading.
-            if self.transport is not None and not self.transport.is_closing():
-                log.warning("client not reading (%d bytes unsent); dropping its connection", self.transport.get_write_buffer_size())
-                self.transport.abort()
-            return
+        if drop_if_stuck(self.transport, self.protocol, len(data.encode()), "client"):
+            return  # events cannot be skipped like frames: a client this far behind has stopped reading
         await self.ws.send_str(data)
 
     async def send_audio(self, frame: bytes) -> None:

@@ -168,3 +168,28 @@ class _NoEngine:
 
     def stats(self) -> dict:
         return {"queued": 0, "active": 0}
+
+
+async def test_a_model_that_fails_unexpectedly_mid_reply_ends_its_turn_and_the_call_goes_on(call):
+    class BrokenModel:
+        async def stream_reply(self, messages):
+            yield "Half a reply, "
+            raise RuntimeError("model exploded")
+
+    cfg = load_config(None, {"server": {"host": "127.0.0.1", "port": 0}, "engine": {"kind": "simulated"},
+                             "simulated": {"first_packet_ms": 10, "ms_per_char": 10}, "llm": {"kind": "simulated"}})
+    gw = Gateway(cfg)
+    service = agent_mod.install(gw)
+    service.make_model = BrokenModel
+    await gw.start()
+    try:
+        caller = await call(gw)
+        await caller.send({"type": "user.text", "text": "Hi!"})
+        error = await caller.until("error")
+        assert error["code"] == "llm_error" and "model exploded" in error["message"]
+        done = await caller.until("turn.done")  # the half reply still plays and its turn ends
+        assert done["interrupted"] is False and done["played_text"] == "Half a reply,"
+        await caller.send({"type": "text", "turn_id": "direct", "text": "Still talking.", "final": True})
+        assert (await caller.until("turn.done", turn_id="direct"))["interrupted"] is False
+    finally:
+        await gw.stop()
