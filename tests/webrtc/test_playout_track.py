@@ -59,7 +59,7 @@ async def test_a_short_stall_is_caught_up_without_shifting_the_schedule():
     t0 = time.monotonic()
     for _ in range(5):
         await track.recv()
-    assert time.monotonic() - t0 < 0.05  # sent back to back
+    assert time.monotonic() - t0 < 0.09  # back to back: paced, five frames would take 100 ms
     assert track._start == start and track.restarts == 0
 
 
