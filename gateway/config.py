@@ -64,7 +64,7 @@ class EngineConfig:
     kind: str = "auto"  # auto | qwen3 | simulated | espeak (auto: qwen3 with a model_dir, else espeak, else simulated)
     model_dir: str | None = None
     dtype: str = "bfloat16"
-    device: str = "cuda"
+    device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
     max_batch: int = 64
     max_queued: int = 1024
     vocoder: str = "torch"  # torch | tensorrt

@@ -36,9 +36,13 @@ def build_engine(config: Config) -> Engine:
     if kind == "qwen3":
         if not config.engine.model_dir:
             raise ValueError(f"{config.source}: engine.model_dir (or VOXGATE_MODEL_DIR) is required for engine.kind: qwen3")
-        try:
-            from tts.qwen3.engine import Qwen3Engine
-        except ImportError:
-            from tts.qwen3_engine import Qwen3Engine  # type: ignore[no-redef]
+        from tts.qwen3.engine import Qwen3Engine
+
+        if config.engine.device == "auto":
+            import torch
+
+            config.engine.device = "cuda" if torch.cuda.is_available() else "cpu"
+            if config.engine.device == "cpu":
+                log.warning("engine.device auto: no CUDA device, running Qwen3-TTS on the CPU (far slower than real time at real sizes)")
         return Qwen3Engine.from_config(config.engine)
     raise ValueError(f"unknown engine kind {kind!r}")

@@ -34,7 +34,7 @@ from gateway.config import Config, ConfigError, load_config
 from gateway.engines import build_engine, resolve_kind
 from gateway.metrics import GatewayMetrics
 from gateway.session import Session
-from tts import Engine
+from tts import Engine, EngineError
 
 log = logging.getLogger("voxgate.server")
 
@@ -406,7 +406,7 @@ def serve_main(args) -> int:
         return 2
     try:
         asyncio.run(run_gateway(config))
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, EngineError) as exc:
         print(f"voxgate: cannot start: {exc}")
         return 1
     return 0
