@@ -19,7 +19,6 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import time
 import urllib.request
 
 import websockets
+
+from bench.loadtest.servers import cpu_seconds, free_port
 
 TURN_TEXTS = [
     "Thank you for calling, your order has shipped and should arrive on Tuesday.",
@@ -41,18 +42,6 @@ engine: {{kind: simulated}}
 simulated: {{first_packet_ms: 60, capacity_x: 100000, ms_per_char: 70, stream_rtf: 0.1, max_queued: 100000}}
 playout: {{prebuffer_ms: 60}}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (Linux /proc)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def scrape(port: int) -> str:

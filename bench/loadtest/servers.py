@@ -36,6 +36,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def target_from_url(label: str, url: str) -> Target:
     """Accept ws(s)://host:port[/v1/ws] or http(s)://host:port."""
     parts = urlsplit(url if "://" in url else "ws://" + url)

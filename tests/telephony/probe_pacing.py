@@ -20,7 +20,6 @@ import base64
 import json
 import os
 import re
-import socket
 import struct
 import subprocess
 import sys
@@ -33,17 +32,7 @@ import numpy as np
 import websockets
 
 from audio.g711 import ulaw_encode
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from bench.loadtest.servers import cpu_seconds, free_port
 
 
 async def control_for(base: str, call_id: str, text: str, start: asyncio.Event) -> dict:
