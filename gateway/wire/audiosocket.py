@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway import protocol as P
-from gateway.wire.dtmf import dtmf_digit
+from gateway.wire.events import dtmf_digit
 
 KIND_HANGUP = 0x00
 KIND_UUID = 0x01
@@ -106,10 +106,7 @@ def decode(kind: int, payload: bytes) -> AudioSocketMessage | None:
     if kind == KIND_HANGUP:
         return Hangup()
     if kind == KIND_DTMF:
-        digit = dtmf_digit(payload) if len(payload) == 1 else None
-        if digit is None:
-            raise P.ProtocolError(P.BAD_MESSAGE, f"DTMF payload must be one digit 0-9 * # A-D, got {payload[:8]!r}")
-        return Dtmf(digit)
+        return Dtmf(dtmf_digit(payload.decode("latin-1") if len(payload) == 1 else repr(payload[:8]), "DTMF payload"))
     if kind == KIND_ERROR:
         return FarEndError(payload[0] if payload else None)
     if kind in SLIN_HIGHER_RATES:

@@ -20,7 +20,7 @@ import numpy as np
 
 from audio.g711 import ulaw_decode, ulaw_encode
 from gateway import protocol as P
-from gateway.wire.dtmf import dtmf_digit
+from gateway.wire.events import dtmf_digit
 
 MAX_MEDIA_BYTES = 8000  # one second of μ-law; Twilio sends 160-byte (20 ms) chunks
 
@@ -117,11 +117,7 @@ def _decode(m: dict) -> TwilioEvent:
     if event == "media":
         return _media(_obj(m, "media"))
     if event == "dtmf":
-        raw_digit = _obj(m, "dtmf").get("digit")
-        digit = dtmf_digit(raw_digit)
-        if digit is None:
-            raise P.ProtocolError(P.BAD_MESSAGE, f"dtmf: 'digit' must be one of 0-9 * # A-D, got {raw_digit!r}")
-        return Dtmf(digit)
+        return Dtmf(dtmf_digit(_obj(m, "dtmf").get("digit"), "dtmf"))
     if event == "mark":
         name = _obj(m, "mark").get("name")
         if not isinstance(name, str):
