@@ -33,6 +33,7 @@ from gateway.clock import PlayoutClock
 from gateway.config import Config, ConfigError, load_config
 from gateway.engines import build_engine, resolve_kind
 from gateway.metrics import GatewayMetrics
+from gateway.openai_speech import install as install_openai_speech
 from gateway.session import Session
 from tts import Engine, EngineError
 
@@ -114,6 +115,7 @@ class Gateway:
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self.user_text_handler: Callable[[Session, str], Awaitable[None]] | None = None
         self.calls = install_telephony(self)  # /v1/control, /v1/twilio, AudioSocket server (gateway/calls.py)
+        self.openai_speech = install_openai_speech(self)  # POST /v1/audio/speech, GET /v1/models
         if not config.server.api_keys:
             log.warning("no server.api_keys configured: the gateway is OPEN to anyone who can reach it")
 
@@ -177,10 +179,11 @@ class Gateway:
 
     # ------------------------------------------------------------ sessions
     def new_session(
-        self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat, session_id: str | None = None
+        self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat, session_id: str | None = None,
+        headless: bool = False,
     ) -> Session:
         """Validates the session.start fields and registers a session (the caller attaches legs)."""
-        voice = voice or self.config.default_voice_name
+        voice = self.config.resolve_voice(voice) if voice else self.config.default_voice_name
         if voice not in self.config.voices:
             raise P.ProtocolError(P.UNKNOWN_VOICE, f"unknown voice {voice!r}; GET /v1/voices lists them")
         if not _LANGUAGE.fullmatch(language):
@@ -188,7 +191,8 @@ class Gateway:
         if len(self.sessions) >= self.config.server.max_sessions:
             raise P.ProtocolError(P.AT_CAPACITY, f"the gateway holds its maximum of {self.config.server.max_sessions} sessions")
         session = Session(
-            session_id or uuid.uuid4().hex[:16], self.config, self.engine, self.metrics, voice, language, instruct, output, on_closed=self._session_closed
+            session_id or uuid.uuid4().hex[:16], self.config, self.engine, self.metrics, voice, language, instruct, output,
+            on_closed=self._session_closed, headless=headless,
         )
         self.sessions[session.session_id] = session
         self.metrics.sessions_active.set(len(self.sessions))
@@ -221,7 +225,7 @@ class Gateway:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
     async def _voices(self, request: web.Request) -> web.Response:
-        voices = [{"name": name, "language": v.language, "speaker": v.speaker, "instruct": v.instruct} for name, v in self.config.voices.items()]
+        voices = [{"name": name, "language": v.language, "speaker": v.speaker, "instruct": v.instruct, "aliases": v.aliases} for name, v in self.config.voices.items()]
         return web.json_response({"default": self.config.default_voice_name, "voices": voices, "languages": ["auto", "en", "ru", "de", "fr", "es", "it", "pt", "zh", "ja", "ko"]})
 
     # ------------------------------------------------------------ client WebSockets

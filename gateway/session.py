@@ -27,6 +27,7 @@ from audio.resample import StreamResampler
 from gateway import protocol as P
 from gateway.chunker import Chunker
 from gateway.config import Config, VoiceConfig
+from gateway.headless import HeadlessPlayout
 from gateway.metrics import GatewayMetrics
 from tts import Engine, EngineError, SynthesisRequest, SynthesisStream
 from tts.frontend import FrontendOptions, prepare_text, prepare_text_async
@@ -90,6 +91,7 @@ class Session:
         instruct: str | None = None,
         output: OutputFormat = OutputFormat(),
         on_closed: Callable[["Session"], None] | None = None,
+        headless: bool = False,
     ):
         self.session_id = session_id
         self.config = config
@@ -115,7 +117,8 @@ class Session:
         self.inbound = None  # the caller's audio (gateway.inbound.InboundAudio) on telephony legs
         self.created_at = time.monotonic()
         log_dir = config.server.log_dir
-        self.playout = Playout(
+        # headless: no media leg; the audio goes to one consumer unpaced (gateway/headless.py).
+        self.playout = HeadlessPlayout(output.sample_rate, on_event=self._on_playout_event) if headless else Playout(
             output.sample_rate,
             frame_ms=output.frame_ms,
             prebuffer_ms=config.playout.prebuffer_ms,
