@@ -1,6 +1,6 @@
 """`POST /v1/audio/speech` and `GET /v1/models`, OpenAI-compatible.
 
-A speech request is a headless session (gateway/headless.py): one turn with
+A speech request is a headless session (gateway/core/headless.py): one turn with
 the request's whole input, through the same frontend, chunker, two chunks in
 flight, engine deadlines and `server.max_sessions` as a call. Nothing paces
 its audio: each piece goes out (encoded to the response format) as the
@@ -25,18 +25,16 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from audio.containers import FORMATS, ContainerError, container_encoder, containers_available
-from audio.encode import OutputFormat
 from gateway import protocol as P
-from gateway.headless import HeadlessError
-from tts.engine import CODEC_FRAME_SAMPLES, SAMPLE_RATE
-
-if TYPE_CHECKING:
-    from gateway.server import Gateway
+from gateway.core import CallCore
+from gateway.core.headless import HeadlessError
+from gateway.legs.accept import authorized
+from tts import CODEC_FRAME_SAMPLES, SAMPLE_RATE
 
 log = logging.getLogger("voxgate.openai_speech")
 
@@ -134,8 +132,8 @@ def parse_speech_request(body: Any) -> SpeechRequest:
 
 
 class OpenAISpeech:
-    def __init__(self, gateway: "Gateway"):
-        self.gateway = gateway
+    def __init__(self, core: CallCore):
+        self.core = core
         self.created = int(time.time())
 
     def routes(self) -> list[web.RouteDef]:
@@ -144,38 +142,38 @@ class OpenAISpeech:
     @property
     def model_id(self) -> str:
         """What serves: the checkpoint's folder name for Qwen3, else the engine kind."""
-        gw = self.gateway
-        model_dir = gw.config.engine.model_dir
-        if gw.engine_kind == "qwen3" and model_dir:
+        model_dir = self.core.config.engine.model_dir
+        if self.core.engine_kind == "qwen3" and model_dir:
             return os.path.basename(os.path.normpath(model_dir))
-        return f"voxgate-{gw.engine_kind}"
+        return f"voxgate-{self.core.engine_kind}"
 
     # ------------------------------------------------------------ GET /v1/models
     async def models(self, request: web.Request) -> web.Response:
-        if not self.gateway.authorized(request):
+        if not authorized(self.core, request):
             return _unauthorized().response()
-        voices = {name: v.aliases for name, v in self.gateway.config.voices.items()}
+        config = self.core.config
+        voices = {name: v.aliases for name, v in config.voices.items()}
         model = {
             "id": self.model_id, "object": "model", "created": self.created, "owned_by": "voxgate",
             # ours, beside OpenAI's fields: what /v1/audio/speech takes
-            "voxgate": {"engine": self.gateway.engine_kind, "voices": voices, "default_voice": self.gateway.config.default_voice_name,
+            "voxgate": {"engine": self.core.engine_kind, "voices": voices, "default_voice": config.default_voice_name,
                         "response_formats": list(containers_available()), "stream_formats": list(STREAM_FORMATS)},
         }
         return web.json_response({"object": "list", "data": [model]})
 
     # ------------------------------------------------------------ POST /v1/audio/speech
     async def speech(self, request: web.Request) -> web.StreamResponse:
-        gw = self.gateway
+        core = self.core
         try:
-            if not gw.authorized(request):
+            if not authorized(core, request):
                 raise _unauthorized()
-            if not gw.accepting:
+            if not core.accepting:
                 raise SpeechError(503, P.SHUTTING_DOWN, "the gateway is draining and takes no new requests")
             req = parse_speech_request(await _read_json(request))
             encoder = container_encoder(req.response_format, SAMPLE_RATE)
             session = await self._open_session(req)
         except SpeechError as exc:
-            gw.metrics.errors.labels(code=exc.code).inc()
+            core.metrics.errors.labels(code=exc.code).inc()
             return exc.response()
         except ContainerError as exc:
             return SpeechError(400, P.UNSUPPORTED_FORMAT, str(exc), "response_format").response()
@@ -187,14 +185,10 @@ class OpenAISpeech:
 
     async def _open_session(self, req: SpeechRequest):
         """A registered headless session (counts against max_sessions) with the request's turn queued."""
-        gw = self.gateway
         try:
-            session = gw.new_session("openai", req.voice, req.language, req.instructions, OutputFormat("pcm16", SAMPLE_RATE), headless=True)
+            session = self.core.new_headless_session("openai", req.voice, req.language, req.instructions)
         except P.ProtocolError as exc:
             raise _from_protocol(exc, "voice" if exc.code == P.UNKNOWN_VOICE else "language" if exc.code == P.BAD_MESSAGE else None) from None
-        playout = session.playout
-        # Errors are seen as they are emitted (before the turn closes), so a failed chunk fails the stream.
-        session.observers.append(lambda e: e.get("type") == "error" and playout.fail(e["code"], e["message"]))
         try:
             session.add_text(TURN_ID, req.input, final=True)
         except P.ProtocolError as exc:
@@ -203,7 +197,7 @@ class OpenAISpeech:
         return session
 
     async def _stream(self, request: web.Request, req: SpeechRequest, session, encoder) -> web.StreamResponse:
-        gw = self.gateway
+        metrics = self.core.metrics
         pieces = session.playout.audio()
         started = time.monotonic()
         try:
@@ -212,7 +206,7 @@ class OpenAISpeech:
             first = None
         except HeadlessError as exc:
             error = _from_engine(exc)
-            gw.metrics.errors.labels(code=error.code).inc()
+            metrics.errors.labels(code=error.code).inc()
             return error.response()
         sse = req.stream_format == "sse"
         response = web.StreamResponse(headers={
@@ -245,7 +239,7 @@ class OpenAISpeech:
             await send(encoder.finish())
         except HeadlessError as exc:
             error = _from_engine(exc)
-            gw.metrics.errors.labels(code=error.code).inc()
+            metrics.errors.labels(code=error.code).inc()
             log.warning("speech request %s failed after audio went out: %s", session.session_id, exc.message)
             if sse:
                 await response.write(f"data: {json.dumps({'type': 'error', **error.body()})}\n\n".encode())
@@ -292,7 +286,5 @@ def _from_engine(exc: HeadlessError) -> SpeechError:
     return SpeechError(status, exc.code, exc.message)
 
 
-def install(gateway: "Gateway") -> OpenAISpeech:
-    route = OpenAISpeech(gateway)
-    gateway.add_routes(route.routes())
-    return route
+def routes(core: CallCore) -> list[web.RouteDef]:
+    return OpenAISpeech(core).routes()

@@ -98,6 +98,11 @@ class HeadlessPlayout:
     def current_turn(self) -> str | None:
         return self._turns[0] if self._turns else None
 
+    def on_session_event(self, event: dict) -> None:
+        """The session's events as they are emitted: an error (engine refused or failed a chunk) ends the stream."""
+        if event.get("type") == "error":
+            self.fail(event["code"], event["message"])
+
     # ------------------------------------------------------------ the consumer's side
     def fail(self, code: str, message: str) -> None:
         """Ends the stream with an error (the consumer raises it after the audio already queued)."""
