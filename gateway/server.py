@@ -90,7 +90,9 @@ class Gateway:
         self.config = config
         self.engine = engine or build_engine(config)
         self.engine_kind = getattr(self.engine, "name", resolve_kind(config))
-        vocoder = config.engine.vocoder if self.engine_kind == "qwen3" else "none"
+        # the backend actually serving (engine.vocoder auto resolves at load), else what was asked for
+        vocoder = ((lambda: getattr(self.engine, "vocoder_name", None) or config.engine.vocoder)
+                   if self.engine_kind == "qwen3" else "none")
         self.metrics = GatewayMetrics(self.engine.stats, self.engine_kind, vocoder)
         self.clock = PlayoutClock(
             config.playout.frame_ms,
@@ -395,6 +397,8 @@ def serve_main(args) -> int:
         overrides["server"]["port"] = args.port
     if args.model_dir:
         overrides["engine"]["model_dir"] = args.model_dir
+    if getattr(args, "vocoder", None):
+        overrides["engine"]["vocoder"] = args.vocoder
     if getattr(args, "model", None) == "tiny":
         from tts.qwen3.tools import ensure_tiny_model  # lazily: only the model tools know the layout
 

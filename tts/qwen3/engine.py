@@ -61,6 +61,8 @@ class EngineSettings:
     preempt_slack_s: float = 3.0  # with every slot taken, a stream this far from running dry yields its
     # slot to a deadline at least this much earlier and resumes later by re-prefilling its frames (0: never)
     use_cuda_graphs: bool | None = None  # None: on CUDA
+    vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
+    vocoder_cache: str | None = None  # ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
     default_speaker: str | None = None
     seed: int = 0
 
@@ -128,6 +130,7 @@ class Qwen3Engine(Engine):
         self._slots: dict[int, _Job] = {}  # slot -> job whose talker row is generating
         self._held: dict[int, _Job] = {}  # slot -> job owning it (generating, or vocoding its last frames)
         self._vstate = None  # the codec's streaming state, one row per slot
+        self._vocoder = None  # the vocoder backend (tts.qwen3.codec.vocoder.Vocoder) decoding codes
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -144,7 +147,7 @@ class Qwen3Engine(Engine):
     def from_config(cls, cfg) -> "Qwen3Engine":
         """From gateway.config.EngineConfig-like attributes (model_dir, dtype, device, max_batch, max_queued)."""
         s = EngineSettings(model_dir=getattr(cfg, "model_dir", None))
-        for name in ("device", "dtype", "max_batch", "max_queued"):
+        for name in ("device", "dtype", "max_batch", "max_queued", "vocoder", "vocoder_cache"):
             if getattr(cfg, name, None) is not None:
                 setattr(s, name, getattr(cfg, name))
         return cls(s)
@@ -168,6 +171,21 @@ class Qwen3Engine(Engine):
         self._batch = TalkerBatch(self._ckpt.model, s.max_batch, s.max_seq_len, use_cuda_graphs=s.use_cuda_graphs,
                                   generator=gen)
         self._batch.capture_all()
+        if self._ckpt.codec is not None:
+            from tts.qwen3.codec import CodecError
+            from tts.qwen3.codec.vocoder import build_vocoder
+
+            try:
+                self._vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
+                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache)
+            except CodecError as e:
+                raise EngineError("vocoder_unavailable", e.message) from None
+            log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
+
+    @property
+    def vocoder_name(self) -> str | None:
+        """The vocoder backend actually serving (None before load)."""
+        return self._vocoder.name if self._vocoder is not None else None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -485,7 +503,7 @@ class Qwen3Engine(Engine):
 
     # -- vocoder
     def _reset_vocoder_rows(self, slots: list[int]) -> None:
-        codec = self._ckpt.codec
+        codec = self._vocoder
         if codec is None:
             return
         if self._vstate is None:
@@ -502,7 +520,7 @@ class Qwen3Engine(Engine):
 
         from tts.qwen3.codec import StreamingCodecState
 
-        codec, vs, g = self._ckpt.codec, self._vstate, self._batch.groups
+        codec, vs, g = self._vocoder, self._vstate, self._batch.groups
         with self._cond:
             owners = {slot: job for slot, job in self._held.items() if not job.cancelled}
         n = max(j.slot for j in jobs) + 1
