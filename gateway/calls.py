@@ -232,15 +232,17 @@ class CallRegistry:
 
 
 def install_telephony(gateway: "Gateway") -> CallRegistry:
-    """Registers /v1/control and /v1/twilio, and the AudioSocket server when its port is configured."""
+    """Registers /v1/control, /v1/twilio, the WebSocket wires (/v1/asterisk, /v1/telnyx, /v1/vonage, /v1/jambonz)
+    and the AudioSocket server when its port is configured."""
     from gateway.audiosocket import AudioSocketServer
     from gateway.control import ControlEndpoint
     from gateway.twilio import TwilioEndpoint
+    from gateway.ws_media import wire_routes
 
     registry = CallRegistry(gateway)
     control = ControlEndpoint(gateway, registry)
     twilio = TwilioEndpoint(gateway, registry)
-    gateway.add_routes([control.route(), twilio.route()])
+    gateway.add_routes([control.route(), twilio.route(), *wire_routes(gateway, registry)])
     gateway.on_stop(registry.shutdown)
     tel = gateway.config.telephony
     if tel.audiosocket_port is not None:

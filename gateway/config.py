@@ -185,6 +185,59 @@ class WebrtcConfig:
         pass
 
 
+BARGE_IN_MODES = ("off", "detect", "vad")
+
+
+@dataclass
+class BargeInConfig:
+    """The caller's voice: detection (`user.speech`) and barge-in by voice; `session.start.barge_in` overrides per call."""
+
+    mode: str = "off"  # off: no detection | detect: user.speech events only | vad: events, and speech interrupts the agent
+    min_speech_ms: float = 250.0  # speech this long during playout interrupts
+    detector: str = "silero"  # silero (accurate; needs the `vad` extra) | webrtc (cheap; fires on noise and music)
+    threshold: float = 0.5  # speech probability that counts as speech
+    onset_ms: float = 64.0  # consecutive speech before `user.speech started` (dated at its first window)
+    silence_ms: float = 300.0  # quiet before `user.speech stopped`
+    echo_holdoff_ms: float = 300.0  # after each audio start, speech is not counted toward a barge-in for this long
+    pause_on_onset: bool = False  # where voxgate owns the buffer: pause at speech onset, resume if it was shorter than min_speech_ms
+    max_inbound_ahead_ms: float = 1000.0  # caller audio beyond real time plus this is dropped (and counted)
+
+    def validate(self, check) -> None:
+        check(self.mode in BARGE_IN_MODES, "mode", "must be off, detect or vad")
+        check(self.detector in ("silero", "webrtc"), "detector", "must be silero or webrtc")
+        check(0 <= self.min_speech_ms <= 10_000, "min_speech_ms", "must be 0..10000")
+        check(0.0 < self.threshold < 1.0, "threshold", "must be between 0 and 1")
+        check(0 <= self.onset_ms <= 2000, "onset_ms", "must be 0..2000")
+        check(30 <= self.silence_ms <= 10_000, "silence_ms", "must be 30..10000")
+        check(0 <= self.echo_holdoff_ms <= 10_000, "echo_holdoff_ms", "must be 0..10000")
+        check(0 < self.max_inbound_ahead_ms <= 60_000, "max_inbound_ahead_ms", "must be 1..60000")
+
+
+@dataclass
+class SttConfig:
+    """Speech to text for each detected utterance: an OpenAI-compatible `/v1/audio/transcriptions`."""
+
+    kind: str = "off"  # off | openai
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1 (whisper.cpp server, faster-whisper servers, vLLM)
+    model: str = "whisper-1"
+    api_key_env: str | None = None  # env var holding the key (sent as a Bearer token)
+    language: str | None = None  # ISO 639-1 hint; empty lets the server detect it
+    timeout_s: float = 15.0
+    min_utterance_ms: float = 200.0  # shorter speech is not sent
+    max_utterance_s: float = 30.0  # longer speech is cut to its last max_utterance_s
+    preroll_ms: float = 200.0  # audio kept before the detected onset (the first phoneme starts before VAD is sure)
+
+    def validate(self, check) -> None:
+        check(self.kind in ("off", "openai"), "kind", "must be off or openai")
+        if self.kind == "openai":
+            check(bool(self.base_url), "base_url", "is required for kind: openai")
+            check(bool(self.model), "model", "is required for kind: openai")
+        check(self.timeout_s > 0, "timeout_s", "must be > 0")
+        check(0 <= self.min_utterance_ms <= 10_000, "min_utterance_ms", "must be 0..10000")
+        check(1 <= self.max_utterance_s <= 300, "max_utterance_s", "must be 1..300")
+        check(0 <= self.preroll_ms <= 2000, "preroll_ms", "must be 0..2000")
+
+
 def _default_voices() -> dict[str, VoiceConfig]:
     return {"default": VoiceConfig()}
 
@@ -201,6 +254,8 @@ class Config:
     telephony: TelephonyConfig = field(default_factory=TelephonyConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
     webrtc: WebrtcConfig = field(default_factory=WebrtcConfig)
+    barge_in: BargeInConfig = field(default_factory=BargeInConfig)
+    stt: SttConfig = field(default_factory=SttConfig)
     source: str = "<defaults>"
 
     def validate(self, check) -> None:

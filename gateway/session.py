@@ -132,6 +132,9 @@ class Session:
         # Called with every event as it is emitted, whichever text leg is attached (e.g. the agent).
         self.observers: list[Callable[[dict], None]] = []
         self._draining = False
+        self._interrupted_by = "agent"  # who asked for the barge-in now under way
+        self._heard: tuple[str, float] | None = None  # (turn, ms of it played when the caller started to speak)
+        self.caller_voice = None  # gateway.core.caller_voice.CallerVoice when the caller's speech is detected
         self.closed = False
         self._closed_event = asyncio.Event()
 
@@ -312,14 +315,23 @@ class Session:
         elif ev.type == "utterance_end":
             turn = self._turns.pop(ev.turn_id, None)
             self.metrics.turns.labels(interrupted=str(d["interrupted"]).lower()).inc()
-            self.emit({
+            chunk_played = d["chunk_played_ms"]
+            done = {
                 "type": "turn.done",
                 "turn_id": ev.turn_id,
                 "played_ms": d["played_ms"],
                 "interrupted": d["interrupted"],
                 "gaps": d["gaps"],
-                "played_text": self._played_text(turn, d["chunk_played_ms"]) if turn else "",
-            })
+            }
+            if d["interrupted"]:
+                done["interrupted_by"] = self._interrupted_by
+                if self._heard is not None and self._heard[0] == ev.turn_id:
+                    # What played after the caller started to speak was talked over: not heard.
+                    heard = min(d["played_ms"], max(0.0, self._heard[1]))
+                    done["caller_onset_ms"] = round(heard, 1)
+                    chunk_played = _cut_played(chunk_played, heard)
+            done["played_text"] = self._played_text(turn, chunk_played) if turn else ""
+            self.emit(done)
             if self._draining and not self._turns:
                 asyncio.get_running_loop().create_task(self._finish_drain())
 
@@ -369,7 +381,7 @@ class Session:
             await self.flush_events()
         media = self.media_leg
         if media is not None:
-            if frame.kind == "audio" or frame.kind == "gap":
+            if frame.kind == "audio" or frame.kind == "gap" or frame.kind == "paused":
                 await media.send_audio(self.encoder.encode(frame.pcm))
             elif media.send_idle_silence:
                 await media.send_audio(self.encoder.silence)
@@ -384,10 +396,19 @@ class Session:
         return frame.pcm, frame.kind
 
     # ------------------------------------------------------------ barge-in and end
-    async def interrupt(self) -> None:
-        """Cancel queued and in-flight chunks, flush the playout, drop queued turns."""
+    async def interrupt(self, by: str = "agent", heard: tuple[str, float] | None = None) -> None:
+        """Cancel queued and in-flight chunks, flush the playout, drop queued turns.
+
+        `by` is who asked (`agent`, or `caller` for a barge-in by voice);
+        `heard` = (turn, ms of it played when the caller started to speak)
+        cuts that turn's `played_text` there.
+        """
         self._cancel_synthesis()
-        self.playout.flush()  # emits utterance_end (→ turn.done) for each open turn
+        self._interrupted_by, self._heard = by, heard
+        try:
+            self.playout.flush()  # emits utterance_end (→ turn.done) for each open turn
+        finally:
+            self._interrupted_by, self._heard = "agent", None
         self._turns.clear()
         if self.media_leg is not None:
             await self.media_leg.on_flush()
@@ -449,3 +470,15 @@ class Session:
     @property
     def active_turns(self) -> int:
         return len(self._turns)
+
+
+def _cut_played(chunk_played_ms: dict, total_ms: float) -> dict:
+    """Per-chunk played time limited to the first `total_ms` of the turn (chunks play in index order)."""
+    out, left = {}, total_ms
+    for chunk in sorted(chunk_played_ms):
+        take = min(chunk_played_ms[chunk], left)
+        if take <= 0:
+            break
+        out[chunk] = take
+        left -= take
+    return out

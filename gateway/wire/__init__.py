@@ -1,0 +1,1 @@
+"""Pure wire formats: one module per provider, encode/decode only (no sockets, no asyncio)."""
