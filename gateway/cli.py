@@ -27,8 +27,12 @@ def _add_serve(sub) -> None:
 
 
 def _run_serve(args) -> int:
-    from gateway.server import serve_main
+    from gateway.app import serve_main
 
+    if args.model == "tiny":
+        from tts.qwen3.tools import ensure_tiny_model  # model tools are tts internals: only the CLI reaches them
+
+        args.model_dir = ensure_tiny_model()
     return serve_main(args)
 
 

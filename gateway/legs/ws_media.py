@@ -29,7 +29,7 @@ import itertools
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -38,8 +38,11 @@ from audio.pcm import float_to_int16, int16_to_float
 from audio.playout import PlayoutEvent
 from audio.resample import FrameFifo, StreamResampler
 from gateway import protocol as P
-from gateway.backpressure import send_would_wait
-from gateway.calls import TELEPHONY_PCM, Call, CallRegistry
+from gateway.core import CallCore
+from gateway.core.backpressure import frame_must_skip, send_would_wait
+from gateway.core.calls import TELEPHONY_PCM, Call
+from gateway.legs.accept import authorized
+from gateway.legs.host import LegHost
 from gateway.wire.asterisk import AsteriskWire
 from gateway.wire.events import Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused
 from gateway.wire.jambonz import MAX_OUTSTANDING_MARKS as JAMBONZ_MAX_MARKS
@@ -47,19 +50,13 @@ from gateway.wire.jambonz import JambonzWire
 from gateway.wire.telnyx import TelnyxWire
 from gateway.wire.vonage import VonageWire
 
-if TYPE_CHECKING:
-    from gateway.server import Gateway
-
 log = logging.getLogger("voxgate.wsmedia")
 
 START_TIMEOUT_S = 10.0  # every far end sends its opening message right after connecting
-MAX_SEND_BACKLOG_BYTES = 48 * 1024  # media is dropped above this much unsent (never block the shared clock)
 MAX_CONTROL_BACKLOG_BYTES = 256 * 1024  # marks and clears still go out above the media cap, up to this
 MAX_HELD_FRAMES = 500  # 10 s of audio held while the far end said XOFF
 MAX_OUTSTANDING_MARKS = 256
 MAX_MESSAGE_BYTES = 256 * 1024
-CLOSE_POLICY = 1008
-CLOSE_TRY_AGAIN_LATER = 1013
 
 
 @dataclass(frozen=True)
@@ -128,32 +125,33 @@ class WireMediaLeg:
     def _usable(self) -> bool:
         return not self.ws.closed and self.transport is not None and not self.transport.is_closing()
 
-    async def _send(self, message: Outgoing, media: bool) -> None:
+    async def _send(self, message: Outgoing, media: bool) -> bool:
+        """Sends (or holds, under XOFF) one message; False when a media frame was dropped."""
         if not self._usable():
-            return
+            return False
         if self.paused:
             if media and sum(1 for _, m in self._held if m) >= MAX_HELD_FRAMES:
                 self.frames_held_dropped += 1
                 self.metrics.frames_dropped.inc()
-                return
+                return False
             self._held.append((message, media))
-            return
-        size = len(message)
+            return True
         if media:
-            if self.transport.get_write_buffer_size() > MAX_SEND_BACKLOG_BYTES or send_would_wait(self.transport, self.protocol, size):
+            if frame_must_skip(self.transport):
                 self.metrics.frames_dropped.inc()  # drop, never block the clock
-                return
-        elif send_would_wait(self.transport, self.protocol, size):
+                return False
+        elif send_would_wait(self.transport, self.protocol, len(message)):
             # A mark or clear cannot be dropped alone: a far end this far behind (megabytes unread) is cut.
             log.warning("%s far end is not reading (%d bytes unsent); closing it", self.spec.kind, self.transport.get_write_buffer_size())
             self.transport.abort()
-            return
+            return False
         if isinstance(message, bytes):
             await self.ws.send_bytes(message)
         else:
             await self.ws.send_str(message)
         if media:
             self._frames.inc()
+        return True
 
     def _encode(self, frame: bytes) -> list[bytes]:
         """One PCM16 8 kHz frame → wire-encoded frames at the wire's rate (resampling is bursty: 0..n frames)."""
@@ -166,12 +164,15 @@ class WireMediaLeg:
             out.append(self.out.encode(float_to_int16(block)))
         return out
 
-    async def send_audio(self, frame: bytes) -> None:
+    async def send_audio(self, frame: bytes) -> bool:
+        sent = False
         if self._usable():
+            sent = True
             for data in self._encode(frame):
                 for message in self.wire.media(data):
-                    await self._send(message, media=True)
+                    sent = await self._send(message, media=True) and sent
         await self._send_marks()
+        return sent
 
     async def _send_marks(self) -> None:
         while self._to_mark:
@@ -241,9 +242,9 @@ def _call_mark(mark: _SentMark, status: str) -> dict:
 class WireEndpoint:
     """The route of one wire: auth, upgrade, and one `_WireStream` per far-end connection."""
 
-    def __init__(self, gateway: "Gateway", registry: CallRegistry, spec: WireSpec):
-        self.gateway = gateway
-        self.registry = registry
+    def __init__(self, core: CallCore, spec: WireSpec):
+        self.core = core
+        self.registry = core.calls
         self.spec = spec
 
     def route(self) -> web.RouteDef:
@@ -251,7 +252,7 @@ class WireEndpoint:
 
     def authorized(self, request: web.Request) -> bool:
         """API keys as elsewhere; far ends that cannot send a bearer use `?token=` or HTTP Basic with the key as password."""
-        if self.gateway.authorized(request):
+        if authorized(self.core, request):
             return True
         header = request.headers.get("Authorization", "")
         if header.startswith("Basic "):
@@ -259,11 +260,11 @@ class WireEndpoint:
                 password = base64.b64decode(header[6:], validate=True).decode().partition(":")[2]
             except (binascii.Error, ValueError):
                 return False
-            return any(_same(password, key) for key in self.gateway.config.server.api_keys)
+            return any(_same(password, key) for key in self.core.config.server.api_keys)
         return False
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        gw = self.gateway
+        gw = self.core
         if not self.authorized(request):
             gw.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
             return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong API key (?token=, Bearer, or Basic with the key as password)"),
@@ -274,7 +275,7 @@ class WireEndpoint:
                                    max_msg_size=max(MAX_MESSAGE_BYTES, limits.max_message_bytes * 4))
         await ws.prepare(request)
         if not gw.accepting:
-            await ws.close(code=CLOSE_TRY_AGAIN_LATER)
+            await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
             return ws
         stream = _WireStream(self, ws, request)
         self.registry.track(ws.close)
@@ -298,7 +299,7 @@ class _WireStream:
 
     def __init__(self, endpoint: WireEndpoint, ws: web.WebSocketResponse, request: web.Request):
         self.endpoint = endpoint
-        self.gateway = endpoint.gateway
+        self.core = endpoint.core
         self.spec = endpoint.spec
         self.ws = ws
         self.request = request
@@ -310,7 +311,7 @@ class _WireStream:
         self._inbound_resampler: StreamResampler | None = None
 
     async def run(self) -> None:
-        limits = self.gateway.config.server.limits
+        limits = self.core.config.server.limits
         while not self.ws.closed:
             timeout = limits.idle_timeout_s if self.call is not None else START_TIMEOUT_S
             try:
@@ -326,7 +327,7 @@ class _WireStream:
                 except StartRefused as exc:  # a stream that cannot start: nothing else on it can work
                     await self._error(exc.code, exc.message)
                     self.end_reason = exc.code
-                    await self.ws.close(code=CLOSE_TRY_AGAIN_LATER if exc.code == P.AT_CAPACITY else CLOSE_POLICY)
+                    await self.ws.close(code=P.CLOSE_TRY_AGAIN_LATER if exc.code == P.AT_CAPACITY else P.CLOSE_POLICY)
                     return
                 except P.ProtocolError as exc:
                     await self._error(exc.code, exc.message)
@@ -363,7 +364,7 @@ class _WireStream:
         return False
 
     async def _on_start(self, started: Started) -> None:
-        if not self.gateway.accepting:
+        if not self.core.accepting:
             raise StartRefused(P.SHUTTING_DOWN, "the gateway is not accepting calls")
         q = self.query
         ids = [i for i in (q.get("call_id"), *started.call_ids) if i]
@@ -371,7 +372,7 @@ class _WireStream:
             raise StartRefused(P.BAD_MESSAGE, f"the {self.spec.kind} stream names no call id: pass call_id (a header or a query parameter)")
         voice = q.get("voice") or started.voice
         language = q.get("language") or started.language
-        leg = WireMediaLeg(self.ws, self.request, self.wire, self.spec, self.gateway.metrics, self._notify)
+        leg = WireMediaLeg(self.ws, self.request, self.wire, self.spec, self.core.metrics, self._notify)
         try:
             call = self.endpoint.registry.connect_media(ids, leg, self.spec.kind, voice, language)
         except P.ProtocolError as exc:
@@ -398,7 +399,7 @@ class _WireStream:
         if self.call is not None and not self.call.session.closed:
             await self.call.report(code, message)  # the session counts it
         else:
-            self.gateway.metrics.errors.labels(code=code).inc()
+            self.core.metrics.errors.labels(code=code).inc()
         log.info("%s stream %s: %s: %s", self.spec.kind, self.call.call_id if self.call else "(not started)", code, message)
 
 
@@ -406,6 +407,8 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
-def wire_routes(gateway: "Gateway", registry: CallRegistry) -> list[web.RouteDef]:
+def install(core: CallCore, host: LegHost) -> list[WireEndpoint]:
     """The routes of every WebSocket media wire (one line per wire in SPECS)."""
-    return [WireEndpoint(gateway, registry, spec).route() for spec in SPECS]
+    endpoints = [WireEndpoint(core, spec) for spec in SPECS]
+    host.add_routes([e.route() for e in endpoints])
+    return endpoints
