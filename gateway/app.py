@@ -67,7 +67,7 @@ def engine_choice(config: Config) -> EngineChoice:
     e = config.engine
     simulated = {name: getattr(config.simulated, name) for name in config.simulated.__dataclass_fields__}
     return EngineChoice(kind=e.kind, model_dir=e.model_dir, device=e.device, dtype=e.dtype, max_batch=e.max_batch,
-                        max_queued=e.max_queued, simulated=simulated)
+                        max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache, simulated=simulated)
 
 
 class Gateway:
@@ -82,7 +82,9 @@ class Gateway:
                 raise ValueError(f"{config.source}: {exc}") from exc
         self.engine = engine
         kind = getattr(engine, "name", None) or resolve_engine_kind(config.engine.kind, config.engine.model_dir)
-        self.core = CallCore(config, engine, kind, config.engine.vocoder if kind == "qwen3" else "none")
+        # /metrics: the vocoder backend actually serving (auto resolves at load), else what was asked for
+        vocoder = (lambda: getattr(engine, "vocoder_name", None) or config.engine.vocoder) if kind == "qwen3" else "none"
+        self.core = CallCore(config, engine, kind, vocoder)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self._on_start: list[Callable[[], Awaitable[None]]] = []
@@ -229,6 +231,8 @@ def serve_main(args) -> int:
         overrides["server"]["port"] = args.port
     if args.model_dir:
         overrides["engine"]["model_dir"] = args.model_dir
+    if getattr(args, "vocoder", None):
+        overrides["engine"]["vocoder"] = args.vocoder
     if getattr(args, "model", None) == "tiny":  # gateway/cli.py made the tiny checkpoint and set args.model_dir
         overrides["engine"].update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
     try:

@@ -59,6 +59,9 @@ class ServerConfig:
         check(all(isinstance(k, str) and k for k in self.api_keys), "api_keys", "must be non-empty strings")
 
 
+VOCODERS = ("auto", "torch", "onnxruntime", "tensorrt")
+
+
 @dataclass
 class EngineConfig:
     kind: str = "auto"  # auto | qwen3 | simulated | espeak (auto: qwen3 with a model_dir, else espeak, else simulated)
@@ -67,14 +70,15 @@ class EngineConfig:
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
     max_batch: int = 64
     max_queued: int = 1024
-    vocoder: str = "torch"  # torch | tensorrt
+    vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (auto: the fastest available, logged)
+    vocoder_cache: str | None = None  # ONNX exports + TensorRT engines (default ~/.cache/voxgate/vocoder)
 
     def validate(self, check) -> None:
         check(self.kind in ("auto", "qwen3", "simulated", "espeak"), "kind", "must be auto, qwen3, simulated or espeak")
         check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
         check(self.max_batch >= 1, "max_batch", "must be >= 1")
         check(self.max_queued >= 1, "max_queued", "must be >= 1")
-        check(self.vocoder in ("torch", "tensorrt"), "vocoder", "must be torch or tensorrt")
+        check(self.vocoder in VOCODERS, "vocoder", "must be " + ", ".join(VOCODERS[:-1]) + " or " + VOCODERS[-1])
 
 
 @dataclass

@@ -25,7 +25,7 @@ UserTextHandler = Callable[[Session, str], Awaitable[None]]
 
 
 class CallCore:
-    def __init__(self, config: Config, engine: Engine, engine_kind: str, vocoder: str = "none"):
+    def __init__(self, config: Config, engine: Engine, engine_kind: str, vocoder: str | Callable[[], str] = "none"):
         self.config = config
         self.engine = engine
         self.engine_kind = engine_kind
