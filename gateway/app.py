@@ -39,7 +39,7 @@ from gateway import protocol as P
 from gateway.agent import agent
 from gateway.config import Config, ConfigError, load_config
 from gateway.core import CallCore
-from gateway.http import health, voices
+from gateway.http import health, openai_speech, voices
 from tts import Engine, EngineChoice, EngineError, build_engine, resolve_engine_kind
 
 log = logging.getLogger("voxgate.app")
@@ -70,7 +70,7 @@ def engine_choice(config: Config) -> EngineChoice:
     e = config.engine
     simulated = {name: getattr(config.simulated, name) for name in config.simulated.__dataclass_fields__}
     return EngineChoice(kind=e.kind, model_dir=e.model_dir, device=e.device, dtype=e.dtype, max_batch=e.max_batch,
-                        max_queued=e.max_queued, simulated=simulated)
+                        max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache, simulated=simulated)
 
 
 class Gateway:
@@ -85,13 +85,15 @@ class Gateway:
                 raise ValueError(f"{config.source}: {exc}") from exc
         self.engine = engine
         kind = getattr(engine, "name", None) or resolve_engine_kind(config.engine.kind, config.engine.model_dir)
-        self.core = CallCore(config, engine, kind, config.engine.vocoder if kind == "qwen3" else "none")
+        # /metrics: the vocoder backend actually serving (auto resolves at load), else what was asked for
+        vocoder = (lambda: getattr(engine, "vocoder_name", None) or config.engine.vocoder) if kind == "qwen3" else "none"
+        self.core = CallCore(config, engine, kind, vocoder)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self._on_start: list[Callable[[], Awaitable[None]]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self.app = web.Application(client_max_size=config.server.limits.max_message_bytes * 4)
-        self.add_routes(health.routes(self.core) + voices.routes(config))
+        self.add_routes(health.routes(self.core) + voices.routes(config) + openai_speech.routes(self.core))
         self.on_stop(self.core.calls.shutdown)  # first: end calls while the server still reads (clean close handshakes)
         self.legs: dict[str, object] = {}  # leg module -> what its install returned (endpoint, server, …)
         for leg in legs:
@@ -232,6 +234,8 @@ def serve_main(args) -> int:
         overrides["server"]["port"] = args.port
     if args.model_dir:
         overrides["engine"]["model_dir"] = args.model_dir
+    if getattr(args, "vocoder", None):
+        overrides["engine"]["vocoder"] = args.vocoder
     if getattr(args, "model", None) == "tiny":  # gateway/cli.py made the tiny checkpoint and set args.model_dir
         overrides["engine"].update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
     try:

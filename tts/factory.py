@@ -28,6 +28,8 @@ class EngineChoice:
     dtype: str = "bfloat16"
     max_batch: int = 64
     max_queued: int = 1024
+    vocoder: str = "auto"  # qwen3: auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
+    vocoder_cache: str | None = None  # qwen3: ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
     simulated: dict = field(default_factory=dict)  # tts.simulated.SimulatedSettings fields
 
 
@@ -76,5 +78,7 @@ def build_engine(choice: EngineChoice) -> Engine:
             dtype=choice.dtype,
             max_batch=choice.max_batch,
             max_queued=choice.max_queued,
+            vocoder=choice.vocoder,
+            vocoder_cache=choice.vocoder_cache,
         ))
     raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")

@@ -19,13 +19,13 @@ from gateway.core.registry import SessionRegistry
 from gateway.core.session import Session
 from gateway.core.timers import arm_max_call
 from gateway.metrics import GatewayMetrics
-from tts import Engine
+from tts import SAMPLE_RATE, Engine
 
 UserTextHandler = Callable[[Session, str], Awaitable[None]]
 
 
 class CallCore:
-    def __init__(self, config: Config, engine: Engine, engine_kind: str, vocoder: str = "none"):
+    def __init__(self, config: Config, engine: Engine, engine_kind: str, vocoder: str | Callable[[], str] = "none"):
         self.config = config
         self.engine = engine
         self.engine_kind = engine_kind
@@ -44,6 +44,12 @@ class CallCore:
     def new_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat,
                     session_id: str | None = None) -> Session:
         return self.registry.new_session(leg_name, voice, language, instruct, output, session_id)
+
+    def new_headless_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None) -> Session:
+        """A session with no media leg (the OpenAI speech route): counted against max_sessions, its turns go
+        through the same frontend, chunker and engine deadlines, and `session.playout.audio()` yields its
+        24 kHz PCM in order, unpaced, raising `HeadlessError` if a chunk fails (gateway/core/headless.py)."""
+        return self.registry.new_session(leg_name, voice, language, instruct, OutputFormat("pcm16", SAMPLE_RATE), headless=True)
 
     def play(self, session: Session) -> None:
         """The session's media leg is attached: the shared clock ticks it, and its max-call timer runs."""

@@ -68,6 +68,8 @@ class EngineSettings:
     preempt_slack_s: float = 3.0  # with every slot taken, a stream this far from running dry yields its
     # slot to a deadline at least this much earlier and resumes later by re-prefilling its frames (0: never)
     use_cuda_graphs: bool | None = None  # None: on CUDA
+    vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
+    vocoder_cache: str | None = None  # ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
     default_speaker: str | None = None
     seed: int = 0
     pipeline: bool = True  # vocoder on its own lane (thread; CUDA stream), overlapping the talker steps
@@ -145,6 +147,7 @@ class Qwen3Engine(Engine):
         self._slots: dict[int, _Job] = {}  # slot -> job whose talker row is generating
         self._held: dict[int, _Job] = {}  # slot -> job owning it (generating, or vocoding its last frames)
         self._vstate = None  # the codec's streaming state, one row per slot
+        self._vocoder = None  # the vocoder backend (tts.qwen3.codec.vocoder.Vocoder) decoding codes
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -168,7 +171,7 @@ class Qwen3Engine(Engine):
     def from_config(cls, cfg) -> "Qwen3Engine":
         """From gateway.config.EngineConfig-like attributes (model_dir, dtype, device, max_batch, max_queued)."""
         s = EngineSettings(model_dir=getattr(cfg, "model_dir", None))
-        for name in ("device", "dtype", "max_batch", "max_queued"):
+        for name in ("device", "dtype", "max_batch", "max_queued", "vocoder", "vocoder_cache"):
             if getattr(cfg, name, None) is not None:
                 setattr(s, name, getattr(cfg, name))
         return cls(s)
@@ -196,8 +199,18 @@ class Qwen3Engine(Engine):
         self._batch = TalkerBatch(self._ckpt.model, s.max_batch, s.max_seq_len, use_cuda_graphs=s.use_cuda_graphs,
                                   generator=gen, kv_step=s.kv_bucket, live_lengths=s.live_lengths)
         mem_kv = torch.cuda.memory_allocated() if cuda else 0
-        if self._ckpt.codec is not None:  # codec state for every slot now, not on the first admission
-            self._vstate = self._ckpt.codec.new_state(s.max_batch)
+        if self._ckpt.codec is not None:
+            from tts.qwen3.codec import CodecError
+            from tts.qwen3.codec.vocoder import build_vocoder
+
+            try:
+                self._vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
+                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache)
+            except CodecError as e:
+                raise EngineError("vocoder_unavailable", e.message) from None
+            log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
+            # codec state for every slot now, not on the first admission
+            self._vstate = self._vocoder.new_state(s.max_batch)
         mem_codec = torch.cuda.memory_allocated() if cuda else 0
         if cuda and s.pin_sdpa and self._batch.use_cuda_graphs:
             from tts.qwen3.attention import choose
@@ -214,6 +227,11 @@ class Qwen3Engine(Engine):
                                              for k, v in self.memory.items()})
         if s.pipeline and cuda:
             self._lane_stream = torch.cuda.Stream()
+
+    @property
+    def vocoder_name(self) -> str | None:
+        """The vocoder backend actually serving (None before load)."""
+        return self._vocoder.name if self._vocoder is not None else None
 
     def _memory_report(self, mem0: int, mem_kv: int, mem_codec: int, graphs: int) -> dict:
         import torch
@@ -685,7 +703,7 @@ class Qwen3Engine(Engine):
 
         from tts.qwen3.codec import StreamingCodecState
 
-        codec, vs, g = self._ckpt.codec, self._vstate, self._batch.groups
+        codec, vs, g = self._vocoder, self._vstate, self._batch.groups
         n = max(slot for slot, _ in entries) + 1
         chosen = {slot for slot, _ in entries}
         t = len(entries[0][1])
@@ -718,7 +736,7 @@ class Qwen3Engine(Engine):
 
         from tts.qwen3.syncs import wait_for
 
-        codec = self._ckpt.codec
+        codec = self._vocoder
         cuda = codec.device.type == "cuda"
         src = torch.from_numpy(codes)
         with torch.inference_mode():
