@@ -114,6 +114,9 @@ class Gateway:
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self.user_text_handler: Callable[[Session, str], Awaitable[None]] | None = None
         self.calls = install_telephony(self)  # /v1/control, /v1/twilio, AudioSocket server (gateway/calls.py)
+        from gateway.core.caller_voice import VoiceHub
+
+        self.voice = VoiceHub(config, self.metrics, on_user_text=self._user_text_from_voice)  # VAD, barge-in, STT
         if not config.server.api_keys:
             log.warning("no server.api_keys configured: the gateway is OPEN to anyone who can reach it")
 
@@ -137,6 +140,7 @@ class Gateway:
             from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
 
             await asyncio.to_thread(warm_up)
+        self.voice.check()
         await self.engine.start()
         self.clock.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -169,6 +173,7 @@ class Gateway:
             await session.close()
         for fn in self._on_stop:
             await fn()
+        await self.voice.close()
         await self.clock.stop()
         if self._runner:
             await self._runner.cleanup()
@@ -334,6 +339,10 @@ class Gateway:
         if not session.closed:
             error = P.error_event(P.CALL_TOO_LONG, f"the call reached limits.max_call_s = {self.config.server.limits.max_call_s:g} s")
             asyncio.get_running_loop().create_task(session.close(error))
+
+    async def _user_text_from_voice(self, session: Session, text: str) -> None:
+        if self.user_text_handler is not None:  # without an agent the transcript only goes to the text leg
+            await self.user_text_handler(session, text)
 
     async def handle_user_text(self, session: Session, text: str) -> None:
         if self.user_text_handler is None:
