@@ -1,9 +1,9 @@
-"""Incremental encoders from 24 kHz mono PCM to files a client can play: pcm, wav, opus (Ogg), mp3, flac.
+"""Incremental encoders from 24 kHz mono PCM to files a client can play: pcm, wav, opus (Ogg), mp3, flac, aac (ADTS).
 
 Each encoder takes float32 PCM in pieces as the engine yields it and returns
 the bytes that are ready, so a streamed HTTP body can start with the first
 packet. `pcm` (raw s16le, OpenAI's definition) and `wav` need only numpy;
-opus, mp3 and flac use PyAV (FFmpeg's encoders), imported on first use so
+opus, mp3, flac and aac use PyAV (FFmpeg's encoders), imported on first use so
 that the audio layer works without it (`containers_available()` says which
 formats this install can make).
 """
@@ -17,13 +17,14 @@ import numpy as np
 
 from audio.pcm import float_to_int16
 
-FORMATS = ("pcm", "wav", "opus", "mp3", "flac")
+FORMATS = ("pcm", "wav", "opus", "mp3", "flac", "aac")
 MEDIA_TYPES = {
     "pcm": "audio/pcm",
     "wav": "audio/wav",
     "opus": "audio/ogg",
     "mp3": "audio/mpeg",
     "flac": "audio/flac",
+    "aac": "audio/aac",
 }
 # format -> (PyAV container, encoder, encoder sample format, muxer options)
 _AV_FORMATS = {
@@ -31,6 +32,7 @@ _AV_FORMATS = {
     "opus": ("ogg", "libopus", "s16", {"page_duration": "100000"}),
     "mp3": ("mp3", "libmp3lame", "s16p", {}),
     "flac": ("flac", "flac", "s16", {}),
+    "aac": ("adts", "aac", "fltp", {}),  # FFmpeg's own AAC encoder, raw ADTS frames (streamable)
 }
 # The unknown-length marker of streamed WAV (what FFmpeg writes to a pipe); readers read to the end.
 _WAV_UNKNOWN = 0xFFFFFFFF
@@ -117,7 +119,7 @@ class _Sink:
 
 
 class AvEncoder:
-    """opus / mp3 / flac through PyAV, muxed to a non-seekable stream as packets come out."""
+    """opus / mp3 / flac / aac through PyAV, muxed to a non-seekable stream as packets come out."""
 
     def __init__(self, fmt: str, sample_rate: int = 24000):
         try:

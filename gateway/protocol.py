@@ -40,6 +40,11 @@ BAD_AUDIO = "bad_audio"  # inbound media that cannot be decoded (bad base64, odd
 MEDIA_ERROR = "media_error"  # the media far end reported an error (AudioSocket 0xff frame)
 STT_ERROR = "stt_error"  # the transcription server failed one utterance (the call goes on)
 VAD_UNAVAILABLE = "vad_unavailable"  # barge_in asked for a detector whose package is not installed
+UNSUPPORTED_SPEED = "unsupported_speed"  # OpenAI speech: a `speed` the engine cannot honour
+
+# WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).
+CLOSE_POLICY = 1008  # the peer broke the protocol in a way the connection cannot survive
+CLOSE_TRY_AGAIN_LATER = 1013  # at capacity or draining: come back later
 
 
 class ProtocolError(Exception):

@@ -37,6 +37,7 @@ from gateway.wire.events import (
     Notice,
     Outgoing,
     Started,
+    StartRefused,
     WireAudio,
     call_ids,
     dtmf_digit,
@@ -108,7 +109,12 @@ class AsteriskWire:
             fields["_args"] = rest.strip()
             is_json = False
         if event == "MEDIA_START":
-            return [self._media_start(fields, is_json)]
+            if self.audio is not None:
+                raise P.ProtocolError(P.BAD_MESSAGE, "a second MEDIA_START on one connection; ignored")
+            try:
+                return [self._media_start(fields, is_json)]
+            except P.ProtocolError as exc:
+                raise StartRefused(exc.code, exc.message) from None
         if self.audio is None:
             raise P.ProtocolError(P.NO_SESSION, f"chan_websocket sent {event!r} before MEDIA_START")
         if event == "MEDIA_MARK_PROCESSED":
@@ -132,8 +138,6 @@ class AsteriskWire:
         raise P.ProtocolError(P.UNKNOWN_TYPE, f"unknown chan_websocket event {event!r}")
 
     def _media_start(self, f: dict, is_json: bool) -> Started:
-        if self.audio is not None:
-            raise P.ProtocolError(P.BAD_MESSAGE, "a second MEDIA_START on one connection; ignored")
         channel_id = f.get("channel_id")
         if not isinstance(channel_id, str) or not channel_id:
             raise P.ProtocolError(P.BAD_MESSAGE, "MEDIA_START carries no channel_id (Asterisk 20.16 / 21.11 / 22.6 or newer sends it)")

@@ -138,6 +138,10 @@ class Notice:
 Event = Union[Started, Audio, Dtmf, MarkDone, FlowControl, Ended, FarEndError, Notice]
 
 
+class StartRefused(P.ProtocolError):
+    """The stream's opening message is unusable (bad format, no call id): nothing else on the stream can work."""
+
+
 # ---------------------------------------------------------------- shared parsing helpers
 def load_json_object(raw: str, what: str) -> dict:
     try:

@@ -27,6 +27,7 @@ from gateway.wire.events import (
     MarkDone,
     Outgoing,
     Started,
+    StartRefused,
     WireAudio,
     call_ids,
     dtmf_digit,
@@ -65,9 +66,12 @@ class JambonzWire:
             if len(data) > MAX_AUDIO_BYTES:
                 raise P.ProtocolError(P.BAD_AUDIO, f"jambonz audio message of {len(data)} bytes is longer than a second")
             return [Audio(self.audio.decode(data))]
-        m = load_json_object(data, "jambonz")
         if self.audio is None:
-            return [self._attributes(m)]
+            try:
+                return [self._attributes(load_json_object(data, "jambonz"))]
+            except P.ProtocolError as exc:  # the first message is the call itself: nothing works without it
+                raise StartRefused(exc.code, exc.message) from None
+        m = load_json_object(data, "jambonz")
         if m.get("event") == "dtmf":
             return [Dtmf(dtmf_digit(m.get("dtmf"), "jambonz dtmf"))]
         if m.get("type") == "mark":

@@ -37,6 +37,7 @@ from gateway.wire.events import (
     Notice,
     Outgoing,
     Started,
+    StartRefused,
     WireAudio,
     call_ids,
     dtmf_digit,
@@ -141,7 +142,12 @@ class TelnyxWire:
         if event == "connected":
             return [Notice("connected")]
         if event == "start":
-            return [self._start(m)]
+            if self.audio is not None:
+                raise P.ProtocolError(P.BAD_MESSAGE, "Telnyx sent a second 'start' on one stream; ignored")
+            try:
+                return [self._start(m)]
+            except P.ProtocolError as exc:
+                raise StartRefused(exc.code, exc.message) from None
         if event == "stop":
             return [*self._flush_audio(), Ended("stop")]
         if event == "error":
@@ -164,8 +170,6 @@ class TelnyxWire:
         raise P.ProtocolError(P.UNKNOWN_TYPE, f"unknown Telnyx event {event!r}")
 
     def _start(self, m: dict) -> Started:
-        if self.audio is not None:
-            raise P.ProtocolError(P.BAD_MESSAGE, "Telnyx sent a second 'start' on one stream; ignored")
         start = _obj(m, "start")
         stream_id = m.get("stream_id") or start.get("stream_id")
         if not isinstance(stream_id, str) or not stream_id:

@@ -29,6 +29,7 @@ from gateway.wire.events import (
     Notice,
     Outgoing,
     Started,
+    StartRefused,
     WireAudio,
     call_ids,
     dtmf_digit,
@@ -73,7 +74,12 @@ class VonageWire:
         if not isinstance(event, str):
             raise P.ProtocolError(P.BAD_MESSAGE, "a Vonage message needs a string 'event'")
         if event == "websocket:connected":
-            return [self._connected(m)]
+            if self.audio is not None:
+                raise P.ProtocolError(P.BAD_MESSAGE, "a second websocket:connected on one socket; ignored")
+            try:
+                return [self._connected(m)]
+            except P.ProtocolError as exc:
+                raise StartRefused(exc.code, exc.message) from None
         if self.audio is None:
             raise P.ProtocolError(P.NO_SESSION, f"Vonage sent {event!r} before websocket:connected")
         if event == "websocket:dtmf":
@@ -90,8 +96,6 @@ class VonageWire:
         raise P.ProtocolError(P.UNKNOWN_TYPE, f"unknown Vonage event {event!r}")
 
     def _connected(self, m: dict) -> Started:
-        if self.audio is not None:
-            raise P.ProtocolError(P.BAD_MESSAGE, "a second websocket:connected on one socket; ignored")
         content_type = m.get("content-type")
         match = _CONTENT_TYPE.match(content_type) if isinstance(content_type, str) else None
         if match is None:

@@ -9,10 +9,7 @@ pytest.importorskip("onnxruntime")
 from gateway.config import load_config  # noqa: E402
 from tests.telephony.conftest import FAST, merge  # noqa: E402
 
-try:
-    from gateway.app import Gateway  # after the layout move
-except ImportError:  # pragma: no cover - before it
-    from gateway.server import Gateway
+from gateway.app import Gateway  # noqa: E402
 
 VOICE = {
     "barge_in": {"mode": "vad", "min_speech_ms": 250, "echo_holdoff_ms": 300},
