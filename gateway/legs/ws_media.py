@@ -1,8 +1,8 @@
-"""Telephony media legs over a provider's WebSocket: one adapter for every wire in `gateway/wire/`.
+"""Telephony media legs over a provider's WebSocket: the adapter every wire in `gateway/wire/` shares.
 
 `/v1/asterisk` (chan_websocket), `/v1/telnyx`, `/v1/vonage` and `/v1/jambonz`
 share this code; what differs lives in each wire class (pure encode/decode)
-and in a `WireSpec` line. The far end connects, its opening message names
+and in a `WireSpec` (`gateway/legs/asterisk.py`, …). The far end connects, its opening message names
 the call, and the call registry joins it with the agent's control socket by
 any of the call's ids (the provider's own, or a `call_id` query parameter).
 
@@ -43,12 +43,7 @@ from gateway.core.backpressure import frame_must_skip, send_would_wait
 from gateway.core.calls import TELEPHONY_PCM, Call
 from gateway.legs.accept import authorized
 from gateway.legs.host import LegHost
-from gateway.wire.asterisk import AsteriskWire
 from gateway.wire.events import Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused
-from gateway.wire.jambonz import MAX_OUTSTANDING_MARKS as JAMBONZ_MAX_MARKS
-from gateway.wire.jambonz import JambonzWire
-from gateway.wire.telnyx import TelnyxWire
-from gateway.wire.vonage import VonageWire
 
 log = logging.getLogger("voxgate.wsmedia")
 
@@ -66,15 +61,6 @@ class WireSpec:
     make_wire: Callable[[Mapping[str, str]], object]  # the request's query → a fresh wire
     subprotocol: str | None = None
     max_outstanding_marks: int = MAX_OUTSTANDING_MARKS
-
-
-SPECS = (
-    WireSpec("asterisk", "/v1/asterisk", lambda q: AsteriskWire(), subprotocol="media"),
-    WireSpec("telnyx", "/v1/telnyx", lambda q: TelnyxWire(q.get("bidirectional_codec"), q.get("bidirectional_sampling_rate"))),
-    WireSpec("vonage", "/v1/vonage", lambda q: VonageWire()),
-    WireSpec("jambonz", "/v1/jambonz", lambda q: JambonzWire(q.get("bidirectional_sample_rate")),
-             subprotocol="audio.jambonz.org", max_outstanding_marks=JAMBONZ_MAX_MARKS),
-)
 
 
 @dataclass
@@ -407,8 +393,8 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
-def install(core: CallCore, host: LegHost) -> list[WireEndpoint]:
-    """The routes of every WebSocket media wire (one line per wire in SPECS)."""
-    endpoints = [WireEndpoint(core, spec) for spec in SPECS]
-    host.add_routes([e.route() for e in endpoints])
-    return endpoints
+def install_wire(core: CallCore, host: LegHost, spec: WireSpec) -> WireEndpoint:
+    """Serves one wire's path on the gateway's port (each provider's leg module calls this)."""
+    endpoint = WireEndpoint(core, spec)
+    host.add_routes([endpoint.route()])
+    return endpoint
