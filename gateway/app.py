@@ -57,7 +57,10 @@ LEGS: tuple[Leg, ...] = (
     Leg("gateway.legs.control"),  # /v1/control (the agent's side of a telephony call)
     Leg("gateway.legs.twilio"),  # /v1/twilio
     Leg("gateway.legs.audiosocket"),  # Asterisk AudioSocket on telephony.audiosocket_port
-    Leg("gateway.legs.ws_media"),  # /v1/asterisk, /v1/telnyx, /v1/vonage, /v1/jambonz (one WireSpec line per wire)
+    Leg("gateway.legs.asterisk"),  # /v1/asterisk (chan_websocket)
+    Leg("gateway.legs.telnyx"),  # /v1/telnyx
+    Leg("gateway.legs.vonage"),  # /v1/vonage
+    Leg("gateway.legs.jambonz"),  # /v1/jambonz
     Leg("gateway.legs.webrtc", extra="webrtc"),  # /v1/webrtc/offer and the demo page
 )
 

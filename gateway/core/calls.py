@@ -144,8 +144,12 @@ class CallRegistry:
             asyncio.get_running_loop().create_task(call.session.close(error))
 
     # ------------------------------------------------------------ media side
-    def connect_media(self, ids: list[str], leg: TelephonyLeg, kind: str, voice: str | None = None, language: str | None = None) -> Call:
-        """A media leg started: join the call one of `ids` names, or start one. The caller flushes events."""
+    def connect_media(self, ids: list[str], leg: TelephonyLeg, kind: str, voice: str | None = None, language: str | None = None,
+                      output: OutputFormat = TELEPHONY_PCM, inbound_rate: int = TELEPHONY_PCM.sample_rate) -> Call:
+        """A media leg started: join the call one of `ids` names, or start one. The caller flushes events.
+
+        `output` and `inbound_rate` apply to a call this leg starts (a wideband wire plays and hears at its
+        own rate); a call the agent attached to first keeps 8 kHz, so a leg reads `call.session.output`."""
         ids = list(dict.fromkeys(normalize_call_id(i) for i in ids if i))
         if not ids:
             raise P.ProtocolError(P.BAD_MESSAGE, "the media leg names no call id")
@@ -153,8 +157,8 @@ class CallRegistry:
         if call is not None and call.media_state != "waiting":
             raise P.ProtocolError(P.CALL_BUSY, f"call {call.call_id!r} already has a media leg")
         if call is None:
-            session = self.core.new_session(kind, voice, language or "auto", None, TELEPHONY_PCM)
-            call = self._new_call(ids, session)
+            session = self.core.new_session(kind, voice, language or "auto", None, output)
+            call = self._new_call(ids, session, inbound_rate)
         else:
             for timer in call.timers:
                 timer.cancel()
@@ -189,9 +193,9 @@ class CallRegistry:
         """The caller's voice: detection and barge-in on the call's inbound audio (AudioSocket's buffer is ours to pause)."""
         self.core.voice.attach(call.session, call.inbound, call.barge_in, owns_buffer=call.media_kind == "audiosocket")
 
-    def _new_call(self, ids: list[str], session: Session) -> Call:
+    def _new_call(self, ids: list[str], session: Session, inbound_rate: int = TELEPHONY_PCM.sample_rate) -> Call:
         wav = recording_path(self.core.config.telephony.record_inbound_dir, ids[0], session.session_id)
-        call = Call(ids[0], session, InboundAudio(TELEPHONY_PCM.sample_rate, wav), aliases=set(ids))
+        call = Call(ids[0], session, InboundAudio(inbound_rate, wav), aliases=set(ids))
         session.inbound = call.inbound
         for i in ids:
             self._calls[i] = call
