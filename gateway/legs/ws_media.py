@@ -6,8 +6,10 @@ and in a `WireSpec` (`gateway/legs/asterisk.py`, …). The far end connects, its
 the call, and the call registry joins it with the agent's control socket by
 any of the call's ids (the provider's own, or a `call_id` query parameter).
 
-Sending: the shared 20 ms clock hands us one PCM16 8 kHz frame per tick; it
-is resampled when the wire runs at another rate, encoded, and sent at once —
+Sending: the shared 20 ms clock hands us one PCM16 frame per tick — at the
+wire's own rate when the far end started the call (wideband stays
+wideband), at 8 kHz when the agent attached first — resampled when the rates
+differ, encoded, and sent at once —
 so the far end's buffer stays one frame deep and barge-in (its clear
 command) drops almost nothing audible. A mark follows each text chunk's last
 frame; the far end's confirmation becomes `call.mark` (played or dropped).
@@ -34,6 +36,7 @@ from typing import Callable, Mapping
 import numpy as np
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from audio.encode import PCM16_RATES, OutputFormat
 from audio.pcm import float_to_int16, int16_to_float
 from audio.playout import PlayoutEvent
 from audio.resample import FrameFifo, StreamResampler
@@ -43,7 +46,9 @@ from gateway.core.backpressure import frame_must_skip, send_would_wait
 from gateway.core.calls import TELEPHONY_PCM, Call
 from gateway.legs.accept import authorized
 from gateway.legs.host import LegHost
-from gateway.wire.events import Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused
+from gateway.wire.events import (
+    Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused, WireAudio,
+)
 
 log = logging.getLogger("voxgate.wsmedia")
 
@@ -76,7 +81,6 @@ class WireMediaLeg:
 
     clock_driven = True
     send_idle_silence = False  # every one of these far ends plays silence by itself when idle
-    output = TELEPHONY_PCM
 
     def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, wire, spec: WireSpec, metrics,
                  notify: Callable[[dict], "asyncio.Future | None"]):
@@ -91,6 +95,7 @@ class WireMediaLeg:
         self.notify = notify  # async: an event for the call's control socket
         self._frames = metrics.frames_sent.labels(leg=spec.kind)
         self.out = wire.outbound
+        self.output = TELEPHONY_PCM  # what the session hands us; `bind` sets it once the call is known
         self._resampler, self._fifo = self._new_resampler()
         self._names = itertools.count()
         self._to_mark: list[tuple[str, _SentMark]] = []  # marks whose chunk's last frame is being sent
@@ -102,10 +107,15 @@ class WireMediaLeg:
         self._dropped_names: deque[str] = deque(maxlen=MAX_OUTSTANDING_MARKS)  # reported dropped at a barge-in
         self.frames_held_dropped = 0
 
+    def bind(self, output: OutputFormat) -> None:
+        """The session's output format (the wire's own rate when this leg started the call, else 8 kHz)."""
+        self.output = output
+        self._resampler, self._fifo = self._new_resampler()
+
     def _new_resampler(self):
-        if self.out.sample_rate == TELEPHONY_PCM.sample_rate:
+        if self.out.sample_rate == self.output.sample_rate:
             return None, None
-        return StreamResampler(TELEPHONY_PCM.sample_rate, self.out.sample_rate), FrameFifo(self.out.frame_samples)
+        return StreamResampler(self.output.sample_rate, self.out.sample_rate), FrameFifo(self.out.frame_samples)
 
     # ------------------------------------------------------------ sending
     def _usable(self) -> bool:
@@ -140,7 +150,7 @@ class WireMediaLeg:
         return True
 
     def _encode(self, frame: bytes) -> list[bytes]:
-        """One PCM16 8 kHz frame → wire-encoded frames at the wire's rate (resampling is bursty: 0..n frames)."""
+        """One PCM16 frame of the session's → wire-encoded frames at the wire's rate (resampling is bursty: 0..n frames)."""
         pcm = np.frombuffer(frame, dtype="<i2")
         if self._resampler is None:
             return [frame if self.out.encoding == "pcm16le" else self.out.encode(pcm)]
@@ -360,9 +370,11 @@ class _WireStream:
         language = q.get("language") or started.language
         leg = WireMediaLeg(self.ws, self.request, self.wire, self.spec, self.core.metrics, self._notify)
         try:
-            call = self.endpoint.registry.connect_media(ids, leg, self.spec.kind, voice, language)
+            call = self.endpoint.registry.connect_media(ids, leg, self.spec.kind, voice, language,
+                                                        output=native_output(self.wire.outbound), inbound_rate=started.audio.sample_rate)
         except P.ProtocolError as exc:
             raise StartRefused(exc.code, exc.message) from None
+        leg.bind(call.session.output)
         self.leg, self.call = leg, call
         if started.audio.sample_rate != call.inbound.sample_rate:
             self._inbound_resampler = StreamResampler(started.audio.sample_rate, call.inbound.sample_rate)
@@ -391,6 +403,13 @@ class _WireStream:
 
 def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
+
+
+def native_output(out: WireAudio) -> OutputFormat:
+    """The session format that needs no resampling for this wire: its own pcm16 rate, else 8 kHz."""
+    if out.encoding in ("pcm16le", "pcm16be") and out.sample_rate in PCM16_RATES:
+        return OutputFormat("pcm16", out.sample_rate)
+    return TELEPHONY_PCM
 
 
 def install_wire(core: CallCore, host: LegHost, spec: WireSpec) -> WireEndpoint:
