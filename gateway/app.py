@@ -167,6 +167,7 @@ class Gateway:
             from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
 
             await asyncio.to_thread(warm_up)
+        self.core.voice.check()  # a barge_in detector that cannot load is a start-up error
         await self.engine.start()
         self.core.clock.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -195,6 +196,7 @@ class Gateway:
             await session.close()
         for fn in self._on_stop:
             await fn()
+        await self.core.voice.close()
         await self.core.clock.stop()
         if self._runner:
             await self._runner.cleanup()
