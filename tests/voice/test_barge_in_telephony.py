@@ -112,9 +112,10 @@ def check_barge_in(result: dict, start_arrival: float) -> None:
     speech, done = result["speech"], result["done"]
     assert done["interrupted"] is True and done["interrupted_by"] == "caller"
     # user.speech.at_ms and audio.start.at_ms share the playout timeline: their distance is the caller's
-    # onset measured into the turn, within the VAD's window and the arrival jitter
+    # onset measured into the turn, within the VAD's window and the jitter of this one event loop, which
+    # runs the gateway and its clients together (generous: the machine may be loaded)
     into_turn_ms = (result["onset_at"] - start_arrival) * 1000
-    assert abs((speech["at_ms"] - result["start"]["at_ms"]) - into_turn_ms) < 150, (speech, result["start"], into_turn_ms)
+    assert abs((speech["at_ms"] - result["start"]["at_ms"]) - into_turn_ms) < 300, (speech, result["start"], into_turn_ms)
     # played_text is cut where the caller started, not where the barge-in landed
     assert abs(done["caller_onset_ms"] - (speech["at_ms"] - result["start"]["at_ms"])) < 60
     assert done["played_ms"] >= done["caller_onset_ms"] + 200  # at least min_speech_ms more had played
