@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import hmac
-import json
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ import uuid
 from typing import Awaitable, Callable
 
 from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from audio.encode import OutputFormat
 from gateway import protocol as P
@@ -44,6 +44,27 @@ MAX_SEND_BACKLOG_BYTES = 48 * 1024
 _LANGUAGE = re.compile(r"auto|[a-z]{2}")
 
 
+class _MalformedRequestsAreNotErrors(logging.Filter):
+    """aiohttp answers a request it cannot parse with 400 and logs it as an ERROR with a traceback:
+    anyone who can reach the port could fill the log with them. They are refused requests, not faults."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        if not log.isEnabledFor(logging.INFO):
+            return False
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg, record.args, record.exc_info, record.exc_text = "refused a malformed HTTP request (%s)", (exc.message,), None, None
+        return True
+
+
+def quiet_malformed_requests() -> None:
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _MalformedRequestsAreNotErrors) for f in logger.filters):
+        logger.addFilter(_MalformedRequestsAreNotErrors())
+
+
 class NativeWsLeg:
     """/v1/ws: both legs on one WebSocket; JSON events and binary 20 ms frames."""
 
@@ -62,7 +83,7 @@ class NativeWsLeg:
     async def send_event(self, event: dict) -> None:
         if self.ws.closed:
             return
-        data = json.dumps(event, ensure_ascii=False)
+        data = P.dump_event(event)
         if drop_if_stuck(self.transport, self.protocol, len(data.encode()), "client"):
             return  # events cannot be skipped like frames: a client this far behind has stopped reading
         await self.ws.send_str(data)
@@ -113,6 +134,7 @@ class Gateway:
         self._on_start: list[Callable[[], Awaitable[None]]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self.user_text_handler: Callable[[Session, str], Awaitable[None]] | None = None
+        quiet_malformed_requests()
         self.calls = install_telephony(self)  # /v1/control, /v1/twilio, AudioSocket server (gateway/calls.py)
         if not config.server.api_keys:
             log.warning("no server.api_keys configured: the gateway is OPEN to anyone who can reach it")
@@ -310,7 +332,7 @@ class Gateway:
             output = OutputFormat(encoding=out.get("encoding", "pcm16"), sample_rate=out.get("sample_rate", 24000))
         except (ValueError, TypeError) as exc:
             raise P.ProtocolError(P.UNSUPPORTED_FORMAT, str(exc)) from None
-        session = self.new_session("ws", m.get("voice"), m.get("language", "auto"), m.get("instruct"), output)
+        session = self.new_session("ws", m.get("voice"), m.get("language") or "auto", m.get("instruct"), output)
         leg = NativeWsLeg(ws, request, output, self.metrics)
         session.attach_text(leg)
         session.attach_media(leg)
@@ -319,7 +341,7 @@ class Gateway:
             "type": "session.started",
             "session_id": session.session_id,
             "voice": session.voice_name,
-            "language": m.get("language", "auto"),
+            "language": m.get("language") or "auto",
             "output": {"encoding": output.encoding, "sample_rate": output.sample_rate, "frame_ms": output.frame_ms},
         })
         asyncio.get_running_loop().create_task(self._close_ws_when_done(session, ws))

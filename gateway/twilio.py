@@ -263,7 +263,7 @@ class _TwilioStream:
     async def _on_text(self, raw: str) -> bool:
         """One Twilio message; True when the stream is over."""
         try:
-            m = json.loads(raw)
+            m = P.loads_json(raw)
         except ValueError as exc:
             raise P.ProtocolError(P.BAD_JSON, f"Twilio message is not valid JSON: {exc}") from None
         if not isinstance(m, dict) or not isinstance(m.get("event"), str):
