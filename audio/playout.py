@@ -42,7 +42,7 @@ class PlayoutEvent:
 @dataclass
 class Frame:
     pcm: np.ndarray  # float32, frame_samples long; a reused buffer, valid until the next tick
-    kind: str  # audio | gap | latency | idle
+    kind: str  # audio | gap | latency | idle | paused
     turn_id: str | None = None
 
 
@@ -99,6 +99,8 @@ class Playout:
             self._wav.setframerate(sample_rate)
             self._wav_int16 = np.zeros(self.frame_samples, dtype=np.int16)
         self.ticks = 0
+        self._paused_ticks = 0  # > 0: holding the current utterance (caller speech onset), at most this many more ticks
+        self.paused_total_ms = 0.0
 
     # ------------------------------------------------------------ producer side
     def open_utterance(self, turn_id: str) -> None:
@@ -142,6 +144,7 @@ class Playout:
         ended = []
         now = self.clock()
         self._buffered = 0
+        self._paused_ticks = 0
         while self._utterances:
             utt = self._utterances.popleft()
             if utt.underrun_ticks:
@@ -163,6 +166,25 @@ class Playout:
         """True while the current utterance has started playing (frames go on the wire)."""
         return bool(self._utterances) and self._utterances[0].started
 
+    # ------------------------------------------------------------ holding for the caller
+    def pause(self, max_ms: float = 2000.0) -> bool:
+        """Hold the playing utterance (silence, nothing consumed, no underrun) for at most `max_ms`.
+
+        For a caller who may be starting to barge in: `resume()` if it was a
+        cough, `flush()` if it was speech. False when nothing is playing.
+        """
+        if not self.in_utterance:
+            return False
+        self._paused_ticks = max(1, int(max_ms // self.frame_ms))
+        return True
+
+    def resume(self) -> None:
+        self._paused_ticks = 0
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_ticks > 0
+
     def played_ms(self, turn_id: str) -> float:
         utt = self._by_id.get(turn_id)
         return utt.played_samples * 1000.0 / self.sample_rate if utt else 0.0
@@ -175,6 +197,10 @@ class Playout:
         if not self._utterances:
             return self._out(Frame(frame, "idle"))
         utt = self._utterances[0]
+        if self._paused_ticks and utt.started:
+            self._paused_ticks -= 1
+            self.paused_total_ms += self.frame_ms
+            return self._out(Frame(frame, "paused", utt.turn_id))
         if not utt.started:
             avail = utt.pushed_samples
             if avail == 0 and utt.segments and utt.segments[0][0] == "end":

@@ -63,6 +63,7 @@ def _settings(args, max_batch: int):
     s = EngineSettings(model_dir=args.model_dir, random_weights=args.random_weights, device=device, dtype=dtype,
                        max_batch=max_batch, max_queued=100_000)
     longest = max(len(t) for t in TEXTS.values())
+    s.vocoder = getattr(args, "vocoder", None) or s.vocoder
     if args.frames:
         s.frames_base, s.frames_per_token, s.max_frames, s.ignore_eos = args.frames, 0.0, args.frames, True
         s.max_seq_len = longest + 64 + args.frames + 8  # a token per character at worst (tiny byte BPE)
@@ -111,8 +112,10 @@ async def _run_level(engine, texts: list[str], sampling) -> dict:
     wall = time.monotonic() - t0
     audio = sum(r.audio_s for r in runs)
     frames = engine.counters["frames"] - c0["frames"]
-    syncs = engine.counters["host_syncs"] - c0["host_syncs"]
+    watched = engine.counters["host_syncs"] is not None and c0["host_syncs"] is not None
+    syncs = engine.counters["host_syncs"] - c0["host_syncs"] if watched else None
     steps = engine.counters["steps"] - c0["steps"]
+    vcalls = engine.counters["vocoder_calls"] - c0["vocoder_calls"]
     ttfa = [r.ttfa_s * 1e3 for r in runs]
     return {
         "concurrency": len(texts), "audio_s": round(audio, 3), "wall_s": round(wall, 3),
@@ -120,11 +123,28 @@ async def _run_level(engine, texts: list[str], sampling) -> dict:
         "rtf": round(statistics.mean((r.t_end - r.t0) / r.audio_s for r in runs if r.audio_s), 4),
         "ttfa_p50_ms": round(_percentile(ttfa, 0.5), 1), "ttfa_p95_ms": round(_percentile(ttfa, 0.95), 1),
         "keeps_up": all(r.keeps_up() for r in runs), "streams_keeping_up": sum(r.keeps_up() for r in runs),
-        "frames": frames, "steps": steps, "host_syncs": syncs,
-        "host_syncs_per_frame": round(syncs / frames, 4) if frames else None,
+        "frames": frames, "steps": steps, "vocoder_calls": vcalls, "host_syncs": syncs,
+        "host_syncs_per_frame": round(syncs / frames, 4) if frames and watched else None,
+        "host_syncs_per_step": round(syncs / steps, 3) if steps and watched else None,
         "mean_batch": round(frames / steps, 2) if steps else None,
         **{f"{k}_s": round(engine.timings[k] - tm0[k], 3) for k in engine.timings},
     }
+
+
+async def _sync_probe(engine, sampling, c: int) -> dict:
+    """One level with the sync watch on (every op of the worker and the vocoder lane watched; slower, so
+    apart from the timed levels): what really made the host wait, per step."""
+    engine.watch_syncs(True)
+    try:
+        texts = [list(TEXTS.values())[i % 3] for i in range(c)]
+        r = await _run_level(engine, texts, sampling)
+    finally:
+        engine.watch_syncs(False)
+    out = {k: r[k] for k in ("concurrency", "steps", "vocoder_calls", "host_syncs", "host_syncs_per_step",
+                             "host_syncs_per_frame")}
+    print(f"host syncs (watched, c={c}): {r['host_syncs']} over {r['steps']} steps and {r['vocoder_calls']} "
+          f"vocoder calls = {r['host_syncs_per_step']} per step")
+    return out
 
 
 async def _stage_table(engine, sampling, streaming: bool) -> list[dict]:
@@ -257,6 +277,7 @@ async def _bench(args) -> dict:
         if sweep:
             _print_levels(sweep, "ours (Qwen3Engine):")
         result["levels"] = sweep
+        result["syncs"] = await _sync_probe(engine, sampling, min(levels or [4]))
         if args.reference:
             repeats = int(os.environ.get("VOXGATE_BENCH_REPEATS", "3"))
             reference = _load_reference(args.model_dir, settings.device)

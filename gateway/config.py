@@ -59,6 +59,9 @@ class ServerConfig:
         check(all(isinstance(k, str) and k for k in self.api_keys), "api_keys", "must be non-empty strings")
 
 
+VOCODERS = ("auto", "torch", "onnxruntime", "tensorrt")
+
+
 @dataclass
 class EngineConfig:
     kind: str = "auto"  # auto | qwen3 | simulated | espeak (auto: qwen3 with a model_dir, else espeak, else simulated)
@@ -67,14 +70,15 @@ class EngineConfig:
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
     max_batch: int = 64
     max_queued: int = 1024
-    vocoder: str = "torch"  # torch | tensorrt
+    vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (auto: the fastest available, logged)
+    vocoder_cache: str | None = None  # ONNX exports + TensorRT engines (default ~/.cache/voxgate/vocoder)
 
     def validate(self, check) -> None:
         check(self.kind in ("auto", "qwen3", "simulated", "espeak"), "kind", "must be auto, qwen3, simulated or espeak")
         check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
         check(self.max_batch >= 1, "max_batch", "must be >= 1")
         check(self.max_queued >= 1, "max_queued", "must be >= 1")
-        check(self.vocoder in ("torch", "tensorrt"), "vocoder", "must be torch or tensorrt")
+        check(self.vocoder in VOCODERS, "vocoder", "must be " + ", ".join(VOCODERS[:-1]) + " or " + VOCODERS[-1])
 
 
 @dataclass
@@ -131,9 +135,11 @@ class VoiceConfig:
     stress_format: str = "plus"  # plus ('+' before the vowel) | acute (combining accent after it)
     stress_homographs: bool = True  # silero's context model (замок, готов); off = far cheaper, homographs unmarked
     lexicon: dict[str, dict[str, str]] = field(default_factory=dict)  # language -> word -> spoken form
+    aliases: list[str] = field(default_factory=list)  # other names this voice answers to (e.g. OpenAI's: alloy, nova)
 
     def validate(self, check) -> None:
         check(self.stress_format in ("plus", "acute"), "stress_format", "must be plus or acute")
+        check(all(isinstance(a, str) and a.strip() for a in self.aliases), "aliases", "must be non-empty strings")
         check(isinstance(self.stress_homographs, bool), "stress_homographs", "must be true or false")
 
 
@@ -181,6 +187,59 @@ class WebrtcConfig:
         pass
 
 
+BARGE_IN_MODES = ("off", "detect", "vad")
+
+
+@dataclass
+class BargeInConfig:
+    """The caller's voice: detection (`user.speech`) and barge-in by voice; `session.start.barge_in` overrides per call."""
+
+    mode: str = "off"  # off: no detection | detect: user.speech events only | vad: events, and speech interrupts the agent
+    min_speech_ms: float = 250.0  # speech this long during playout interrupts
+    detector: str = "silero"  # silero (accurate; needs the `vad` extra) | webrtc (cheap; fires on noise and music)
+    threshold: float = 0.5  # speech probability that counts as speech
+    onset_ms: float = 64.0  # consecutive speech before `user.speech started` (dated at its first window)
+    silence_ms: float = 300.0  # quiet before `user.speech stopped`
+    echo_holdoff_ms: float = 300.0  # after each audio start, speech is not counted toward a barge-in for this long
+    pause_on_onset: bool = False  # where voxgate owns the buffer: pause at speech onset, resume if it was shorter than min_speech_ms
+    max_inbound_ahead_ms: float = 1000.0  # caller audio beyond real time plus this is dropped (and counted)
+
+    def validate(self, check) -> None:
+        check(self.mode in BARGE_IN_MODES, "mode", "must be off, detect or vad")
+        check(self.detector in ("silero", "webrtc"), "detector", "must be silero or webrtc")
+        check(0 <= self.min_speech_ms <= 10_000, "min_speech_ms", "must be 0..10000")
+        check(0.0 < self.threshold < 1.0, "threshold", "must be between 0 and 1")
+        check(0 <= self.onset_ms <= 2000, "onset_ms", "must be 0..2000")
+        check(30 <= self.silence_ms <= 10_000, "silence_ms", "must be 30..10000")
+        check(0 <= self.echo_holdoff_ms <= 10_000, "echo_holdoff_ms", "must be 0..10000")
+        check(0 < self.max_inbound_ahead_ms <= 60_000, "max_inbound_ahead_ms", "must be 1..60000")
+
+
+@dataclass
+class SttConfig:
+    """Speech to text for each detected utterance: an OpenAI-compatible `/v1/audio/transcriptions`."""
+
+    kind: str = "off"  # off | openai
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1 (whisper.cpp server, faster-whisper servers, vLLM)
+    model: str = "whisper-1"
+    api_key_env: str | None = None  # env var holding the key (sent as a Bearer token)
+    language: str | None = None  # ISO 639-1 hint; empty lets the server detect it
+    timeout_s: float = 15.0
+    min_utterance_ms: float = 200.0  # shorter speech is not sent
+    max_utterance_s: float = 30.0  # longer speech is cut to its last max_utterance_s
+    preroll_ms: float = 200.0  # audio kept before the detected onset (the first phoneme starts before VAD is sure)
+
+    def validate(self, check) -> None:
+        check(self.kind in ("off", "openai"), "kind", "must be off or openai")
+        if self.kind == "openai":
+            check(bool(self.base_url), "base_url", "is required for kind: openai")
+            check(bool(self.model), "model", "is required for kind: openai")
+        check(self.timeout_s > 0, "timeout_s", "must be > 0")
+        check(0 <= self.min_utterance_ms <= 10_000, "min_utterance_ms", "must be 0..10000")
+        check(1 <= self.max_utterance_s <= 300, "max_utterance_s", "must be 1..300")
+        check(0 <= self.preroll_ms <= 2000, "preroll_ms", "must be 0..2000")
+
+
 def _default_voices() -> dict[str, VoiceConfig]:
     return {"default": VoiceConfig()}
 
@@ -197,12 +256,29 @@ class Config:
     telephony: TelephonyConfig = field(default_factory=TelephonyConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
     webrtc: WebrtcConfig = field(default_factory=WebrtcConfig)
+    barge_in: BargeInConfig = field(default_factory=BargeInConfig)
+    stt: SttConfig = field(default_factory=SttConfig)
     source: str = "<defaults>"
 
     def validate(self, check) -> None:
         check(len(self.voices) >= 1, "voices", "must name at least one voice")
         if self.default_voice is not None:
             check(self.default_voice in self.voices, "default_voice", f"{self.default_voice!r} is not in voices")
+        seen: dict[str, str] = {}
+        for name, voice in self.voices.items():
+            for alias in voice.aliases:
+                key = alias.lower()
+                clash = seen.get(key) or next((v for v in self.voices if v.lower() == key and v != name), None)
+                if clash is not None:
+                    raise ConfigError(f"{self.source}: voices.{name}.aliases: {alias!r} is already the name or an alias of voice {clash!r}")
+                seen[key] = name
+
+    def resolve_voice(self, name: str) -> str:
+        """A voice's name from its name or one of its aliases (aliases match in any case); unknown names come back as given."""
+        if name in self.voices:
+            return name
+        key = name.lower()
+        return next((v for v, cfg in self.voices.items() if key in (a.lower() for a in cfg.aliases)), name)
 
     @property
     def default_voice_name(self) -> str:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Test-only extras: headless Chromium for the browser test, the official qwen-tts for parity tests.
+# Test-only extras: headless Chromium for the browser test, espeak-ng + sox for caller speech, the official qwen-tts for parity tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
@@ -8,6 +8,13 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
       || echo "install_test_deps: could not install chromium; browser tests will be skipped"
   else
     echo "install_test_deps: not root or no apt-get; browser tests will be skipped"
+  fi
+fi
+# espeak-ng and sox speak the caller's test speech (tests/caller_audio.py); without them those tests skip.
+if ! command -v espeak-ng >/dev/null 2>&1 || ! command -v sox >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox) >/dev/null 2>&1 \
+      || echo "install_test_deps: could not install espeak-ng/sox; caller-speech tests will be skipped"
   fi
 fi
 if [ -x scripts/install_reference.sh ]; then

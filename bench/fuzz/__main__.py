@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         h = report["healthy_call"]
         print(f"total {report['total_cases']} cases, {report['total_failures']} failed; gateway alive: {report['alive']}")
         print(f"healthy call: {h['turns']} turns, {h['frames']} frames, {h['audible_gaps']} audible / {h['micro_gaps']} micro gaps, "
-              f"frame lateness p50 {h['lateness_p50_ms']} ms p99 {h['lateness_p99_ms']} ms max {h['lateness_max_ms']} ms"
+              f"frame lateness p50 {h['lateness_p50_ms']} ms p99 {h['lateness_p99_ms']} ms max {h['lateness_max_ms']} ms (alone before the fuzzing: p99 {h['quiet_lateness_p99_ms']} ms)"
               f"{'; FAILED: ' + h['failure'] if h['failure'] else ''}; server clock lateness p99 {report['server_clock_lateness_p99_ms']} ms")
     finally:
         gw.stop()

@@ -26,7 +26,7 @@ FRAME_S = 0.02
 def _play(url: str, halt, results, pause_s: float) -> None:
     from websockets.sync.client import connect
 
-    out = {"turns": 0, "frames": 0, "audible_gaps": 0, "micro_gaps": 0, "lateness": [], "errors": [], "failure": None}
+    out = {"turns": 0, "frames": 0, "audible_gaps": 0, "micro_gaps": 0, "samples": [], "errors": [], "failure": None}
     try:
         with connect(url, max_size=None, open_timeout=10, close_timeout=2) as ws:
             ws.send(json.dumps({"type": "session.start", "output": {"encoding": "pcm16", "sample_rate": 8000}}))
@@ -52,7 +52,9 @@ def _play(url: str, halt, results, pause_s: float) -> None:
                 if len(arrivals) > 1:
                     offsets = [t - arrivals[0] - k * FRAME_S for k, t in enumerate(arrivals)]
                     base = min(offsets)
-                    out["lateness"].extend(o - base for o in offsets[1:])
+                    out["samples"].extend([t, o - base] for t, o in zip(arrivals[1:], offsets[1:]))
+                if n == 1:
+                    print("first turn played", flush=True)  # the parent's cue: the quiet reference is in
                 halt.wait(pause_s)
             ws.send(json.dumps({"type": "session.end"}))
     except Exception as exc:  # noqa: BLE001 - any failure of the healthy call is the finding
@@ -70,10 +72,13 @@ class HealthyCall:
         self._proc: subprocess.Popen | None = None
         self.result: dict | None = None
 
-    def start(self) -> "HealthyCall":
+    def start(self, wait_first_turn: bool = True) -> "HealthyCall":
         env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self._proc = subprocess.Popen([sys.executable, "-m", "bench.fuzz.healthy", self.url, str(self.pause_s)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        if wait_first_turn:
+            self._proc.stdout.readline()  # one turn played before anything else runs: the quiet reference
+        self.started_fuzz_at = time.monotonic()  # CLOCK_MONOTONIC is one clock for every process
         return self
 
     def stop(self, timeout: float = 25.0) -> dict:
@@ -86,16 +91,21 @@ class HealthyCall:
         return self.summary()
 
     def summary(self) -> dict:
+        """Totals, and frame lateness before the fuzzing began (`quiet_*`, the machine's own noise) and during it."""
         r = self.result or {}
-        late = sorted(r.get("lateness", []))
+        samples = r.get("samples", [])
+        t0 = getattr(self, "started_fuzz_at", 0.0)
+        quiet = sorted(x for t, x in samples if t < t0)
+        late = sorted(x for t, x in samples if t >= t0)
 
-        def q(p: float) -> float:
-            return round(1000 * late[min(len(late) - 1, int(p * len(late)))], 2) if late else float("nan")
+        def q(values: list[float], p: float) -> float:
+            return round(1000 * values[min(len(values) - 1, int(p * len(values)))], 2) if values else float("nan")
 
         return {"turns": r.get("turns", 0), "frames": r.get("frames", 0), "audible_gaps": r.get("audible_gaps", 0),
-                "micro_gaps": r.get("micro_gaps", 0), "lateness_p50_ms": q(0.5), "lateness_p99_ms": q(0.99),
-                "lateness_max_ms": round(1000 * late[-1], 2) if late else float("nan"), "errors": r.get("errors", []),
-                "failure": r.get("failure")}
+                "micro_gaps": r.get("micro_gaps", 0), "lateness_p50_ms": q(late, 0.5), "lateness_p99_ms": q(late, 0.99),
+                "lateness_max_ms": round(1000 * late[-1], 2) if late else float("nan"),
+                "quiet_lateness_p99_ms": q(quiet, 0.99), "quiet_frames": len(quiet),
+                "errors": r.get("errors", []), "failure": r.get("failure")}
 
 
 def main() -> None:

@@ -15,6 +15,10 @@ const vg = (window.voxgate = {
   maxLevel: 0,
   turns: new Map(),
   gaps: { micro: 0, audible: 0 },
+  speaking: false, // the gateway hears the caller (user.speech)
+  speech: [], // user.speech events
+  bargeIns: 0, // turns the caller's voice interrupted
+  mic: null, // "on" | "muted" | "denied" | null (not used)
 });
 
 let pc = null;
@@ -23,6 +27,7 @@ let audioCtx = null;
 let analyser = null;
 let speakCount = 0;
 let pendingSendAt = null; // the agent picks the turn id: time the next turn from the last send
+let micStream = null;
 
 async function api(path, init = {}) {
   const resp = await fetch(path, { ...init, headers: { ...authHeaders, ...(init.headers || {}) } });
@@ -65,6 +70,10 @@ function setState(state, detail) {
   pill.className = "pill " + (state === "connected" ? "connected" : state === "failed" ? "failed" : "");
   const live = state === "connected";
   for (const id of ["message", "send", "interrupt", "hangup"]) $(id).disabled = !live;
+  $("use-mic").disabled = state === "connecting" || live;
+  $("barge-in").disabled = state === "connecting" || live;
+  $("mic").disabled = !live || !micStream;
+  if (!live) setSpeaking(false);
   $("connect").disabled = state === "connecting" || live;
 }
 
@@ -83,9 +92,30 @@ async function connect() {
   audioCtx = audioCtx || new AudioContext();
   await audioCtx.resume().catch(() => {});
   pc = new RTCPeerConnection({ iceServers: (vg.iceServers || []).map((s) => (typeof s === "string" ? { urls: s } : s)) });
-  pc.addTransceiver("audio", { direction: "recvonly" });
+  micStream = null;
+  if ($("use-mic").checked) {
+    try {
+      // Echo cancellation keeps the agent's own voice, played by the speakers, out of what the gateway hears.
+      micStream = await navigator.mediaDevices.getUserMedia({
+        audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
+      });
+      vg.mic = "on";
+    } catch (err) {
+      vg.mic = "denied";
+      logEvent({ type: "page.error", message: `microphone: ${err.message || err}` });
+    }
+  }
+  if (micStream) {
+    for (const track of micStream.getAudioTracks()) pc.addTrack(track, micStream); // sendrecv: our voice up, the agent's down
+  } else {
+    pc.addTransceiver("audio", { direction: "recvonly" });
+  }
+  showMic();
   dc = pc.createDataChannel("voxgate");
-  dc.onopen = () => dc.send(JSON.stringify({ type: "session.start", voice: $("voice").value || undefined, language: $("language").value }));
+  dc.onopen = () => dc.send(JSON.stringify({
+    type: "session.start", voice: $("voice").value || undefined, language: $("language").value,
+    barge_in: micStream ? { mode: $("barge-in").checked ? "vad" : "detect" } : undefined,
+  }));
   dc.onmessage = (e) => onEvent(JSON.parse(e.data));
   dc.onclose = () => { if (vg.state === "connected") setState("disconnected"); };
   pc.ontrack = (e) => attachAudio(e.streams[0] || new MediaStream([e.track]));
@@ -111,9 +141,33 @@ async function connect() {
   }
 }
 
+function setSpeaking(on) {
+  vg.speaking = on;
+  $("speaking").className = "pill speaking" + (on ? " on" : "");
+  $("speaking").textContent = on ? "you are speaking" : "not speaking";
+}
+
+function showMic() {
+  const btn = $("mic");
+  const live = micStream && micStream.getAudioTracks().some((t) => t.enabled);
+  btn.textContent = micStream ? (live ? "Mute mic" : "Unmute mic") : "Mic off";
+  btn.className = live ? "mic on" : "mic";
+}
+
+function toggleMic() {
+  if (!micStream) return;
+  for (const t of micStream.getAudioTracks()) t.enabled = !t.enabled;
+  vg.mic = micStream.getAudioTracks().some((t) => t.enabled) ? "on" : "muted";
+  showMic();
+}
+
 function hangup() {
   if (dc && dc.readyState === "open") dc.send(JSON.stringify({ type: "session.end" }));
-  setTimeout(() => { if (pc) pc.close(); pc = null; dc = null; setState("disconnected"); }, 100);
+  setTimeout(() => {
+    if (pc) pc.close();
+    if (micStream) for (const t of micStream.getTracks()) t.stop();
+    pc = null; dc = null; micStream = null; showMic(); setState("disconnected");
+  }, 100);
 }
 
 function attachAudio(stream) {
@@ -233,7 +287,8 @@ function onEvent(ev) {
       const t = turnRow(ev.turn_id);
       t.tr.cells[3].textContent = `${(ev.played_ms / 1000).toFixed(2)} s`;
       t.tr.cells[4].textContent = `${ev.gaps.micro}/${ev.gaps.audible}`;
-      t.tr.cells[5].textContent = ev.interrupted ? "interrupted" : "done";
+      t.tr.cells[5].textContent = ev.interrupted ? (ev.interrupted_by === "caller" ? "your voice" : "interrupted") : "done";
+      if (ev.interrupted_by === "caller") vg.bargeIns += 1;
       if (ev.interrupted && t.body && typeof ev.played_text === "string") {
         const heard = document.createElement("span");
         heard.className = "heard";
@@ -245,6 +300,13 @@ function onEvent(ev) {
       }
       break;
     }
+    case "user.speech":
+      vg.speech.push(ev);
+      setSpeaking(ev.state === "started");
+      break;
+    case "user.text": // what the gateway's speech-to-text heard
+      say("you (heard)", ev.text, "user");
+      break;
     case "error":
       say("error", `${ev.code}: ${ev.message}`, "error");
       break;
@@ -273,6 +335,7 @@ vg.send = send;
 
 $("connect").onclick = connect;
 $("hangup").onclick = hangup;
+$("mic").onclick = toggleMic;
 $("interrupt").onclick = () => dc && dc.readyState === "open" && dc.send(JSON.stringify({ type: "interrupt" }));
 $("composer").onsubmit = (e) => {
   e.preventDefault();

@@ -203,3 +203,28 @@ def test_non_finite_engine_samples_are_cleaned_on_push():
     p.push("t1", 0, np.array([np.nan, np.inf, -np.inf] + [0.5] * 157, dtype=np.float32))
     frame = p.tick().pcm
     assert np.isfinite(frame).all() and frame[:3].tolist() == [0.0, 1.0, -1.0]
+
+
+def test_pause_holds_the_utterance_without_an_underrun_and_resume_goes_on():
+    import numpy as np
+
+    from audio.playout import Playout
+
+    events = []
+    p = Playout(1000, frame_ms=20, prebuffer_ms=0, on_event=lambda e: events.append(e))
+    assert p.pause() is False  # nothing playing
+    p.open_utterance("t")
+    p.push("t", 0, np.arange(1, 101, dtype=np.float32) / 1000)
+    p.close_utterance("t")
+    assert p.tick().kind == "audio"
+    assert p.pause(max_ms=40) and p.paused
+    frames = [p.tick() for _ in range(2)]
+    assert [f.kind for f in frames] == ["paused", "paused"] and not frames[0].pcm.any()
+    f = p.tick()  # the hold ran out: the audio goes on where it stopped
+    assert f.kind == "audio" and f.pcm[0] == np.float32(21 / 1000)
+    assert p.pause()
+    p.tick()
+    p.resume()
+    assert p.tick().kind == "audio"
+    assert not [e for e in events if e.type.startswith("underrun")]
+    assert p.paused_total_ms == 60

@@ -36,7 +36,9 @@ def test_random_weights_bench_writes_levels_and_trace(tiny_random_shapes, tmp_pa
     for lv in r["levels"]:
         assert {"concurrency", "audio_x", "rtf", "ttfa_p50_ms", "ttfa_p95_ms"} <= set(lv)
         assert lv["audio_s"] == pytest.approx(lv["concurrency"] * 3 * 0.08)  # --frames fixes the length
-        assert lv["host_syncs"] == lv["steps"]  # one device->host copy per step for the whole batch
+        assert lv["host_syncs"] is None  # timed levels are not watched
+    sy = r["syncs"]  # the watched level: one wait per step and one per vocoder call, nothing else
+    assert sy["steps"] > 0 and sy["host_syncs"] == sy["steps"] + sy["vocoder_calls"]
     assert len(r["stages"]) == 3
     names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"]}
     assert {"prefill", "code_predictor", "talker_step", "sampling", "host_sync", "vocoder"} <= names

@@ -54,3 +54,14 @@ def test_model_dir_comes_from_the_environment_when_unset(tmp_path, monkeypatch):
 def test_overrides_merge_into_sections(tmp_path):
     cfg = load_config(write(tmp_path, "server:\n  port: 1234\n"), {"server": {"host": "0.0.0.0"}})
     assert (cfg.server.host, cfg.server.port) == ("0.0.0.0", 1234)
+
+
+def test_barge_in_and_stt_sections_are_strict(tmp_path):
+    from gateway.config import ConfigError, load_config
+
+    cfg = load_config(None, {"barge_in": {"mode": "vad", "min_speech_ms": 300}, "stt": {"kind": "openai", "base_url": "http://x/v1"}})
+    assert cfg.barge_in.mode == "vad" and cfg.barge_in.min_speech_ms == 300.0 and cfg.stt.model == "whisper-1"
+    for bad, where in [({"barge_in": {"mode": "always"}}, "barge_in.mode"), ({"barge_in": {"detector": "x"}}, "barge_in.detector"),
+                       ({"barge_in": {"min_speech": 1}}, "barge_in.min_speech"), ({"stt": {"kind": "openai"}}, "stt.base_url")]:
+        with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+            load_config(None, bad)

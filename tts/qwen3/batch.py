@@ -7,8 +7,14 @@ one frame for slots 0..n-1 with the same step functions as the reference loop
 output buffer, which the host reads with a single copy. Inactive slots inside the
 bucket compute and are ignored; their positions stay put.
 
-On CUDA, `step` for each batch bucket is captured once as a CUDA graph (the talker
-step, the 15-step code predictor loop and sampling) and replayed.
+Attention reads only the cache columns live rows can use: the host knows every slot's position, so
+each step picks the smallest length bucket above the longest live one (`kv_len`). On CUDA, `step`
+for each (batch bucket, length bucket) is captured once as a CUDA graph (the talker step, the
+15-step code predictor loop and sampling), all at start, on the stream the warm-up ran on, and
+replayed. Graphs run one sampling layout that serves every request's settings (see
+`SamplingRows.general`), so no request re-captures in traffic.
+
+The step's results go to a host buffer with one non-blocking copy; `read` is the one wait.
 """
 
 from __future__ import annotations
@@ -20,12 +26,20 @@ from tts.qwen3.model import Qwen3TTSModel
 from tts.qwen3.prompt import Prompt
 from tts.qwen3.sampling import SamplingRows
 
-DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512)
+KV_BUCKET = 128  # cache columns are read in multiples of this (and the longest bucket: max_seq_len)
+PREFILL_BUCKET = 16  # prompt lengths are padded to a multiple of this (fewer shapes: kernels, SDPA plans)
+
+
+def kv_buckets(max_seq_len: int, step: int = KV_BUCKET) -> tuple[int, ...]:
+    """Length buckets: multiples of `step` below max_seq_len, then max_seq_len."""
+    return tuple(range(step, max_seq_len, step)) + (max_seq_len,)
 
 
 class TalkerBatch:
     def __init__(self, model: Qwen3TTSModel, max_batch: int, max_seq_len: int, *, use_cuda_graphs: bool | None = None,
-                 buckets: tuple[int, ...] = DEFAULT_BUCKETS, generator: torch.Generator | None = None):
+                 buckets: tuple[int, ...] = DEFAULT_BUCKETS, generator: torch.Generator | None = None,
+                 kv_step: int = KV_BUCKET, live_lengths: bool = True):
         self.model = model
         talker = model.talker
         p = talker.codec_head.weight
@@ -49,16 +63,29 @@ class TalkerBatch:
         v = cfg.talker.vocab_size
         suppress = torch.zeros(v, dtype=torch.bool, device=dev)
         suppress[cfg.suppressed_codec_ids] = True
-        self.cb0 = TalkerSampling(SamplingRows.filled(b, dev, repetition_penalty=1.05),
+        self.use_cuda_graphs = (dev.type == "cuda") if use_cuda_graphs is None else use_cuda_graphs
+        # one layout for every request under graphs; eager picks the cheapest layout for the rows it has
+        general = self.use_cuda_graphs
+        self.cb0 = TalkerSampling(SamplingRows.filled(b, dev, repetition_penalty=1.05, general=general),
                                   torch.zeros(b, v, dtype=torch.bool, device=dev),
                                   torch.zeros(b, dtype=torch.long, device=dev), suppress, cfg.talker.codec_eos_token_id)
-        self.pred_rows = SamplingRows.filled(b, dev)
+        self.pred_rows = SamplingRows.filled(b, dev, general=general)
         self.out = torch.zeros(b, self.groups + 1, dtype=torch.long, device=dev)  # codes + next codebook-0 token
+        cuda = dev.type == "cuda"
+        self.host_out = torch.zeros(b, self.groups + 1, dtype=torch.long, pin_memory=cuda)
+        self._out_ready = None  # CUDA event after the host copy of the last step
         self.generator = generator
         self.buckets = tuple(sorted({x for x in buckets if x < max_batch} | {max_batch}))
-        self.use_cuda_graphs = (dev.type == "cuda") if use_cuda_graphs is None else use_cuda_graphs
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.kv_buckets = kv_buckets(max_seq_len, kv_step) if live_lengths else (max_seq_len,)
+        # host mirror of each slot's position (the next cache column it writes) and of `active`
+        self.host_pos = [0] * max_batch
+        self.host_active = [False] * max_batch
+        self.host_wide = [False] * max_batch  # the row needs the whole-vocabulary sampling layout
+        self._graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}  # (batch, kv_len, wide)
         self._pool = None
+        self._stream = None  # CUDA: the stream warm-up and capture run on, and replays go to
+        self.sdpa_backends: dict = {}  # (batch bucket, kv bucket) -> backend pinned at capture (CUDA)
+        self.last_kv_len = 0
         self.stage_marks = None  # eager tracing: called with a stage name after each stage
         self.last_launch_s = 0.0  # time spent issuing the last step (the rest of `step` is the host sync)
 
@@ -68,7 +95,10 @@ class TalkerBatch:
             grown = torch.zeros(self.max_batch, length, self.trailing.shape[-1], dtype=self.dtype, device=self.device)
             grown[:, : self.trailing_capacity] = self.trailing
             self.trailing, self.trailing_capacity = grown, length
-            self._graphs.clear()  # captured graphs read the old buffer
+            if self._graphs:  # captured graphs read the old buffer: capture again (streaming-text prompts
+                # longer than `reserve_trailing` at start; the engine reserves enough to avoid this)
+                self._graphs.clear()
+                self.capture_all()
 
     @torch.inference_mode()
     def admit(self, slots: list[int], prompts: list[Prompt], talker_settings: list[dict], predictor_settings: list[dict],
@@ -81,7 +111,7 @@ class TalkerBatch:
         dev = self.device
         idx = torch.tensor(slots, dtype=torch.long, device=dev)
         lengths = [p.prefill.shape[0] for p in prompts]
-        t = max(lengths)
+        t = min(-(-max(lengths) // PREFILL_BUCKET) * PREFILL_BUCKET, self.max_seq_len)
         embeds = torch.zeros(len(slots), t, self.hidden.shape[-1], dtype=self.dtype, device=dev)
         for i, p in enumerate(prompts):
             embeds[i, : lengths[i]] = p.prefill.to(self.dtype)
@@ -94,8 +124,8 @@ class TalkerBatch:
             if n:
                 self.trailing[slot, :n] = p.trailing_text.to(self.dtype)
             self.trailing_len[slot] = n
-        if (self.cb0.rows.shape_key, self.pred_rows.shape_key) != keys:
-            self._graphs.clear()  # top-k / top-p shapes changed: recapture on next use
+        if (self.cb0.rows.shape_key, self.pred_rows.shape_key) != keys and self._graphs:
+            raise RuntimeError("sampling layout changed under captured graphs")  # `general` rows never change
         self.pad.copy_(prompts[0].pad.to(self.dtype))
         self.cb0.seen[idx] = False
         self.cb0.generated[idx] = 0
@@ -121,9 +151,38 @@ class TalkerBatch:
             self.cb0.generated[slot] = len(codes) + 1
             self.frame[slot] = len(codes)
         self.active[idx] = True
+        for slot, n, ts, ps in zip(slots, lengths, talker_settings, predictor_settings):
+            self.host_pos[slot], self.host_active[slot] = n, True
+            self.host_wide[slot] = self.cb0.rows.needs_wide(ts["top_k"]) or self.pred_rows.needs_wide(ps["top_k"])
 
     def release(self, slot: int) -> None:
         self.active[slot] = False
+        self.host_active[slot] = False
+
+    def kv_len_for(self, n: int) -> int:
+        """Smallest length bucket covering the positions live rows of 0..n-1 attend to this step."""
+        need = max((self.host_pos[s] + 1 for s in range(n) if self.host_active[s]), default=1)
+        for b in self.kv_buckets:
+            if b >= need:
+                return b
+        return self.max_seq_len
+
+    @torch.inference_mode()
+    def move(self, src: int, dst: int) -> None:
+        """Move the sequence in slot `src` to the free slot `dst` (compaction: live rows at the bottom,
+        so the batch bucket follows the number of live streams). Device copies only, no sync."""
+        for dec in (self.model.talker.model,):
+            for layer in dec.layers:
+                kv = layer.self_attn.kv_cache
+                kv.k_cache[dst].copy_(kv.k_cache[src])
+                kv.v_cache[dst].copy_(kv.v_cache[src])
+        for t in (self.hidden, self.code0, self.pos, self.frame, self.active, self.trailing, self.trailing_len,
+                  self.cb0.seen, self.cb0.generated, *self.cb0.rows.tensors(), *self.pred_rows.tensors()):
+            t[dst].copy_(t[src])
+        self.active[src] = False
+        self.host_pos[dst], self.host_active[dst] = self.host_pos[src], self.host_active[src]
+        self.host_wide[dst] = self.host_wide[src]
+        self.host_active[src] = False
 
     # -- one frame --------------------------------------------------------
     def bucket_for(self, n_rows: int) -> int:
@@ -132,7 +191,7 @@ class TalkerBatch:
                 return b
         return self.max_batch
 
-    def _step_rows(self, n: int) -> None:
+    def _step_rows(self, n: int, kv_len: int | None = None, wide: bool = False) -> None:
         """One frame for slots 0..n-1; results in self.out[:n]. Pure device work (graph-capturable)."""
         talker = self.model.talker
         d = self.hidden.shape[-1]
@@ -140,18 +199,21 @@ class TalkerBatch:
         at = frame.clamp(max=self.trailing_capacity - 1).view(n, 1, 1).expand(n, 1, d)
         text = torch.where((frame < self.trailing_len[:n]).view(n, 1), self.trailing[:n].gather(1, at).squeeze(1),
                            self.pad.expand(n, d))
-        cb0 = TalkerSampling(self.cb0.rows.slice(n), self.cb0.seen[:n], self.cb0.generated[:n], self.cb0.suppress,
+        rows0, rows_p = self.cb0.rows.slice(n), self.pred_rows.slice(n)
+        if wide:
+            rows0, rows_p = rows0.wide(), rows_p.wide()
+        cb0 = TalkerSampling(rows0, self.cb0.seen[:n], self.cb0.generated[:n], self.cb0.suppress,
                              self.cb0.eos_id, self.cb0.min_new_tokens)
         pos = self.pos[:n]
         gen = self.generator if not self.use_cuda_graphs else None
         if self.stage_marks is None:
             codes, hidden, tok = decode_frame(talker, self.hidden[:n], self.code0[:n], text, pos, cb0,
-                                              self.pred_rows.slice(n), gen)
+                                              rows_p, gen, kv_len=kv_len)
         else:  # eager, traced: the same three stages as decode_frame, timed one by one
             mark = self.stage_marks
-            codes = predict_codes(talker, self.hidden[:n], self.code0[:n], self.pred_rows.slice(n), gen)
+            codes = predict_codes(talker, self.hidden[:n], self.code0[:n], rows_p, gen)
             mark("code_predictor")
-            hidden, logits = talker_step(talker, codes, text, pos)
+            hidden, logits = talker_step(talker, codes, text, pos, kv_len=kv_len)
             mark("talker_step")
             tok = cb0.next_token(logits, gen)
             mark("sampling")
@@ -164,51 +226,92 @@ class TalkerBatch:
         self.out[:n, self.groups] = tok
 
     @torch.inference_mode()
-    def step(self, n_rows: int) -> torch.Tensor:
-        """Run one frame for the smallest bucket covering slots 0..n_rows-1; returns out[:n] on the host
-        (the step's one device->host copy): codes [n, G] and the next codebook-0 token [n]."""
+    def launch(self, n_rows: int) -> int:
+        """Issue one frame for the smallest bucket covering slots 0..n_rows-1 and a non-blocking copy of
+        its results to the host; returns the bucket. `read` waits for them."""
         import time
 
         n = self.bucket_for(n_rows)
+        kv_len = self.kv_len_for(n)
+        wide = any(self.host_wide[s] and self.host_active[s] for s in range(n))
+        self.last_kv_len = kv_len
         t0 = time.perf_counter()
         if self.use_cuda_graphs:
-            graph = self._graphs.get(n) or self._capture(n)
-            graph.replay()
+            graph = self._graphs.get((n, kv_len, wide)) or self._capture(n, kv_len, wide)
+            main = torch.cuda.current_stream()
+            self._stream.wait_stream(main)  # admissions (prefill) ran on the main stream
+            with torch.cuda.stream(self._stream):
+                graph.replay()
+                self.host_out[:n].copy_(self.out[:n], non_blocking=True)
+                self._out_ready = torch.cuda.Event()
+                self._out_ready.record()
+            main.wait_stream(self._stream)  # the next admission writes what this step reads
         else:
-            self._step_rows(n)
+            self._step_rows(n, kv_len, wide)
+            self.host_out[:n].copy_(self.out[:n], non_blocking=self.device.type == "cuda")
+            if self.device.type == "cuda":
+                self._out_ready = torch.cuda.Event()
+                self._out_ready.record()
+        for s in range(n):
+            if self.host_active[s]:
+                self.host_pos[s] += 1
         self.last_launch_s = time.perf_counter() - t0
-        return self.out[:n_rows].cpu()
+        return n
 
-    def _capture(self, n: int) -> "torch.cuda.CUDAGraph":
-        # Warm up on a side stream (allocator, kernels), then capture. Capturing runs the step once for
-        # slots 0..n-1: snapshot and restore the state the step mutates so capture has no effect.
+    def read(self, n_rows: int):
+        """Wait for the last launched step (the step's one host sync) -> its codes and next codebook-0
+        tokens for slots 0..n_rows-1 as a host array [n, G + 1] (valid until the next launch)."""
+        from tts.qwen3.syncs import wait_for
+
+        wait_for(self._out_ready)
+        return self.host_out[:n_rows].numpy()
+
+    def step(self, n_rows: int) -> torch.Tensor:
+        """launch + read: out[:n_rows] on the host (codes [n, G] and the next codebook-0 token [n])."""
+        self.launch(n_rows)
+        return torch.from_numpy(self.read(n_rows).copy())
+
+    def _capture(self, n: int, kv_len: int, wide: bool = False) -> "torch.cuda.CUDAGraph":
+        # Warm up on the capture stream (allocator, kernels, SDPA plans), then capture on that same
+        # stream. Capturing runs the step once for slots 0..n-1: snapshot and restore the state the step
+        # mutates so capture has no effect.
+        from tts.qwen3.attention import pinned_sdpa
+
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
         saved = [t.clone() for t in self._mutable()]
-        s = torch.cuda.Stream()
+        s = self._stream
         s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
+        backend = self.sdpa_backends.get((n, kv_len))  # chosen by measurement (tts.qwen3.attention)
+        with torch.cuda.stream(s), pinned_sdpa(backend):
             for _ in range(2):
-                self._step_rows(n)
-        torch.cuda.current_stream().wait_stream(s)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            self._step_rows(n)
-        for t, v in zip(self._mutable(), saved):
-            t.copy_(v)
-        self._graphs[n] = graph
+                self._step_rows(n, kv_len, wide)
+            s.synchronize()
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool, stream=s):
+                self._step_rows(n, kv_len, wide)
+            for t, v in zip(self._mutable(), saved):
+                t.copy_(v)
+        s.synchronize()
+        self._graphs[(n, kv_len, wide)] = graph
         return graph
 
     def _mutable(self) -> list[torch.Tensor]:
         return [self.hidden, self.code0, self.pos, self.frame, self.cb0.seen, self.cb0.generated]
 
-    def capture_all(self, max_rows: int | None = None) -> None:
-        """Capture graphs for every bucket up front (start-up cost instead of first-request latency)."""
+    def capture_all(self, max_rows: int | None = None) -> int:
+        """Capture graphs for every (batch bucket, length bucket) up front (start-up cost instead of
+        first-request latency); returns how many exist."""
         if not self.use_cuda_graphs:
-            return
+            return 0
         with torch.inference_mode():
             for b in self.buckets:
                 if max_rows is not None and b > self.bucket_for(max_rows):
                     break
-                if b not in self._graphs:
-                    self._capture(b)
+                for kv_len in self.kv_buckets:
+                    for wide in (False, True):
+                        if (b, kv_len, wide) not in self._graphs:
+                            self._capture(b, kv_len, wide)
+        return len(self._graphs)

@@ -6,14 +6,20 @@ The worker loops over steps (DESIGN.md §3.1):
 2. admit queued requests, earliest deadline first, into free slots (one batched prefill). With
    every slot taken, a stream that is seconds from running dry yields its slot to a request
    needed at least that much sooner, and resumes later by re-prefilling its prompt and frames (same sequence);
-3. one batched frame for all active slots (`TalkerBatch.step`: talker step, 15-step code
-   predictor, sampling; a CUDA graph per batch bucket on CUDA) and ONE device->host copy
-   for the whole batch (codes and next tokens);
+   Prefill has a budget (`prefill_budget_tokens` prompt positions per step): a burst of new calls is
+   admitted over several steps, so running streams are never held for the whole burst;
+3. one batched frame for all active slots (`TalkerBatch.launch`: talker step, 15-step code
+   predictor, sampling; a CUDA graph per (batch bucket, length bucket) on CUDA; attention reads only
+   the cache columns live rows use) and ONE wait for the whole batch's codes and next tokens;
 4. one batched vocoder pass for the streams whose pending frames make their next packet
    (a ramp: 1 frame first for a fast first audio, then 2, then 4), earliest deadline first
    (`vocoder_rows` caps how many), with the codec's streaming decoder and one persistent
-   state row per slot (frame-exact, equal to the offline decode);
-5. PCM handed to the event loop with `loop.call_soon_threadsafe`.
+   state row per slot (frame-exact, equal to the offline decode). It runs on the vocoder lane —
+   its own thread (and on CUDA its own stream) — while the next steps' talker work runs, so a
+   step costs max(talker, vocoder), not their sum (`pipeline`); every codec-state change goes
+   through the lane in order;
+5. PCM handed to the event loop with `loop.call_soon_threadsafe` (by the lane, as soon as it is
+   decoded).
 
 A request's failure (bad voice, text too long, a vocoder error on its row) fails that
 request only. The frame cap per request comes from its text length, so a sequence
@@ -24,6 +30,7 @@ per engine); greedy settings are.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import math
@@ -61,8 +68,18 @@ class EngineSettings:
     preempt_slack_s: float = 3.0  # with every slot taken, a stream this far from running dry yields its
     # slot to a deadline at least this much earlier and resumes later by re-prefilling its frames (0: never)
     use_cuda_graphs: bool | None = None  # None: on CUDA
+    vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
+    vocoder_cache: str | None = None  # ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
     default_speaker: str | None = None
     seed: int = 0
+    pipeline: bool = True  # vocoder on its own lane (thread; CUDA stream), overlapping the talker steps
+    live_lengths: bool = True  # decode attention over the longest live length's bucket, not max_seq_len
+    kv_bucket: int = 256  # cache columns are read in multiples of this (graphs: one per bucket)
+    prefill_budget_tokens: int = 0  # prompt positions prefilled per step at most (0: 1024 on CUDA, 256 on CPU);
+    # the request at the head always gets in, so a long prompt is never starved
+    compact: bool = True  # move streams down into free lower slots so the batch bucket follows live streams
+    watch_syncs: bool = False  # count host syncs by watching every op (tts.qwen3.syncs; slower)
+    pin_sdpa: bool = True  # CUDA: time the SDPA backends per shape at start and pin the fastest
 
 
 @dataclass(eq=False)  # jobs compare by identity
@@ -85,13 +102,15 @@ class _Job:
     admitted_at: float = 0.0
     prompt: object = None  # tts.qwen3.prompt.Prompt, kept to resume
     next_code0: int = -1  # the codebook-0 token already sampled for the next frame
-    codec_state: object = None  # the stream's vocoder state row while it has no slot
+    codec_state: object = None  # future of the stream's vocoder state row while it has no slot
     preempted: int = 0
+    finished: bool = False  # its last chunk was handed to the vocoder lane
 
     @property
     def priority(self) -> float:
-        """When this stream's audio runs out: its deadline plus the audio already delivered."""
-        return self.deadline + self.delivered * FRAME_S
+        """When this stream's audio runs out: its deadline plus the audio already handed to the vocoder
+        (the worker's own count, so the order does not depend on how far the vocoder lane has got)."""
+        return self.deadline + self.vocoded * FRAME_S
 
 
 def _check_deadline(deadline: object) -> None:
@@ -128,23 +147,31 @@ class Qwen3Engine(Engine):
         self._slots: dict[int, _Job] = {}  # slot -> job whose talker row is generating
         self._held: dict[int, _Job] = {}  # slot -> job owning it (generating, or vocoding its last frames)
         self._vstate = None  # the codec's streaming state, one row per slot
+        self._vocoder = None  # the vocoder backend (tts.qwen3.codec.vocoder.Vocoder) decoding codes
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
         self._keep_codes = keep_codes
-        # host_syncs: device->host copies in the frame loop (one per step). Each vocoder call also
-        # copies its PCM to the host (vocoder_calls), which is the audio itself.
-        self.counters = {"steps": 0, "host_syncs": 0, "frames": 0, "admitted": 0, "completed": 0, "failed": 0,
-                         "cancelled": 0, "preempted": 0, "vocoder_calls": 0, "audio_s": 0.0}
+        # host_syncs: what made the host wait for the device, counted by watching the ops that ran (worker
+        # and vocoder lane, the vocoder's PCM copy included) when `watch_syncs` is on; None otherwise.
+        self.counters = {"steps": 0, "host_syncs": None, "frames": 0, "admitted": 0, "completed": 0, "failed": 0,
+                         "cancelled": 0, "preempted": 0, "vocoder_calls": 0, "audio_s": 0.0, "compacted": 0,
+                         "prefill_deferred": 0}
         self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}
+        self.step_times: list | None = None  # (batch bucket, kv bucket, seconds) per step when enabled
+        self.memory: dict = {}  # bytes at start: weights, kv_cache, codec_state, graphs (CUDA)
         self.trace: list | None = None  # (name, start_s, dur_s, args) spans when enabled
+        self._tally = None  # tts.qwen3.syncs.SyncTally while watching
+        self._lane: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lane_stream = None  # CUDA stream of the vocoder lane
+        self._voc_inflight: concurrent.futures.Future | None = None
 
     # ------------------------------------------------------------ construction
     @classmethod
     def from_config(cls, cfg) -> "Qwen3Engine":
         """From gateway.config.EngineConfig-like attributes (model_dir, dtype, device, max_batch, max_queued)."""
         s = EngineSettings(model_dir=getattr(cfg, "model_dir", None))
-        for name in ("device", "dtype", "max_batch", "max_queued"):
+        for name in ("device", "dtype", "max_batch", "max_queued", "vocoder", "vocoder_cache"):
             if getattr(cfg, name, None) is not None:
                 setattr(s, name, getattr(cfg, name))
         return cls(s)
@@ -165,9 +192,64 @@ class Qwen3Engine(Engine):
             else:
                 self._ckpt = Checkpoint.load(s.model_dir, s.device, s.dtype, s.codec_dtype)
         gen = torch.Generator(device=self._ckpt.model.talker.codec_head.weight.device).manual_seed(s.seed)
+        cuda = torch.device(s.device).type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        mem0 = torch.cuda.memory_allocated() if cuda else 0
         self._batch = TalkerBatch(self._ckpt.model, s.max_batch, s.max_seq_len, use_cuda_graphs=s.use_cuda_graphs,
-                                  generator=gen)
-        self._batch.capture_all()
+                                  generator=gen, kv_step=s.kv_bucket, live_lengths=s.live_lengths)
+        mem_kv = torch.cuda.memory_allocated() if cuda else 0
+        if self._ckpt.codec is not None:
+            from tts.qwen3.codec import CodecError
+            from tts.qwen3.codec.vocoder import build_vocoder
+
+            try:
+                self._vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
+                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache)
+            except CodecError as e:
+                raise EngineError("vocoder_unavailable", e.message) from None
+            log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
+            # codec state for every slot now, not on the first admission
+            self._vstate = self._vocoder.new_state(s.max_batch)
+        mem_codec = torch.cuda.memory_allocated() if cuda else 0
+        if cuda and s.pin_sdpa and self._batch.use_cuda_graphs:
+            from tts.qwen3.attention import choose
+
+            shape = self._ckpt.config.talker
+            picked, _ = choose(shape, self._batch.buckets, self._batch.kv_buckets, self._batch.dtype, s.device)
+            self._batch.sdpa_backends = picked
+            log.info("SDPA backend per (batch, kv_len): %s", picked)
+        graphs = self._batch.capture_all()
+        if cuda:
+            torch.cuda.synchronize()
+        self.memory = self._memory_report(mem0, mem_kv, mem_codec, graphs)
+        log.info("qwen3 engine memory: %s", {k: (f"{v / 2**20:.0f} MiB" if isinstance(v, int) else v)
+                                             for k, v in self.memory.items()})
+        if s.pipeline and cuda:
+            self._lane_stream = torch.cuda.Stream()
+
+    @property
+    def vocoder_name(self) -> str | None:
+        """The vocoder backend actually serving (None before load)."""
+        return self._vocoder.name if self._vocoder is not None else None
+
+    def _memory_report(self, mem0: int, mem_kv: int, mem_codec: int, graphs: int) -> dict:
+        import torch
+
+        def nbytes(tensors) -> int:
+            return sum(t.numel() * t.element_size() for t in tensors)
+
+        model = self._ckpt.model
+        kv = nbytes(b for m in model.modules() if m.__class__.__name__ == "KVCache" for b in m.buffers())
+        codec = self._ckpt.codec
+        report = {"weights": nbytes(model.parameters()) + (nbytes(codec.parameters()) if codec is not None else 0),
+                  "kv_cache": kv, "codec_state": nbytes(self._vstate.buffers) if self._vstate is not None else 0,
+                  "graphs": graphs}
+        if torch.device(self.settings.device).type == "cuda":
+            report["graph_pool"] = torch.cuda.memory_allocated() - mem_codec
+            report["allocated"] = torch.cuda.memory_allocated()
+            report["reserved"] = torch.cuda.memory_reserved()
+        return report
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -183,6 +265,8 @@ class Qwen3Engine(Engine):
         self._start_worker()
 
     def _start_worker(self) -> None:
+        if self.settings.pipeline and self._lane is None:
+            self._lane = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qwen3-vocoder")
         if self._thread is None:
             self._stop = False
             self._thread = threading.Thread(target=self._run, name="qwen3-worker", daemon=True)
@@ -195,6 +279,9 @@ class Qwen3Engine(Engine):
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
             self._thread = None
+        if self._lane is not None:
+            self._lane.shutdown(wait=True)
+            self._lane = None
         for job in list(self._jobs.values()):
             job.stream._fail(EngineError("internal", "engine closed"))
         self._jobs.clear()
@@ -238,33 +325,85 @@ class Qwen3Engine(Engine):
         with self._cond:
             job = self._jobs.get(id(stream))
             if job is not None:
-                job.deadline = deadline - job.delivered * FRAME_S
+                job.deadline = deadline - job.vocoded * FRAME_S
 
     # ------------------------------------------------------------ worker
+    def watch_syncs(self, on: bool = True) -> None:
+        """Count host syncs by watching every op of the worker and the vocoder lane (from the next step)."""
+        from tts.qwen3.syncs import SyncTally
+
+        with self._cond:
+            self._tally = SyncTally() if on else None
+            self.counters["host_syncs"] = 0 if on else None
+
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stop and not self._queue and not self._held:
-                    self._cond.wait()
-                if self._stop:
-                    return
-                self._drop_cancelled()
-                self._queue.sort(key=lambda j: (j.priority, j.seq))
-                self._preempt_for_deadlines()
-                free = [s for s in range(self.settings.max_batch) if s not in self._held]
-                admit: list[_Job] = []
-                if free and self._queue:
-                    admit, self._queue = self._queue[: len(free)], self._queue[len(free):]
-            try:
-                if admit:
-                    self._admit(admit, free)
-                if self._slots:
-                    self._step()
-                if self._held:
-                    self._vocode()
-            except Exception as e:  # a device-level failure: fail what was in flight, keep serving
-                log.exception("qwen3 worker step failed")
-                self._fail_all_active(e)
+        from tts.qwen3.syncs import watching
+
+        if self.settings.watch_syncs and self._tally is None:
+            self.watch_syncs(True)
+        tally = None
+        watch = watching(None)
+        watch.__enter__()
+        try:
+            while True:
+                with self._cond:
+                    while not self._stop and not self._queue and not self._held:
+                        self._cond.wait()
+                    if self._stop:
+                        return
+                if self._tally is not tally:  # (re)enter the watch on this thread when it is switched
+                    watch.__exit__(None, None, None)
+                    tally = self._tally
+                    watch = watching(tally)
+                    watch.__enter__()
+                self._iteration()
+        finally:
+            watch.__exit__(None, None, None)
+            self._lane_join()
+
+    def _iteration(self) -> None:
+        with self._cond:
+            self._drop_cancelled()
+            self._queue.sort(key=lambda j: (j.priority, j.seq))
+            self._preempt_for_deadlines()
+            if self.settings.compact:
+                self._compact()
+            free = [s for s in range(self.settings.max_batch) if s not in self._held]
+            admit = self._take_admissions(len(free))
+        try:
+            if admit:
+                self._admit(admit, free)
+            if self._slots:
+                self._step()
+            if self._held:
+                self._vocode()
+            elif self._lane is not None and self._voc_inflight is not None and not self._slots:
+                self._lane_join()  # nothing else to do: do not spin on the lock while the lane works
+        except Exception as e:  # a device-level failure: fail what was in flight, keep serving
+            log.exception("qwen3 worker step failed")
+            self._fail_all_active(e)
+
+    def _take_admissions(self, n_free: int) -> list[_Job]:
+        """Under the lock, queue sorted: the jobs admitted this step — as many as fit in the free slots
+        and in the prefill budget (the head always fits)."""
+        if not n_free or not self._queue:
+            return []
+        budget = self.settings.prefill_budget_tokens or (1024 if self._batch.device.type == "cuda" else 256)
+        taken, used = 0, 0
+        for job in self._queue[:n_free]:
+            need = self._prompt_len_estimate(job)
+            if taken and used + need > budget:
+                break
+            taken, used = taken + 1, used + need
+        if taken < min(n_free, len(self._queue)):
+            self.counters["prefill_deferred"] += min(n_free, len(self._queue)) - taken
+        admit, self._queue = self._queue[:taken], self._queue[taken:]
+        return admit
+
+    def _prompt_len_estimate(self, job: _Job) -> int:
+        if job.prompt is not None:  # resuming: prompt + its frames
+            return job.prompt.prefill.shape[0] + len(job.codes)
+        return 16 + len(job.request.text) // 3  # role/control tokens + about a token per 3 characters
 
     def _drop_cancelled(self) -> None:
         """Under the lock: cancelled jobs leave the queue, their slots and the vocoder list."""
@@ -298,14 +437,42 @@ class Qwen3Engine(Engine):
             if victim.priority - now < slack or victim.priority - head.priority < slack:
                 return
             slot = victim.slot
-            if self._vstate is not None:
-                victim.codec_state = self._vstate.select([slot])
+            if self._vstate is not None:  # after the lane's work in flight on that row
+                victim.codec_state = self._on_lane(self._vstate.select, [slot])
             self._release(victim)
             victim.slot = None
             victim.preempted += 1
             self.counters["preempted"] += 1
             self._queue.append(victim)
             self._queue.sort(key=lambda j: (j.priority, j.seq))
+
+    def _compact(self) -> None:
+        """Under the lock: a generating stream above a free lower slot moves down into it (its KV rows,
+        sampler state and vocoder row), so slots 0..n-1 stay dense and the batch bucket follows the number
+        of live streams, not the highest slot ever used. Only streams with nothing left to vocode move:
+        their vocoder row is then idle, and the move goes through the lane in order."""
+        if not self._slots:
+            return
+        free = sorted(s for s in range(max(self._held) + 1) if s not in self._held)
+        for src in sorted(self._slots, reverse=True):
+            if not free or free[0] >= src:
+                return
+            job = self._slots[src]
+            if job.cancelled or job.pending:
+                continue
+            dst = free.pop(0)
+            self._batch.move(src, dst)
+            if self._vstate is not None:
+                self._on_lane(self._move_vocoder_row, src, dst)
+            del self._slots[src], self._held[src]
+            self._slots[dst] = self._held[dst] = job
+            job.slot = dst
+            free.append(src)
+            free.sort()
+            self.counters["compacted"] += 1
+
+    def _move_vocoder_row(self, src: int, dst: int) -> None:
+        self._vstate.assign([dst], self._vstate.select([src]))
 
     def _release(self, job: _Job) -> None:
         """Under the lock: the job gives up its talker row and its slot."""
@@ -316,8 +483,8 @@ class Qwen3Engine(Engine):
             del self._held[job.slot]
 
     def _forget(self, job: _Job, outcome: str) -> None:
-        self._jobs.pop(id(job.stream), None)
-        self.counters[outcome] += 1
+        if self._jobs.pop(id(job.stream), None) is not None:
+            self.counters[outcome] += 1
 
     def _post(self, fn, *args) -> None:
         self._loop.call_soon_threadsafe(fn, *args)
@@ -332,6 +499,39 @@ class Qwen3Engine(Engine):
         err = error if isinstance(error, EngineError) else EngineError("internal", f"engine step failed: {error}")
         for job in list(self._held.values()):
             self._fail(job, err)
+
+    # -- the vocoder lane: every codec-state change and decode, in submission order
+    def _on_lane(self, fn, *args) -> concurrent.futures.Future:
+        if self._lane is None:  # serial engine: now, on the worker
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - handed to whoever reads the future
+                fut.set_exception(e)
+            return fut
+        tally = self._tally
+
+        def run():
+            from tts.qwen3.syncs import watching
+
+            with watching(tally), self._lane_stream_ctx():
+                return fn(*args)
+
+        return self._lane.submit(run)
+
+    def _lane_stream_ctx(self):
+        import contextlib
+
+        import torch
+
+        if self._lane_stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self._lane_stream)
+
+    def _lane_join(self) -> None:
+        fut, self._voc_inflight = self._voc_inflight, None
+        if fut is not None:
+            fut.result()
 
     # -- admission
     def _voice(self, request: SynthesisRequest) -> dict:
@@ -440,13 +640,13 @@ class Qwen3Engine(Engine):
         for job, slot in zip(ready, slots):
             job.admitted_at = job.admitted_at or time.monotonic()
             if job.codec_state is not None:
-                self._vstate.assign([slot], job.codec_state)
+                self._on_lane(self._restore_vocoder_row, slot, job.codec_state)
                 job.codec_state = None
-        if fresh:
-            self._reset_vocoder_rows(fresh)
+        if fresh and self._vstate is not None:
+            self._on_lane(self._vstate.reset, fresh)
         self._batch.admit(slots, prompts, tset, pset, resumes)
-        if self._batch.device.type == "cuda":
-            torch.cuda.synchronize() if self.trace is not None else None
+        if self._batch.device.type == "cuda" and self.trace is not None:
+            torch.cuda.synchronize()
         self.counters["admitted"] += len(ready)
         self._span("prefill", t0, {"rows": len(ready)})
         self.timings["prefill"] += time.perf_counter() - t0
@@ -457,17 +657,19 @@ class Qwen3Engine(Engine):
         if self._batch.stage_marks is not None:
             self._stage_reset()
         n_rows = max(self._slots) + 1
-        out = self._batch.step(n_rows).numpy()  # the one device->host copy of this step
+        bucket = self._batch.launch(n_rows)
+        t_launch = time.perf_counter()
+        out = self._batch.read(n_rows)  # the step's one wait: codes and next tokens of the whole batch
         if self.trace is not None:
-            t_launch = t0 + self._batch.last_launch_s
             self.trace.append(("decode_step" if self._batch.use_cuda_graphs else "decode_step (eager)", t0,
-                               self._batch.last_launch_s, {"rows": n_rows}))
+                               t_launch - t0, {"rows": n_rows, "bucket": bucket, "kv_len": self._batch.last_kv_len}))
             self.trace.append(("host_sync", t_launch, time.perf_counter() - t_launch, {"rows": n_rows}))
-        self.counters["steps"] += 1
-        self.counters["host_syncs"] += 1
         groups = self._batch.groups
         eos = self._ckpt.config.talker.codec_eos_token_id
         with self._cond:
+            self.counters["steps"] += 1
+            if self._tally is not None:
+                self.counters["host_syncs"] = self._tally.count
             for slot, job in list(self._slots.items()):
                 if job.cancelled:
                     continue
@@ -481,95 +683,139 @@ class Qwen3Engine(Engine):
                     job.generating = False
                     self._batch.release(slot)
                     del self._slots[slot]  # the slot stays held until its last frames are vocoded
-        self.timings["step"] += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.timings["step"] += dt
+        if self.step_times is not None:
+            self.step_times.append((bucket, self._batch.last_kv_len, dt))
 
     # -- vocoder
-    def _reset_vocoder_rows(self, slots: list[int]) -> None:
-        codec = self._ckpt.codec
-        if codec is None:
-            return
-        if self._vstate is None:
-            self._vstate = codec.new_state(self.settings.max_batch)
-        self._vstate.assign(slots, codec.new_state(len(slots)))
+    def _restore_vocoder_row(self, slot: int, saved: concurrent.futures.Future) -> None:
+        self._vstate.assign([slot], saved.result())
 
     def _packet_target(self, job: _Job) -> int:
         ramp = self.settings.packet_ramp
         return ramp[min(job.packets, len(ramp) - 1)]
 
-    def _decode(self, jobs: list[_Job]) -> list[np.ndarray]:
-        """Decode every pending frame of `jobs` (their slots' state rows advance in place)."""
+    def _decode(self, entries: list[tuple[int, list]], owners: dict[int, int]) -> list[np.ndarray]:
+        """On the lane: decode the frames of (slot, frames) entries (their state rows advance in place).
+        `owners`: slot -> id of the job holding it when the work was handed over."""
         import torch
 
         from tts.qwen3.codec import StreamingCodecState
 
-        codec, vs, g = self._ckpt.codec, self._vstate, self._batch.groups
-        with self._cond:
-            owners = {slot: job for slot, job in self._held.items() if not job.cancelled}
-        n = max(j.slot for j in jobs) + 1
-        chosen = {id(j) for j in jobs}
-        t = len(jobs[0].pending)
-        if all(len(j.pending) == t for j in jobs) and all(id(owners[s]) in chosen for s in owners if s < n):
-            # Common case: streams in step (same packet size, every live slot below n): decode slots
+        codec, vs, g = self._vocoder, self._vstate, self._batch.groups
+        n = max(slot for slot, _ in entries) + 1
+        chosen = {slot for slot, _ in entries}
+        t = len(entries[0][1])
+        if all(len(f) == t for _, f in entries) and all(s in chosen for s in owners if s < n):
+            # Common case: streams in step (same packet size, every held slot below n chosen): decode slots
             # 0..n-1 on a view of the state, no gather/scatter of state rows. Rows without a live
             # stream decode zeros; they are reset when their slot is reused.
             codes = np.zeros((n, t, g), dtype=np.int64)
-            for j in jobs:
-                codes[j.slot] = np.stack(j.pending)
+            for slot, frames in entries:
+                codes[slot] = np.stack(frames)
             view = StreamingCodecState(vs.frames[:n], [b[:n] for b in vs.buffers])
-            with torch.inference_mode():
-                pcm = codec.decode_step(torch.from_numpy(codes).to(codec.device), view).float().cpu().numpy()
-            self.counters["vocoder_calls"] += 1
-            return [pcm[j.slot] for j in jobs]
+            pcm = self._codec_call(codes, view)
+            return [pcm[slot] for slot, _ in entries]
         out: dict[int, np.ndarray] = {}
-        by_len: dict[int, list[_Job]] = {}
-        for j in jobs:
-            by_len.setdefault(len(j.pending), []).append(j)
+        by_len: dict[int, list[tuple[int, list]]] = {}
+        for e in entries:
+            by_len.setdefault(len(e[1]), []).append(e)
         for t, group in by_len.items():
-            idx = [j.slot for j in group]
-            codes = np.stack([np.stack(j.pending) for j in group])
+            idx = [slot for slot, _ in group]
+            codes = np.stack([np.stack(frames) for _, frames in group])
             sub = vs.select(idx)
-            with torch.inference_mode():
-                pcm = codec.decode_step(torch.from_numpy(codes).to(codec.device), sub).float().cpu().numpy()
+            pcm = self._codec_call(codes, sub)
             vs.assign(idx, sub)
+            out.update({slot: row for slot, row in zip(idx, pcm)})
+        return [out[slot] for slot, _ in entries]
+
+    def _codec_call(self, codes: np.ndarray, state) -> np.ndarray:
+        """One vocoder call: codes to the device, decode, PCM to the host (one wait, counted)."""
+        import torch
+
+        from tts.qwen3.syncs import wait_for
+
+        codec = self._vocoder
+        cuda = codec.device.type == "cuda"
+        src = torch.from_numpy(codes)
+        with torch.inference_mode():
+            if cuda:
+                src = src.pin_memory().to(codec.device, non_blocking=True)
+            wav = codec.decode_step(src, state).float()
+            host = torch.empty(wav.shape, dtype=torch.float32, pin_memory=cuda)
+            host.copy_(wav, non_blocking=cuda)
+        event = None
+        if cuda:
+            event = torch.cuda.Event()
+            event.record()
+        wait_for(event)
+        with self._cond:
             self.counters["vocoder_calls"] += 1
-            out.update({j.slot: row for j, row in zip(group, pcm)})
-        return [out[j.slot] for j in jobs]
+            if self._tally is not None:
+                self.counters["host_syncs"] = self._tally.count
+        return host.numpy()
 
     def _vocode(self) -> None:
+        """Hand the streams whose pending frames make their next packet (or that ended) to the lane. The
+        previous hand-over is waited for first (at most one in flight: a vocoder slower than the talker
+        slows the loop rather than queueing work)."""
+        self._lane_join()
         with self._cond:
-            live = [j for j in self._held.values() if not j.cancelled]
-        # a stream is decoded once its pending frames make its next packet (1, 2, 4, 8 ...), or at its end
+            live = [j for j in self._held.values() if not j.cancelled and not j.finished]
+            owners = {slot: id(job) for slot, job in self._held.items() if not job.cancelled}
+        # a stream is decoded once its pending frames make its next packet (1, 2, 4 ...), or at its end
         todo = sorted((j for j in live if j.pending and (len(j.pending) >= self._packet_target(j) or not j.generating)),
                       key=lambda j: (j.priority, j.seq))
         if self.settings.vocoder_rows:
             todo = todo[: self.settings.vocoder_rows]
+        ending = [j for j in live if not j.generating and not j.pending]  # everything vocoded: last chunk only
+        tasks = []
+        for job in todo + ending:
+            frames, job.pending = job.pending, []
+            job.vocoded += len(frames)
+            job.packets += 1
+            last = not job.generating
+            job.finished = last
+            tasks.append((job, job.slot, frames, last))
+        if not tasks:
+            return
+        with self._cond:  # a finished stream's slot is free from now: its vocoder row's next user is reset
+            for job, _, _, last in tasks:  # on the lane after this work, so the slot need not wait for it
+                if last:
+                    self._release(job)
+        if self._ckpt.codec is None and any(f for _, _, f, _ in tasks):
+            raise EngineError("internal", "this checkpoint has no codec decoder")
+        self._voc_inflight = self._on_lane(self._decode_and_deliver, tasks, owners)
+
+    def _decode_and_deliver(self, tasks: list, owners: dict[int, int]) -> None:
+        """On the lane: decode, then hand each stream its chunk (and finish the ones that ended)."""
         t0 = time.perf_counter()
-        if todo:
+        entries = [(slot, frames) for _, slot, frames, _ in tasks if frames]
+        pcms: list = []
+        if entries:
             try:
-                pcms = self._decode(todo)
+                pcms = self._decode(entries, owners)
             except Exception as e:  # noqa: BLE001 - fail the streams in this call, keep serving
                 log.exception("vocoder failed")
-                for job in todo:
-                    self._fail(job, EngineError("internal", f"vocoder failed: {e}"))
-                return
-            for job, pcm in zip(todo, pcms):
-                job.vocoded += len(job.pending)
-                job.pending.clear()
-                job.pcm.append(pcm)
-            self._span("vocoder", t0, {"rows": len(todo)})
+                for job, _, frames, _ in tasks:
+                    if frames:
+                        self._fail(job, EngineError("internal", f"vocoder failed: {e}"))
+                tasks = [t for t in tasks if not t[2]]
+                pcms = []
+            self._span("vocoder", t0, {"rows": len(entries)})
             self.timings["vocoder"] += time.perf_counter() - t0
-        for job in live:
-            buffered = job.vocoded - job.delivered
-            last = not job.generating and not job.pending
-            if buffered or last:
-                pcm = np.concatenate(job.pcm) if job.pcm else np.zeros(0, dtype=np.float32)
-                job.pcm.clear()
-                self._post(job.stream._deliver, PcmChunk(pcm, job.delivered, last))
-                job.delivered = job.vocoded
-                job.packets += 1
-                self.counters["audio_s"] += buffered * FRAME_S
-                if last:
-                    self._complete(job)
+        it = iter(pcms)
+        for job, _, frames, last in tasks:
+            pcm = next(it) if frames else np.zeros(0, dtype=np.float32)
+            if job.cancelled:
+                continue
+            self._post(job.stream._deliver, PcmChunk(pcm, job.delivered, last))
+            job.delivered += len(frames)
+            with self._cond:
+                self.counters["audio_s"] += len(frames) * FRAME_S
+            if last:
+                self._complete(job)
 
     def _complete(self, job: _Job) -> None:
         with self._cond:

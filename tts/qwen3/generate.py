@@ -25,10 +25,11 @@ def prefill(talker: Talker, embeds: torch.Tensor, lengths: torch.Tensor, rows: t
     """Right-padded prompts [B, T, D] with real lengths [B] -> hidden, logits at each last real position.
 
     Padding writes cache columns past a prompt's end; decoding overwrites them before they are read.
+    Attention reads the T columns being written only (a fresh sequence has nothing before them).
     """
     b, t, _ = embeds.shape
     input_pos = torch.arange(t, device=embeds.device).expand(b, t)
-    return talker(embeds, input_pos, rows, last=lengths - 1)
+    return talker(embeds, input_pos, rows, last=lengths - 1, kv_len=t)
 
 
 def predict_codes(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, rows_cfg: SamplingRows,
@@ -49,10 +50,11 @@ def predict_codes(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, row
 
 
 def talker_step(talker: Talker, codes: torch.Tensor, text_embed: torch.Tensor, pos: torch.Tensor,
-                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Frame codes [B, G] + text track [B, D] at positions pos [B] -> next hidden [B, D], logits [B, V]."""
+                rows: torch.Tensor | None = None, kv_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frame codes [B, G] + text track [B, D] at positions pos [B] -> next hidden [B, D], logits [B, V].
+    `kv_len`: cache columns attention reads (> every live row's position; default all)."""
     x = (talker.embed_frame(codes) + text_embed).unsqueeze(1)
-    return talker(x, pos.view(-1, 1), rows)
+    return talker(x, pos.view(-1, 1), rows, kv_len=kv_len)
 
 
 @dataclass
@@ -77,11 +79,11 @@ class TalkerSampling:
 
 def decode_frame(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, text_embed: torch.Tensor,
                  pos: torch.Tensor, cb0: TalkerSampling, predictor_rows: SamplingRows,
-                 generator: torch.Generator | None = None, rows: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 generator: torch.Generator | None = None, rows: torch.Tensor | None = None,
+                 kv_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One frame for the batch: codes [B, G] of the current frame, next hidden, next codebook-0 token."""
     codes = predict_codes(talker, hidden, code0, predictor_rows, generator, rows)
-    hidden, logits = talker_step(talker, codes, text_embed, pos, rows)
+    hidden, logits = talker_step(talker, codes, text_embed, pos, rows, kv_len)
     return codes, hidden, cb0.next_token(logits, generator)
 
 

@@ -19,23 +19,25 @@ class KVCache(nn.Module):
         self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, rows: torch.Tensor | None, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k/v [B, T, H, D] at `input_pos` [B, T]; return the rows' caches [B, H, S, D].
+    def update(self, rows: torch.Tensor | None, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               kv_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k/v [B, T, H, D] at `input_pos` [B, T]; return the rows' caches [B, H, L, D], L = kv_len
+        (default: every column). Columns at or past kv_len must be ones no row may attend to.
 
         `rows` [B] picks the slots (None: slots 0..B-1, read without a copy).
         """
         b = k.shape[0]
+        end = self.k_cache.shape[2] if kv_len is None else kv_len
         if rows is None:
             rows = torch.arange(b, device=k.device)
-            kc, vc = self.k_cache[:b], self.v_cache[:b]
+            kc, vc = self.k_cache[:b, :, :end], self.v_cache[:b, :, :end]
         else:
             kc = vc = None
         r = rows.view(b, 1)
         self.k_cache[r, :, input_pos] = k
         self.v_cache[r, :, input_pos] = v
-        if kc is None:
-            kc, vc = self.k_cache[rows], self.v_cache[rows]
+        if kc is None:  # gather the picked rows' live columns only
+            kc, vc = self.k_cache[:, :, :end][rows], self.v_cache[:, :, :end][rows]
         return kc, vc
 
     def update_uniform(self, b: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -81,7 +81,7 @@ class Attention(nn.Module):
         return self.qk_norm_weight * F.rms_norm(qk.float(), (self.head_dim,), eps=eps).to(qk.dtype)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
-                input_pos: torch.Tensor | int, rows: torch.Tensor | None) -> torch.Tensor:
+                input_pos: torch.Tensor | int, rows: torch.Tensor | None, kv_len: int | None = None) -> torch.Tensor:
         b, t, _ = x.shape
         hq, hk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
         if self.qkv_weight is not None:
@@ -101,7 +101,7 @@ class Attention(nn.Module):
             keys, values = self.kv_cache.update_uniform(b, input_pos, k, v.transpose(1, 2))
             out = F.scaled_dot_product_attention(q, keys, values, is_causal=t > 1, enable_gqa=gqa)
             return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
-        keys, values = self.kv_cache.update(rows, input_pos, k.transpose(1, 2), v)
+        keys, values = self.kv_cache.update(rows, input_pos, k.transpose(1, 2), v, kv_len)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
@@ -135,8 +135,8 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, input_pos, rows):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, input_pos, rows)
+    def forward(self, x, cos, sin, mask, input_pos, rows, kv_len=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, input_pos, rows, kv_len)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -164,12 +164,14 @@ class Decoder(nn.Module):
         self.rope_sin = torch.cat([-sin[0, 0, :, :half], sin[0, 0, :, half:]], dim=-1)
         self.cols = torch.arange(max_seq_len, device=device)
 
-    def forward(self, x: torch.Tensor, input_pos: torch.Tensor | int, rows: torch.Tensor | None = None
-                ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, input_pos: torch.Tensor | int, rows: torch.Tensor | None = None,
+                kv_len: int | None = None) -> torch.Tensor:
         """x [B, T, hidden] at positions input_pos [B, T] -> normed hidden states [B, T, hidden].
 
         An int `input_pos` means every row sits at start..start+T-1 (cache rows 0..B-1, causal from 0):
         the code predictor's case, which then needs no mask and no gather.
+        `kv_len` (tensor positions only): attention reads cache columns 0..kv_len-1 only, which must
+        cover every position a live row attends to (the caller's bucket of the longest live length).
         """
         if isinstance(input_pos, int):
             t = x.shape[1]
@@ -180,9 +182,10 @@ class Decoder(nn.Module):
             mask = None
         else:
             cos, sin = self.rope_cos[input_pos].unsqueeze(1), self.rope_sin[input_pos].unsqueeze(1)  # [B, 1, T, D]
-            mask = (self.cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1))  # [B, 1, T, S]
+            cols = self.cols if kv_len is None else self.cols[:kv_len]
+            mask = (cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1))  # [B, 1, T, L]
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, input_pos, rows)
+            x = layer(x, cos, sin, mask, input_pos, rows, kv_len)
         return self.norm(x)
 
 
@@ -251,9 +254,9 @@ class Talker(nn.Module):
         return torch.stack(parts, dim=-2).sum(-2)  # one reduction, as the reference sums
 
     def forward(self, embeds: torch.Tensor, input_pos: torch.Tensor, rows: torch.Tensor | None = None,
-                last: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                last: torch.Tensor | None = None, kv_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """embeds [B, T, D] -> (hidden [B, D], codebook-0 logits [B, V]) at index `last` [B] (default: T-1)."""
-        h = self.model(embeds, input_pos, rows)
+        h = self.model(embeds, input_pos, rows, kv_len)
         if last is None:
             h = h[:, -1]
         else:

@@ -30,21 +30,43 @@ class SamplingRows:
     top_p_on: bool = False
     any_greedy: bool = True  # conservative summaries: some row may be greedy / every row is greedy
     all_greedy: bool = False
+    fixed: bool = False  # summaries pinned (CUDA graphs): rows may change, the layout may not
 
     @classmethod
     def filled(cls, batch: int, device, *, temperature: float = 0.9, top_k: int = 50, top_p: float = 1.0,
-               greedy: bool = False, repetition_penalty: float | None = None) -> "SamplingRows":
+               greedy: bool = False, repetition_penalty: float | None = None, general: bool = False
+               ) -> "SamplingRows":
+        """`general`: a pinned layout that serves any row's settings — top-k over the `top_k` widest
+        candidates (rows asking for more, or for none, need `wide()`), top-p on, greedy rows by mask."""
         def full(v, dtype):
             return torch.full((batch,), v, dtype=dtype, device=device)
 
-        return cls(full(temperature, torch.float32), full(top_k, torch.long), full(top_p, torch.float32),
+        rows = cls(full(temperature, torch.float32), full(top_k, torch.long), full(top_p, torch.float32),
                    full(greedy, torch.bool),
                    None if repetition_penalty is None else full(repetition_penalty, torch.float32),
                    kmax=top_k if top_k > 0 else None, top_p_on=top_p < 1.0, any_greedy=greedy, all_greedy=greedy)
+        if general:
+            rows.top_p_on, rows.any_greedy, rows.all_greedy, rows.fixed = True, True, False, True
+        return rows
 
     def _like(self, **tensors) -> "SamplingRows":
         return SamplingRows(**tensors, kmax=self.kmax, top_p_on=self.top_p_on, any_greedy=self.any_greedy,
-                            all_greedy=self.all_greedy)
+                            all_greedy=self.all_greedy, fixed=self.fixed)
+
+    def wide(self) -> "SamplingRows":
+        """The same rows in the pinned layout that samples the whole vocabulary (rows with top_k <= 0
+        or above the narrow layout's width)."""
+        rows = self._like(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, greedy=self.greedy,
+                          repetition_penalty=self.repetition_penalty)
+        rows.kmax = None
+        return rows
+
+    def needs_wide(self, top_k: int) -> bool:
+        return self.fixed and self.kmax is not None and (top_k <= 0 or top_k > self.kmax)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in (self.temperature, self.top_k, self.top_p, self.greedy, self.repetition_penalty)
+                if t is not None]
 
     def slice(self, n: int) -> "SamplingRows":
         """Views of rows 0..n-1 (writes go to the full tensors)."""
@@ -66,6 +88,8 @@ class SamplingRows:
         if self.repetition_penalty is not None and repetition_penalty is not None:
             self.repetition_penalty[row] = repetition_penalty
         self._k_index = None
+        if self.fixed:
+            return
         self.any_greedy = self.any_greedy or greedy
         self.all_greedy = self.all_greedy and greedy
         if not greedy:

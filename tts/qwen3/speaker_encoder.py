@@ -1,35 +1,63 @@
-"""The Base model's ECAPA-TDNN speaker encoder (`speaker_encoder.*`), parameters only.
+"""The Base model's ECAPA-TDNN speaker encoder (`speaker_encoder.*`): log-mel -> x-vector.
 
-Base checkpoints carry it to compute x-vectors from reference audio. Computing
-x-vectors is a later issue; the module exists so Base checkpoints load by their
-exact key names (nothing skipped silently) and parameter counts match the official class.
+No BatchNorm; every convolution is `padding="same"` with reflect padding and a bias;
+SE-Res2Net blocks; multi-layer aggregation of blocks 1..N (not block 0); attentive
+statistics pooling (tanh after the TDNN's ReLU). The x-vector goes into the talker
+as one raw codec-embedding row, so `enc_dim` equals the talker's hidden size.
 """
 
 from __future__ import annotations
 
+import numpy as np
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tts.qwen3.config import SpeakerEncoderConfig
 
 
+def _conv(cin: int, cout: int, kernel: int = 1, dilation: int = 1) -> nn.Conv1d:
+    return nn.Conv1d(cin, cout, kernel, dilation=dilation, padding="same", padding_mode="reflect")
+
+
 class TimeDelayBlock(nn.Module):
     def __init__(self, cin: int, cout: int, kernel: int, dilation: int):
         super().__init__()
-        self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation, padding="same", padding_mode="reflect")
+        self.conv = _conv(cin, cout, kernel, dilation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.conv(x))
 
 
 class Res2NetBlock(nn.Module):
     def __init__(self, channels: int, scale: int, kernel: int, dilation: int):
         super().__init__()
+        self.scale = scale
         self.blocks = nn.ModuleList(TimeDelayBlock(channels // scale, channels // scale, kernel, dilation)
                                     for _ in range(scale - 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outs = []
+        for i, part in enumerate(torch.chunk(x, self.scale, dim=1)):
+            if i == 0:
+                y = part
+            elif i == 1:
+                y = self.blocks[0](part)
+            else:
+                y = self.blocks[i - 1](part + y)
+            outs.append(y)
+        return torch.cat(outs, dim=1)
 
 
 class SqueezeExcitation(nn.Module):
     def __init__(self, channels: int, se_channels: int):
         super().__init__()
-        self.conv1 = nn.Conv1d(channels, se_channels, 1)
-        self.conv2 = nn.Conv1d(se_channels, channels, 1)
+        self.conv1 = _conv(channels, se_channels)
+        self.conv2 = _conv(se_channels, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = torch.sigmoid(self.conv2(F.relu(self.conv1(x.mean(dim=2, keepdim=True)))))
+        return x * s
 
 
 class SERes2NetBlock(nn.Module):
@@ -40,12 +68,30 @@ class SERes2NetBlock(nn.Module):
         self.tdnn2 = TimeDelayBlock(cout, cout, 1, 1)
         self.se_block = SqueezeExcitation(cout, se_channels)
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.se_block(self.tdnn2(self.res2net_block(self.tdnn1(x)))) + x
+
+
+def _stats(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-12) -> tuple[torch.Tensor, torch.Tensor]:
+    mean = (w * x).sum(2)
+    std = torch.sqrt((w * (x - mean.unsqueeze(2)).pow(2)).sum(2).clamp(eps))
+    return mean, std
+
 
 class AttentivePooling(nn.Module):
     def __init__(self, channels: int, attention_channels: int):
         super().__init__()
         self.tdnn = TimeDelayBlock(channels * 3, attention_channels, 1, 1)
-        self.conv = nn.Conv1d(attention_channels, channels, 1)
+        self.conv = _conv(attention_channels, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[-1]
+        uniform = torch.full((x.shape[0], 1, t), 1.0 / t, dtype=x.dtype, device=x.device)
+        mean, std = _stats(x, uniform)
+        ctx = torch.cat([x, mean.unsqueeze(2).expand(-1, -1, t), std.unsqueeze(2).expand(-1, -1, t)], dim=1)
+        attn = torch.softmax(self.conv(torch.tanh(self.tdnn(ctx))), dim=2)
+        mean, std = _stats(x, attn)
+        return torch.cat([mean, std], dim=1).unsqueeze(2)
 
 
 class SpeakerEncoder(nn.Module):
@@ -57,4 +103,24 @@ class SpeakerEncoder(nn.Module):
             self.blocks.append(SERes2NetBlock(ch[i - 1], ch[i], c.enc_res2net_scale, c.enc_se_channels, ks[i], dil[i]))
         self.mfa = TimeDelayBlock(ch[-1], ch[-1], ks[-1], dil[-1])
         self.asp = AttentivePooling(ch[-1], c.enc_attention_channels)
-        self.fc = nn.Conv1d(ch[-1] * 2, c.enc_dim, 1)
+        self.fc = _conv(ch[-1] * 2, c.enc_dim)
+        self.sample_rate = c.sample_rate
+
+    def forward(self, mels: torch.Tensor) -> torch.Tensor:
+        """mels [B, frames, mel_dim] -> x-vectors [B, enc_dim]."""
+        x = mels.transpose(1, 2)
+        hidden = []
+        for block in self.blocks:
+            x = block(x)
+            hidden.append(x)
+        x = self.mfa(torch.cat(hidden[1:], dim=1))
+        return self.fc(self.asp(x)).squeeze(-1)
+
+    @torch.inference_mode()
+    def embed(self, wav_24k: np.ndarray) -> torch.Tensor:
+        """One mono float32 waveform at 24 kHz -> its x-vector [enc_dim] (in the encoder's dtype)."""
+        from tts.qwen3.mel import log_mel
+
+        p = self.fc.weight
+        mels = log_mel(torch.from_numpy(np.ascontiguousarray(wav_24k, dtype=np.float32)).unsqueeze(0).to(p.device))
+        return self(mels.to(p.dtype))[0]

@@ -112,6 +112,7 @@ TINY_ENCODER = {
     "num_filters": 4,
     "num_hidden_layers": 1,
     "num_key_value_heads": 2,
+    "sliding_window": 4,  # shorter than any reference: shows the window is not applied (as in transformers 4.57.3)
     "upsample_groups": 16,
     "vector_quantization_hidden_dimension": 8,
 }

@@ -1,8 +1,8 @@
 """One call: text pieces → chunker → at most two chunks in flight in the engine → Playout → media leg.
 
 A session has a text leg (where agent text comes from and events go) and a
-media leg (where audio goes). Transports are small adapters implementing
-`TextLeg` / `MediaLeg`; no transport logic lives here.
+media leg (where audio goes). Legs are small adapters implementing
+`gateway.core.contracts.TextLeg` / `MediaLeg`; no transport logic lives here.
 
 Two in flight: while chunk k plays, chunk k+1 is synthesised; chunk k+2 is
 submitted only once k is fully synthesised. Audio of a later in-flight chunk
@@ -17,7 +17,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable
 
 import numpy as np
 
@@ -25,7 +25,9 @@ from audio.encode import FrameEncoder, OutputFormat
 from audio.playout import Playout, PlayoutEvent
 from audio.resample import StreamResampler
 from gateway import protocol as P
-from gateway.chunker import Chunker
+from gateway.core.chunker import Chunker
+from gateway.core.contracts import MediaLeg, TextLeg
+from gateway.core.headless import HeadlessPlayout
 from gateway.config import Config, VoiceConfig
 from gateway.metrics import GatewayMetrics
 from tts import Engine, EngineError, SynthesisRequest, SynthesisStream
@@ -34,24 +36,6 @@ from tts.frontend import FrontendOptions, prepare_text, prepare_text_async
 log = logging.getLogger("voxgate.session")
 
 MAX_IN_FLIGHT = 2
-
-
-class TextLeg(Protocol):
-    async def send_event(self, event: dict) -> None: ...
-
-
-class MediaLeg(Protocol):
-    output: OutputFormat
-    clock_driven: bool  # True: the shared gateway clock ticks this session; False: the leg pulls frames
-    send_idle_silence: bool  # legs that own the far end's clock send silence while idle
-
-    async def send_audio(self, frame: bytes) -> None: ...
-
-    async def on_flush(self) -> None:
-        """Barge-in: tell the far end to drop what it buffered."""
-
-    def on_playout_event(self, event: PlayoutEvent) -> None:
-        """Every playout event (e.g. Twilio sends its own marks on `mark`)."""
 
 
 @dataclass
@@ -90,6 +74,7 @@ class Session:
         instruct: str | None = None,
         output: OutputFormat = OutputFormat(),
         on_closed: Callable[["Session"], None] | None = None,
+        headless: bool = False,
     ):
         self.session_id = session_id
         self.config = config
@@ -112,10 +97,11 @@ class Session:
         self.on_closed = on_closed
         self.text_leg: TextLeg | None = None
         self.media_leg: MediaLeg | None = None
-        self.inbound = None  # the caller's audio (gateway.inbound.InboundAudio) on telephony legs
+        self.inbound = None  # the caller's audio (gateway.core.inbound.InboundAudio) on telephony legs
         self.created_at = time.monotonic()
         log_dir = config.server.log_dir
-        self.playout = Playout(
+        # headless: no media leg; the audio goes to one consumer unpaced (gateway/core/headless.py).
+        self.playout = HeadlessPlayout(output.sample_rate, on_event=self._on_playout_event) if headless else Playout(
             output.sample_rate,
             frame_ms=output.frame_ms,
             prebuffer_ms=config.playout.prebuffer_ms,
@@ -131,9 +117,15 @@ class Session:
         self._outbox: deque[dict] = deque()
         # Called with every event as it is emitted, whichever text leg is attached (e.g. the agent).
         self.observers: list[Callable[[dict], None]] = []
+        if headless:  # a failed chunk fails the stream (seen as it is emitted, before the turn closes)
+            self.observers.append(self.playout.on_session_event)
         self._draining = False
+        self._interrupted_by = "agent"  # who asked for the barge-in now under way
+        self._heard: tuple[str, float] | None = None  # (turn, ms of it played when the caller started to speak)
+        self.caller_voice = None  # gateway.core.caller_voice.CallerVoice when the caller's speech is detected
         self.closed = False
         self._closed_event = asyncio.Event()
+        self._close_callbacks: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------ legs
     def attach_text(self, leg: TextLeg) -> None:
@@ -312,14 +304,23 @@ class Session:
         elif ev.type == "utterance_end":
             turn = self._turns.pop(ev.turn_id, None)
             self.metrics.turns.labels(interrupted=str(d["interrupted"]).lower()).inc()
-            self.emit({
+            chunk_played = d["chunk_played_ms"]
+            done = {
                 "type": "turn.done",
                 "turn_id": ev.turn_id,
                 "played_ms": d["played_ms"],
                 "interrupted": d["interrupted"],
                 "gaps": d["gaps"],
-                "played_text": self._played_text(turn, d["chunk_played_ms"]) if turn else "",
-            })
+            }
+            if d["interrupted"]:
+                done["interrupted_by"] = self._interrupted_by
+                if self._heard is not None and self._heard[0] == ev.turn_id:
+                    # What played after the caller started to speak was talked over: not heard.
+                    heard = min(d["played_ms"], max(0.0, self._heard[1]))
+                    done["caller_onset_ms"] = round(heard, 1)
+                    chunk_played = _cut_played(chunk_played, heard)
+            done["played_text"] = self._played_text(turn, chunk_played) if turn else ""
+            self.emit(done)
             if self._draining and not self._turns:
                 asyncio.get_running_loop().create_task(self._finish_drain())
 
@@ -343,6 +344,11 @@ class Session:
         return " ".join(p for p in parts if p)
 
     # ------------------------------------------------------------ events out
+    async def report(self, exc: P.ProtocolError) -> None:
+        """A bad message of this session's text leg: its `error` event, in order with the others."""
+        self.emit(exc.event())
+        await self.flush_events()
+
     def emit(self, event: dict) -> None:
         if event.get("type") == "error":
             self.metrics.errors.labels(code=event["code"]).inc()
@@ -369,7 +375,7 @@ class Session:
             await self.flush_events()
         media = self.media_leg
         if media is not None:
-            if frame.kind == "audio" or frame.kind == "gap":
+            if frame.kind == "audio" or frame.kind == "gap" or frame.kind == "paused":
                 await media.send_audio(self.encoder.encode(frame.pcm))
             elif media.send_idle_silence:
                 await media.send_audio(self.encoder.silence)
@@ -384,10 +390,19 @@ class Session:
         return frame.pcm, frame.kind
 
     # ------------------------------------------------------------ barge-in and end
-    async def interrupt(self) -> None:
-        """Cancel queued and in-flight chunks, flush the playout, drop queued turns."""
+    async def interrupt(self, by: str = "agent", heard: tuple[str, float] | None = None) -> None:
+        """Cancel queued and in-flight chunks, flush the playout, drop queued turns.
+
+        `by` is who asked (`agent`, or `caller` for a barge-in by voice);
+        `heard` = (turn, ms of it played when the caller started to speak)
+        cuts that turn's `played_text` there.
+        """
         self._cancel_synthesis()
-        self.playout.flush()  # emits utterance_end (→ turn.done) for each open turn
+        self._interrupted_by, self._heard = by, heard
+        try:
+            self.playout.flush()  # emits utterance_end (→ turn.done) for each open turn
+        finally:
+            self._interrupted_by, self._heard = "agent", None
         self._turns.clear()
         if self.media_leg is not None:
             await self.media_leg.on_flush()
@@ -425,6 +440,10 @@ class Session:
     async def _finish_drain(self) -> None:
         await self.close()
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Run `callback()` when the session closes (timers, per-leg cleanup)."""
+        self._close_callbacks.append(callback)
+
     async def wait_closed(self) -> None:
         await self._closed_event.wait()
 
@@ -443,9 +462,23 @@ class Session:
         await self.flush_events()
         self.playout.close()
         self._closed_event.set()
+        for callback in self._close_callbacks:
+            callback()
         if self.on_closed:
             self.on_closed(self)
 
     @property
     def active_turns(self) -> int:
         return len(self._turns)
+
+
+def _cut_played(chunk_played_ms: dict, total_ms: float) -> dict:
+    """Per-chunk played time limited to the first `total_ms` of the turn (chunks play in index order)."""
+    out, left = {}, total_ms
+    for chunk in sorted(chunk_played_ms):
+        take = min(chunk_played_ms[chunk], left)
+        if take <= 0:
+            break
+        out[chunk] = take
+        left -= take
+    return out

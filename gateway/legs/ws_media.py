@@ -1,0 +1,414 @@
+"""Telephony media legs over a provider's WebSocket: one adapter for every wire in `gateway/wire/`.
+
+`/v1/asterisk` (chan_websocket), `/v1/telnyx`, `/v1/vonage` and `/v1/jambonz`
+share this code; what differs lives in each wire class (pure encode/decode)
+and in a `WireSpec` line. The far end connects, its opening message names
+the call, and the call registry joins it with the agent's control socket by
+any of the call's ids (the provider's own, or a `call_id` query parameter).
+
+Sending: the shared 20 ms clock hands us one PCM16 8 kHz frame per tick; it
+is resampled when the wire runs at another rate, encoded, and sent at once —
+so the far end's buffer stays one frame deep and barge-in (its clear
+command) drops almost nothing audible. A mark follows each text chunk's last
+frame; the far end's confirmation becomes `call.mark` (played or dropped).
+A far end that asks us to pause (Asterisk `MEDIA_XOFF`) gets its frames held,
+in order with the marks, until it resumes; past a bound they are dropped and
+counted. A peer that stops reading loses frames, never stalls the clock.
+
+Problems in what the far end sends go to the call's control socket and to
+metrics and logs; nothing unknown is ever sent to the far end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import itertools
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from audio.pcm import float_to_int16, int16_to_float
+from audio.playout import PlayoutEvent
+from audio.resample import FrameFifo, StreamResampler
+from gateway import protocol as P
+from gateway.core import CallCore
+from gateway.core.backpressure import frame_must_skip, send_would_wait
+from gateway.core.calls import TELEPHONY_PCM, Call
+from gateway.legs.accept import authorized
+from gateway.legs.host import LegHost
+from gateway.wire.asterisk import AsteriskWire
+from gateway.wire.events import Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused
+from gateway.wire.jambonz import MAX_OUTSTANDING_MARKS as JAMBONZ_MAX_MARKS
+from gateway.wire.jambonz import JambonzWire
+from gateway.wire.telnyx import TelnyxWire
+from gateway.wire.vonage import VonageWire
+
+log = logging.getLogger("voxgate.wsmedia")
+
+START_TIMEOUT_S = 10.0  # every far end sends its opening message right after connecting
+MAX_CONTROL_BACKLOG_BYTES = 256 * 1024  # marks and clears still go out above the media cap, up to this
+MAX_HELD_FRAMES = 500  # 10 s of audio held while the far end said XOFF
+MAX_OUTSTANDING_MARKS = 256
+MAX_MESSAGE_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class WireSpec:
+    kind: str  # leg name in events and metrics
+    path: str
+    make_wire: Callable[[Mapping[str, str]], object]  # the request's query → a fresh wire
+    subprotocol: str | None = None
+    max_outstanding_marks: int = MAX_OUTSTANDING_MARKS
+
+
+SPECS = (
+    WireSpec("asterisk", "/v1/asterisk", lambda q: AsteriskWire(), subprotocol="media"),
+    WireSpec("telnyx", "/v1/telnyx", lambda q: TelnyxWire(q.get("bidirectional_codec"), q.get("bidirectional_sampling_rate"))),
+    WireSpec("vonage", "/v1/vonage", lambda q: VonageWire()),
+    WireSpec("jambonz", "/v1/jambonz", lambda q: JambonzWire(q.get("bidirectional_sample_rate")),
+             subprotocol="audio.jambonz.org", max_outstanding_marks=JAMBONZ_MAX_MARKS),
+)
+
+
+@dataclass
+class _SentMark:
+    epoch: int  # barge-ins before it was sent
+    turn_id: str
+    chunk: int
+    played_ms: float
+
+
+class WireMediaLeg:
+    """The media leg of one far-end WebSocket, clock-driven."""
+
+    clock_driven = True
+    send_idle_silence = False  # every one of these far ends plays silence by itself when idle
+    output = TELEPHONY_PCM
+
+    def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, wire, spec: WireSpec, metrics,
+                 notify: Callable[[dict], "asyncio.Future | None"]):
+        self.ws = ws
+        self.transport = request.transport
+        self.protocol = request.protocol
+        if self.transport is not None:
+            self.transport.set_write_buffer_limits(high=MAX_CONTROL_BACKLOG_BYTES)
+        self.wire = wire
+        self.spec = spec
+        self.metrics = metrics
+        self.notify = notify  # async: an event for the call's control socket
+        self._frames = metrics.frames_sent.labels(leg=spec.kind)
+        self.out = wire.outbound
+        self._resampler, self._fifo = self._new_resampler()
+        self._names = itertools.count()
+        self._to_mark: list[tuple[str, _SentMark]] = []  # marks whose chunk's last frame is being sent
+        self.sent_marks: dict[str, _SentMark] = {}
+        self.epoch = 0
+        self.clears_sent = 0
+        self.paused = False
+        self._held: deque[tuple[Outgoing, bool]] = deque()  # (message, is media) while paused
+        self._dropped_names: deque[str] = deque(maxlen=MAX_OUTSTANDING_MARKS)  # reported dropped at a barge-in
+        self.frames_held_dropped = 0
+
+    def _new_resampler(self):
+        if self.out.sample_rate == TELEPHONY_PCM.sample_rate:
+            return None, None
+        return StreamResampler(TELEPHONY_PCM.sample_rate, self.out.sample_rate), FrameFifo(self.out.frame_samples)
+
+    # ------------------------------------------------------------ sending
+    def _usable(self) -> bool:
+        return not self.ws.closed and self.transport is not None and not self.transport.is_closing()
+
+    async def _send(self, message: Outgoing, media: bool) -> bool:
+        """Sends (or holds, under XOFF) one message; False when a media frame was dropped."""
+        if not self._usable():
+            return False
+        if self.paused:
+            if media and sum(1 for _, m in self._held if m) >= MAX_HELD_FRAMES:
+                self.frames_held_dropped += 1
+                self.metrics.frames_dropped.inc()
+                return False
+            self._held.append((message, media))
+            return True
+        if media:
+            if frame_must_skip(self.transport):
+                self.metrics.frames_dropped.inc()  # drop, never block the clock
+                return False
+        elif send_would_wait(self.transport, self.protocol, len(message)):
+            # A mark or clear cannot be dropped alone: a far end this far behind (megabytes unread) is cut.
+            log.warning("%s far end is not reading (%d bytes unsent); closing it", self.spec.kind, self.transport.get_write_buffer_size())
+            self.transport.abort()
+            return False
+        if isinstance(message, bytes):
+            await self.ws.send_bytes(message)
+        else:
+            await self.ws.send_str(message)
+        if media:
+            self._frames.inc()
+        return True
+
+    def _encode(self, frame: bytes) -> list[bytes]:
+        """One PCM16 8 kHz frame → wire-encoded frames at the wire's rate (resampling is bursty: 0..n frames)."""
+        pcm = np.frombuffer(frame, dtype="<i2")
+        if self._resampler is None:
+            return [frame if self.out.encoding == "pcm16le" else self.out.encode(pcm)]
+        self._fifo.push(self._resampler.process(int16_to_float(pcm)))
+        out = []
+        while (block := self._fifo.pop()) is not None:
+            out.append(self.out.encode(float_to_int16(block)))
+        return out
+
+    async def send_audio(self, frame: bytes) -> bool:
+        sent = False
+        if self._usable():
+            sent = True
+            for data in self._encode(frame):
+                for message in self.wire.media(data):
+                    sent = await self._send(message, media=True) and sent
+        await self._send_marks()
+        return sent
+
+    async def _send_marks(self) -> None:
+        while self._to_mark:
+            name, mark = self._to_mark.pop(0)
+            if not self._usable():
+                continue
+            if len(self.sent_marks) >= self.spec.max_outstanding_marks:  # a far end that never confirms must not grow our memory
+                del self.sent_marks[next(iter(self.sent_marks))]
+            self.sent_marks[name] = mark
+            for message in self.wire.mark(name):
+                await self._send(message, media=isinstance(message, bytes))
+
+    def on_playout_event(self, event: PlayoutEvent) -> None:
+        if event.type == "mark":
+            # Short names: Asterisk ignores commands over 128 bytes, and turn ids are the agent's to choose.
+            name = f"m{next(self._names)}"
+            self._to_mark.append((name, _SentMark(self.epoch, event.turn_id, event.data["chunk"], event.data["played_ms"])))
+
+    async def on_flush(self) -> None:
+        """Barge-in: the far end drops what it buffered; our held frames and marks go too."""
+        self._to_mark.clear()
+        self._held.clear()
+        self._resampler, self._fifo = self._new_resampler()
+        self.epoch += 1
+        self.clears_sent += 1
+        paused, self.paused = self.paused, False  # a command is not media: it goes out even under XOFF
+        for message in self.wire.clear():
+            await self._send(message, media=False)
+        self.paused = paused
+        if not self.wire.clear_returns_marks:
+            # This far end never answers for the marks it dropped: they are dropped now.
+            dropped, self.sent_marks = self.sent_marks, {}
+            self._dropped_names.extend(dropped)
+            for mark in dropped.values():
+                await self.notify(_call_mark(mark, "dropped"))
+
+    def on_confirmation(self, done: MarkDone) -> dict | None:
+        """The far end reached (or dropped) a mark: the `call.mark` event, None for one already reported
+        dropped at a barge-in; `bad_message` for a mark we never sent."""
+        mark = self.sent_marks.pop(done.name, None)
+        if mark is None:
+            if done.name in self._dropped_names:
+                return None
+            raise P.ProtocolError(P.BAD_MESSAGE, f"the {self.spec.kind} far end confirmed mark {done.name!r}, which was never sent")
+        return _call_mark(mark, "played" if done.played and mark.epoch == self.epoch else "dropped")
+
+    async def on_flow(self, paused: bool) -> None:
+        self.paused = paused
+        if not paused:
+            held, self._held = self._held, deque()
+            for message, media in held:
+                await self._send(message, media)
+
+    async def hangup(self) -> None:
+        if self._usable():
+            self.paused = False
+            for message in self.wire.hangup():
+                await self._send(message, media=False)
+        if not self.ws.closed:
+            await self.ws.close(code=WSCloseCode.OK)
+
+
+def _call_mark(mark: _SentMark, status: str) -> dict:
+    return {"type": "call.mark", "turn_id": mark.turn_id, "chunk": mark.chunk, "status": status, "played_ms": mark.played_ms}
+
+
+class WireEndpoint:
+    """The route of one wire: auth, upgrade, and one `_WireStream` per far-end connection."""
+
+    def __init__(self, core: CallCore, spec: WireSpec):
+        self.core = core
+        self.registry = core.calls
+        self.spec = spec
+
+    def route(self) -> web.RouteDef:
+        return web.get(self.spec.path, self.handle)
+
+    def authorized(self, request: web.Request) -> bool:
+        """API keys as elsewhere; far ends that cannot send a bearer use `?token=` or HTTP Basic with the key as password."""
+        if authorized(self.core, request):
+            return True
+        header = request.headers.get("Authorization", "")
+        if header.startswith("Basic "):
+            try:
+                password = base64.b64decode(header[6:], validate=True).decode().partition(":")[2]
+            except (binascii.Error, ValueError):
+                return False
+            return any(_same(password, key) for key in self.core.config.server.api_keys)
+        return False
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        gw = self.core
+        if not self.authorized(request):
+            gw.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
+            return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong API key (?token=, Bearer, or Basic with the key as password)"),
+                                     status=401)
+        limits = gw.config.server.limits
+        protocols = (self.spec.subprotocol,) if self.spec.subprotocol else ()
+        ws = web.WebSocketResponse(protocols=protocols, heartbeat=limits.ping_interval_s, compress=False,
+                                   max_msg_size=max(MAX_MESSAGE_BYTES, limits.max_message_bytes * 4))
+        await ws.prepare(request)
+        if not gw.accepting:
+            await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
+            return ws
+        stream = _WireStream(self, ws, request)
+        self.registry.track(ws.close)
+        try:
+            await stream.run()
+        except Exception:
+            log.exception("%s stream failed", self.spec.kind)
+            gw.metrics.errors.labels(code=P.INTERNAL).inc()
+            if stream.call is not None:
+                await stream.call.report(P.INTERNAL, f"internal error in the {self.spec.kind} media leg; the call was ended")
+        finally:
+            if stream.call is not None:
+                await self.registry.end_media(stream.call, stream.end_reason)
+            if not ws.closed:
+                await ws.close(code=WSCloseCode.OK)
+        return ws
+
+
+class _WireStream:
+    """The reading side of one far-end WebSocket."""
+
+    def __init__(self, endpoint: WireEndpoint, ws: web.WebSocketResponse, request: web.Request):
+        self.endpoint = endpoint
+        self.core = endpoint.core
+        self.spec = endpoint.spec
+        self.ws = ws
+        self.request = request
+        self.query = request.query
+        self.wire = self.spec.make_wire(request.query)
+        self.leg: WireMediaLeg | None = None
+        self.call: Call | None = None
+        self.end_reason = "disconnected"
+        self._inbound_resampler: StreamResampler | None = None
+
+    async def run(self) -> None:
+        limits = self.core.config.server.limits
+        while not self.ws.closed:
+            timeout = limits.idle_timeout_s if self.call is not None else START_TIMEOUT_S
+            try:
+                msg = await asyncio.wait_for(self.ws.receive(), timeout=timeout)
+            except asyncio.TimeoutError:
+                self.end_reason = P.IDLE_TIMEOUT
+                await self._error(P.IDLE_TIMEOUT, f"nothing from the {self.spec.kind} far end for {timeout:g} s")
+                return
+            if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                try:
+                    if await self._on_message(msg.data):
+                        return
+                except StartRefused as exc:  # a stream that cannot start: nothing else on it can work
+                    await self._error(exc.code, exc.message)
+                    self.end_reason = exc.code
+                    await self.ws.close(code=P.CLOSE_TRY_AGAIN_LATER if exc.code == P.AT_CAPACITY else P.CLOSE_POLICY)
+                    return
+                except P.ProtocolError as exc:
+                    await self._error(exc.code, exc.message)
+            elif msg.type == WSMsgType.ERROR:
+                exc = self.ws.exception()
+                await self._error(P.TOO_LARGE if "size" in str(exc) else P.BAD_MESSAGE, f"{self.spec.kind} socket error: {exc}")
+                return
+            else:  # CLOSE, CLOSING, CLOSED
+                return
+
+    async def _on_message(self, data: str | bytes) -> bool:
+        """One far-end message; True when the stream is over."""
+        for event in self.wire.decode(data):
+            if isinstance(event, Audio):
+                self._on_audio(event)
+            elif isinstance(event, Started):
+                await self._on_start(event)
+            elif isinstance(event, MarkDone):
+                outcome = self.leg.on_confirmation(event)
+                if outcome is not None:
+                    await self.call.notify(outcome)
+            elif isinstance(event, Dtmf):
+                await self.call.notify({"type": "dtmf", "digit": event.digit})
+            elif isinstance(event, FlowControl):
+                log.info("%s call %s: far end says %s", self.spec.kind, self.call.call_id, "XOFF" if event.paused else "XON")
+                await self.leg.on_flow(event.paused)
+            elif isinstance(event, Ended):
+                self.end_reason = event.reason
+                return True
+            elif isinstance(event, FarEndError):
+                await self._error(P.MEDIA_ERROR, event.message)
+            elif isinstance(event, Notice):
+                log.debug("%s: %s", self.spec.kind, event.kind)
+        return False
+
+    async def _on_start(self, started: Started) -> None:
+        if not self.core.accepting:
+            raise StartRefused(P.SHUTTING_DOWN, "the gateway is not accepting calls")
+        q = self.query
+        ids = [i for i in (q.get("call_id"), *started.call_ids) if i]
+        if not ids:
+            raise StartRefused(P.BAD_MESSAGE, f"the {self.spec.kind} stream names no call id: pass call_id (a header or a query parameter)")
+        voice = q.get("voice") or started.voice
+        language = q.get("language") or started.language
+        leg = WireMediaLeg(self.ws, self.request, self.wire, self.spec, self.core.metrics, self._notify)
+        try:
+            call = self.endpoint.registry.connect_media(ids, leg, self.spec.kind, voice, language)
+        except P.ProtocolError as exc:
+            raise StartRefused(exc.code, exc.message) from None
+        self.leg, self.call = leg, call
+        if started.audio.sample_rate != call.inbound.sample_rate:
+            self._inbound_resampler = StreamResampler(started.audio.sample_rate, call.inbound.sample_rate)
+        log.info("%s call %s started (%s, ids %s)", self.spec.kind, call.call_id, started.info, ids)
+        await call.session.flush_events()
+
+    async def _notify(self, event: dict) -> None:
+        if self.call is not None:
+            await self.call.notify(event)
+
+    def _on_audio(self, audio: Audio) -> None:
+        if self.call is None:
+            return
+        pcm = audio.pcm
+        if self._inbound_resampler is not None:
+            pcm = float_to_int16(self._inbound_resampler.process(int16_to_float(pcm)))
+        self.call.inbound.push(pcm, audio.timestamp_ms)
+
+    async def _error(self, code: str, message: str) -> None:
+        if self.call is not None and not self.call.session.closed:
+            await self.call.report(code, message)  # the session counts it
+        else:
+            self.core.metrics.errors.labels(code=code).inc()
+        log.info("%s stream %s: %s: %s", self.spec.kind, self.call.call_id if self.call else "(not started)", code, message)
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+def install(core: CallCore, host: LegHost) -> list[WireEndpoint]:
+    """The routes of every WebSocket media wire (one line per wire in SPECS)."""
+    endpoints = [WireEndpoint(core, spec) for spec in SPECS]
+    host.add_routes([e.route() for e in endpoints])
+    return endpoints
