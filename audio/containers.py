@@ -45,6 +45,7 @@ class ContainerError(ValueError):
 class ContainerEncoder(Protocol):
     format: str
     media_type: str
+    cpu_heavy: bool  # True: a real codec runs; callers on an event loop should encode in a worker thread
 
     def encode(self, pcm: np.ndarray) -> bytes:
         """float32 PCM in [-1, 1] at the encoder's rate → the bytes ready so far (may be empty)."""
@@ -70,6 +71,7 @@ class PcmEncoder:
 
     format = "pcm"
     media_type = MEDIA_TYPES["pcm"]
+    cpu_heavy = False
 
     def __init__(self, sample_rate: int = 24000):
         self.sample_rate = sample_rate
@@ -119,13 +121,16 @@ class _Sink:
 
 
 class AvEncoder:
-    """opus / mp3 / flac / aac through PyAV, muxed to a non-seekable stream as packets come out."""
+    """opus / mp3 / flac / aac through PyAV, muxed to a non-seekable stream as packets come out.
+    One encoder is used by one task at a time (it may be a worker thread)."""
+
+    cpu_heavy = True
 
     def __init__(self, fmt: str, sample_rate: int = 24000):
         try:
             import av
         except ImportError:
-            raise ContainerError(f"response format {fmt!r} needs PyAV: pip install av (or voxgate[webrtc])") from None
+            raise ContainerError(f"response format {fmt!r} needs PyAV: pip install 'voxgate[speech]'") from None
         container, codec, sample_format, options = _AV_FORMATS[fmt]
         self.format = fmt
         self.media_type = MEDIA_TYPES[fmt]

@@ -58,7 +58,10 @@ LEGS: tuple[Leg, ...] = (
     Leg("gateway.legs.control"),  # /v1/control (the agent's side of a telephony call)
     Leg("gateway.legs.twilio"),  # /v1/twilio
     Leg("gateway.legs.audiosocket"),  # Asterisk AudioSocket on telephony.audiosocket_port
-    Leg("gateway.legs.ws_media"),  # /v1/asterisk, /v1/telnyx, /v1/vonage, /v1/jambonz (one WireSpec line per wire)
+    Leg("gateway.legs.asterisk"),  # /v1/asterisk (chan_websocket)
+    Leg("gateway.legs.telnyx"),  # /v1/telnyx
+    Leg("gateway.legs.vonage"),  # /v1/vonage
+    Leg("gateway.legs.jambonz"),  # /v1/jambonz
     Leg("gateway.legs.webrtc", extra="webrtc"),  # /v1/webrtc/offer and the demo page
 )
 
@@ -166,6 +169,7 @@ class Gateway:
             from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
 
             await asyncio.to_thread(warm_up)
+        self.core.voice.check()  # a barge_in detector that cannot load is a start-up error
         await self.engine.start()
         self.core.clock.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -194,6 +198,7 @@ class Gateway:
             await session.close()
         for fn in self._on_stop:
             await fn()
+        await self.core.voice.close()
         await self.core.clock.stop()
         if self._runner:
             await self._runner.cleanup()

@@ -39,6 +39,8 @@ SHUTTING_DOWN = "shutting_down"  # the gateway is draining
 CALL_BUSY = "call_busy"  # the call already has a control socket (or a media leg)
 BAD_AUDIO = "bad_audio"  # inbound media that cannot be decoded (bad base64, odd or absurd length)
 MEDIA_ERROR = "media_error"  # the media far end reported an error (AudioSocket 0xff frame)
+STT_ERROR = "stt_error"  # the transcription server failed one utterance (the call goes on)
+VAD_UNAVAILABLE = "vad_unavailable"  # barge_in asked for a detector whose package is not installed
 UNSUPPORTED_SPEED = "unsupported_speed"  # OpenAI speech: a `speed` the engine cannot honour
 
 # WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).
@@ -74,6 +76,8 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("language", (str,)),
         Field("instruct", (str,)),
         Field("output", (dict,)),
+        Field("input", (dict,)),  # the caller's audio as binary messages: {"encoding", "sample_rate"}
+        Field("barge_in", (dict,)),  # per-session override of the config's barge_in section
     ),
     "text": (
         Field("turn_id", (str, int), required=True),
@@ -88,6 +92,7 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("voice", (str,)),
         Field("language", (str,)),
         Field("instruct", (str,)),
+        Field("barge_in", (dict,)),
     ),
 }
 

@@ -66,11 +66,14 @@ def schema_messages(draw) -> str:
     """Objects shaped like protocol messages with random field values."""
     msg = {"type": draw(st.sampled_from(MESSAGE_TYPES) | st.text(max_size=12))}
     for name in draw(st.lists(st.sampled_from(FIELDS), max_size=5, unique=True)):
-        if name == "output":
+        if name in ("output", "input"):
             msg[name] = draw(st.fixed_dictionaries({}, optional={
                 "encoding": st.sampled_from(["pcm16", "mulaw", "alaw", "opus", ""]) | json_scalars,
                 "sample_rate": st.sampled_from([8000, 16000, 24000, 48000, 8000.0, 44100, 0, -8000, 10**20]) | json_scalars,
             }))
+        elif name == "barge_in":
+            msg[name] = draw(st.fixed_dictionaries({}, optional={"mode": st.sampled_from(["off", "vad", "x"]) | json_scalars,
+                                                                 "min_speech_ms": json_scalars}) | json_values)
         elif name == "type":
             continue
         else:

@@ -294,7 +294,11 @@ class Session:
         d = ev.data
         if ev.type == "first_audio":
             self.metrics.ttfa.observe(d["ttfa_ms"] / 1000.0)
-            self.emit({"type": "audio.start", "turn_id": ev.turn_id, "ttfa_ms": d["ttfa_ms"]})
+            # at_ms: where the turn's first frame sits on the playout timeline (user.speech.at_ms uses the same clock)
+            start = {"type": "audio.start", "turn_id": ev.turn_id, "ttfa_ms": d["ttfa_ms"]}
+            if hasattr(self.playout, "ticks"):  # a headless session (no media leg) has no timeline
+                start["at_ms"] = (self.playout.ticks - 1) * self.playout.frame_ms
+            self.emit(start)
         elif ev.type == "mark":
             self.emit({"type": "mark", "turn_id": ev.turn_id, "chunk": d["chunk"], "played_ms": d["played_ms"]})
         elif ev.type == "underrun_end":

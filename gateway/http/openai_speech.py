@@ -18,6 +18,7 @@ with our stable error codes in `code` (DESIGN.md §3.4).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -40,8 +41,6 @@ log = logging.getLogger("voxgate.openai_speech")
 
 TURN_ID = "speech"
 STREAM_FORMATS = ("audio", "sse")
-# OpenAI's built-in voice names; a configured voice answers to them through `voices.NAME.aliases`.
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
 MAX_INSTRUCTIONS = 4096
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 413: "invalid_request_error", 429: "rate_limit_error",
           500: "server_error", 503: "server_error"}
@@ -117,7 +116,7 @@ def parse_speech_request(body: Any) -> SpeechRequest:
     if fmt not in FORMATS:
         raise SpeechError(400, P.UNSUPPORTED_FORMAT, f"response_format {fmt!r} is not one of {', '.join(FORMATS)}", "response_format")
     if fmt not in containers_available():
-        raise SpeechError(400, P.UNSUPPORTED_FORMAT, f"response_format {fmt!r} needs PyAV on the server (pip install 'voxgate[webrtc]'); pcm and wav work without it", "response_format")
+        raise SpeechError(400, P.UNSUPPORTED_FORMAT, f"response_format {fmt!r} needs PyAV on the server (pip install 'voxgate[speech]'); pcm and wav work without it", "response_format")
     speed = _field(body, "speed", (int, float), 1.0)
     if not math.isfinite(speed) or not 0.25 <= speed <= 4.0:
         raise SpeechError(400, P.BAD_MESSAGE, f"'speed' must be between 0.25 and 4.0, got {speed}", "speed")
@@ -221,6 +220,11 @@ class OpenAISpeech:
         await response.prepare(request)
         samples = 0
 
+        async def encode(pcm=None) -> bytes:
+            """A real codec runs in a worker thread: a second of mp3 must not stall the clock that paces calls."""
+            work = encoder.finish if pcm is None else (lambda: encoder.encode(pcm))
+            return await asyncio.to_thread(work) if encoder.cpu_heavy else work()
+
         async def send(data: bytes) -> None:
             if not data:
                 return
@@ -232,11 +236,11 @@ class OpenAISpeech:
         try:
             if first is not None:
                 samples += len(first)
-                await send(encoder.encode(first))
+                await send(await encode(first))
             async for pcm in pieces:
                 samples += len(pcm)
-                await send(encoder.encode(pcm))
-            await send(encoder.finish())
+                await send(await encode(pcm))
+            await send(await encode())
         except HeadlessError as exc:
             error = _from_engine(exc)
             metrics.errors.labels(code=error.code).inc()

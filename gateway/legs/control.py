@@ -107,7 +107,8 @@ class ControlEndpoint:
         if mtype == "call.attach":
             if call is not None:
                 raise P.ProtocolError(P.SESSION_EXISTS, f"this socket is attached to call {call.call_id!r}; one call per control socket")
-            return await self.registry.attach_control(m["call_id"], leg, m.get("voice"), m.get("language"), m.get("instruct"))
+            return await self.registry.attach_control(m["call_id"], leg, m.get("voice"), m.get("language"), m.get("instruct"),
+                                                      barge_in=m.get("barge_in"))
         if call is None:
             raise P.ProtocolError(P.NO_SESSION, "send call.attach first")
         if mtype == "session.start":
