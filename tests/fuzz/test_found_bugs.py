@@ -40,3 +40,12 @@ def test_an_event_with_a_lone_surrogate_can_still_be_sent():
 def test_output_format_takes_integer_rates_only(rate):
     with pytest.raises(ValueError):
         OutputFormat("pcm16", rate)  # 8000.0 passed `in PCM16_RATES` and failed later inside the session
+
+
+@pytest.mark.parametrize("spec", [{"encoding": {}}, {"encoding": ["pcm16"]}, {"encoding": "pcm16", "sample_rate": [8000]}])
+def test_session_start_input_of_the_wrong_shape_is_unsupported_format(spec):
+    from gateway.core.caller_voice import parse_input
+
+    with pytest.raises(P.ProtocolError) as exc:
+        parse_input(spec)  # an unhashable encoding raised TypeError (internal) on the dict lookup
+    assert exc.value.code == P.UNSUPPORTED_FORMAT
