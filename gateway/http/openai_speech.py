@@ -277,8 +277,8 @@ async def _read_json(request: web.Request) -> Any:
     except web.HTTPRequestEntityTooLarge:
         raise SpeechError(413, P.TOO_LARGE, "the request body is too large (the limit is 4 × server.limits.max_message_bytes)") from None
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return P.loads_json(raw)
+    except ValueError as exc:  # UnicodeDecodeError and too-deep nesting included
         raise SpeechError(400, P.BAD_JSON, f"the request body is not valid JSON: {exc}") from None
 
 
