@@ -39,7 +39,8 @@ from gateway import protocol as P
 from gateway.agent import agent
 from gateway.config import Config, ConfigError, load_config
 from gateway.core import CallCore
-from gateway.http import health, voices
+from gateway.http import health, openai_speech, voices
+from gateway.http.log_filter import quiet_malformed_requests
 from tts import Engine, EngineChoice, EngineError, build_engine, resolve_engine_kind
 
 log = logging.getLogger("voxgate.app")
@@ -57,7 +58,10 @@ LEGS: tuple[Leg, ...] = (
     Leg("gateway.legs.control"),  # /v1/control (the agent's side of a telephony call)
     Leg("gateway.legs.twilio"),  # /v1/twilio
     Leg("gateway.legs.audiosocket"),  # Asterisk AudioSocket on telephony.audiosocket_port
-    Leg("gateway.legs.ws_media"),  # /v1/asterisk, /v1/telnyx, /v1/vonage, /v1/jambonz (one WireSpec line per wire)
+    Leg("gateway.legs.asterisk"),  # /v1/asterisk (chan_websocket)
+    Leg("gateway.legs.telnyx"),  # /v1/telnyx
+    Leg("gateway.legs.vonage"),  # /v1/vonage
+    Leg("gateway.legs.jambonz"),  # /v1/jambonz
     Leg("gateway.legs.webrtc", extra="webrtc"),  # /v1/webrtc/offer and the demo page
 )
 
@@ -67,7 +71,7 @@ def engine_choice(config: Config) -> EngineChoice:
     e = config.engine
     simulated = {name: getattr(config.simulated, name) for name in config.simulated.__dataclass_fields__}
     return EngineChoice(kind=e.kind, model_dir=e.model_dir, device=e.device, dtype=e.dtype, max_batch=e.max_batch,
-                        max_queued=e.max_queued, simulated=simulated)
+                        max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache, simulated=simulated)
 
 
 class Gateway:
@@ -82,13 +86,16 @@ class Gateway:
                 raise ValueError(f"{config.source}: {exc}") from exc
         self.engine = engine
         kind = getattr(engine, "name", None) or resolve_engine_kind(config.engine.kind, config.engine.model_dir)
-        self.core = CallCore(config, engine, kind, config.engine.vocoder if kind == "qwen3" else "none")
+        # /metrics: the vocoder backend actually serving (auto resolves at load), else what was asked for
+        vocoder = (lambda: getattr(engine, "vocoder_name", None) or config.engine.vocoder) if kind == "qwen3" else "none"
+        self.core = CallCore(config, engine, kind, vocoder)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self._on_start: list[Callable[[], Awaitable[None]]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self.app = web.Application(client_max_size=config.server.limits.max_message_bytes * 4)
-        self.add_routes(health.routes(self.core) + voices.routes(config))
+        quiet_malformed_requests()
+        self.add_routes(health.routes(self.core) + voices.routes(config) + openai_speech.routes(self.core))
         self.on_stop(self.core.calls.shutdown)  # first: end calls while the server still reads (clean close handshakes)
         self.legs: dict[str, object] = {}  # leg module -> what its install returned (endpoint, server, …)
         for leg in legs:
@@ -162,6 +169,7 @@ class Gateway:
             from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
 
             await asyncio.to_thread(warm_up)
+        self.core.voice.check()  # a barge_in detector that cannot load is a start-up error
         await self.engine.start()
         self.core.clock.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -190,6 +198,7 @@ class Gateway:
             await session.close()
         for fn in self._on_stop:
             await fn()
+        await self.core.voice.close()
         await self.core.clock.stop()
         if self._runner:
             await self._runner.cleanup()
@@ -229,6 +238,8 @@ def serve_main(args) -> int:
         overrides["server"]["port"] = args.port
     if args.model_dir:
         overrides["engine"]["model_dir"] = args.model_dir
+    if getattr(args, "vocoder", None):
+        overrides["engine"]["vocoder"] = args.vocoder
     if getattr(args, "model", None) == "tiny":  # gateway/cli.py made the tiny checkpoint and set args.model_dir
         overrides["engine"].update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
     try:

@@ -28,6 +28,9 @@ class EngineChoice:
     dtype: str = "bfloat16"
     max_batch: int = 64
     max_queued: int = 1024
+    vocoder: str = "auto"  # qwen3: auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
+    vocoder_cache: str | None = None  # qwen3: ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
+    voice_cache_dir: str | None = None  # qwen3 Base: cloned voices' parts on disk (x-vector, reference codes)
     simulated: dict = field(default_factory=dict)  # tts.simulated.SimulatedSettings fields
 
 
@@ -76,5 +79,8 @@ def build_engine(choice: EngineChoice) -> Engine:
             dtype=choice.dtype,
             max_batch=choice.max_batch,
             max_queued=choice.max_queued,
+            vocoder=choice.vocoder,
+            vocoder_cache=choice.vocoder_cache,
+            voice_cache_dir=choice.voice_cache_dir,
         ))
     raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")
