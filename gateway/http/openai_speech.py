@@ -42,6 +42,7 @@ log = logging.getLogger("voxgate.openai_speech")
 TURN_ID = "speech"
 STREAM_FORMATS = ("audio", "sse")
 MAX_INSTRUCTIONS = 4096
+ENCODE_SLICE = SAMPLE_RATE // 5  # encode (and send) at most 200 ms of audio at a time
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 413: "invalid_request_error", 429: "rate_limit_error",
           500: "server_error", 503: "server_error"}
 # Our error codes that mean "try again later" rather than "your request is wrong".
@@ -225,6 +226,11 @@ class OpenAISpeech:
             work = encoder.finish if pcm is None else (lambda: encoder.encode(pcm))
             return await asyncio.to_thread(work) if encoder.cpu_heavy else work()
 
+        async def send_pcm(pcm) -> None:
+            # An engine that yields a whole sentence at once (eSpeak) would wait for all of it to be encoded.
+            for start in range(0, len(pcm), ENCODE_SLICE):
+                await send(await encode(pcm[start : start + ENCODE_SLICE]))
+
         async def send(data: bytes) -> None:
             if not data:
                 return
@@ -236,10 +242,10 @@ class OpenAISpeech:
         try:
             if first is not None:
                 samples += len(first)
-                await send(await encode(first))
+                await send_pcm(first)
             async for pcm in pieces:
                 samples += len(pcm)
-                await send(await encode(pcm))
+                await send_pcm(pcm)
             await send(await encode())
         except HeadlessError as exc:
             error = _from_engine(exc)
@@ -271,8 +277,8 @@ async def _read_json(request: web.Request) -> Any:
     except web.HTTPRequestEntityTooLarge:
         raise SpeechError(413, P.TOO_LARGE, "the request body is too large (the limit is 4 × server.limits.max_message_bytes)") from None
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return P.loads_json(raw)
+    except ValueError as exc:  # UnicodeDecodeError and too-deep nesting included
         raise SpeechError(400, P.BAD_JSON, f"the request body is not valid JSON: {exc}") from None
 
 
