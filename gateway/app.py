@@ -39,7 +39,8 @@ from gateway import protocol as P
 from gateway.agent import agent
 from gateway.config import Config, ConfigError, load_config
 from gateway.core import CallCore
-from gateway.http import health, voices
+from gateway.http import health, openai_speech, voices
+from gateway.http.log_filter import quiet_malformed_requests
 from tts import Engine, EngineChoice, EngineError, build_engine, resolve_engine_kind
 
 log = logging.getLogger("voxgate.app")
@@ -57,7 +58,10 @@ LEGS: tuple[Leg, ...] = (
     Leg("gateway.legs.control"),  # /v1/control (the agent's side of a telephony call)
     Leg("gateway.legs.twilio"),  # /v1/twilio
     Leg("gateway.legs.audiosocket"),  # Asterisk AudioSocket on telephony.audiosocket_port
-    Leg("gateway.legs.ws_media"),  # /v1/asterisk, /v1/telnyx, /v1/vonage, /v1/jambonz (one WireSpec line per wire)
+    Leg("gateway.legs.asterisk"),  # /v1/asterisk (chan_websocket)
+    Leg("gateway.legs.telnyx"),  # /v1/telnyx
+    Leg("gateway.legs.vonage"),  # /v1/vonage
+    Leg("gateway.legs.jambonz"),  # /v1/jambonz
     Leg("gateway.legs.webrtc", extra="webrtc"),  # /v1/webrtc/offer and the demo page
 )
 
@@ -90,7 +94,8 @@ class Gateway:
         self._on_start: list[Callable[[], Awaitable[None]]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self.app = web.Application(client_max_size=config.server.limits.max_message_bytes * 4)
-        self.add_routes(health.routes(self.core) + voices.routes(config))
+        quiet_malformed_requests()
+        self.add_routes(health.routes(self.core) + voices.routes(config) + openai_speech.routes(self.core))
         self.on_stop(self.core.calls.shutdown)  # first: end calls while the server still reads (clean close handshakes)
         self.legs: dict[str, object] = {}  # leg module -> what its install returned (endpoint, server, …)
         for leg in legs:
@@ -164,6 +169,7 @@ class Gateway:
             from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
 
             await asyncio.to_thread(warm_up)
+        self.core.voice.check()  # a barge_in detector that cannot load is a start-up error
         await self.engine.start()
         self.core.clock.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -192,6 +198,7 @@ class Gateway:
             await session.close()
         for fn in self._on_stop:
             await fn()
+        await self.core.voice.close()
         await self.core.clock.stop()
         if self._runner:
             await self._runner.cleanup()

@@ -135,9 +135,11 @@ class VoiceConfig:
     stress_format: str = "plus"  # plus ('+' before the vowel) | acute (combining accent after it)
     stress_homographs: bool = True  # silero's context model (замок, готов); off = far cheaper, homographs unmarked
     lexicon: dict[str, dict[str, str]] = field(default_factory=dict)  # language -> word -> spoken form
+    aliases: list[str] = field(default_factory=list)  # other names this voice answers to (e.g. OpenAI's: alloy, nova)
 
     def validate(self, check) -> None:
         check(self.stress_format in ("plus", "acute"), "stress_format", "must be plus or acute")
+        check(all(isinstance(a, str) and a.strip() for a in self.aliases), "aliases", "must be non-empty strings")
         check(isinstance(self.stress_homographs, bool), "stress_homographs", "must be true or false")
 
 
@@ -262,6 +264,21 @@ class Config:
         check(len(self.voices) >= 1, "voices", "must name at least one voice")
         if self.default_voice is not None:
             check(self.default_voice in self.voices, "default_voice", f"{self.default_voice!r} is not in voices")
+        seen: dict[str, str] = {}
+        for name, voice in self.voices.items():
+            for alias in voice.aliases:
+                key = alias.lower()
+                clash = seen.get(key) or next((v for v in self.voices if v.lower() == key and v != name), None)
+                if clash is not None:
+                    raise ConfigError(f"{self.source}: voices.{name}.aliases: {alias!r} is already the name or an alias of voice {clash!r}")
+                seen[key] = name
+
+    def resolve_voice(self, name: str) -> str:
+        """A voice's name from its name or one of its aliases (aliases match in any case); unknown names come back as given."""
+        if name in self.voices:
+            return name
+        key = name.lower()
+        return next((v for v, cfg in self.voices.items() if key in (a.lower() for a in cfg.aliases)), name)
 
     @property
     def default_voice_name(self) -> str:

@@ -37,6 +37,13 @@ class GatewayMetrics:
         self.engine_active.set_function(lambda: engine_stats().get("active", 0))
         self.engine_audio = Gauge("voxgate_engine_audio_seconds", "Audio seconds produced by the engine", registry=r)
         self.engine_audio.set_function(lambda: engine_stats().get("audio_seconds", 0.0))
+        # the caller's voice (gateway/core/caller_voice.py)
+        self.voice_barge_ins = Counter("voxgate_voice_barge_ins_total", "Turns interrupted by the caller's voice", registry=r)
+        self.voice_false_interruptions = Counter(
+            "voxgate_voice_false_interruptions_total", "Playout paused at a speech onset and resumed: the speech was shorter than min_speech_ms", registry=r)
+        self.voice_speech_events = Counter("voxgate_voice_speech_total", "user.speech started events", registry=r)
+        self.voice_inbound_dropped_samples = Counter(
+            "voxgate_voice_inbound_dropped_samples_total", "Caller audio samples dropped for arriving faster than real time", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,6 +12,7 @@ from tts.engine import (
     SamplingSettings,
     SynthesisRequest,
     SynthesisStream,
+    VoiceClone,
 )
 from tts.factory import EngineChoice, build_engine, resolve_engine_kind
 
@@ -27,4 +28,5 @@ __all__ = [
     "SamplingSettings",
     "SynthesisRequest",
     "SynthesisStream",
+    "VoiceClone",
 ]

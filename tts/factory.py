@@ -30,6 +30,7 @@ class EngineChoice:
     max_queued: int = 1024
     vocoder: str = "auto"  # qwen3: auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
     vocoder_cache: str | None = None  # qwen3: ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
+    voice_cache_dir: str | None = None  # qwen3 Base: cloned voices' parts on disk (x-vector, reference codes)
     simulated: dict = field(default_factory=dict)  # tts.simulated.SimulatedSettings fields
 
 
@@ -80,5 +81,6 @@ def build_engine(choice: EngineChoice) -> Engine:
             max_queued=choice.max_queued,
             vocoder=choice.vocoder,
             vocoder_cache=choice.vocoder_cache,
+            voice_cache_dir=choice.voice_cache_dir,
         ))
     raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")

@@ -35,10 +35,11 @@ class SessionRegistry:
         return P.ProtocolError(P.AT_CAPACITY, f"the gateway holds its maximum of {self.config.server.max_sessions} sessions")
 
     def new_session(
-        self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat, session_id: str | None = None
+        self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat, session_id: str | None = None,
+        headless: bool = False,
     ) -> Session:
         """Validates the session.start fields and registers a session (the caller attaches legs)."""
-        voice = voice or self.config.default_voice_name
+        voice = self.config.resolve_voice(voice) if voice else self.config.default_voice_name
         if voice not in self.config.voices:
             raise P.ProtocolError(P.UNKNOWN_VOICE, f"unknown voice {voice!r}; GET /v1/voices lists them")
         if not _LANGUAGE.fullmatch(language):
@@ -46,7 +47,8 @@ class SessionRegistry:
         if self.full():
             raise self.capacity_error()
         session = Session(
-            session_id or uuid.uuid4().hex[:16], self.config, self.engine, self.metrics, voice, language, instruct, output, on_closed=self._closed
+            session_id or uuid.uuid4().hex[:16], self.config, self.engine, self.metrics, voice, language, instruct, output, on_closed=self._closed,
+            headless=headless,
         )
         self.sessions[session.session_id] = session
         self.metrics.sessions_active.set(len(self.sessions))

@@ -27,6 +27,7 @@ from audio.resample import StreamResampler
 from gateway import protocol as P
 from gateway.core.chunker import Chunker
 from gateway.core.contracts import MediaLeg, TextLeg
+from gateway.core.headless import HeadlessPlayout
 from gateway.config import Config, VoiceConfig
 from gateway.metrics import GatewayMetrics
 from tts import Engine, EngineError, SynthesisRequest, SynthesisStream
@@ -73,6 +74,7 @@ class Session:
         instruct: str | None = None,
         output: OutputFormat = OutputFormat(),
         on_closed: Callable[["Session"], None] | None = None,
+        headless: bool = False,
     ):
         self.session_id = session_id
         self.config = config
@@ -98,7 +100,8 @@ class Session:
         self.inbound = None  # the caller's audio (gateway.core.inbound.InboundAudio) on telephony legs
         self.created_at = time.monotonic()
         log_dir = config.server.log_dir
-        self.playout = Playout(
+        # headless: no media leg; the audio goes to one consumer unpaced (gateway/core/headless.py).
+        self.playout = HeadlessPlayout(output.sample_rate, on_event=self._on_playout_event) if headless else Playout(
             output.sample_rate,
             frame_ms=output.frame_ms,
             prebuffer_ms=config.playout.prebuffer_ms,
@@ -114,6 +117,8 @@ class Session:
         self._outbox: deque[dict] = deque()
         # Called with every event as it is emitted, whichever text leg is attached (e.g. the agent).
         self.observers: list[Callable[[dict], None]] = []
+        if headless:  # a failed chunk fails the stream (seen as it is emitted, before the turn closes)
+            self.observers.append(self.playout.on_session_event)
         self._draining = False
         self._interrupted_by = "agent"  # who asked for the barge-in now under way
         self._heard: tuple[str, float] | None = None  # (turn, ms of it played when the caller started to speak)
@@ -289,7 +294,11 @@ class Session:
         d = ev.data
         if ev.type == "first_audio":
             self.metrics.ttfa.observe(d["ttfa_ms"] / 1000.0)
-            self.emit({"type": "audio.start", "turn_id": ev.turn_id, "ttfa_ms": d["ttfa_ms"]})
+            # at_ms: where the turn's first frame sits on the playout timeline (user.speech.at_ms uses the same clock)
+            start = {"type": "audio.start", "turn_id": ev.turn_id, "ttfa_ms": d["ttfa_ms"]}
+            if hasattr(self.playout, "ticks"):  # a headless session (no media leg) has no timeline
+                start["at_ms"] = (self.playout.ticks - 1) * self.playout.frame_ms
+            self.emit(start)
         elif ev.type == "mark":
             self.emit({"type": "mark", "turn_id": ev.turn_id, "chunk": d["chunk"], "played_ms": d["played_ms"]})
         elif ev.type == "underrun_end":

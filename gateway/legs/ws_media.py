@@ -1,13 +1,15 @@
-"""Telephony media legs over a provider's WebSocket: one adapter for every wire in `gateway/wire/`.
+"""Telephony media legs over a provider's WebSocket: the adapter every wire in `gateway/wire/` shares.
 
 `/v1/asterisk` (chan_websocket), `/v1/telnyx`, `/v1/vonage` and `/v1/jambonz`
 share this code; what differs lives in each wire class (pure encode/decode)
-and in a `WireSpec` line. The far end connects, its opening message names
+and in a `WireSpec` (`gateway/legs/asterisk.py`, …). The far end connects, its opening message names
 the call, and the call registry joins it with the agent's control socket by
 any of the call's ids (the provider's own, or a `call_id` query parameter).
 
-Sending: the shared 20 ms clock hands us one PCM16 8 kHz frame per tick; it
-is resampled when the wire runs at another rate, encoded, and sent at once —
+Sending: the shared 20 ms clock hands us one PCM16 frame per tick — at the
+wire's own rate when the far end started the call (wideband stays
+wideband), at 8 kHz when the agent attached first — resampled when the rates
+differ, encoded, and sent at once —
 so the far end's buffer stays one frame deep and barge-in (its clear
 command) drops almost nothing audible. A mark follows each text chunk's last
 frame; the far end's confirmation becomes `call.mark` (played or dropped).
@@ -34,6 +36,7 @@ from typing import Callable, Mapping
 import numpy as np
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from audio.encode import PCM16_RATES, OutputFormat
 from audio.pcm import float_to_int16, int16_to_float
 from audio.playout import PlayoutEvent
 from audio.resample import FrameFifo, StreamResampler
@@ -43,12 +46,9 @@ from gateway.core.backpressure import frame_must_skip, send_would_wait
 from gateway.core.calls import TELEPHONY_PCM, Call
 from gateway.legs.accept import authorized
 from gateway.legs.host import LegHost
-from gateway.wire.asterisk import AsteriskWire
-from gateway.wire.events import Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused
-from gateway.wire.jambonz import MAX_OUTSTANDING_MARKS as JAMBONZ_MAX_MARKS
-from gateway.wire.jambonz import JambonzWire
-from gateway.wire.telnyx import TelnyxWire
-from gateway.wire.vonage import VonageWire
+from gateway.wire.events import (
+    Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused, WireAudio,
+)
 
 log = logging.getLogger("voxgate.wsmedia")
 
@@ -68,15 +68,6 @@ class WireSpec:
     max_outstanding_marks: int = MAX_OUTSTANDING_MARKS
 
 
-SPECS = (
-    WireSpec("asterisk", "/v1/asterisk", lambda q: AsteriskWire(), subprotocol="media"),
-    WireSpec("telnyx", "/v1/telnyx", lambda q: TelnyxWire(q.get("bidirectional_codec"), q.get("bidirectional_sampling_rate"))),
-    WireSpec("vonage", "/v1/vonage", lambda q: VonageWire()),
-    WireSpec("jambonz", "/v1/jambonz", lambda q: JambonzWire(q.get("bidirectional_sample_rate")),
-             subprotocol="audio.jambonz.org", max_outstanding_marks=JAMBONZ_MAX_MARKS),
-)
-
-
 @dataclass
 class _SentMark:
     epoch: int  # barge-ins before it was sent
@@ -90,7 +81,6 @@ class WireMediaLeg:
 
     clock_driven = True
     send_idle_silence = False  # every one of these far ends plays silence by itself when idle
-    output = TELEPHONY_PCM
 
     def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, wire, spec: WireSpec, metrics,
                  notify: Callable[[dict], "asyncio.Future | None"]):
@@ -105,6 +95,7 @@ class WireMediaLeg:
         self.notify = notify  # async: an event for the call's control socket
         self._frames = metrics.frames_sent.labels(leg=spec.kind)
         self.out = wire.outbound
+        self.output = TELEPHONY_PCM  # what the session hands us; `bind` sets it once the call is known
         self._resampler, self._fifo = self._new_resampler()
         self._names = itertools.count()
         self._to_mark: list[tuple[str, _SentMark]] = []  # marks whose chunk's last frame is being sent
@@ -116,10 +107,15 @@ class WireMediaLeg:
         self._dropped_names: deque[str] = deque(maxlen=MAX_OUTSTANDING_MARKS)  # reported dropped at a barge-in
         self.frames_held_dropped = 0
 
+    def bind(self, output: OutputFormat) -> None:
+        """The session's output format (the wire's own rate when this leg started the call, else 8 kHz)."""
+        self.output = output
+        self._resampler, self._fifo = self._new_resampler()
+
     def _new_resampler(self):
-        if self.out.sample_rate == TELEPHONY_PCM.sample_rate:
+        if self.out.sample_rate == self.output.sample_rate:
             return None, None
-        return StreamResampler(TELEPHONY_PCM.sample_rate, self.out.sample_rate), FrameFifo(self.out.frame_samples)
+        return StreamResampler(self.output.sample_rate, self.out.sample_rate), FrameFifo(self.out.frame_samples)
 
     # ------------------------------------------------------------ sending
     def _usable(self) -> bool:
@@ -154,7 +150,7 @@ class WireMediaLeg:
         return True
 
     def _encode(self, frame: bytes) -> list[bytes]:
-        """One PCM16 8 kHz frame → wire-encoded frames at the wire's rate (resampling is bursty: 0..n frames)."""
+        """One PCM16 frame of the session's → wire-encoded frames at the wire's rate (resampling is bursty: 0..n frames)."""
         pcm = np.frombuffer(frame, dtype="<i2")
         if self._resampler is None:
             return [frame if self.out.encoding == "pcm16le" else self.out.encode(pcm)]
@@ -374,9 +370,11 @@ class _WireStream:
         language = q.get("language") or started.language
         leg = WireMediaLeg(self.ws, self.request, self.wire, self.spec, self.core.metrics, self._notify)
         try:
-            call = self.endpoint.registry.connect_media(ids, leg, self.spec.kind, voice, language)
+            call = self.endpoint.registry.connect_media(ids, leg, self.spec.kind, voice, language,
+                                                        output=native_output(self.wire.outbound), inbound_rate=started.audio.sample_rate)
         except P.ProtocolError as exc:
             raise StartRefused(exc.code, exc.message) from None
+        leg.bind(call.session.output)
         self.leg, self.call = leg, call
         if started.audio.sample_rate != call.inbound.sample_rate:
             self._inbound_resampler = StreamResampler(started.audio.sample_rate, call.inbound.sample_rate)
@@ -407,8 +405,15 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
-def install(core: CallCore, host: LegHost) -> list[WireEndpoint]:
-    """The routes of every WebSocket media wire (one line per wire in SPECS)."""
-    endpoints = [WireEndpoint(core, spec) for spec in SPECS]
-    host.add_routes([e.route() for e in endpoints])
-    return endpoints
+def native_output(out: WireAudio) -> OutputFormat:
+    """The session format that needs no resampling for this wire: its own pcm16 rate, else 8 kHz."""
+    if out.encoding in ("pcm16le", "pcm16be") and out.sample_rate in PCM16_RATES:
+        return OutputFormat("pcm16", out.sample_rate)
+    return TELEPHONY_PCM
+
+
+def install_wire(core: CallCore, host: LegHost, spec: WireSpec) -> WireEndpoint:
+    """Serves one wire's path on the gateway's port (each provider's leg module calls this)."""
+    endpoint = WireEndpoint(core, spec)
+    host.add_routes([endpoint.route()])
+    return endpoint

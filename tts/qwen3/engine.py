@@ -71,6 +71,7 @@ class EngineSettings:
     vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
     vocoder_cache: str | None = None  # ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
     default_speaker: str | None = None
+    voice_cache_dir: str | None = None  # Base: cloned voices' parts (x-vector, reference codes) on disk
     seed: int = 0
     pipeline: bool = True  # vocoder on its own lane (thread; CUDA stream), overlapping the talker steps
     live_lengths: bool = True  # decode attention over the longest live length's bucket, not max_seq_len
@@ -148,6 +149,7 @@ class Qwen3Engine(Engine):
         self._held: dict[int, _Job] = {}  # slot -> job owning it (generating, or vocoding its last frames)
         self._vstate = None  # the codec's streaming state, one row per slot
         self._vocoder = None  # the vocoder backend (tts.qwen3.codec.vocoder.Vocoder) decoding codes
+        self._clones = None  # tts.qwen3.cloned_voices.ClonedVoices on Base checkpoints
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -191,6 +193,12 @@ class Qwen3Engine(Engine):
                 self._ckpt = Checkpoint.random(s.random_weights, s.device, s.dtype, seed=s.seed)
             else:
                 self._ckpt = Checkpoint.load(s.model_dir, s.device, s.dtype, s.codec_dtype)
+        if self._ckpt.config.tts_model_type == "base":
+            from tts.qwen3.cloned_voices import ClonedVoices
+            from tts.qwen3.voice_clone import VoiceCloner
+
+            self._clones = ClonedVoices(VoiceCloner(self._ckpt.model, self._ckpt.tokenizer, self._ckpt.model_dir,
+                                                    s.voice_cache_dir))
         gen = torch.Generator(device=self._ckpt.model.talker.codec_head.weight.device).manual_seed(s.seed)
         cuda = torch.device(s.device).type == "cuda"
         if cuda:
@@ -307,7 +315,41 @@ class Qwen3Engine(Engine):
     def voices(self) -> list[str]:
         if self._ckpt is None:
             return []
+        if self._clones is not None:
+            return self._clones.names()
         return sorted(self._ckpt.config.talker.spk_id)
+
+    # -- cloned voices (Base checkpoints)
+    @property
+    def can_clone(self) -> bool:
+        return self._clones is not None
+
+    async def add_voice(self, voice) -> dict:
+        if self._ckpt is None:
+            raise EngineError("not_ready", "the engine is not loaded yet")
+        if self._clones is None:
+            return await super().add_voice(voice)
+        return (await asyncio.get_running_loop().run_in_executor(None, self._clones.add, voice)).info()
+
+    def add_voice_sync(self, voice) -> dict:
+        """`add_voice` for tools that hold no event loop (the CLI, benches)."""
+        if self._clones is None:
+            raise EngineError("unsupported_voice", "this checkpoint is not a Base model: it cannot clone voices")
+        return self._clones.add(voice).info()
+
+    def remove_voice(self, name: str) -> bool:
+        return self._clones.remove(name) if self._clones is not None else False
+
+    def cloned_voices(self) -> list[dict]:
+        return self._clones.infos() if self._clones is not None else []
+
+    def _primed(self, cv) -> concurrent.futures.Future:
+        """The vocoder state after the voice's reference codes: decoded once per voice, on the lane."""
+        if cv.primed is None:
+            from tts.qwen3.cloned_voices import prime_vocoder
+
+            cv.primed = self._on_lane(prime_vocoder, self._vocoder, cv.clone.ref_codes, max(self.settings.packet_ramp))
+        return cv.primed
 
     def stats(self) -> dict:
         with self._cond:
@@ -545,7 +587,8 @@ class Qwen3Engine(Engine):
             return {"speaker": speaker, "instruct": request.instruct}
         if cfg.tts_model_type == "voice_design":
             return {"instruct": request.instruct}
-        raise EngineError("unknown_voice", "Base (voice clone) checkpoints need an x-vector; not served yet")
+        # Base: a cloned voice, in the official generate_voice_clone layout (streaming text)
+        return {"clone": self._clones.get(request.voice), "streaming_text": True}
 
     def _prompt(self, job: _Job):
         from tts.qwen3.prompt import PromptError, build_prompt
@@ -554,8 +597,14 @@ class Qwen3Engine(Engine):
         try:
             if self._ckpt.tokenizer is None:  # random-weight benches: a prompt of the right length, no text
                 return self._bench_prompt(req.text)
+            voice = self._voice(req)
+            cv = voice.get("clone")
+            if cv is not None:
+                voice["clone"] = cv.clone
+                if cv.clone.icl and self._vocoder is not None:  # the vocoder row continues after the reference
+                    job.codec_state = self._primed(cv)
             return build_prompt(self._ckpt.model.talker, self._ckpt.config, self._ckpt.tokenizer, req.text,
-                                language=req.language, **self._voice(req))
+                                language=req.language, **voice)
         except PromptError as e:
             raise EngineError(e.code, e.message) from None
 
@@ -636,7 +685,7 @@ class Qwen3Engine(Engine):
                 job.slot = slot
                 self._slots[slot] = job
                 self._held[slot] = job
-        fresh = [slot for slot, r in zip(slots, resumes) if r is None]
+        fresh = [slot for slot, r, job in zip(slots, resumes, ready) if r is None and job.codec_state is None]
         for job, slot in zip(ready, slots):
             job.admitted_at = job.admitted_at or time.monotonic()
             if job.codec_state is not None:
