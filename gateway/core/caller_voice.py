@@ -85,7 +85,7 @@ def parse_input(spec) -> tuple[str, int]:
         raise P.ProtocolError(P.BAD_MESSAGE, "input must be an object: {\"encoding\": \"pcm16\", \"sample_rate\": 16000}")
     encoding = spec.get("encoding", "pcm16")
     rate = spec.get("sample_rate", 8000 if encoding in ("mulaw", "alaw") else 16000)
-    if encoding not in INPUT_RATES or isinstance(rate, bool) or rate not in INPUT_RATES[encoding]:
+    if not isinstance(encoding, str) or encoding not in INPUT_RATES or isinstance(rate, bool) or rate not in INPUT_RATES[encoding]:
         raise P.ProtocolError(P.UNSUPPORTED_FORMAT, f"input {encoding!r} at {rate!r} Hz is not supported "
                               "(pcm16 at 8000|16000|24000|48000, mulaw or alaw at 8000)")
     return encoding, int(rate)

@@ -9,7 +9,6 @@ that a chunk's audio was played or dropped).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -36,7 +35,7 @@ class ControlLeg:
     async def send_event(self, event: dict) -> None:
         if self.ws.closed:
             return
-        data = json.dumps(event, ensure_ascii=False)
+        data = P.dump_event(event)
         # The shared clock flushes events too: an agent that stopped reading is dropped, never awaited
         # (the call goes on, and an agent may re-attach).
         if self.transport is not None and drop_if_stuck(self.transport, self.protocol, len(data.encode()), "control socket"):

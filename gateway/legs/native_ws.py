@@ -10,7 +10,6 @@ JSON text messages for control and events, binary messages for the playout's
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from aiohttp import WSMsgType, web
@@ -47,7 +46,7 @@ class NativeWsLeg:
     async def send_event(self, event: dict) -> None:
         if self.ws.closed:
             return
-        data = json.dumps(event, ensure_ascii=False)
+        data = P.dump_event(event)
         if drop_if_stuck(self.transport, self.protocol, len(data.encode()), "client"):
             return  # events cannot be skipped like frames: a client this far behind has stopped reading
         await self.ws.send_str(data)
@@ -160,7 +159,7 @@ class NativeWsEndpoint:
             raise P.ProtocolError(P.UNSUPPORTED_FORMAT, str(exc)) from None
         caller_input = parse_input(m["input"]) if m.get("input") is not None else None
         barge_in = session_settings(self.core.config.barge_in, m.get("barge_in"))
-        session = self.core.new_session("ws", m.get("voice"), m.get("language", "auto"), m.get("instruct"), output)
+        session = self.core.new_session("ws", m.get("voice"), (m.get("language") or "auto"), m.get("instruct"), output)
         leg = NativeWsLeg(ws, request, output, self.core.metrics)
         if caller_input is not None:
             leg.input_encoding = caller_input[0]
@@ -173,7 +172,7 @@ class NativeWsEndpoint:
             "type": "session.started",
             "session_id": session.session_id,
             "voice": session.voice_name,
-            "language": m.get("language", "auto"),
+            "language": (m.get("language") or "auto"),
             "output": {"encoding": output.encoding, "sample_rate": output.sample_rate, "frame_ms": output.frame_ms},
             **({"input": {"encoding": caller_input[0], "sample_rate": caller_input[1]},
                 "barge_in": {"mode": barge_in.mode if session.caller_voice is not None else "off", "min_speech_ms": barge_in.min_speech_ms}}

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import fractions
-import json
 import logging
 import time
 import uuid
@@ -231,7 +230,7 @@ class WebrtcCall:
                     log.warning("webrtc call %s: %d bytes of events unacknowledged; closing", self.session_id, channel.bufferedAmount)
                     self._spawn(self.close())
                 return
-            channel.send(json.dumps(event, ensure_ascii=False))
+            channel.send(P.dump_event(event))
 
     # -- data channel input
     def on_datachannel(self, channel) -> None:
@@ -382,7 +381,7 @@ class WebrtcTransport:
         if request.content_length and request.content_length > MAX_OFFER_BYTES:
             return _error(413, P.TOO_LARGE, f"an offer may be at most {MAX_OFFER_BYTES} bytes")
         try:
-            body = await request.json()
+            body = P.loads_json(await request.read())
         except ValueError:
             return _error(400, P.BAD_JSON, "the offer must be JSON: {\"sdp\": \"…\", \"type\": \"offer\"}")
         if not isinstance(body, dict) or not isinstance(body.get("sdp"), str) or body.get("type") != "offer":
@@ -410,7 +409,10 @@ class WebrtcTransport:
             pc.addTrack(track)
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # aiortc raises ValueError and friends for SDP it cannot use
-            await pc.close()
+            try:
+                await pc.close()
+            except Exception:  # a peer connection left half-built by the bad SDP may fail to close too
+                log.debug("closing a refused peer connection failed", exc_info=True)
             return _error(400, P.BAD_MESSAGE, f"cannot answer this offer: {exc}")
         finally:
             self._answering -= 1
