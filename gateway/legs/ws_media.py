@@ -248,7 +248,7 @@ class WireEndpoint:
 
     def authorized(self, request: web.Request) -> bool:
         """API keys as elsewhere; far ends that cannot send a bearer use `?token=` or HTTP Basic with the key as password."""
-        if authorized(self.core, request):
+        if authorized(self.core, request, spend=True):
             return True
         header = request.headers.get("Authorization", "")
         if header.startswith("Basic "):
