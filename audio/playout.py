@@ -15,6 +15,7 @@ and is classified micro (< 200 ms) or audible (>= 200 ms).
 from __future__ import annotations
 
 import json
+import logging
 import time
 import wave
 from collections import deque
@@ -24,6 +25,8 @@ from typing import Callable
 import numpy as np
 
 from audio.pcm import float_to_int16, frame_samples
+
+log = logging.getLogger("voxgate.playout")
 
 AUDIBLE_GAP_MS = 200.0
 
@@ -90,14 +93,22 @@ class Playout:
         self._by_id: dict[str, _Utterance] = {}
         self._buffered = 0  # audio samples waiting, all utterances
         self._frame = np.zeros(self.frame_samples, dtype=np.float32)
-        self._log = open(log_path, "a", encoding="utf-8") if log_path else None
+        # The event log and the WAV timeline are records, not the call: a disk that is full, read-only or gone
+        # turns them off (one warning), never the playout.
+        self._log = None
         self._wav = None
-        if wav_path:
-            self._wav = wave.open(wav_path, "wb")
-            self._wav.setnchannels(1)
-            self._wav.setsampwidth(2)
-            self._wav.setframerate(sample_rate)
-            self._wav_int16 = np.zeros(self.frame_samples, dtype=np.int16)
+        self.recording_failed: str | None = None
+        try:
+            if log_path:
+                self._log = open(log_path, "a", encoding="utf-8")
+            if wav_path:
+                self._wav = wave.open(wav_path, "wb")
+                self._wav.setnchannels(1)
+                self._wav.setsampwidth(2)
+                self._wav.setframerate(sample_rate)
+                self._wav_int16 = np.zeros(self.frame_samples, dtype=np.int16)
+        except OSError as exc:
+            self._stop_recording(exc)
         self.ticks = 0
         self._paused_ticks = 0  # > 0: holding the current utterance (caller speech onset), at most this many more ticks
         self.paused_total_ms = 0.0
@@ -223,12 +234,29 @@ class Playout:
         return self._out(Frame(frame, "audio", utt.turn_id))
 
     def close(self) -> None:
-        if self._log:
-            self._log.close()
-            self._log = None
-        if self._wav:
-            self._wav.close()
-            self._wav = None
+        log_file, wav, self._log, self._wav = self._log, self._wav, None, None
+        for f in (log_file, wav):
+            if f is not None:
+                try:
+                    f.close()  # flushes: a full disk fails here too
+                except OSError as exc:
+                    self._note_recording_failure(exc)
+
+    def _stop_recording(self, exc: OSError) -> None:
+        """Turn the event log and WAV off after a write failed (ENOSPC, EROFS, EIO)."""
+        log_file, wav, self._log, self._wav = self._log, self._wav, None, None
+        for f in (log_file, wav):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        self._note_recording_failure(exc)
+
+    def _note_recording_failure(self, exc: OSError) -> None:
+        if self.recording_failed is None:
+            self.recording_failed = f"{type(exc).__name__}: {exc}"
+            log.warning("session %s: recording stopped (%s); the call goes on", self.session_id, self.recording_failed)
 
     # ------------------------------------------------------------ internals
     def _current(self) -> _Utterance | None:
@@ -303,11 +331,17 @@ class Playout:
     def _emit(self, type_: str, now: float, turn_id: str, **data) -> None:
         event = PlayoutEvent(type_, now, turn_id, data)
         if self._log:
-            self._log.write(event.to_json(self.session_id) + "\n")
+            try:
+                self._log.write(event.to_json(self.session_id) + "\n")
+            except OSError as exc:
+                self._stop_recording(exc)
         if self.on_event:
             self.on_event(event)
 
     def _out(self, frame: Frame) -> Frame:
         if self._wav:
-            self._wav.writeframes(float_to_int16(frame.pcm, out=self._wav_int16).tobytes())
+            try:
+                self._wav.writeframes(float_to_int16(frame.pcm, out=self._wav_int16).tobytes())
+            except OSError as exc:
+                self._stop_recording(exc)
         return frame

@@ -82,3 +82,7 @@ class PlayoutClock:
             except Exception:  # one session's failure never stops the clock
                 log.exception("tick failed; removing member")
                 self.remove(member)
+                close = getattr(member, "close", None)
+                if close is not None:  # off the clock it would be silent forever: end it, saying why
+                    asyncio.get_running_loop().create_task(close({"type": "error", "code": "internal",
+                                                                  "message": "the call's playout failed; the call was ended"}))
