@@ -129,6 +129,9 @@ def _add_bench(sub) -> None:
     p.add_argument("--json-output")
     p.add_argument("--trace")
     p.add_argument("--reference", action="store_true", help="also time the official qwen-tts on the same checkpoint")
+    p.add_argument("--ref-audio", help="a cloned voice's cost before first audio (first use vs cached), this reference WAV")
+    p.add_argument("--ref-text", help="with --ref-audio: its transcript (in-context mode)")
+    p.add_argument("--x-vector-only", action="store_true", help="with --ref-audio: x-vector-only mode")
     p.set_defaults(handler=_run_bench)
 
 

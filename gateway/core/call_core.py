@@ -55,7 +55,11 @@ class CallCore:
         return self.registry.new_session(leg_name, voice, language, instruct, OutputFormat("pcm16", SAMPLE_RATE), headless=True)
 
     def play(self, session: Session) -> None:
-        """The session's media leg is attached: the shared clock ticks it, and its max-call timer runs."""
+        """The session's media leg is attached: the shared clock ticks it, and its max-call timer runs.
+
+        Text that came before (a control socket that attached first) waited for nobody: its turn's
+        latency counts from now."""
+        session.playout.restart_latency()
         if session.media_leg is not None and session.media_leg.clock_driven:
             self.clock.add(session)
         arm_max_call(session, self.config.server.limits.max_call_s)
