@@ -213,7 +213,8 @@ class Qwen3Engine(Engine):
 
             try:
                 self._vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
-                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache)
+                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache,
+                                              cuda_graphs=s.use_cuda_graphs if cuda else False)
             except CodecError as e:
                 raise EngineError("vocoder_unavailable", e.message) from None
             log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
