@@ -233,7 +233,6 @@ class BargeInConfig:
     silence_ms: float = 300.0  # quiet before `user.speech stopped`
     echo_holdoff_ms: float = 300.0  # after each audio start, speech is not counted toward a barge-in for this long
     pause_on_onset: bool = False  # where voxgate owns the buffer: pause at speech onset, resume if it was shorter than min_speech_ms
-    max_inbound_ahead_ms: float = 1000.0  # caller audio beyond real time plus this is dropped (and counted)
 
     def validate(self, check) -> None:
         check(self.mode in BARGE_IN_MODES, "mode", "must be off, detect or vad")
@@ -243,7 +242,6 @@ class BargeInConfig:
         check(0 <= self.onset_ms <= 2000, "onset_ms", "must be 0..2000")
         check(30 <= self.silence_ms <= 10_000, "silence_ms", "must be 30..10000")
         check(0 <= self.echo_holdoff_ms <= 10_000, "echo_holdoff_ms", "must be 0..10000")
-        check(0 < self.max_inbound_ahead_ms <= 60_000, "max_inbound_ahead_ms", "must be 1..60000")
 
 
 @dataclass
