@@ -53,7 +53,10 @@ class Vocoder:
         self.device = torch.device(device)
         self.state_specs = state_specs
         self.max_batch = int(max_batch)
-        self.packets = tuple(sorted(set(int(p) for p in packets)))
+        # 1 is always there: any frame count splits into captured packet sizes (graphs, TensorRT profiles)
+        self.packets = tuple(sorted({1, *(int(p) for p in packets)}))
+        if self.packets[0] < 1 or self.max_batch < 1:
+            raise CodecError("vocoder_unavailable", f"packets must be >= 1 and max_batch >= 1, got {packets}, {max_batch}")
 
     @property
     def name(self) -> str:
