@@ -222,7 +222,8 @@ class Qwen3Engine(Engine):
 
             try:
                 self._vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
-                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache)
+                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache,
+                                              cuda_graphs=s.use_cuda_graphs if cuda else False)
             except CodecError as e:
                 raise EngineError("vocoder_unavailable", e.message) from None
             log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
@@ -340,13 +341,19 @@ class Qwen3Engine(Engine):
             raise EngineError("not_ready", "the engine is not loaded yet")
         if self._clones is None:
             return await super().add_voice(voice)
-        return (await asyncio.get_running_loop().run_in_executor(None, self._clones.add, voice)).info()
+        return await asyncio.get_running_loop().run_in_executor(None, self.add_voice_sync, voice)
 
     def add_voice_sync(self, voice) -> dict:
-        """`add_voice` for tools that hold no event loop (the CLI, benches)."""
+        """`add_voice`, blocking (the CLI, benches, or an executor thread)."""
         if self._clones is None:
             raise EngineError("unsupported_voice", "this checkpoint is not a Base model: it cannot clone voices")
-        return self._clones.add(voice).info()
+        cv = self._clones.add(voice)
+        if cv.clone.icl and self._vocoder is not None and self._lane is not None:
+            # prime the vocoder row now, on the lane, so the voice's first call does not pay the reference decode
+            t0 = time.perf_counter()
+            self._primed(cv).result()
+            cv.prepare_s += time.perf_counter() - t0
+        return cv.info()
 
     def remove_voice(self, name: str) -> bool:
         return self._clones.remove(name) if self._clones is not None else False
