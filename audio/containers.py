@@ -1,9 +1,9 @@
-"""Incremental encoders from 24 kHz mono PCM to files a client can play: pcm, wav, opus (Ogg), mp3, flac.
+"""Incremental encoders from 24 kHz mono PCM to files a client can play: pcm, wav, opus (Ogg), mp3, flac, aac (ADTS).
 
 Each encoder takes float32 PCM in pieces as the engine yields it and returns
 the bytes that are ready, so a streamed HTTP body can start with the first
 packet. `pcm` (raw s16le, OpenAI's definition) and `wav` need only numpy;
-opus, mp3 and flac use PyAV (FFmpeg's encoders), imported on first use so
+opus, mp3, flac and aac use PyAV (FFmpeg's encoders), imported on first use so
 that the audio layer works without it (`containers_available()` says which
 formats this install can make).
 """
@@ -17,13 +17,14 @@ import numpy as np
 
 from audio.pcm import float_to_int16
 
-FORMATS = ("pcm", "wav", "opus", "mp3", "flac")
+FORMATS = ("pcm", "wav", "opus", "mp3", "flac", "aac")
 MEDIA_TYPES = {
     "pcm": "audio/pcm",
     "wav": "audio/wav",
     "opus": "audio/ogg",
     "mp3": "audio/mpeg",
     "flac": "audio/flac",
+    "aac": "audio/aac",
 }
 # format -> (PyAV container, encoder, encoder sample format, muxer options)
 _AV_FORMATS = {
@@ -31,6 +32,7 @@ _AV_FORMATS = {
     "opus": ("ogg", "libopus", "s16", {"page_duration": "100000"}),
     "mp3": ("mp3", "libmp3lame", "s16p", {}),
     "flac": ("flac", "flac", "s16", {}),
+    "aac": ("adts", "aac", "fltp", {}),  # FFmpeg's own AAC encoder, raw ADTS frames (streamable)
 }
 # The unknown-length marker of streamed WAV (what FFmpeg writes to a pipe); readers read to the end.
 _WAV_UNKNOWN = 0xFFFFFFFF
@@ -43,6 +45,7 @@ class ContainerError(ValueError):
 class ContainerEncoder(Protocol):
     format: str
     media_type: str
+    cpu_heavy: bool  # True: a real codec runs; callers on an event loop should encode in a worker thread
 
     def encode(self, pcm: np.ndarray) -> bytes:
         """float32 PCM in [-1, 1] at the encoder's rate → the bytes ready so far (may be empty)."""
@@ -68,6 +71,7 @@ class PcmEncoder:
 
     format = "pcm"
     media_type = MEDIA_TYPES["pcm"]
+    cpu_heavy = False
 
     def __init__(self, sample_rate: int = 24000):
         self.sample_rate = sample_rate
@@ -117,13 +121,16 @@ class _Sink:
 
 
 class AvEncoder:
-    """opus / mp3 / flac through PyAV, muxed to a non-seekable stream as packets come out."""
+    """opus / mp3 / flac / aac through PyAV, muxed to a non-seekable stream as packets come out.
+    One encoder is used by one task at a time (it may be a worker thread)."""
+
+    cpu_heavy = True
 
     def __init__(self, fmt: str, sample_rate: int = 24000):
         try:
             import av
         except ImportError:
-            raise ContainerError(f"response format {fmt!r} needs PyAV: pip install av (or voxgate[webrtc])") from None
+            raise ContainerError(f"response format {fmt!r} needs PyAV: pip install 'voxgate[speech]'") from None
         container, codec, sample_format, options = _AV_FORMATS[fmt]
         self.format = fmt
         self.media_type = MEDIA_TYPES[fmt]

@@ -19,7 +19,6 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-import soxr
 
 MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0
@@ -150,6 +149,8 @@ def to_rate(samples: np.ndarray, rate: int, target: int = 24000) -> np.ndarray:
     samples = np.ascontiguousarray(samples, dtype=np.float32)
     if rate == target:
         return samples
+    import soxr  # only when resampling: a 24 kHz reference needs no soxr (GPU images lack it)
+
     n = int(np.ceil(len(samples) * (float(target) / rate)))
     out = soxr.resample(samples, rate, target, quality="HQ")
     if len(out) > n:

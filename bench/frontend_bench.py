@@ -113,7 +113,7 @@ def measure_cost(rounds: int) -> list[dict]:
 
 def measure_chunker(rounds: int) -> dict:
     """Cost of Chunker.push per LLM-sized token (1-4 characters), over the same sentences as one turn."""
-    from gateway.chunker import Chunker
+    from gateway.core.chunker import Chunker
 
     text = " ".join(SENTENCES_RU + SENTENCES_EN)
     tokens = re.findall(r"\s*\S{1,4}", text)

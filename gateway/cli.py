@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+VOCODERS = ("auto", "torch", "onnxruntime", "tensorrt")  # engine.vocoder's values (gateway/config.py)
+
 
 # ------------------------------------------------------------------ serve
 def _add_serve(sub) -> None:
@@ -19,13 +21,18 @@ def _add_serve(sub) -> None:
     p.add_argument("--port", type=int, help="override server.port")
     p.add_argument("--model-dir", help="override engine.model_dir (Qwen3-TTS checkpoint)")
     p.add_argument("--model", choices=["tiny"], help="'tiny': make (once) and serve a tiny random Qwen3 checkpoint")
+    p.add_argument("--vocoder", choices=VOCODERS, help="override engine.vocoder (auto: the fastest available, logged)")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run_serve)
 
 
 def _run_serve(args) -> int:
-    from gateway.server import serve_main
+    from gateway.app import serve_main
 
+    if args.model == "tiny":
+        from tts.qwen3.tools import ensure_tiny_model  # model tools are tts internals: only the CLI reaches them
+
+        args.model_dir = ensure_tiny_model()
     return serve_main(args)
 
 
@@ -44,6 +51,7 @@ def _add_synth(sub) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--device", default="cpu")
+    p.add_argument("--vocoder", default="torch", choices=VOCODERS, help="codec decoder backend (default: %(default)s)")
     p.add_argument("--out", required=True)
     p.add_argument("--codes-out")
     p.set_defaults(handler=_run_synth)
@@ -83,6 +91,7 @@ def _add_bench(sub) -> None:
     p.add_argument("--concurrency", default=None, help="comma-separated levels, e.g. 1,8,32")
     p.add_argument("--frames", type=int, default=None, help="fix the length in codec frames (EOS ignored)")
     p.add_argument("--max-batch", type=int, default=None)
+    p.add_argument("--vocoder", default="auto", choices=VOCODERS, help="codec decoder backend (default: %(default)s)")
     p.add_argument("--json-output")
     p.add_argument("--trace")
     p.add_argument("--reference", action="store_true", help="also time the official qwen-tts on the same checkpoint")
@@ -103,6 +112,24 @@ def _run_bench(args) -> int:
     from bench.engine_bench import bench_main
 
     return bench_main(args)
+
+
+# ------------------------------------------------------------------ export-vocoder
+def _add_export_vocoder(sub) -> None:
+    p = sub.add_parser("export-vocoder", help="export the codec decoder's streaming step as ONNX (TensorRT / ONNX Runtime)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model-dir", help="a Qwen3-TTS checkpoint (or its speech_tokenizer/ folder)")
+    src.add_argument("--random-weights", choices=["released"], help="the released decoder shape with random weights")
+    p.add_argument("--out", required=True, help="FILE.onnx")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"])
+    p.add_argument("--max-batch", type=int, default=256, help="rows TensorRT profiles will span (default: %(default)s)")
+    p.set_defaults(handler=_run_export_vocoder)
+
+
+def _run_export_vocoder(args) -> int:
+    from tts.qwen3.codec.export_cli import export_vocoder_main
+
+    return export_vocoder_main(args)
 
 
 # ------------------------------------------------------------------ loadtest
@@ -162,7 +189,7 @@ def _run_normalize(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_serve, _add_synth, _add_make_tiny_model, _add_bench, _add_loadtest, _add_normalize):
+    for add in (_add_serve, _add_synth, _add_make_tiny_model, _add_bench, _add_export_vocoder, _add_loadtest, _add_normalize):
         add(sub)
     return parser
 

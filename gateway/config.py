@@ -59,6 +59,9 @@ class ServerConfig:
         check(all(isinstance(k, str) and k for k in self.api_keys), "api_keys", "must be non-empty strings")
 
 
+VOCODERS = ("auto", "torch", "onnxruntime", "tensorrt")
+
+
 @dataclass
 class EngineConfig:
     kind: str = "auto"  # auto | qwen3 | simulated | espeak (auto: qwen3 with a model_dir, else espeak, else simulated)
@@ -67,14 +70,15 @@ class EngineConfig:
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
     max_batch: int = 64
     max_queued: int = 1024
-    vocoder: str = "torch"  # torch | tensorrt
+    vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (auto: the fastest available, logged)
+    vocoder_cache: str | None = None  # ONNX exports + TensorRT engines (default ~/.cache/voxgate/vocoder)
 
     def validate(self, check) -> None:
         check(self.kind in ("auto", "qwen3", "simulated", "espeak"), "kind", "must be auto, qwen3, simulated or espeak")
         check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
         check(self.max_batch >= 1, "max_batch", "must be >= 1")
         check(self.max_queued >= 1, "max_queued", "must be >= 1")
-        check(self.vocoder in ("torch", "tensorrt"), "vocoder", "must be torch or tensorrt")
+        check(self.vocoder in VOCODERS, "vocoder", "must be " + ", ".join(VOCODERS[:-1]) + " or " + VOCODERS[-1])
 
 
 @dataclass
@@ -131,9 +135,11 @@ class VoiceConfig:
     stress_format: str = "plus"  # plus ('+' before the vowel) | acute (combining accent after it)
     stress_homographs: bool = True  # silero's context model (замок, готов); off = far cheaper, homographs unmarked
     lexicon: dict[str, dict[str, str]] = field(default_factory=dict)  # language -> word -> spoken form
+    aliases: list[str] = field(default_factory=list)  # other names this voice answers to (e.g. OpenAI's: alloy, nova)
 
     def validate(self, check) -> None:
         check(self.stress_format in ("plus", "acute"), "stress_format", "must be plus or acute")
+        check(all(isinstance(a, str) and a.strip() for a in self.aliases), "aliases", "must be non-empty strings")
         check(isinstance(self.stress_homographs, bool), "stress_homographs", "must be true or false")
 
 
@@ -258,6 +264,21 @@ class Config:
         check(len(self.voices) >= 1, "voices", "must name at least one voice")
         if self.default_voice is not None:
             check(self.default_voice in self.voices, "default_voice", f"{self.default_voice!r} is not in voices")
+        seen: dict[str, str] = {}
+        for name, voice in self.voices.items():
+            for alias in voice.aliases:
+                key = alias.lower()
+                clash = seen.get(key) or next((v for v in self.voices if v.lower() == key and v != name), None)
+                if clash is not None:
+                    raise ConfigError(f"{self.source}: voices.{name}.aliases: {alias!r} is already the name or an alias of voice {clash!r}")
+                seen[key] = name
+
+    def resolve_voice(self, name: str) -> str:
+        """A voice's name from its name or one of its aliases (aliases match in any case); unknown names come back as given."""
+        if name in self.voices:
+            return name
+        key = name.lower()
+        return next((v for v, cfg in self.voices.items() if key in (a.lower() for a in cfg.aliases)), name)
 
     @property
     def default_voice_name(self) -> str:

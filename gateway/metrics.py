@@ -12,7 +12,7 @@ _LATENESS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
 
 
 class GatewayMetrics:
-    def __init__(self, engine_stats: Callable[[], dict], engine_kind: str, vocoder: str = "none"):
+    def __init__(self, engine_stats: Callable[[], dict], engine_kind: str, vocoder: str | Callable[[], str] = "none"):
         r = self.registry = CollectorRegistry()
         self.sessions_active = Gauge("voxgate_sessions_active", "Sessions now open", registry=r)
         self.sessions_total = Counter("voxgate_sessions_total", "Sessions started, by the leg that created them (a telephony call attached first by its agent counts as control)", ["leg"], registry=r)
@@ -30,8 +30,8 @@ class GatewayMetrics:
         self.clock_skipped = Counter("voxgate_clock_skipped_ticks_total", "Ticks dropped after a long stall", registry=r)
         self.engine_queue = Gauge("voxgate_engine_queue_depth", "Requests waiting in the engine", registry=r)
         self.engine_active = Gauge("voxgate_engine_active_requests", "Requests the engine is serving", registry=r)
-        self.engine_info = Gauge("voxgate_engine_info", "Engine serving this gateway", ["kind", "vocoder"], registry=r)
-        self.engine_info.labels(kind=engine_kind, vocoder=vocoder).set(1)
+        # vocoder: the backend actually serving, read at scrape time (known only once the engine loaded)
+        r.register(_EngineInfo(engine_kind, vocoder if callable(vocoder) else (lambda: vocoder)))
         r.register(_EngineStats(engine_stats))
         self.engine_queue.set_function(lambda: engine_stats().get("queued", 0))
         self.engine_active.set_function(lambda: engine_stats().get("active", 0))
@@ -56,4 +56,19 @@ class _EngineStats:
         for name, value in sorted(self.engine_stats().items()):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 family.add_metric([name], float(value))
+        yield family
+
+
+class _EngineInfo:
+    """`voxgate_engine_info{kind, vocoder} 1`, the vocoder label asked of the engine at each scrape."""
+
+    def __init__(self, kind: str, vocoder: Callable[[], str]):
+        self.kind, self.vocoder = kind, vocoder
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        family = GaugeMetricFamily("voxgate_engine_info", "Engine serving this gateway", labels=["kind", "vocoder"])
+        family.add_metric([self.kind, str(self.vocoder())], 1.0)
         yield family

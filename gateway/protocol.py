@@ -38,6 +38,11 @@ SHUTTING_DOWN = "shutting_down"  # the gateway is draining
 CALL_BUSY = "call_busy"  # the call already has a control socket (or a media leg)
 BAD_AUDIO = "bad_audio"  # inbound media that cannot be decoded (bad base64, odd or absurd length)
 MEDIA_ERROR = "media_error"  # the media far end reported an error (AudioSocket 0xff frame)
+UNSUPPORTED_SPEED = "unsupported_speed"  # OpenAI speech: a `speed` the engine cannot honour
+
+# WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).
+CLOSE_POLICY = 1008  # the peer broke the protocol in a way the connection cannot survive
+CLOSE_TRY_AGAIN_LATER = 1013  # at capacity or draining: come back later
 
 
 class ProtocolError(Exception):

@@ -10,7 +10,7 @@ import pytest
 import websockets
 
 from gateway.config import load_config
-from gateway.server import Gateway
+from gateway.app import Gateway
 
 FAST_SIM = {
     "engine": {"kind": "simulated"},

@@ -1,4 +1,4 @@
-"""Speech engine layer. Public face: `Engine`, its request/stream types and `tts.frontend`.
+"""Speech engine layer. Public face: `Engine`, its request/stream types, `build_engine` and `tts.frontend`.
 
 Importing this package must stay light (no torch): the gateway imports it.
 """
@@ -12,9 +12,14 @@ from tts.engine import (
     SamplingSettings,
     SynthesisRequest,
     SynthesisStream,
+    VoiceClone,
 )
+from tts.factory import EngineChoice, build_engine, resolve_engine_kind
 
 __all__ = [
+    "EngineChoice",
+    "build_engine",
+    "resolve_engine_kind",
     "CODEC_FRAME_SAMPLES",
     "SAMPLE_RATE",
     "Engine",
@@ -23,4 +28,5 @@ __all__ = [
     "SamplingSettings",
     "SynthesisRequest",
     "SynthesisStream",
+    "VoiceClone",
 ]

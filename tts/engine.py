@@ -64,6 +64,25 @@ class SynthesisRequest:
 
 
 @dataclass(frozen=True)
+class VoiceClone:
+    """A voice cloned from a reference recording (Qwen3-TTS Base checkpoints).
+
+    `ref_audio` is the file's bytes (WAV); `ref_text` its transcript, needed for the
+    in-context mode (the default, closest to the reference); `x_vector_only` uses the
+    speaker embedding alone (no transcript; faster prompts, less like the reference).
+    """
+
+    name: str
+    ref_audio: bytes
+    ref_text: str | None = None
+    x_vector_only: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "clone_xvector" if self.x_vector_only else "clone_icl"
+
+
+@dataclass(frozen=True)
 class PcmChunk:
     """A piece of a request's audio: float32 mono at `SAMPLE_RATE`.
 
@@ -169,6 +188,23 @@ class Engine(ABC):
 
     def voices(self) -> list[str]:
         """Speaker names this engine can speak with (empty: any name works)."""
+        return []
+
+    # Cloned voices (Base checkpoints). Engines that cannot clone refuse with a stable code.
+    can_clone: bool = False
+
+    async def add_voice(self, voice: VoiceClone) -> dict:
+        """Register (or replace) a cloned voice; returns its description (name, kind, ...).
+        Raises EngineError: `bad_audio`, `bad_voice`, `unsupported_voice`."""
+        raise EngineError("unsupported_voice", f"the {self.name} engine cannot clone voices "
+                                               "(it needs a Qwen3-TTS Base checkpoint)")
+
+    def remove_voice(self, name: str) -> bool:
+        """Forget a cloned voice; False when there was none by that name."""
+        return False
+
+    def cloned_voices(self) -> list[dict]:
+        """The registered cloned voices' descriptions."""
         return []
 
     def stats(self) -> dict:

@@ -27,7 +27,7 @@ from websockets.asyncio.client import connect
 from audio.encode import FrameEncoder, OutputFormat
 from bench.loadtest.playback import FRAME_MS, CallerPlayback, HeardTurn
 from bench.loadtest.scenarios import Call, CallPicker
-from gateway.llm_sim import LlmSimulator
+from gateway.agent.llm_sim import LlmSimulator
 
 log = logging.getLogger("voxgate.loadtest")
 

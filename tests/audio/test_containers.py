@@ -52,8 +52,8 @@ def test_every_format_decodes_back_to_the_same_duration_and_content(fmt):
     data, _ = _encode_in_pieces(fmt, pcm)
     decoded, rate = _decode(data, fmt)
     duration = len(decoded) / rate
-    # Lossy codecs pad (mp3 encoder delay, opus frame rounding): within 80 ms of 1.5 s.
-    assert abs(duration - 1.5) <= (0.0 if fmt in ("pcm", "wav", "flac") else 0.08), duration
+    # Lossy codecs pad (mp3/aac encoder delay, opus frame rounding): within 100 ms of 1.5 s.
+    assert abs(duration - 1.5) <= (0.0 if fmt in ("pcm", "wav", "flac") else 0.1), duration
     # Content: a 440 Hz tone, then silence, then 1000 Hz, where we put them (skip edges for codec delay).
     seg = lambda a, b: decoded[int(a * rate) : int(b * rate)]  # noqa: E731
     assert abs(_dominant_hz(seg(0.1, 0.4), rate) - 440) < 15
@@ -97,6 +97,6 @@ def test_an_empty_stream_finishes_cleanly(fmt):
 
 
 def test_unknown_format_is_refused_by_name():
-    with pytest.raises(ContainerError, match="aac"):
-        container_encoder("aac")
+    with pytest.raises(ContainerError, match="ogg-vorbis"):
+        container_encoder("ogg-vorbis")
     assert set(containers_available()) == set(FORMATS)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from gateway.llm_sim import LlmSimulator, split_pieces
+from gateway.agent.llm_sim import LlmSimulator, split_pieces
 
 
 @pytest.mark.parametrize("text", ["Hello there, how are you?", "Карта 3805 заблокирована — всё в порядке.", "  a  b ", "x" * 30])

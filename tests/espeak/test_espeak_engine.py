@@ -123,11 +123,12 @@ async def test_every_offered_language_has_a_voice(engine):
 
 @needs_espeak
 def test_auto_engine_without_weights_is_the_espeak_voice(monkeypatch):
+    from gateway.app import engine_choice
     from gateway.config import load_config
-    from gateway.engines import build_engine
+    from tts import build_engine
 
     monkeypatch.delenv("VOXGATE_MODEL_DIR", raising=False)
-    engine = build_engine(load_config(None, {"engine": {"kind": "auto"}}))
+    engine = build_engine(engine_choice(load_config(None, {"engine": {"kind": "auto"}})))
     assert isinstance(engine, EspeakEngine)
 
 

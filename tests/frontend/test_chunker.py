@@ -8,7 +8,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.chunker import Chunker
+from gateway.core.chunker import Chunker
 
 
 def run(pieces: list[str], **kw) -> list[str]:

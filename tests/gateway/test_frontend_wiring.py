@@ -15,10 +15,10 @@ class RecordingEngine(SimulatedEngine):
 
 
 async def run_turn(start_gateway, monkeypatch, voices, text, **start):
-    from gateway import server
+    from gateway import app
 
     engine = RecordingEngine()
-    monkeypatch.setattr(server, "build_engine", lambda config: engine)
+    monkeypatch.setattr(app, "build_engine", lambda choice: engine)
     gw = await start_gateway({"voices": voices})
     c = await Client.connect(gw)
     await c.start(**start)

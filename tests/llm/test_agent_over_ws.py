@@ -13,9 +13,8 @@ import pytest
 import websockets
 from aiohttp import web
 
-from gateway import agent as agent_mod
 from gateway.config import load_config
-from gateway.server import Gateway
+from gateway.app import Gateway
 from tests.llm.test_openai_chat import KEY, FakeOpenAi
 
 KEY_ENV = "VOXGATE_TEST_AGENT_KEY"
@@ -47,7 +46,6 @@ async def start_agent_gateway(monkeypatch):
             "llm": {"kind": "openai", "api_key_env": KEY_ENV, "system_prompt": "Be brief.", **llm},
         })
         gw = Gateway(cfg)
-        agent_mod.install(gw)
         await gw.start()
         gateways.append(gw)
         return gw
@@ -124,7 +122,7 @@ async def test_barge_in_closes_the_llm_stream(llm_url, start_agent_gateway, call
     done = await caller.until("turn.done", turn_id="agent-1")
     assert done["interrupted"] is True and done["played_text"]
     await asyncio.wait_for(fake.hung_up.wait(), 5)  # the HTTP stream was closed, not left running
-    agent = gw.user_text_handler.__self__.agents[next(iter(gw.sessions))]
+    agent = gw.agents.agents[next(iter(gw.sessions))]
     assert agent.conversation.history[-1] == {"role": "assistant", "content": done["played_text"]}
 
 
@@ -146,7 +144,7 @@ async def test_llm_failures_become_error_events_and_the_call_goes_on(llm_url, st
 async def test_without_an_agent_user_text_is_no_agent(start_agent_gateway, call, monkeypatch):
     cfg = load_config(None, {"server": {"host": "127.0.0.1", "port": 0}, "engine": {"kind": "simulated"}})
     gw = Gateway(cfg)
-    assert agent_mod.install(gw) is None
+    assert gw.agents is None
     await gw.start()
     try:
         caller = await call(gw)
@@ -160,7 +158,7 @@ def test_a_missing_key_stops_the_start_with_a_clear_error(monkeypatch):
     monkeypatch.delenv(KEY_ENV, raising=False)
     cfg = load_config(None, {"llm": {"kind": "openai", "base_url": "http://x/v1", "model": "m", "api_key_env": KEY_ENV}})
     with pytest.raises(ValueError, match=KEY_ENV):
-        agent_mod.install(Gateway(cfg, engine=_NoEngine()))
+        Gateway(cfg, engine=_NoEngine())
 
 
 class _NoEngine:
@@ -179,7 +177,7 @@ async def test_a_model_that_fails_unexpectedly_mid_reply_ends_its_turn_and_the_c
     cfg = load_config(None, {"server": {"host": "127.0.0.1", "port": 0}, "engine": {"kind": "simulated"},
                              "simulated": {"first_packet_ms": 10, "ms_per_char": 10}, "llm": {"kind": "simulated"}})
     gw = Gateway(cfg)
-    service = agent_mod.install(gw)
+    service = gw.agents
     service.make_model = BrokenModel
     await gw.start()
     try:

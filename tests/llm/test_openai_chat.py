@@ -8,7 +8,7 @@ import json
 import pytest
 from aiohttp import web
 
-from gateway.llm import Conversation, LlmError, OpenAiChat
+from gateway.agent.llm import Conversation, LlmError, OpenAiChat
 
 KEY = "sk-test-123"
 

@@ -109,3 +109,44 @@ def official_generate(model, tokenizer, text: str, *, speaker: str | None, langu
         if record_logits:
             del model.talker.forward
     return codes[0], logits
+
+
+@functools.lru_cache(maxsize=4)
+def official_wrapper(model_dir: str):
+    """The official `Qwen3TTSModel` wrapper (model + speech tokenizer) in float32, loaded once per folder."""
+    import torch
+    from qwen_tts import Qwen3TTSModel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Qwen3TTSModel.from_pretrained(model_dir, dtype=torch.float32)
+
+
+def official_clone_codes(model_dir: str, ref_audio: str, ref_text: str | None, text: str, *, language: str,
+                         x_vector_only: bool, max_frames: int = 24, streaming_text: bool = True):
+    """Greedy codes of `generate_voice_clone`'s own steps (it returns only the waveform), its prompt
+    item, and what it fed the talker: {"prefill": [L, D], "trailing": [N, D]}."""
+    import torch
+
+    w = official_wrapper(model_dir)
+    fed = {}
+    orig = w.model.talker.generate
+
+    def recording_generate(*args, **kwargs):
+        fed["prefill"] = kwargs["inputs_embeds"][0].detach().clone()
+        fed["trailing"] = kwargs["trailing_text_hidden"][0].detach().clone()
+        return orig(*args, **kwargs)
+
+    w.model.talker.generate = recording_generate
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        items = w.create_voice_clone_prompt(ref_audio=ref_audio, ref_text=ref_text, x_vector_only_mode=x_vector_only)
+        prompt = w._prompt_items_to_voice_clone_prompt(items)
+        input_ids = w._tokenize_texts([w._build_assistant_text(text)])
+        ref_ids = [w._tokenize_texts([w._build_ref_text(ref_text)])[0] if ref_text else None]
+        codes, _ = w.model.generate(input_ids=input_ids, ref_ids=ref_ids, voice_clone_prompt=prompt,
+                                    languages=[language], non_streaming_mode=not streaming_text,
+                                    max_new_tokens=max_frames + 1, do_sample=False, subtalker_dosample=False,
+                                    repetition_penalty=1.0)
+    del w.model.talker.generate
+    return codes[0], items[0], fed

@@ -13,7 +13,7 @@ import numpy as np
 import websockets
 
 from audio.g711 import ulaw_encode
-from gateway.server import Gateway
+from gateway.app import Gateway
 
 
 def ws_url(gw: Gateway, path: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import load_config
-from gateway.server import Gateway
+from gateway.app import Gateway
 
 FAST = {
     "server": {"host": "127.0.0.1", "port": 0, "max_sessions": 100},

@@ -85,6 +85,8 @@ async def test_plain_text_control_slin16_call_id_from_the_dial_string_and_agent_
     control = await Control.connect(gateway)
     await control.attach("order-7")
     await control.expect("call.media", state="connected")
+    session = gateway.calls.get("order-7").session  # Asterisk started the call: wideband end to end, no 8 kHz step
+    assert session.output.sample_rate == 16000 and session.inbound.sample_rate == 16000
     await control.send({"type": "text", "turn_id": "a", "text": "Wideband hello to you.", "final": True})
     mark = await control.expect("call.mark")
     assert mark["status"] == "played"

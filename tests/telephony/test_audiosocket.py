@@ -10,7 +10,8 @@ import wave
 import numpy as np
 import pytest
 
-import gateway.audiosocket as audiosocket
+from gateway.legs import audiosocket
+from gateway.wire import audiosocket as wire
 from tests.telephony.clients import AudioSocketClient, Control, is_silent
 
 LONG = "This turn is long enough to be interrupted while it plays. " * 3
@@ -25,7 +26,7 @@ async def read_frames(client: AudioSocketClient, n: int) -> list[tuple[bytes, fl
     out = []
     while len(out) < n:
         kind, payload, t = await client.read()
-        assert kind == audiosocket.KIND_SLIN and len(payload) == 320
+        assert kind == wire.KIND_SLIN and len(payload) == 320
         out.append((payload, t))
     return out
 
@@ -43,7 +44,7 @@ async def read_until_audio(client: AudioSocketClient, limit: int = 200) -> list[
 async def _collect(client: AudioSocketClient, into: list, stop: asyncio.Event) -> None:
     while not stop.is_set():  # stops between messages, never inside one
         kind, payload, t = await client.read()
-        if kind == audiosocket.KIND_SLIN:
+        if kind == wire.KIND_SLIN:
             into.append((payload, asyncio.get_running_loop().time()))
 
 
@@ -64,8 +65,8 @@ async def test_whole_call_over_tcp(gateway, tmp_path):
     assert span >= 0.5 * 9 * 0.020, f"10 idle frames in {span:.3f} s: not paced"
 
     for _ in range(10):
-        client.send(audiosocket.KIND_SLIN, slin_tone())
-    client.send(audiosocket.KIND_DTMF, b"#")
+        client.send(wire.KIND_SLIN, slin_tone())
+    client.send(wire.KIND_DTMF, b"#")
     assert (await control.expect("dtmf"))["digit"] == "#"
 
     await control.send({"type": "text", "turn_id": "t1", "text": "Hello from the gateway.", "final": True})
@@ -93,7 +94,7 @@ async def test_whole_call_over_tcp(gateway, tmp_path):
     assert any(not is_silent(f) for f in before)
     assert len(late) >= 10 and all(is_silent(f) for f in late)
 
-    client.send(audiosocket.KIND_HANGUP)
+    client.send(wire.KIND_HANGUP)
     assert (await control.expect("call.media"))["state"] == "ended"
     await control.expect("session.ended")
     await control.expect_closed()
@@ -112,16 +113,16 @@ async def test_gateway_hangs_up_when_the_agent_ends_the_session(gateway):
     await control.send({"type": "session.end"})
     await control.expect("session.ended")
     rest = await client.read_until_eof()
-    assert rest and rest[-1] == (audiosocket.KIND_HANGUP, b"")
+    assert rest and rest[-1] == (wire.KIND_HANGUP, b"")
 
 
 async def test_bad_handshake_is_refused_with_a_hangup(gateway):
     client = await AudioSocketClient.connect(gateway, handshake=False)
-    client.send(audiosocket.KIND_SLIN, slin_tone())  # audio before the UUID
-    assert await client.read_until_eof() == [(audiosocket.KIND_HANGUP, b"")]
+    client.send(wire.KIND_SLIN, slin_tone())  # audio before the UUID
+    assert await client.read_until_eof() == [(wire.KIND_HANGUP, b"")]
     client = await AudioSocketClient.connect(gateway, handshake=False)
-    client.send(audiosocket.KIND_UUID, b"short")
-    assert await client.read_until_eof() == [(audiosocket.KIND_HANGUP, b"")]
+    client.send(wire.KIND_UUID, b"short")
+    assert await client.read_until_eof() == [(wire.KIND_HANGUP, b"")]
     assert len(gateway.calls) == 0 and not gateway.sessions
 
 
@@ -137,12 +138,12 @@ async def test_length_field_that_promises_more_than_comes_ends_only_that_call(ga
     monkeypatch.setattr(audiosocket, "PAYLOAD_TIMEOUT_S", 0.3)
     bystander, bystander_control = await attached_pair(gateway)
     liar, liar_control = await attached_pair(gateway)
-    liar.send_raw(struct.pack(">BH", audiosocket.KIND_SLIN, 4000) + slin_tone())  # 320 of 4000 bytes, then silence
+    liar.send_raw(struct.pack(">BH", wire.KIND_SLIN, 4000) + slin_tone())  # 320 of 4000 bytes, then silence
     error = await liar_control.expect("error")
     assert error["code"] == "bad_message" and "4000" in error["message"]
     await liar_control.expect("session.ended")
     rest = await liar.read_until_eof()
-    assert rest[-1] == (audiosocket.KIND_HANGUP, b"")
+    assert rest[-1] == (wire.KIND_HANGUP, b"")
 
     await bystander_control.send({"type": "text", "turn_id": "b", "text": "Still here.", "final": True})
     await read_until_audio(bystander)
@@ -152,20 +153,20 @@ async def test_length_field_that_promises_more_than_comes_ends_only_that_call(ga
 
 async def test_malformed_frames_get_errors_and_the_call_goes_on(gateway):
     client, control = await attached_pair(gateway)
-    client.send(audiosocket.KIND_SLIN, b"\x01\x02\x03")  # odd length: not 16-bit samples
+    client.send(wire.KIND_SLIN, b"\x01\x02\x03")  # odd length: not 16-bit samples
     assert (await control.expect("error"))["code"] == "bad_audio"
-    client.send(audiosocket.KIND_DTMF, b"xy")
+    client.send(wire.KIND_DTMF, b"xy")
     assert (await control.expect("error"))["code"] == "bad_message"
     client.send(0x12, b"\x00" * 640)  # slin16: newer Asterisk, not supported here
     assert (await control.expect("error"))["code"] == "unsupported_format"
     client.send(0x42, b"??")
     assert (await control.expect("error"))["code"] == "bad_message"
-    client.send(audiosocket.KIND_ERROR, b"\x02")  # Asterisk: frame forwarding error (not fatal)
+    client.send(wire.KIND_ERROR, b"\x02")  # Asterisk: frame forwarding error (not fatal)
     assert (await control.expect("error"))["code"] == "media_error"
     await control.send({"type": "text", "turn_id": "t", "text": "Fine.", "final": True})
     await read_until_audio(client)
     await control.expect("turn.done", turn_id="t")
-    client.send(audiosocket.KIND_ERROR, b"\x01")  # Asterisk: the caller hung up
+    client.send(wire.KIND_ERROR, b"\x01")  # Asterisk: the caller hung up
     await control.expect("call.media", state="ended")
     await control.expect("session.ended")
 
@@ -173,7 +174,7 @@ async def test_malformed_frames_get_errors_and_the_call_goes_on(gateway):
 async def test_a_desynchronised_stream_is_hung_up(gateway):
     client, control = await attached_pair(gateway)
     # A length field that says less than was sent: the rest of the payload is read as headers.
-    client.send_raw(struct.pack(">BH", audiosocket.KIND_SLIN, 2) + b"\x00\x00" + b"\x77\x00\x01\x00" * 3)
+    client.send_raw(struct.pack(">BH", wire.KIND_SLIN, 2) + b"\x00\x00" + b"\x77\x00\x01\x00" * 3)
     await control.expect("session.ended")
     codes = [e["code"] for e in control.events if e["type"] == "error"]
     assert codes.count("bad_message") == audiosocket.MAX_BAD_FRAMES_IN_A_ROW
@@ -183,7 +184,7 @@ async def test_a_desynchronised_stream_is_hung_up(gateway):
 async def test_abrupt_disconnect_mid_frame_ends_the_call_cleanly(gateway):
     bystander, bystander_control = await attached_pair(gateway)
     client, control = await attached_pair(gateway)
-    client.send_raw(struct.pack(">BH", audiosocket.KIND_SLIN, 320) + b"\x00" * 100)
+    client.send_raw(struct.pack(">BH", wire.KIND_SLIN, 320) + b"\x00" * 100)
     await asyncio.sleep(0.05)
     client.writer.transport.abort()  # RST, no hangup message
     ended = await control.expect("call.media", state="ended")
@@ -199,7 +200,7 @@ async def test_a_second_media_leg_for_the_same_call_is_refused(gateway):
     first = await AudioSocketClient.connect(gateway)
     await read_frames(first, 1)
     second = await AudioSocketClient.connect(gateway, first.uuid)
-    assert await second.read_until_eof() == [(audiosocket.KIND_HANGUP, b"")]
+    assert await second.read_until_eof() == [(wire.KIND_HANGUP, b"")]
     assert len(await read_frames(first, 3)) == 3
 
 

@@ -157,10 +157,7 @@ async def test_a_full_gateway_refuses_new_calls_with_at_capacity(make_gateway):
 
 
 async def test_user_text_reaches_the_built_in_agent_and_its_reply_plays_on_twilio(make_gateway):
-    from gateway import agent
-
     gw = await make_gateway(llm={"kind": "simulated", "ttft_ms": 20, "tokens_per_s": 400})
-    agent.install(gw)
     tw = await TwilioClient.connect(gw, stream_sid="MZa", call_sid="CAa")
     await tw.start()
     control = await Control.connect(gw)
@@ -201,10 +198,8 @@ async def test_draining_gateway_ends_telephony_calls_with_shutting_down(make_gat
 
 
 async def test_the_agent_keeps_its_history_and_events_after_the_control_socket_reattaches(make_gateway):
-    from gateway import agent
-
     gw = await make_gateway(llm={"kind": "simulated", "ttft_ms": 20, "tokens_per_s": 400})
-    service = agent.install(gw)
+    service = gw.agents
     tw = await TwilioClient.connect(gw, stream_sid="MZh", call_sid="CAh")
     await tw.start()
     first = await Control.connect(gw)

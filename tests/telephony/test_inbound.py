@@ -8,7 +8,7 @@ import wave
 
 import numpy as np
 
-from gateway.inbound import InboundAudio, recording_path
+from gateway.core.inbound import InboundAudio, recording_path
 
 
 def frame(value: int, n: int = 160) -> np.ndarray:

@@ -11,7 +11,7 @@ import pytest
 import websockets
 
 from audio.g711 import ulaw_decode
-from gateway.twilio import twilio_signature
+from gateway.wire.twilio import twilio_signature
 from tests.telephony.clients import Control, TwilioClient, tone_ulaw, ws_url
 
 LONG = "This turn is long enough to be interrupted. " * 3
@@ -167,7 +167,7 @@ def test_signature_matches_twilios_documented_algorithm():
 
 async def test_missing_token_env_refuses_to_start(monkeypatch):
     from gateway.config import load_config
-    from gateway.server import Gateway
+    from gateway.app import Gateway
 
     monkeypatch.delenv("VOXGATE_NO_SUCH_TOKEN", raising=False)
     with pytest.raises(ValueError, match="VOXGATE_NO_SUCH_TOKEN"):

@@ -23,7 +23,9 @@ async def test_vonage_call_l16_16k_notify_marks_clear_and_dtmf(gateway):
     vg = await VonageClient.connect(gateway, headers={"call_id": "order-v1"})
     assert (await control.expect("call.media"))["leg"] == "vonage"
 
-    stream = gateway.calls.get("order-v1").session.inbound.subscribe()
+    session = gateway.calls.get("order-v1").session
+    assert session.output.sample_rate == 8000  # the agent attached first: the call plays at 8 kHz, resampled to 16 kHz
+    stream = session.inbound.subscribe()
     for _ in range(10):
         await vg.send(tone(320, rate=16000).astype("<i2").tobytes())
     chunks = []

@@ -23,7 +23,7 @@ import numpy as np
 import websockets
 
 from audio.g711 import ulaw_encode
-from gateway.server import Gateway
+from gateway.app import Gateway
 from gateway.wire.events import WireAudio
 
 ASTERISK_COMMANDS = {

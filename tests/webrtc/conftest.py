@@ -2,10 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import agent as agent_mod
-from gateway import webrtc
 from gateway.config import load_config
-from gateway.server import Gateway
+from gateway.app import Gateway
 
 
 def make_config(**sections):
@@ -26,8 +24,6 @@ async def gateway_factory():
 
     async def start(**sections) -> Gateway:
         gw = Gateway(make_config(**sections))
-        agent_mod.install(gw)
-        webrtc.install(gw)
         await gw.start()
         started.append(gw)
         return gw

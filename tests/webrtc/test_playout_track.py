@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from aiortc.mediastreams import MediaStreamError
 
-from gateway.webrtc import PlayoutTrack
+from gateway.legs.webrtc import PlayoutTrack
 
 
 def ramp_source(rate: int):

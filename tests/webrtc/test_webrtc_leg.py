@@ -93,7 +93,7 @@ async def test_agent_reply_streams_as_a_turn_and_barge_in_trims_history(gateway,
     await peer.next_event("audio.start", turn_id="agent-1")
     done = await peer.next_event("turn.done", turn_id="agent-1", timeout=20)
     assert done["interrupted"] is False
-    service_agent = gateway.user_text_handler.__self__.agents[started["session_id"]]
+    service_agent = gateway.agents.agents[started["session_id"]]
     reply = service_agent.conversation.history[-1]["content"]
     assert done["played_text"] == reply.strip()
 

@@ -68,7 +68,10 @@ class EngineSettings:
     preempt_slack_s: float = 3.0  # with every slot taken, a stream this far from running dry yields its
     # slot to a deadline at least this much earlier and resumes later by re-prefilling its frames (0: never)
     use_cuda_graphs: bool | None = None  # None: on CUDA
+    vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
+    vocoder_cache: str | None = None  # ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
     default_speaker: str | None = None
+    voice_cache_dir: str | None = None  # Base: cloned voices' parts (x-vector, reference codes) on disk
     seed: int = 0
     pipeline: bool = True  # vocoder on its own lane (thread; CUDA stream), overlapping the talker steps
     live_lengths: bool = True  # decode attention over the longest live length's bucket, not max_seq_len
@@ -147,6 +150,8 @@ class Qwen3Engine(Engine):
         self._slots: dict[int, _Job] = {}  # slot -> job whose talker row is generating
         self._held: dict[int, _Job] = {}  # slot -> job owning it (generating, or vocoding its last frames)
         self._vstate = None  # the codec's streaming state, one row per slot
+        self._vocoder = None  # the vocoder backend (tts.qwen3.codec.vocoder.Vocoder) decoding codes
+        self._clones = None  # tts.qwen3.cloned_voices.ClonedVoices on Base checkpoints
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -171,7 +176,7 @@ class Qwen3Engine(Engine):
     def from_config(cls, cfg) -> "Qwen3Engine":
         """From gateway.config.EngineConfig-like attributes (model_dir, dtype, device, max_batch, max_queued)."""
         s = EngineSettings(model_dir=getattr(cfg, "model_dir", None))
-        for name in ("device", "dtype", "max_batch", "max_queued"):
+        for name in ("device", "dtype", "max_batch", "max_queued", "vocoder", "vocoder_cache"):
             if getattr(cfg, name, None) is not None:
                 setattr(s, name, getattr(cfg, name))
         return cls(s)
@@ -191,6 +196,12 @@ class Qwen3Engine(Engine):
                 self._ckpt = Checkpoint.random(s.random_weights, s.device, s.dtype, seed=s.seed)
             else:
                 self._ckpt = Checkpoint.load(s.model_dir, s.device, s.dtype, s.codec_dtype)
+        if self._ckpt.config.tts_model_type == "base":
+            from tts.qwen3.cloned_voices import ClonedVoices
+            from tts.qwen3.voice_clone import VoiceCloner
+
+            self._clones = ClonedVoices(VoiceCloner(self._ckpt.model, self._ckpt.tokenizer, self._ckpt.model_dir,
+                                                    s.voice_cache_dir))
         gen = torch.Generator(device=self._ckpt.model.talker.codec_head.weight.device).manual_seed(s.seed)
         cuda = torch.device(s.device).type == "cuda"
         if not cuda and s.cpu_threads >= 0:
@@ -206,8 +217,18 @@ class Qwen3Engine(Engine):
         self._batch = TalkerBatch(self._ckpt.model, s.max_batch, s.max_seq_len, use_cuda_graphs=s.use_cuda_graphs,
                                   generator=gen, kv_step=s.kv_bucket, live_lengths=s.live_lengths)
         mem_kv = torch.cuda.memory_allocated() if cuda else 0
-        if self._ckpt.codec is not None:  # codec state for every slot now, not on the first admission
-            self._vstate = self._ckpt.codec.new_state(s.max_batch)
+        if self._ckpt.codec is not None:
+            from tts.qwen3.codec import CodecError
+            from tts.qwen3.codec.vocoder import build_vocoder
+
+            try:
+                self._vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
+                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache)
+            except CodecError as e:
+                raise EngineError("vocoder_unavailable", e.message) from None
+            log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
+            # codec state for every slot now, not on the first admission
+            self._vstate = self._vocoder.new_state(s.max_batch)
         mem_codec = torch.cuda.memory_allocated() if cuda else 0
         if cuda and s.pin_sdpa and self._batch.use_cuda_graphs:
             from tts.qwen3.attention import choose
@@ -224,6 +245,11 @@ class Qwen3Engine(Engine):
                                              for k, v in self.memory.items()})
         if s.pipeline and cuda:
             self._lane_stream = torch.cuda.Stream()
+
+    @property
+    def vocoder_name(self) -> str | None:
+        """The vocoder backend actually serving (None before load)."""
+        return self._vocoder.name if self._vocoder is not None else None
 
     def _memory_report(self, mem0: int, mem_kv: int, mem_codec: int, graphs: int) -> dict:
         import torch
@@ -299,7 +325,41 @@ class Qwen3Engine(Engine):
     def voices(self) -> list[str]:
         if self._ckpt is None:
             return []
+        if self._clones is not None:
+            return self._clones.names()
         return sorted(self._ckpt.config.talker.spk_id)
+
+    # -- cloned voices (Base checkpoints)
+    @property
+    def can_clone(self) -> bool:
+        return self._clones is not None
+
+    async def add_voice(self, voice) -> dict:
+        if self._ckpt is None:
+            raise EngineError("not_ready", "the engine is not loaded yet")
+        if self._clones is None:
+            return await super().add_voice(voice)
+        return (await asyncio.get_running_loop().run_in_executor(None, self._clones.add, voice)).info()
+
+    def add_voice_sync(self, voice) -> dict:
+        """`add_voice` for tools that hold no event loop (the CLI, benches)."""
+        if self._clones is None:
+            raise EngineError("unsupported_voice", "this checkpoint is not a Base model: it cannot clone voices")
+        return self._clones.add(voice).info()
+
+    def remove_voice(self, name: str) -> bool:
+        return self._clones.remove(name) if self._clones is not None else False
+
+    def cloned_voices(self) -> list[dict]:
+        return self._clones.infos() if self._clones is not None else []
+
+    def _primed(self, cv) -> concurrent.futures.Future:
+        """The vocoder state after the voice's reference codes: decoded once per voice, on the lane."""
+        if cv.primed is None:
+            from tts.qwen3.cloned_voices import prime_vocoder
+
+            cv.primed = self._on_lane(prime_vocoder, self._vocoder, cv.clone.ref_codes, max(self.settings.packet_ramp))
+        return cv.primed
 
     def stats(self) -> dict:
         with self._cond:
@@ -537,7 +597,8 @@ class Qwen3Engine(Engine):
             return {"speaker": speaker, "instruct": request.instruct}
         if cfg.tts_model_type == "voice_design":
             return {"instruct": request.instruct}
-        raise EngineError("unknown_voice", "Base (voice clone) checkpoints need an x-vector; not served yet")
+        # Base: a cloned voice, in the official generate_voice_clone layout (streaming text)
+        return {"clone": self._clones.get(request.voice), "streaming_text": True}
 
     def _prompt(self, job: _Job):
         from tts.qwen3.prompt import PromptError, build_prompt
@@ -546,8 +607,14 @@ class Qwen3Engine(Engine):
         try:
             if self._ckpt.tokenizer is None:  # random-weight benches: a prompt of the right length, no text
                 return self._bench_prompt(req.text)
+            voice = self._voice(req)
+            cv = voice.get("clone")
+            if cv is not None:
+                voice["clone"] = cv.clone
+                if cv.clone.icl and self._vocoder is not None:  # the vocoder row continues after the reference
+                    job.codec_state = self._primed(cv)
             return build_prompt(self._ckpt.model.talker, self._ckpt.config, self._ckpt.tokenizer, req.text,
-                                language=req.language, **self._voice(req))
+                                language=req.language, **voice)
         except PromptError as e:
             raise EngineError(e.code, e.message) from None
 
@@ -628,7 +695,7 @@ class Qwen3Engine(Engine):
                 job.slot = slot
                 self._slots[slot] = job
                 self._held[slot] = job
-        fresh = [slot for slot, r in zip(slots, resumes) if r is None]
+        fresh = [slot for slot, r, job in zip(slots, resumes, ready) if r is None and job.codec_state is None]
         for job, slot in zip(ready, slots):
             job.admitted_at = job.admitted_at or time.monotonic()
             if job.codec_state is not None:
@@ -695,7 +762,7 @@ class Qwen3Engine(Engine):
 
         from tts.qwen3.codec import StreamingCodecState
 
-        codec, vs, g = self._ckpt.codec, self._vstate, self._batch.groups
+        codec, vs, g = self._vocoder, self._vstate, self._batch.groups
         n = max(slot for slot, _ in entries) + 1
         chosen = {slot for slot, _ in entries}
         t = len(entries[0][1])
@@ -728,7 +795,7 @@ class Qwen3Engine(Engine):
 
         from tts.qwen3.syncs import wait_for
 
-        codec = self._ckpt.codec
+        codec = self._vocoder
         cuda = codec.device.type == "cuda"
         src = torch.from_numpy(codes)
         with torch.inference_mode():

@@ -1,5 +1,6 @@
 """Prefill prompts for CustomVoice (speaker + language, dialects), VoiceDesign (instruction)
-and Base (a given x-vector), in the official layout.
+and Base (voice clone: x-vector only, or in-context with the reference's codes and
+transcript), in the official layout.
 
 A prompt is three tensors: the prefill embeddings [L, D]; the text track that is added
 to the talker input at each generated frame [N, D] (empty in the non-streaming layout);
@@ -38,8 +39,46 @@ class Prompt:
     text_tokens: int  # number of text tokens spoken (for frame caps)
 
 
+@dataclass(frozen=True)
+class ClonePrompt:
+    """A cloned voice's prompt parts, computed once per voice (see tts.qwen3.voice_clone).
+
+    `xvector` is the speaker encoder's output [D]; in ICL mode `ref_codes` holds the
+    reference audio's frames [T, G] and `ref_ids` its transcript's token ids (the text
+    between `<|im_start|>assistant\\n` and `<|im_end|>\\n`, tokenised on its own).
+    """
+
+    xvector: torch.Tensor
+    ref_codes: torch.Tensor | None = None
+    ref_ids: tuple[int, ...] | None = None
+
+    @property
+    def icl(self) -> bool:
+        return self.ref_codes is not None
+
+
 def assistant_text(text: str) -> str:
     return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def ref_text(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n"
+
+
+def ref_text_ids(tokenizer: TextTokenizer, text: str) -> tuple[int, ...]:
+    """The reference transcript's ids as the official ICL prompt takes them ([3:-2] of its own turn)."""
+    ids = tokenizer.encode(ref_text(text))
+    if len(ids) <= 5:
+        raise PromptError("bad_text", "the reference transcript is empty after tokenisation")
+    return tuple(ids[3:-2])
+
+
+def icl_trim(ref_frames: int, total_frames: int, samples: int) -> int:
+    """Samples the official ICL output drops from the joint decode of reference + generated codes.
+
+    Computed in floating point exactly as the official code does; for some lengths it keeps
+    one sample of the reference's end."""
+    return int(ref_frames / max(total_frames, 1) * samples)
 
 
 def instruct_text(instruct: str) -> str:
@@ -73,7 +112,8 @@ def codec_prefix(config: ModelConfig, language: str, speaker: str | None) -> lis
 @torch.no_grad()
 def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, text: str, *,
                  speaker: str | None = None, language: str | None = "auto", instruct: str | None = None,
-                 xvector: torch.Tensor | None = None, streaming_text: bool = False) -> Prompt:
+                 xvector: torch.Tensor | None = None, clone: ClonePrompt | None = None,
+                 streaming_text: bool = False) -> Prompt:
     t = config.talker
     device = talker.codec_head.weight.device
     lang = language_name(config, language)
@@ -84,6 +124,8 @@ def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, 
         raise PromptError("unknown_voice", f"speaker {speaker!r} is not in this checkpoint; known: {known}")
     if kind == "custom_voice" and not spk:
         raise PromptError("unknown_voice", "a CustomVoice checkpoint needs a speaker")
+    if clone is not None:
+        xvector = clone.xvector
     if kind == "base" and xvector is None:
         raise PromptError("unknown_voice", "a Base checkpoint needs a speaker x-vector (voice clone prompt)")
     if instruct and config.tts_model_size == "0b6":
@@ -115,6 +157,8 @@ def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, 
     parts.append(text_track + codec[:-1])
     bos_codec = codec[-1:]
 
+    if clone is not None and clone.icl:
+        return _icl_prompt(talker, config, parts, clone, body, pad_e, eos_e, bos_codec, streaming_text, ids)
     if streaming_text:
         parts.append(talker.embed_text(ids(body[:1])) + bos_codec)
         trailing = torch.cat([talker.embed_text(ids(body[1:])), eos_e.view(1, -1)])
@@ -123,4 +167,27 @@ def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, 
         parts.append(spoken + talker.embed_codec(ids([t.codec_pad_id] * spoken.shape[0])))
         parts.append(pad_e.view(1, -1) + bos_codec)
         trailing = pad_e.new_zeros((0, pad_e.shape[-1]))
+    return Prompt(prefill=torch.cat(parts), trailing_text=trailing, pad=pad_e, text_tokens=len(body))
+
+
+def _icl_prompt(talker: Talker, config: ModelConfig, parts: list[torch.Tensor], clone: ClonePrompt, body: list[int],
+                pad_e: torch.Tensor, eos_e: torch.Tensor, bos_codec: torch.Tensor, streaming_text: bool, ids) -> Prompt:
+    """The in-context part: reference transcript + target text on the text track, codec_bos and the
+    reference frames on the codec track (official `generate_icl_prompt`)."""
+    t = config.talker
+    codes = clone.ref_codes.to(device=bos_codec.device)
+    text = torch.cat([talker.embed_text(ids(list(clone.ref_ids) + body)), eos_e.view(1, -1)])
+    codec = torch.cat([bos_codec, talker.embed_frame(codes)])
+    n_text, n_codec = text.shape[0], codec.shape[0]
+    empty = pad_e.new_zeros((0, pad_e.shape[-1]))
+    if not streaming_text:
+        parts.append(text + talker.embed_codec(ids([t.codec_pad_id] * n_text)))
+        parts.append(codec + pad_e.view(1, -1))
+        trailing = empty
+    elif n_text > n_codec:
+        parts.append(text[:n_codec] + codec)
+        trailing = text[n_codec:]
+    else:
+        parts.append(torch.cat([text, pad_e.expand(n_codec - n_text, -1)]) + codec)
+        trailing = empty
     return Prompt(prefill=torch.cat(parts), trailing_text=trailing, pad=pad_e, text_tokens=len(body))

@@ -67,8 +67,16 @@ def synth_main(args) -> int:
     t_gen = time.perf_counter()
     codes = result.codes
     if len(codes):
+        from tts.qwen3.codec import CodecError
+        from tts.qwen3.codec.vocoder import build_vocoder
+
+        try:
+            vocoder = build_vocoder(getattr(args, "vocoder", "torch"), ckpt.codec, max_batch=1)
+        except CodecError as e:
+            print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
+            return 2
         with torch.inference_mode():
-            pcm = ckpt.codec.decode(codes.unsqueeze(0).to(ckpt.codec.device))[0].float().cpu().numpy()
+            pcm = vocoder.decode(codes.unsqueeze(0).to(vocoder.device))[0].float().cpu().numpy()
     else:
         pcm = np.zeros(0, dtype=np.float32)
     t_dec = time.perf_counter()

@@ -125,22 +125,31 @@ class CodecDecoder(nn.Module):
         b, t, _ = codes.shape
         if t == 0:
             return torch.zeros(b, 0, device=self.device)
-        codes = codes.to(self.device, torch.long).clamp(0, cfg.codebook_size - 1)
-        buffers = list(state.buffers)
+        codes = codes.to(self.device, torch.long)
+        wav, buffers = self.step(codes, state.frames, list(state.buffers))
+        # In place: a state's tensors keep their storage across steps (CUDA graphs, slot views).
+        for kept, new in zip(state.buffers, buffers):
+            kept.copy_(new)
+        state.frames.add_(t)
+        return wav
+
+    def step(
+        self, codes: torch.Tensor, frames: torch.Tensor, buffers: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The pure streaming step (what the ONNX export traces): codes [B, t, Q] int64, frames [B]
+        decoded so far, the state buffers → (float32 [B, t·samples_per_frame], the new buffers).
+        Nothing is written in place; `buffers` is a list this call may rebind entries of."""
+        codes = codes.clamp(0, self.config.codebook_size - 1)
         x = self.quantizer(codes)
         x = self.pre_conv(x.transpose(1, 2), buffers).transpose(1, 2)
-        x = self.pre_transformer(x, state.frames, buffers)
+        x = self.pre_transformer(x, frames, buffers)
         x = x.transpose(1, 2).to(self.conv_dtype)
         for stage in self.upsample:
             for layer in stage:
                 x = layer(x, buffers)
         for layer in self.decoder:
             x = layer(x, buffers)
-        # In place: a state's tensors keep their storage across steps (CUDA graphs, slot views).
-        for kept, new in zip(state.buffers, buffers):
-            kept.copy_(new)
-        state.frames.add_(t)
-        return x[:, 0].float().clamp(-1.0, 1.0)
+        return x[:, 0].float().clamp(-1.0, 1.0), buffers
 
     def decode_streams(self, codes: torch.Tensor, states: Sequence[StreamingCodecState]) -> torch.Tensor:
         """One batched step for several independent streams, each with its own state object.

@@ -18,8 +18,9 @@ StateSpec = tuple[tuple[int, ...], torch.dtype]
 
 
 def _keep_tail(x: torch.Tensor, n: int) -> torch.Tensor:
-    # A copy, so the state never pins a whole chunk's activations.
-    return x[..., x.shape[-1] - n :].clone(memory_format=torch.contiguous_format)
+    # A copy, so the state never pins a whole chunk's activations. A negative start keeps
+    # the slice free of shape arithmetic (the ONNX export's frame axis stays dynamic).
+    return x[..., -n:].clone(memory_format=torch.contiguous_format)
 
 
 class CausalConv1d(nn.Module):
@@ -76,12 +77,13 @@ class CausalConvTranspose1d(nn.Module):
         self.poly_bias = self.conv.bias.repeat_interleave(self.stride)
 
     def forward(self, x: torch.Tensor, buffers: Buffers) -> torch.Tensor:
-        b, _, frames = x.shape
         if self.context:
             x = torch.cat([buffers[self.slot], x], dim=-1)
             buffers[self.slot] = _keep_tail(x, self.context)
         y = F.conv1d(x, self.poly_weight, self.poly_bias)  # [B, out·stride, frames], channel o·stride + r
-        return y.view(b, -1, self.stride, frames).transpose(2, 3).reshape(b, -1, frames * self.stride)
+        # [B, out, stride, frames] → [B, out, frames, stride] → [B, out, frames·stride]; no shape
+        # arithmetic, so the exported graph keeps batch and frames dynamic.
+        return y.unflatten(1, (-1, self.stride)).transpose(2, 3).flatten(2)
 
 
 class SnakeBeta(nn.Module):
@@ -125,7 +127,10 @@ class ConvNeXtBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, buffers: Buffers) -> torch.Tensor:
         h = self.dwconv(x, buffers).transpose(1, 2)
-        h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
+        # The normalisation runs in fp32 whatever the conv precision (half-precision exports too).
+        n = self.norm
+        h = F.layer_norm(h.float(), n.normalized_shape, n.weight.float(), n.bias.float(), n.eps).to(h.dtype)
+        h = self.pwconv2(self.act(self.pwconv1(h)))
         return x + (self.gamma * h).transpose(1, 2)
 
 

@@ -72,9 +72,10 @@ class Attention(nn.Module):
         k = k * cos + rotate_half(k) * sin
         keys = torch.cat([buffers[self.slot], k], dim=2)
         values = torch.cat([buffers[self.slot + 1], v], dim=2)
-        total = keys.shape[2]
-        buffers[self.slot] = keys[:, :, total - self.cached :]
-        buffers[self.slot + 1] = values[:, :, total - self.cached :]
+        # Keep the newest window-1 entries (a negative start: no shape arithmetic in the export).
+        keep = slice(-self.cached, None) if self.cached else slice(0, 0)
+        buffers[self.slot] = keys[:, :, keep]
+        buffers[self.slot + 1] = values[:, :, keep]
         if self.kv_heads != self.heads:
             groups = self.heads // self.kv_heads
             keys = keys.repeat_interleave(groups, dim=1)

@@ -1,13 +1,15 @@
-"""Telephony media legs over a provider's WebSocket: one adapter for every wire in `gateway/wire/`.
+"""Telephony media legs over a provider's WebSocket: the adapter every wire in `gateway/wire/` shares.
 
 `/v1/asterisk` (chan_websocket), `/v1/telnyx`, `/v1/vonage` and `/v1/jambonz`
 share this code; what differs lives in each wire class (pure encode/decode)
-and in a `WireSpec` line. The far end connects, its opening message names
+and in a `WireSpec` (`gateway/legs/asterisk.py`, …). The far end connects, its opening message names
 the call, and the call registry joins it with the agent's control socket by
 any of the call's ids (the provider's own, or a `call_id` query parameter).
 
-Sending: the shared 20 ms clock hands us one PCM16 8 kHz frame per tick; it
-is resampled when the wire runs at another rate, encoded, and sent at once —
+Sending: the shared 20 ms clock hands us one PCM16 frame per tick — at the
+wire's own rate when the far end started the call (wideband stays
+wideband), at 8 kHz when the agent attached first — resampled when the rates
+differ, encoded, and sent at once —
 so the far end's buffer stays one frame deep and barge-in (its clear
 command) drops almost nothing audible. A mark follows each text chunk's last
 frame; the far end's confirmation becomes `call.mark` (played or dropped).
@@ -29,37 +31,32 @@ import itertools
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from audio.encode import PCM16_RATES, OutputFormat
 from audio.pcm import float_to_int16, int16_to_float
 from audio.playout import PlayoutEvent
 from audio.resample import FrameFifo, StreamResampler
 from gateway import protocol as P
-from gateway.backpressure import send_would_wait
-from gateway.calls import TELEPHONY_PCM, Call, CallRegistry
-from gateway.wire.asterisk import AsteriskWire
-from gateway.wire.events import Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused
-from gateway.wire.jambonz import MAX_OUTSTANDING_MARKS as JAMBONZ_MAX_MARKS
-from gateway.wire.jambonz import JambonzWire
-from gateway.wire.telnyx import TelnyxWire
-from gateway.wire.vonage import VonageWire
-
-if TYPE_CHECKING:
-    from gateway.server import Gateway
+from gateway.core import CallCore
+from gateway.core.backpressure import frame_must_skip, send_would_wait
+from gateway.core.calls import TELEPHONY_PCM, Call
+from gateway.legs.accept import authorized
+from gateway.legs.host import LegHost
+from gateway.wire.events import (
+    Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused, WireAudio,
+)
 
 log = logging.getLogger("voxgate.wsmedia")
 
 START_TIMEOUT_S = 10.0  # every far end sends its opening message right after connecting
-MAX_SEND_BACKLOG_BYTES = 48 * 1024  # media is dropped above this much unsent (never block the shared clock)
 MAX_CONTROL_BACKLOG_BYTES = 256 * 1024  # marks and clears still go out above the media cap, up to this
 MAX_HELD_FRAMES = 500  # 10 s of audio held while the far end said XOFF
 MAX_OUTSTANDING_MARKS = 256
 MAX_MESSAGE_BYTES = 256 * 1024
-CLOSE_POLICY = 1008
-CLOSE_TRY_AGAIN_LATER = 1013
 
 
 @dataclass(frozen=True)
@@ -69,15 +66,6 @@ class WireSpec:
     make_wire: Callable[[Mapping[str, str]], object]  # the request's query → a fresh wire
     subprotocol: str | None = None
     max_outstanding_marks: int = MAX_OUTSTANDING_MARKS
-
-
-SPECS = (
-    WireSpec("asterisk", "/v1/asterisk", lambda q: AsteriskWire(), subprotocol="media"),
-    WireSpec("telnyx", "/v1/telnyx", lambda q: TelnyxWire(q.get("bidirectional_codec"), q.get("bidirectional_sampling_rate"))),
-    WireSpec("vonage", "/v1/vonage", lambda q: VonageWire()),
-    WireSpec("jambonz", "/v1/jambonz", lambda q: JambonzWire(q.get("bidirectional_sample_rate")),
-             subprotocol="audio.jambonz.org", max_outstanding_marks=JAMBONZ_MAX_MARKS),
-)
 
 
 @dataclass
@@ -93,7 +81,6 @@ class WireMediaLeg:
 
     clock_driven = True
     send_idle_silence = False  # every one of these far ends plays silence by itself when idle
-    output = TELEPHONY_PCM
 
     def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, wire, spec: WireSpec, metrics,
                  notify: Callable[[dict], "asyncio.Future | None"]):
@@ -108,6 +95,7 @@ class WireMediaLeg:
         self.notify = notify  # async: an event for the call's control socket
         self._frames = metrics.frames_sent.labels(leg=spec.kind)
         self.out = wire.outbound
+        self.output = TELEPHONY_PCM  # what the session hands us; `bind` sets it once the call is known
         self._resampler, self._fifo = self._new_resampler()
         self._names = itertools.count()
         self._to_mark: list[tuple[str, _SentMark]] = []  # marks whose chunk's last frame is being sent
@@ -119,44 +107,50 @@ class WireMediaLeg:
         self._dropped_names: deque[str] = deque(maxlen=MAX_OUTSTANDING_MARKS)  # reported dropped at a barge-in
         self.frames_held_dropped = 0
 
+    def bind(self, output: OutputFormat) -> None:
+        """The session's output format (the wire's own rate when this leg started the call, else 8 kHz)."""
+        self.output = output
+        self._resampler, self._fifo = self._new_resampler()
+
     def _new_resampler(self):
-        if self.out.sample_rate == TELEPHONY_PCM.sample_rate:
+        if self.out.sample_rate == self.output.sample_rate:
             return None, None
-        return StreamResampler(TELEPHONY_PCM.sample_rate, self.out.sample_rate), FrameFifo(self.out.frame_samples)
+        return StreamResampler(self.output.sample_rate, self.out.sample_rate), FrameFifo(self.out.frame_samples)
 
     # ------------------------------------------------------------ sending
     def _usable(self) -> bool:
         return not self.ws.closed and self.transport is not None and not self.transport.is_closing()
 
-    async def _send(self, message: Outgoing, media: bool) -> None:
+    async def _send(self, message: Outgoing, media: bool) -> bool:
+        """Sends (or holds, under XOFF) one message; False when a media frame was dropped."""
         if not self._usable():
-            return
+            return False
         if self.paused:
             if media and sum(1 for _, m in self._held if m) >= MAX_HELD_FRAMES:
                 self.frames_held_dropped += 1
                 self.metrics.frames_dropped.inc()
-                return
+                return False
             self._held.append((message, media))
-            return
-        size = len(message)
+            return True
         if media:
-            if self.transport.get_write_buffer_size() > MAX_SEND_BACKLOG_BYTES or send_would_wait(self.transport, self.protocol, size):
+            if frame_must_skip(self.transport):
                 self.metrics.frames_dropped.inc()  # drop, never block the clock
-                return
-        elif send_would_wait(self.transport, self.protocol, size):
+                return False
+        elif send_would_wait(self.transport, self.protocol, len(message)):
             # A mark or clear cannot be dropped alone: a far end this far behind (megabytes unread) is cut.
             log.warning("%s far end is not reading (%d bytes unsent); closing it", self.spec.kind, self.transport.get_write_buffer_size())
             self.transport.abort()
-            return
+            return False
         if isinstance(message, bytes):
             await self.ws.send_bytes(message)
         else:
             await self.ws.send_str(message)
         if media:
             self._frames.inc()
+        return True
 
     def _encode(self, frame: bytes) -> list[bytes]:
-        """One PCM16 8 kHz frame → wire-encoded frames at the wire's rate (resampling is bursty: 0..n frames)."""
+        """One PCM16 frame of the session's → wire-encoded frames at the wire's rate (resampling is bursty: 0..n frames)."""
         pcm = np.frombuffer(frame, dtype="<i2")
         if self._resampler is None:
             return [frame if self.out.encoding == "pcm16le" else self.out.encode(pcm)]
@@ -166,12 +160,15 @@ class WireMediaLeg:
             out.append(self.out.encode(float_to_int16(block)))
         return out
 
-    async def send_audio(self, frame: bytes) -> None:
+    async def send_audio(self, frame: bytes) -> bool:
+        sent = False
         if self._usable():
+            sent = True
             for data in self._encode(frame):
                 for message in self.wire.media(data):
-                    await self._send(message, media=True)
+                    sent = await self._send(message, media=True) and sent
         await self._send_marks()
+        return sent
 
     async def _send_marks(self) -> None:
         while self._to_mark:
@@ -241,9 +238,9 @@ def _call_mark(mark: _SentMark, status: str) -> dict:
 class WireEndpoint:
     """The route of one wire: auth, upgrade, and one `_WireStream` per far-end connection."""
 
-    def __init__(self, gateway: "Gateway", registry: CallRegistry, spec: WireSpec):
-        self.gateway = gateway
-        self.registry = registry
+    def __init__(self, core: CallCore, spec: WireSpec):
+        self.core = core
+        self.registry = core.calls
         self.spec = spec
 
     def route(self) -> web.RouteDef:
@@ -251,7 +248,7 @@ class WireEndpoint:
 
     def authorized(self, request: web.Request) -> bool:
         """API keys as elsewhere; far ends that cannot send a bearer use `?token=` or HTTP Basic with the key as password."""
-        if self.gateway.authorized(request):
+        if authorized(self.core, request):
             return True
         header = request.headers.get("Authorization", "")
         if header.startswith("Basic "):
@@ -259,11 +256,11 @@ class WireEndpoint:
                 password = base64.b64decode(header[6:], validate=True).decode().partition(":")[2]
             except (binascii.Error, ValueError):
                 return False
-            return any(_same(password, key) for key in self.gateway.config.server.api_keys)
+            return any(_same(password, key) for key in self.core.config.server.api_keys)
         return False
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        gw = self.gateway
+        gw = self.core
         if not self.authorized(request):
             gw.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
             return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong API key (?token=, Bearer, or Basic with the key as password)"),
@@ -274,7 +271,7 @@ class WireEndpoint:
                                    max_msg_size=max(MAX_MESSAGE_BYTES, limits.max_message_bytes * 4))
         await ws.prepare(request)
         if not gw.accepting:
-            await ws.close(code=CLOSE_TRY_AGAIN_LATER)
+            await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
             return ws
         stream = _WireStream(self, ws, request)
         self.registry.track(ws.close)
@@ -298,7 +295,7 @@ class _WireStream:
 
     def __init__(self, endpoint: WireEndpoint, ws: web.WebSocketResponse, request: web.Request):
         self.endpoint = endpoint
-        self.gateway = endpoint.gateway
+        self.core = endpoint.core
         self.spec = endpoint.spec
         self.ws = ws
         self.request = request
@@ -310,7 +307,7 @@ class _WireStream:
         self._inbound_resampler: StreamResampler | None = None
 
     async def run(self) -> None:
-        limits = self.gateway.config.server.limits
+        limits = self.core.config.server.limits
         while not self.ws.closed:
             timeout = limits.idle_timeout_s if self.call is not None else START_TIMEOUT_S
             try:
@@ -326,7 +323,7 @@ class _WireStream:
                 except StartRefused as exc:  # a stream that cannot start: nothing else on it can work
                     await self._error(exc.code, exc.message)
                     self.end_reason = exc.code
-                    await self.ws.close(code=CLOSE_TRY_AGAIN_LATER if exc.code == P.AT_CAPACITY else CLOSE_POLICY)
+                    await self.ws.close(code=P.CLOSE_TRY_AGAIN_LATER if exc.code == P.AT_CAPACITY else P.CLOSE_POLICY)
                     return
                 except P.ProtocolError as exc:
                     await self._error(exc.code, exc.message)
@@ -363,7 +360,7 @@ class _WireStream:
         return False
 
     async def _on_start(self, started: Started) -> None:
-        if not self.gateway.accepting:
+        if not self.core.accepting:
             raise StartRefused(P.SHUTTING_DOWN, "the gateway is not accepting calls")
         q = self.query
         ids = [i for i in (q.get("call_id"), *started.call_ids) if i]
@@ -371,11 +368,13 @@ class _WireStream:
             raise StartRefused(P.BAD_MESSAGE, f"the {self.spec.kind} stream names no call id: pass call_id (a header or a query parameter)")
         voice = q.get("voice") or started.voice
         language = q.get("language") or started.language
-        leg = WireMediaLeg(self.ws, self.request, self.wire, self.spec, self.gateway.metrics, self._notify)
+        leg = WireMediaLeg(self.ws, self.request, self.wire, self.spec, self.core.metrics, self._notify)
         try:
-            call = self.endpoint.registry.connect_media(ids, leg, self.spec.kind, voice, language)
+            call = self.endpoint.registry.connect_media(ids, leg, self.spec.kind, voice, language,
+                                                        output=native_output(self.wire.outbound), inbound_rate=started.audio.sample_rate)
         except P.ProtocolError as exc:
             raise StartRefused(exc.code, exc.message) from None
+        leg.bind(call.session.output)
         self.leg, self.call = leg, call
         if started.audio.sample_rate != call.inbound.sample_rate:
             self._inbound_resampler = StreamResampler(started.audio.sample_rate, call.inbound.sample_rate)
@@ -398,7 +397,7 @@ class _WireStream:
         if self.call is not None and not self.call.session.closed:
             await self.call.report(code, message)  # the session counts it
         else:
-            self.gateway.metrics.errors.labels(code=code).inc()
+            self.core.metrics.errors.labels(code=code).inc()
         log.info("%s stream %s: %s: %s", self.spec.kind, self.call.call_id if self.call else "(not started)", code, message)
 
 
@@ -406,6 +405,15 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
-def wire_routes(gateway: "Gateway", registry: CallRegistry) -> list[web.RouteDef]:
-    """The routes of every WebSocket media wire (one line per wire in SPECS)."""
-    return [WireEndpoint(gateway, registry, spec).route() for spec in SPECS]
+def native_output(out: WireAudio) -> OutputFormat:
+    """The session format that needs no resampling for this wire: its own pcm16 rate, else 8 kHz."""
+    if out.encoding in ("pcm16le", "pcm16be") and out.sample_rate in PCM16_RATES:
+        return OutputFormat("pcm16", out.sample_rate)
+    return TELEPHONY_PCM
+
+
+def install_wire(core: CallCore, host: LegHost, spec: WireSpec) -> WireEndpoint:
+    """Serves one wire's path on the gateway's port (each provider's leg module calls this)."""
+    endpoint = WireEndpoint(core, spec)
+    host.add_routes([endpoint.route()])
+    return endpoint

@@ -17,15 +17,13 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
+from typing import Awaitable, Callable
 
 from audio.encode import OutputFormat
 from gateway import protocol as P
-from gateway.inbound import InboundAudio, recording_path
-from gateway.session import MediaLeg, Session, TextLeg
-
-if TYPE_CHECKING:
-    from gateway.server import Gateway
+from gateway.core.contracts import ControlLeg, TelephonyLeg
+from gateway.core.inbound import InboundAudio, recording_path
+from gateway.core.session import Session
 
 log = logging.getLogger("voxgate.calls")
 
@@ -34,15 +32,6 @@ log = logging.getLogger("voxgate.calls")
 TELEPHONY_PCM = OutputFormat("pcm16", 8000)
 MAX_CALL_ID = 128
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
-
-class ControlLeg(TextLeg, Protocol):
-    async def close(self) -> None: ...
-
-
-class TelephonyLeg(MediaLeg, Protocol):
-    async def hangup(self) -> None:
-        """End the media stream from our side (the session ended)."""
 
 
 def normalize_call_id(call_id: str) -> str:
@@ -76,8 +65,8 @@ class Call:
 
 
 class CallRegistry:
-    def __init__(self, gateway: "Gateway"):
-        self.gateway = gateway
+    def __init__(self, core):
+        self.core = core  # the CallCore that owns this registry (new_session, play, clock, config)
         self._calls: dict[str, Call] = {}  # every alias -> its call
         self.connections: dict[asyncio.Task, Callable[[], Awaitable[None]]] = {}  # socket handlers -> their closers
 
@@ -119,9 +108,9 @@ class CallRegistry:
         if call is not None and call.control is not None:
             raise P.ProtocolError(P.CALL_BUSY, f"call {call_id!r} already has a control socket")
         if call is None:
-            session = self.gateway.new_session("control", voice, language or "auto", instruct, TELEPHONY_PCM)
+            session = self.core.new_session("control", voice, language or "auto", instruct, TELEPHONY_PCM)
             call = self._new_call([call_id], session)
-            timeout = self.gateway.config.telephony.unknown_call_timeout_s
+            timeout = self.core.config.telephony.unknown_call_timeout_s
             call.timers.append(asyncio.get_running_loop().call_later(timeout, self._unknown_call, call, timeout))
         call.control = leg
         call.session.attach_text(leg)
@@ -147,8 +136,12 @@ class CallRegistry:
             asyncio.get_running_loop().create_task(call.session.close(error))
 
     # ------------------------------------------------------------ media side
-    def connect_media(self, ids: list[str], leg: TelephonyLeg, kind: str, voice: str | None = None, language: str | None = None) -> Call:
-        """A media leg started: join the call one of `ids` names, or start one. The caller flushes events."""
+    def connect_media(self, ids: list[str], leg: TelephonyLeg, kind: str, voice: str | None = None, language: str | None = None,
+                      output: OutputFormat = TELEPHONY_PCM, inbound_rate: int = TELEPHONY_PCM.sample_rate) -> Call:
+        """A media leg started: join the call one of `ids` names, or start one. The caller flushes events.
+
+        `output` and `inbound_rate` apply to a call this leg starts (a wideband wire plays and hears at its
+        own rate); a call the agent attached to first keeps 8 kHz, so a leg reads `call.session.output`."""
         ids = list(dict.fromkeys(normalize_call_id(i) for i in ids if i))
         if not ids:
             raise P.ProtocolError(P.BAD_MESSAGE, "the media leg names no call id")
@@ -156,8 +149,8 @@ class CallRegistry:
         if call is not None and call.media_state != "waiting":
             raise P.ProtocolError(P.CALL_BUSY, f"call {call.call_id!r} already has a media leg")
         if call is None:
-            session = self.gateway.new_session(kind, voice, language or "auto", None, TELEPHONY_PCM)
-            call = self._new_call(ids, session)
+            session = self.core.new_session(kind, voice, language or "auto", None, output)
+            call = self._new_call(ids, session, inbound_rate)
         else:
             for timer in call.timers:
                 timer.cancel()
@@ -166,10 +159,9 @@ class CallRegistry:
                 if self.get(i) is None:
                     self._calls[i] = call
                     call.aliases.add(i)
-        self._start_call_timer(call)
         call.media, call.media_kind, call.media_state = leg, kind, "connected"
         call.session.attach_media(leg)
-        self.gateway.clock.add(call.session)
+        self.core.play(call.session)
         call.session.emit({"type": "call.media", "state": "connected", "leg": kind})
         log.info("call %s: %s media connected (session %s)", call.call_id, kind, call.session.session_id)
         return call
@@ -181,31 +173,21 @@ class CallRegistry:
         call.media_state = "ended"
         session = call.session
         session.detach_media()
-        self.gateway.clock.remove(session)
+        self.core.clock.remove(session)
         log.info("call %s: media ended (%s)", call.call_id, reason)
         if not session.closed:
             session.emit({"type": "call.media", "state": "ended", "reason": reason})
             await session.close()
 
     # ------------------------------------------------------------ internals
-    def _new_call(self, ids: list[str], session: Session) -> Call:
-        wav = recording_path(self.gateway.config.telephony.record_inbound_dir, ids[0], session.session_id)
-        call = Call(ids[0], session, InboundAudio(TELEPHONY_PCM.sample_rate, wav), aliases=set(ids))
+    def _new_call(self, ids: list[str], session: Session, inbound_rate: int = TELEPHONY_PCM.sample_rate) -> Call:
+        wav = recording_path(self.core.config.telephony.record_inbound_dir, ids[0], session.session_id)
+        call = Call(ids[0], session, InboundAudio(inbound_rate, wav), aliases=set(ids))
         session.inbound = call.inbound
         for i in ids:
             self._calls[i] = call
         asyncio.get_running_loop().create_task(self._reap(call), name=f"call-{ids[0]}")
         return call
-
-    def _start_call_timer(self, call: Call) -> None:
-        limit = self.gateway.config.server.limits.max_call_s
-
-        def too_long() -> None:
-            if not call.session.closed:
-                error = P.error_event(P.CALL_TOO_LONG, f"the call reached limits.max_call_s = {limit:g} s")
-                asyncio.get_running_loop().create_task(call.session.close(error))
-
-        call.timers.append(asyncio.get_running_loop().call_later(limit, too_long))
 
     async def _reap(self, call: Call) -> None:
         """When the session ends for any reason, end both legs and forget the call."""
@@ -219,7 +201,7 @@ class CallRegistry:
         media, control = call.media, call.control
         if media is not None and call.media_state == "connected":
             call.media_state = "ended"
-            self.gateway.clock.remove(call.session)
+            self.core.clock.remove(call.session)
             try:
                 await media.hangup()
             except Exception:
@@ -229,29 +211,3 @@ class CallRegistry:
                 await control.close()
             except Exception:
                 log.debug("control close failed", exc_info=True)
-
-
-def install_telephony(gateway: "Gateway") -> CallRegistry:
-    """Registers /v1/control, /v1/twilio, the WebSocket wires (/v1/asterisk, /v1/telnyx, /v1/vonage, /v1/jambonz)
-    and the AudioSocket server when its port is configured."""
-    from gateway.audiosocket import AudioSocketServer
-    from gateway.control import ControlEndpoint
-    from gateway.twilio import TwilioEndpoint
-    from gateway.ws_media import wire_routes
-
-    registry = CallRegistry(gateway)
-    control = ControlEndpoint(gateway, registry)
-    twilio = TwilioEndpoint(gateway, registry)
-    gateway.add_routes([control.route(), twilio.route(), *wire_routes(gateway, registry)])
-    gateway.on_stop(registry.shutdown)
-    tel = gateway.config.telephony
-    if tel.audiosocket_port is not None:
-        server = AudioSocketServer(gateway, registry)
-        gateway.audiosocket = server
-
-        async def start() -> None:
-            await server.start(tel.audiosocket_host or gateway.config.server.host, tel.audiosocket_port)
-
-        gateway.on_start(start)
-        gateway.on_stop(server.stop)
-    return registry

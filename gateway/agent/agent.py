@@ -16,8 +16,8 @@ import logging
 from typing import AsyncIterator, Callable, Protocol
 
 from gateway import protocol as P
-from gateway.llm import Conversation, LlmError, OpenAiChat
-from gateway.llm_sim import LlmSimulator
+from gateway.agent.llm import Conversation, LlmError, OpenAiChat
+from gateway.agent.llm_sim import LlmSimulator
 
 log = logging.getLogger("voxgate.agent")
 
@@ -168,7 +168,7 @@ class Agent:
 
 
 class AgentService:
-    """Gives each session that sends `user.text` its own `Agent` (installed as `gateway.user_text_handler`)."""
+    """Gives each session that sends `user.text` its own `Agent` (installed as `CallCore.user_text_handler`)."""
 
     def __init__(self, llm_config, make_model: Callable[[], ChatModel]):
         self.llm_config = llm_config
@@ -209,16 +209,18 @@ class AgentService:
             await close()
 
 
-def install(gateway) -> AgentService | None:
-    """Answer `user.text` with the configured LLM (`llm.kind`); None when no agent is configured."""
-    cfg = gateway.config.llm
+def install(core, host) -> AgentService | None:
+    """Answer `user.text` with the configured LLM (`llm.kind`); None when no agent is configured.
+
+    `core` is the `gateway.core.CallCore` (its `user_text_handler` is set), `host` the server (stop hook)."""
+    cfg = core.config.llm
     if cfg.kind == "none":
         return None
     try:
         build_chat_model(cfg)  # fail at start-up on a missing key, not at the first call
     except LlmError as exc:
-        raise ValueError(f"{gateway.config.source}: llm: {exc.message}") from exc
+        raise ValueError(f"{core.config.source}: llm: {exc.message}") from exc
     service = AgentService(cfg, lambda: build_chat_model(cfg))
-    gateway.user_text_handler = service.handle_user_text
-    gateway.on_stop(service.close)
+    core.user_text_handler = service.handle_user_text
+    host.on_stop(service.close)
     return service

@@ -1,8 +1,8 @@
 """One call: text pieces → chunker → at most two chunks in flight in the engine → Playout → media leg.
 
 A session has a text leg (where agent text comes from and events go) and a
-media leg (where audio goes). Transports are small adapters implementing
-`TextLeg` / `MediaLeg`; no transport logic lives here.
+media leg (where audio goes). Legs are small adapters implementing
+`gateway.core.contracts.TextLeg` / `MediaLeg`; no transport logic lives here.
 
 Two in flight: while chunk k plays, chunk k+1 is synthesised; chunk k+2 is
 submitted only once k is fully synthesised. Audio of a later in-flight chunk
@@ -17,7 +17,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable
 
 import numpy as np
 
@@ -25,7 +25,9 @@ from audio.encode import FrameEncoder, OutputFormat
 from audio.playout import Playout, PlayoutEvent
 from audio.resample import StreamResampler
 from gateway import protocol as P
-from gateway.chunker import Chunker
+from gateway.core.chunker import Chunker
+from gateway.core.contracts import MediaLeg, TextLeg
+from gateway.core.headless import HeadlessPlayout
 from gateway.config import Config, VoiceConfig
 from gateway.metrics import GatewayMetrics
 from tts import Engine, EngineError, SynthesisRequest, SynthesisStream
@@ -34,24 +36,6 @@ from tts.frontend import FrontendOptions, prepare_text, prepare_text_async
 log = logging.getLogger("voxgate.session")
 
 MAX_IN_FLIGHT = 2
-
-
-class TextLeg(Protocol):
-    async def send_event(self, event: dict) -> None: ...
-
-
-class MediaLeg(Protocol):
-    output: OutputFormat
-    clock_driven: bool  # True: the shared gateway clock ticks this session; False: the leg pulls frames
-    send_idle_silence: bool  # legs that own the far end's clock send silence while idle
-
-    async def send_audio(self, frame: bytes) -> None: ...
-
-    async def on_flush(self) -> None:
-        """Barge-in: tell the far end to drop what it buffered."""
-
-    def on_playout_event(self, event: PlayoutEvent) -> None:
-        """Every playout event (e.g. Twilio sends its own marks on `mark`)."""
 
 
 @dataclass
@@ -90,6 +74,7 @@ class Session:
         instruct: str | None = None,
         output: OutputFormat = OutputFormat(),
         on_closed: Callable[["Session"], None] | None = None,
+        headless: bool = False,
     ):
         self.session_id = session_id
         self.config = config
@@ -112,10 +97,11 @@ class Session:
         self.on_closed = on_closed
         self.text_leg: TextLeg | None = None
         self.media_leg: MediaLeg | None = None
-        self.inbound = None  # the caller's audio (gateway.inbound.InboundAudio) on telephony legs
+        self.inbound = None  # the caller's audio (gateway.core.inbound.InboundAudio) on telephony legs
         self.created_at = time.monotonic()
         log_dir = config.server.log_dir
-        self.playout = Playout(
+        # headless: no media leg; the audio goes to one consumer unpaced (gateway/core/headless.py).
+        self.playout = HeadlessPlayout(output.sample_rate, on_event=self._on_playout_event) if headless else Playout(
             output.sample_rate,
             frame_ms=output.frame_ms,
             prebuffer_ms=config.playout.prebuffer_ms,
@@ -131,12 +117,15 @@ class Session:
         self._outbox: deque[dict] = deque()
         # Called with every event as it is emitted, whichever text leg is attached (e.g. the agent).
         self.observers: list[Callable[[dict], None]] = []
+        if headless:  # a failed chunk fails the stream (seen as it is emitted, before the turn closes)
+            self.observers.append(self.playout.on_session_event)
         self._draining = False
         self._interrupted_by = "agent"  # who asked for the barge-in now under way
         self._heard: tuple[str, float] | None = None  # (turn, ms of it played when the caller started to speak)
         self.caller_voice = None  # gateway.core.caller_voice.CallerVoice when the caller's speech is detected
         self.closed = False
         self._closed_event = asyncio.Event()
+        self._close_callbacks: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------ legs
     def attach_text(self, leg: TextLeg) -> None:
@@ -355,6 +344,11 @@ class Session:
         return " ".join(p for p in parts if p)
 
     # ------------------------------------------------------------ events out
+    async def report(self, exc: P.ProtocolError) -> None:
+        """A bad message of this session's text leg: its `error` event, in order with the others."""
+        self.emit(exc.event())
+        await self.flush_events()
+
     def emit(self, event: dict) -> None:
         if event.get("type") == "error":
             self.metrics.errors.labels(code=event["code"]).inc()
@@ -446,6 +440,10 @@ class Session:
     async def _finish_drain(self) -> None:
         await self.close()
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Run `callback()` when the session closes (timers, per-leg cleanup)."""
+        self._close_callbacks.append(callback)
+
     async def wait_closed(self) -> None:
         await self._closed_event.wait()
 
@@ -464,6 +462,8 @@ class Session:
         await self.flush_events()
         self.playout.close()
         self._closed_event.set()
+        for callback in self._close_callbacks:
+            callback()
         if self.on_closed:
             self.on_closed(self)
 

@@ -14,6 +14,11 @@ import logging
 log = logging.getLogger("voxgate.backpressure")
 
 MAX_EVENT_BACKLOG_BYTES = 1 << 20
+# A socket holding more unsent bytes than this is not keeping up: its audio frames are skipped (a gap with
+# cause `network` at the caller), never queued. Far below the event high-water mark, so a frame never makes
+# a send wait. Legs without a far-end buffer pass a smaller cap of their own (AudioSocket: what still plays
+# after a barge-in).
+MAX_FRAME_BACKLOG_BYTES = 48 * 1024
 
 
 def allow_event_backlog(transport) -> None:
@@ -29,6 +34,15 @@ def send_would_wait(transport, protocol, nbytes: int) -> bool:
     if protocol is not None and getattr(protocol, "writing_paused", False):
         return True
     return transport.get_write_buffer_size() + nbytes + 16 > transport.get_write_buffer_limits()[1]
+
+
+def frame_must_skip(transport, cap: int = MAX_FRAME_BACKLOG_BYTES) -> bool:
+    """True when an audio frame must be skipped: the socket's unsent backlog is over `cap`.
+
+    One plain check is enough: a send can only wait above the high-water mark, far above `cap`
+    (and aiohttp's pause flag clears below its low-water mark, itself above `cap`).
+    """
+    return transport.get_write_buffer_size() > cap
 
 
 def drop_if_stuck(transport, protocol, nbytes: int, who: str) -> bool:

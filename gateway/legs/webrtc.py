@@ -38,11 +38,13 @@ from av import AudioFrame
 
 from audio.encode import OutputFormat
 from gateway import protocol as P
-from gateway.session import Session
+from gateway.core import CallCore, Session
+from gateway.legs.accept import UNAUTHORIZED_MESSAGE, authorized
+from gateway.legs.host import LegHost
 
 log = logging.getLogger("voxgate.webrtc")
 
-STATIC_DIR = Path(__file__).parent / "static"
+STATIC_DIR = Path(__file__).parent.parent / "static"
 CONNECT_TIMEOUT_S = 30.0  # an offer whose peer never connects is dropped
 STATS_INTERVAL_S = 0.25  # `playout.stats` events for the demo page's buffer meter
 MAX_OFFER_BYTES = 64 * 1024
@@ -148,7 +150,7 @@ class WebrtcCall:
 
     def __init__(self, transport: "WebrtcTransport", pc: RTCPeerConnection, track: PlayoutTrack, output: OutputFormat, codec: str):
         self.transport = transport
-        self.gateway = transport.gateway
+        self.core = transport.core
         self.pc = pc
         self.track = track
         self.output = output
@@ -166,7 +168,7 @@ class WebrtcCall:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         if not self.closed:
-            timeout = self.gateway.config.server.limits.idle_timeout_s
+            timeout = self.core.config.server.limits.idle_timeout_s
             self._idle_timer = asyncio.get_running_loop().call_later(timeout, self._on_idle, timeout)
 
     def _on_idle(self, timeout: float) -> None:
@@ -175,12 +177,12 @@ class WebrtcCall:
         if self.session is not None and not self.session.closed:
             self._spawn(self.session.close(P.error_event(P.IDLE_TIMEOUT, f"no message for {timeout:g} s")))  # _watch then closes the call
         else:
-            self.gateway.metrics.errors.labels(code=P.IDLE_TIMEOUT).inc()
+            self.core.metrics.errors.labels(code=P.IDLE_TIMEOUT).inc()
             self._spawn(self.close())
 
     # -- MediaLeg (audio is pulled by the track; nothing is pushed)
-    async def send_audio(self, frame: bytes) -> None:
-        pass
+    async def send_audio(self, frame: bytes) -> bool:
+        return True
 
     async def on_flush(self) -> None:
         pass  # frames leave as they are pulled: nothing is buffered on our side of the wire
@@ -214,7 +216,7 @@ class WebrtcCall:
             await self._on_message(await inbox.get())
 
     async def _on_message(self, data) -> None:
-        limits = self.gateway.config.server.limits
+        limits = self.core.config.server.limits
         self.arm_idle_timer()
         try:
             if isinstance(data, bytes):
@@ -228,11 +230,11 @@ class WebrtcCall:
             if self.session is None:
                 await self._start_session({})
             if msg["type"] == "user.text":
-                await self.gateway.handle_user_text(self.session, msg["text"])
+                await self.core.handle_user_text(self.session, msg["text"])
             else:
                 await self.session.handle(msg)
         except P.ProtocolError as exc:
-            self.gateway.metrics.errors.labels(code=exc.code).inc()
+            self.core.metrics.errors.labels(code=exc.code).inc()
             await self.send_event(exc.event())
         except Exception:
             log.exception("webrtc call %s: message failed", self.session_id)
@@ -244,12 +246,13 @@ class WebrtcCall:
         if "output" in msg and msg["output"]:
             log.info("webrtc call %s: output %r ignored; the codec is %s", self.session_id, msg["output"], self.codec)
         language = msg.get("language") or "auto"
-        session = self.gateway.new_session("webrtc", msg.get("voice"), language, msg.get("instruct"), self.output, session_id=self.session_id)
+        session = self.core.new_session("webrtc", msg.get("voice"), language, msg.get("instruct"), self.output, session_id=self.session_id)
         self.session = session
         session.attach_text(self)
         session.attach_media(self)
         self.track.source = session.pull_frame
-        self.track.on_frame = self.gateway.metrics.frames_sent.labels(leg="webrtc").inc
+        self.track.on_frame = self.core.metrics.frames_sent.labels(leg="webrtc").inc
+        self.core.play(session)  # the track pulls frames; this arms the max-call timer
         session.emit({
             "type": "session.started",
             "session_id": session.session_id,
@@ -262,11 +265,7 @@ class WebrtcCall:
 
     async def _watch(self, session: Session) -> None:
         """Playout stats for the page while the session lives; the call ends with the session."""
-        limit = time.monotonic() + self.gateway.config.server.limits.max_call_s
         while not session.closed:
-            if time.monotonic() > limit:
-                await session.close(P.error_event(P.CALL_TOO_LONG, "the call reached limits.max_call_s"))
-                break
             await self.send_event({"type": "playout.stats", "buffered_ms": round(session.playout.buffered_ms, 1),
                                    "turn_id": session.playout.current_turn})
             try:
@@ -313,9 +312,9 @@ class WebrtcCall:
 
 # ---------------------------------------------------------------- signalling
 class WebrtcTransport:
-    def __init__(self, gateway):
-        self.gateway = gateway
-        self.ice = ice_servers(gateway.config.webrtc.ice_servers)
+    def __init__(self, core: CallCore):
+        self.core = core
+        self.ice = ice_servers(core.config.webrtc.ice_servers)
         self.calls: set[WebrtcCall] = set()
         self._answering = 0  # offers past the capacity check whose answer is still being made
 
@@ -331,15 +330,15 @@ class WebrtcTransport:
         return web.FileResponse(STATIC_DIR / "index.html")
 
     async def client_config(self, request: web.Request) -> web.Response:
-        if not self.gateway.authorized(request):  # ICE servers may carry TURN credentials
-            return _error(401, P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)")
-        cfg = self.gateway.config
-        return web.json_response({"ice_servers": cfg.webrtc.ice_servers, "agent": cfg.llm.kind, "engine": self.gateway.engine_kind})
+        if not authorized(self.core, request):  # ICE servers may carry TURN credentials
+            return _error(401, P.UNAUTHORIZED, UNAUTHORIZED_MESSAGE)
+        cfg = self.core.config
+        return web.json_response({"ice_servers": cfg.webrtc.ice_servers, "agent": cfg.llm.kind, "engine": self.core.engine_kind})
 
     async def offer(self, request: web.Request) -> web.Response:
-        gw = self.gateway
-        if not gw.authorized(request):
-            return _error(401, P.UNAUTHORIZED, "missing or wrong API key (Authorization: Bearer <key> or ?token=)")
+        gw = self.core
+        if not authorized(gw, request):
+            return _error(401, P.UNAUTHORIZED, UNAUTHORIZED_MESSAGE)
         if not gw.accepting:
             return _error(503, P.SHUTTING_DOWN, "the gateway is not accepting calls")
         if request.content_length and request.content_length > MAX_OFFER_BYTES:
@@ -355,9 +354,10 @@ class WebrtcTransport:
 
         # No await between this check and taking the slot: concurrent offers cannot all pass it.
         waiting = self._answering + sum(1 for call in self.calls if call.session is None)  # answered, no session yet
-        if len(gw.sessions) + waiting >= gw.config.server.max_sessions:
-            gw.metrics.errors.labels(code=P.AT_CAPACITY).inc()
-            return _error(503, P.AT_CAPACITY, f"the gateway holds its maximum of {gw.config.server.max_sessions} sessions")
+        if gw.registry.full(waiting):
+            error = gw.registry.capacity_error()
+            gw.metrics.errors.labels(code=error.code).inc()
+            return _error(503, error.code, error.message)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self.ice))
         self._answering += 1  # holds a slot across the awaits below, so concurrent offers see it
         try:
@@ -405,12 +405,11 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response(P.error_event(code, message), status=status)
 
 
-def install(gateway) -> WebrtcTransport:
-    """Register the WebRTC routes and the demo page on `gateway` (before it starts)."""
-    transport = WebrtcTransport(gateway)
-    gateway.add_routes(transport.routes())
-    gateway.on_stop(transport.close)
-    host = gateway.config.server.host
-    if host in ("127.0.0.1", "localhost", "::1"):
+def install(core: CallCore, host: LegHost) -> WebrtcTransport:
+    """The WebRTC routes and the demo page (before the gateway starts)."""
+    transport = WebrtcTransport(core)
+    host.add_routes(transport.routes())
+    host.on_stop(transport.close)
+    if core.config.server.host in ("127.0.0.1", "localhost", "::1"):
         include_loopback_candidates()
     return transport

@@ -11,20 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from gateway import protocol as P
-from gateway.backpressure import allow_event_backlog, drop_if_stuck
-from gateway.calls import Call, CallRegistry
-
-if TYPE_CHECKING:
-    from gateway.server import Gateway
+from gateway.core import CallCore
+from gateway.core.backpressure import allow_event_backlog, drop_if_stuck
+from gateway.core.calls import Call
+from gateway.legs.accept import accept_ws, close_code
+from gateway.legs.host import LegHost
 
 log = logging.getLogger("voxgate.control")
-
-CLOSE_TRY_AGAIN_LATER = 1013
 
 
 class ControlLeg:
@@ -52,16 +49,16 @@ class ControlLeg:
 
 
 class ControlEndpoint:
-    def __init__(self, gateway: "Gateway", registry: CallRegistry):
-        self.gateway = gateway
-        self.registry = registry
+    def __init__(self, core: CallCore):
+        self.core = core
+        self.registry = core.calls
 
     def route(self) -> web.RouteDef:
         return web.get("/v1/control", self.handle)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        gw = self.gateway
-        ws, accepted = await gw.accept_ws(request)
+        gw = self.core
+        ws, accepted = await accept_ws(gw, request)
         if not accepted:
             return ws
         limits = gw.config.server.limits
@@ -83,7 +80,7 @@ class ControlEndpoint:
                     except P.ProtocolError as exc:
                         await self._error(leg, call, exc)
                         if exc.code == P.AT_CAPACITY:
-                            await ws.close(code=CLOSE_TRY_AGAIN_LATER)
+                            await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
                     if call is not None and call.session.closed:
                         break
                 elif msg.type == WSMsgType.BINARY:
@@ -102,11 +99,11 @@ class ControlEndpoint:
             if call is not None:
                 await self.registry.detach_control(call, leg)
             if not ws.closed:
-                await ws.close(code=WSCloseCode.GOING_AWAY if not gw.accepting else WSCloseCode.OK)
+                await ws.close(code=close_code(gw))
         return ws
 
     async def _on_message(self, raw: str, leg: ControlLeg, call: Call | None) -> Call | None:
-        m = P.parse_message(raw, self.gateway.config.server.limits.max_message_bytes)
+        m = P.parse_message(raw, self.core.config.server.limits.max_message_bytes)
         mtype = m["type"]
         if mtype == "call.attach":
             if call is not None:
@@ -117,7 +114,7 @@ class ControlEndpoint:
         if mtype == "session.start":
             raise P.ProtocolError(P.BAD_MESSAGE, "session.start is not used on /v1/control; the call's media leg sets the format")
         if mtype == "user.text":
-            await self.gateway.handle_user_text(call.session, m["text"])
+            await self.core.handle_user_text(call.session, m["text"])
         else:
             await call.session.handle(m)
         return call
@@ -126,5 +123,11 @@ class ControlEndpoint:
         if call is not None and not call.session.closed:
             await call.report(exc.code, exc.message)  # counted by the session
             return
-        self.gateway.metrics.errors.labels(code=exc.code).inc()
+        self.core.metrics.errors.labels(code=exc.code).inc()
         await leg.send_event(exc.event())  # never waits on a client that stops reading
+
+
+def install(core: CallCore, host: LegHost) -> ControlEndpoint:
+    endpoint = ControlEndpoint(core)
+    host.add_routes([endpoint.route()])
+    return endpoint

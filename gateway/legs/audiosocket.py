@@ -1,11 +1,9 @@
 """Asterisk AudioSocket: a TCP server on `telephony.audiosocket_port`, one media leg per connection.
 
-Each message is `type: u8`, `length: u16 big-endian`, `payload`. Asterisk
-opens with the call's UUID (0x01, 16 bytes), then sends slin 8 kHz audio
-(0x10), DTMF (0x03), errors (0xff) and hangup (0x00). We own the far end's
-clock: one 320-byte frame every 20 ms from the shared clock, silence while
-idle. What has been written cannot be taken back, so the send queue is kept
-short (barge-in latency is at least what is queued).
+The framing is `gateway.wire.audiosocket`. We own the far end's clock: one
+320-byte frame every 20 ms from the shared clock, silence while idle. What
+has been written cannot be taken back, so the send queue is kept short
+(barge-in latency is at least what is queued).
 
 A peer whose length field lies either stalls mid-payload (the payload
 timeout ends the call) or desynchronises the stream (its next "types" are
@@ -17,41 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
-import uuid
-from typing import TYPE_CHECKING
-
-import numpy as np
 
 from audio.playout import PlayoutEvent
 from gateway import protocol as P
-from gateway.calls import TELEPHONY_PCM, Call, CallRegistry
-
-if TYPE_CHECKING:
-    from gateway.server import Gateway
+from gateway.core import CallCore
+from gateway.core.backpressure import frame_must_skip
+from gateway.core.calls import TELEPHONY_PCM, Call
+from gateway.legs.host import LegHost
+from gateway.wire import audiosocket as wire
 
 log = logging.getLogger("voxgate.audiosocket")
-
-KIND_HANGUP = 0x00
-KIND_UUID = 0x01
-KIND_DTMF = 0x03
-KIND_SLIN = 0x10  # signed linear 16-bit LE, 8 kHz, mono
-KIND_ERROR = 0xFF
-SLIN_HIGHER_RATES = range(0x11, 0x19)  # newer Asterisk: slin at 12..192 kHz (not supported here)
-ASTERISK_CALLER_HUNG_UP = 0x01  # error code in an 0xff frame
 
 HANDSHAKE_TIMEOUT_S = 5.0
 PAYLOAD_TIMEOUT_S = 2.0  # a header promised this payload; it must follow promptly
 MAX_BAD_FRAMES_IN_A_ROW = 3  # unknown types back to back: the framing is lost
-MAX_SEND_BACKLOG_BYTES = 8 * (3 + 320)  # 160 ms: our share of barge-in latency
-DTMF_DIGITS = frozenset(b"0123456789*#ABCDabcd")
-
-
-def frame(kind: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">BH", kind, len(payload)) + payload
-
-
-HANGUP = frame(KIND_HANGUP)
+# Asterisk plays each frame on arrival (no buffer to clear on barge-in), so the socket's own backlog is all that
+# still plays after a `clear`: 160 ms, well under the frame cap of the WebSocket legs.
+MAX_FRAME_BACKLOG_BYTES = 8 * (wire.HEADER_BYTES + wire.SLIN_FRAME_BYTES)
 
 
 class AudioSocketLeg:
@@ -65,19 +45,19 @@ class AudioSocketLeg:
         self.writer = writer
         self.metrics = metrics
         self._frames = metrics.frames_sent.labels(leg="audiosocket")
-        self._header = struct.pack(">BH", KIND_SLIN, TELEPHONY_PCM.frame_bytes)
 
     def _usable(self) -> bool:
         return not self.writer.is_closing()
 
-    async def send_audio(self, pcm16: bytes) -> None:
+    async def send_audio(self, pcm16: bytes) -> bool:
         if not self._usable():
-            return
-        if self.writer.transport.get_write_buffer_size() > MAX_SEND_BACKLOG_BYTES:
+            return False
+        if frame_must_skip(self.writer.transport, MAX_FRAME_BACKLOG_BYTES):
             self.metrics.frames_dropped.inc()
-            return
-        self.writer.write(self._header + pcm16 if len(pcm16) == TELEPHONY_PCM.frame_bytes else frame(KIND_SLIN, pcm16))
+            return False
+        self.writer.write(wire.audio_frame(pcm16))
         self._frames.inc()
+        return True
 
     async def on_flush(self) -> None:
         pass  # written audio cannot be taken back; the backlog cap bounds what still plays
@@ -87,7 +67,7 @@ class AudioSocketLeg:
 
     async def hangup(self) -> None:
         if self._usable():
-            self.writer.write(HANGUP)
+            self.writer.write(wire.HANGUP)
             try:
                 await asyncio.wait_for(self.writer.drain(), 1.0)
             except (OSError, asyncio.TimeoutError):
@@ -105,9 +85,9 @@ class _Lost(Exception):
 
 
 class AudioSocketServer:
-    def __init__(self, gateway: "Gateway", registry: CallRegistry):
-        self.gateway = gateway
-        self.registry = registry
+    def __init__(self, core: CallCore):
+        self.core = core
+        self.registry = core.calls
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self.port: int | None = None
@@ -144,13 +124,13 @@ class AudioSocketServer:
             if conn.call is not None:
                 await self.registry.end_media(conn.call, conn.end_reason)
             if not writer.is_closing():
-                writer.write(HANGUP)
+                writer.write(wire.HANGUP)
                 writer.close()
 
 
 class _Connection:
     def __init__(self, server: AudioSocketServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.gateway = server.gateway
+        self.core = server.core
         self.registry = server.registry
         self.reader = reader
         self.writer = writer
@@ -163,24 +143,25 @@ class _Connection:
     async def hangup(self) -> None:
         """Shutdown: hang up this connection (its reader then sees EOF)."""
         if not self.writer.is_closing():
-            self.writer.write(HANGUP)
+            self.writer.write(wire.HANGUP)
             self.writer.close()
 
     async def run(self) -> None:
         try:
             kind, payload = await self._read(HANDSHAKE_TIMEOUT_S)
-            if kind != KIND_UUID or len(payload) != 16:
-                raise _Lost(P.BAD_MESSAGE, f"the first message must be the UUID (type 0x01, 16 bytes), got type 0x{kind:02x} with {len(payload)} bytes")
-            if not self.gateway.accepting:
+            try:
+                call_id = wire.call_uuid(kind, payload)
+            except P.ProtocolError as exc:
+                raise _Lost(exc.code, exc.message) from None
+            if not self.core.accepting:
                 raise _Lost(P.SHUTTING_DOWN, "the gateway is not accepting calls")
-            call_id = str(uuid.UUID(bytes=payload))
-            leg = AudioSocketLeg(self.writer, self.gateway.metrics)
+            leg = AudioSocketLeg(self.writer, self.core.metrics)
             try:
                 self.call = self.registry.connect_media([call_id], leg, "audiosocket")
             except P.ProtocolError as exc:
                 raise _Lost(exc.code, f"call {call_id}: {exc.message}") from None
             await self.call.session.flush_events()
-            idle = self.gateway.config.server.limits.idle_timeout_s
+            idle = self.core.config.server.limits.idle_timeout_s
             while True:
                 kind, payload = await self._read(idle)
                 if await self._on_message(kind, payload):
@@ -193,10 +174,10 @@ class _Connection:
 
     async def _read(self, header_timeout: float) -> tuple[int, bytes]:
         try:
-            header = await asyncio.wait_for(self.reader.readexactly(3), header_timeout)
+            header = await asyncio.wait_for(self.reader.readexactly(wire.HEADER_BYTES), header_timeout)
         except asyncio.TimeoutError:
             raise _Lost(P.IDLE_TIMEOUT, f"nothing from Asterisk for {header_timeout:g} s") from None
-        kind, length = struct.unpack(">BH", header)
+        kind, length = wire.parse_header(header)
         if not length:
             return kind, b""
         try:
@@ -207,45 +188,57 @@ class _Connection:
 
     async def _on_message(self, kind: int, payload: bytes) -> bool:
         """One message after the handshake; True when the call is over."""
-        known = True
-        if kind == KIND_SLIN:
-            if len(payload) % 2:
-                await self.error(P.BAD_AUDIO, f"slin payload of odd length {len(payload)}; frame dropped")
-            elif payload:
-                self.call.inbound.push(np.frombuffer(payload, dtype="<i2"))
-        elif kind == KIND_HANGUP:
-            self.end_reason = "hangup"
-            return True
-        elif kind == KIND_DTMF:
-            if len(payload) != 1 or payload[0] not in DTMF_DIGITS:
-                await self.error(P.BAD_MESSAGE, f"DTMF payload must be one digit 0-9 * # A-D, got {payload[:8]!r}")
-            else:
-                await self.call.notify({"type": "dtmf", "digit": payload.decode("ascii").upper()})
-        elif kind == KIND_ERROR:
-            code = payload[0] if payload else None
-            await self.error(P.MEDIA_ERROR, f"Asterisk reported an error (code {code if code is None else hex(code)})")
-            if code == ASTERISK_CALLER_HUNG_UP:
-                self.end_reason = "hangup"
-                return True
-        elif kind in SLIN_HIGHER_RATES:
-            if not self._warned_rate:
-                self._warned_rate = True
-                await self.error(P.UNSUPPORTED_FORMAT, f"audio type 0x{kind:02x} (slin above 8 kHz) is not supported; use slin 8 kHz (0x10)")
-        elif kind == KIND_UUID:
-            await self.error(P.BAD_MESSAGE, "a second UUID message; ignored")
-        else:
-            known = False
+        try:
+            msg = wire.decode(kind, payload)
+        except P.ProtocolError as exc:
+            self._bad_in_a_row = 0  # a known type with a bad payload: the framing holds
+            await self.error(exc.code, exc.message)
+            return False
+        if isinstance(msg, wire.Unknown):
             self._bad_in_a_row += 1
             if self._bad_in_a_row >= MAX_BAD_FRAMES_IN_A_ROW:
                 raise _Lost(P.BAD_MESSAGE, f"{self._bad_in_a_row} unknown message types in a row (last 0x{kind:02x}): the framing is lost")
-            await self.error(P.BAD_MESSAGE, f"unknown AudioSocket message type 0x{kind:02x} ({len(payload)} bytes); skipped")
-        if known:
-            self._bad_in_a_row = 0
+            await self.error(P.BAD_MESSAGE, f"unknown AudioSocket message type 0x{kind:02x} ({msg.length} bytes); skipped")
+            return False
+        self._bad_in_a_row = 0
+        if isinstance(msg, wire.Audio):
+            self.call.inbound.push(msg.pcm)
+        elif isinstance(msg, wire.Hangup):
+            self.end_reason = "hangup"
+            return True
+        elif isinstance(msg, wire.Dtmf):
+            await self.call.notify({"type": "dtmf", "digit": msg.digit})
+        elif isinstance(msg, wire.FarEndError):
+            await self.error(P.MEDIA_ERROR, f"Asterisk reported an error (code {msg.code if msg.code is None else hex(msg.code)})")
+            if msg.caller_hung_up:
+                self.end_reason = "hangup"
+                return True
+        elif isinstance(msg, wire.HigherRateAudio):
+            if not self._warned_rate:
+                self._warned_rate = True
+                await self.error(P.UNSUPPORTED_FORMAT, f"audio type 0x{kind:02x} (slin above 8 kHz) is not supported; use slin 8 kHz (0x10)")
+        elif isinstance(msg, wire.SecondUuid):
+            await self.error(P.BAD_MESSAGE, "a second UUID message; ignored")
         return False
 
     async def error(self, code: str, message: str) -> None:
         if self.call is not None and not self.call.session.closed:
             await self.call.report(code, message)  # the session counts it
         else:
-            self.gateway.metrics.errors.labels(code=code).inc()
+            self.core.metrics.errors.labels(code=code).inc()
         log.info("audiosocket %s %s: %s: %s", self.peer, self.call.call_id if self.call else "(no call)", code, message)
+
+
+def install(core: CallCore, host: LegHost) -> AudioSocketServer | None:
+    """The AudioSocket TCP server, when `telephony.audiosocket_port` is set (it is not HTTP: its own port)."""
+    tel = core.config.telephony
+    if tel.audiosocket_port is None:
+        return None
+    server = AudioSocketServer(core)
+
+    async def start() -> None:
+        await server.start(tel.audiosocket_host or core.config.server.host, tel.audiosocket_port)
+
+    host.on_start(start)
+    host.on_stop(server.stop)
+    return server

@@ -1,0 +1,1 @@
+"""The built-in agent: `user.text` → LLM (OpenAI-compatible, or its simulator) → a new turn of the session."""

@@ -1,0 +1,251 @@
+"""The assembly: builds the engine, the call core, the legs and the HTTP routes, and runs the server.
+
+This is the one module that knows every part. Arrows point down from here:
+
+    app ──► legs/ (one adapter per way a call arrives) ──► wire/ (pure encode/decode)
+     │        └──────────────┐
+     ├──► http/ (health, metrics, voices)
+     ├──► agent/ (built-in LLM agent)
+     └──► core/ (sessions, turns, playback, registries, clock) ──► tts (public face) ──► audio
+
+aiohttp, not `websockets`, serves: the HTTP routes need POST on the same
+port (WebRTC signalling), which `websockets`' server cannot take; aiohttp
+serves plain HTTP routes and WebSocket upgrades side by side. `websockets`
+stays the client for tests and the load tester.
+
+Adding a provider (e.g. Telnyx): write `gateway/wire/telnyx.py` (its
+messages, encoded and decoded, no sockets), write `gateway/legs/telnyx.py`
+with `install(core, host)` (its route or server, adapting the wire to the
+core: `core.calls.connect_media(...)`, `call.inbound.push(...)`,
+`session.attach_media(leg)`), and add its module to `LEGS` below. That is
+the whole registration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Iterable
+
+from aiohttp import web
+
+from gateway import protocol as P
+from gateway.agent import agent
+from gateway.config import Config, ConfigError, load_config
+from gateway.core import CallCore
+from gateway.http import health, openai_speech, voices
+from tts import Engine, EngineChoice, EngineError, build_engine, resolve_engine_kind
+
+log = logging.getLogger("voxgate.app")
+
+
+@dataclass(frozen=True)
+class Leg:
+    module: str  # a module of gateway/legs/ with `install(core, host)`
+    extra: str | None = None  # the pip extra it needs; without it the leg is off (logged), the gateway serves on
+
+
+# The legs, installed in this order. One line per way a call arrives.
+LEGS: tuple[Leg, ...] = (
+    Leg("gateway.legs.native_ws"),  # /v1/ws
+    Leg("gateway.legs.control"),  # /v1/control (the agent's side of a telephony call)
+    Leg("gateway.legs.twilio"),  # /v1/twilio
+    Leg("gateway.legs.audiosocket"),  # Asterisk AudioSocket on telephony.audiosocket_port
+    Leg("gateway.legs.asterisk"),  # /v1/asterisk (chan_websocket)
+    Leg("gateway.legs.telnyx"),  # /v1/telnyx
+    Leg("gateway.legs.vonage"),  # /v1/vonage
+    Leg("gateway.legs.jambonz"),  # /v1/jambonz
+    Leg("gateway.legs.webrtc", extra="webrtc"),  # /v1/webrtc/offer and the demo page
+)
+
+
+def engine_choice(config: Config) -> EngineChoice:
+    """The gateway config's `engine` and `simulated` sections as plain engine settings."""
+    e = config.engine
+    simulated = {name: getattr(config.simulated, name) for name in config.simulated.__dataclass_fields__}
+    return EngineChoice(kind=e.kind, model_dir=e.model_dir, device=e.device, dtype=e.dtype, max_batch=e.max_batch,
+                        max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache, simulated=simulated)
+
+
+class Gateway:
+    """One gateway: an engine, its call core, every leg in `LEGS`, the HTTP routes; one port."""
+
+    def __init__(self, config: Config, engine: Engine | None = None, legs: Iterable[Leg] = LEGS):
+        self.config = config
+        if engine is None:
+            try:
+                engine = build_engine(engine_choice(config))
+            except ValueError as exc:
+                raise ValueError(f"{config.source}: {exc}") from exc
+        self.engine = engine
+        kind = getattr(engine, "name", None) or resolve_engine_kind(config.engine.kind, config.engine.model_dir)
+        # /metrics: the vocoder backend actually serving (auto resolves at load), else what was asked for
+        vocoder = (lambda: getattr(engine, "vocoder_name", None) or config.engine.vocoder) if kind == "qwen3" else "none"
+        self.core = CallCore(config, engine, kind, vocoder)
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self._on_start: list[Callable[[], Awaitable[None]]] = []
+        self._on_stop: list[Callable[[], Awaitable[None]]] = []
+        self.app = web.Application(client_max_size=config.server.limits.max_message_bytes * 4)
+        self.add_routes(health.routes(self.core) + voices.routes(config) + openai_speech.routes(self.core))
+        self.on_stop(self.core.calls.shutdown)  # first: end calls while the server still reads (clean close handshakes)
+        self.legs: dict[str, object] = {}  # leg module -> what its install returned (endpoint, server, …)
+        for leg in legs:
+            self._install(leg)
+        self.agents = agent.install(self.core, self)  # the built-in agent, when `llm` is configured
+        if not config.server.api_keys:
+            log.warning("no server.api_keys configured: the gateway is OPEN to anyone who can reach it")
+
+    def _install(self, leg: Leg) -> None:
+        try:
+            module = importlib.import_module(leg.module)
+        except ImportError as exc:
+            if leg.extra is None:
+                raise
+            log.warning("%s is off (%s): pip install 'voxgate[%s]'", leg.module, exc, leg.extra)
+            return
+        self.legs[leg.module] = module.install(self.core, self)
+
+    # ------------------------------------------------------------ the LegHost face
+    def add_routes(self, routes) -> None:
+        self.app.add_routes(routes)
+
+    def on_start(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self._on_start.append(fn)
+
+    def on_stop(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self._on_stop.append(fn)
+
+    # ------------------------------------------------------------ what tests and operators read
+    @property
+    def sessions(self):
+        return self.core.sessions
+
+    @property
+    def calls(self):
+        return self.core.calls
+
+    @property
+    def metrics(self):
+        return self.core.metrics
+
+    @property
+    def clock(self):
+        return self.core.clock
+
+    @property
+    def engine_kind(self) -> str:
+        return self.core.engine_kind
+
+    @property
+    def accepting(self) -> bool:
+        return self.core.accepting
+
+    @property
+    def audiosocket(self):
+        """The AudioSocket server (its `port`), or None when telephony.audiosocket_port is unset."""
+        return self.legs.get("gateway.legs.audiosocket")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.server.host}:{self.port}"
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self, host: str | None = None, port: int | None = None) -> int:
+        if self.config.server.log_dir:
+            try:
+                os.makedirs(self.config.server.log_dir, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"{self.config.source}: server.log_dir: cannot create {self.config.server.log_dir!r}: {exc.strerror}") from exc
+        if any(v.stress for v in self.config.voices.values()):
+            from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
+
+            await asyncio.to_thread(warm_up)
+        await self.engine.start()
+        self.core.clock.start()
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host or self.config.server.host, self.config.server.port if port is None else port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+        for fn in self._on_start:
+            await fn()
+        self.core.accepting = True
+        return self.port
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Stop accepting, let open turns finish (up to the timeout), then close everything with 1001."""
+        self.core.accepting = False
+        timeout = self.config.server.limits.drain_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(s.active_turns for s in self.sessions.values()):
+            await asyncio.sleep(0.05)
+        for session in list(self.sessions.values()):
+            await session.close(P.error_event(P.SHUTTING_DOWN, "the gateway is shutting down"))
+
+    async def stop(self) -> None:
+        self.core.accepting = False
+        for session in list(self.sessions.values()):
+            await session.close()
+        for fn in self._on_stop:
+            await fn()
+        await self.core.clock.stop()
+        if self._runner:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.engine.close()
+
+
+# ---------------------------------------------------------------- serve command
+async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = None) -> None:
+    gateway = Gateway(config)
+    await gateway.start()
+    print(f"voxgate listening on {gateway.url}  (engine: {gateway.engine_kind}; native WS at ws://{config.server.host}:{gateway.port}/v1/ws)", flush=True)
+    # Objects made at start-up never need collecting: keep them out of every GC pass (long GC pauses stall the clock).
+    gc.collect()
+    gc.freeze()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    if ready:
+        ready(gateway)
+    await stop.wait()
+    log.info("draining: letting open turns finish for up to %.0f s", config.server.limits.drain_timeout_s)
+    await gateway.drain()
+    await gateway.stop()
+
+
+def serve_main(args) -> int:
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides: dict = {"server": {}, "engine": {}}
+    if args.host:
+        overrides["server"]["host"] = args.host
+    if args.port is not None:
+        overrides["server"]["port"] = args.port
+    if args.model_dir:
+        overrides["engine"]["model_dir"] = args.model_dir
+    if getattr(args, "vocoder", None):
+        overrides["engine"]["vocoder"] = args.vocoder
+    if getattr(args, "model", None) == "tiny":  # gateway/cli.py made the tiny checkpoint and set args.model_dir
+        overrides["engine"].update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"voxgate: {exc}")
+        return 2
+    try:
+        asyncio.run(run_gateway(config))
+    except (ValueError, OSError, EngineError) as exc:
+        print(f"voxgate: cannot start: {exc}")
+        return 1
+    return 0

@@ -1,0 +1,63 @@
+"""`CallCore`: the one object every leg works through.
+
+It holds the config, the engine, the metrics, the shared playout clock, the
+session registry, the call registry (telephony legs joined by call id) and the
+hook that answers `user.text` (the built-in agent, when configured). It
+imports no leg and no web framework: legs receive it, never the other way.
+"""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+from audio.encode import OutputFormat
+from gateway import protocol as P
+from gateway.config import Config
+from gateway.core.calls import CallRegistry
+from gateway.core.clock import PlayoutClock
+from gateway.core.registry import SessionRegistry
+from gateway.core.session import Session
+from gateway.core.timers import arm_max_call
+from gateway.metrics import GatewayMetrics
+from tts import SAMPLE_RATE, Engine
+
+UserTextHandler = Callable[[Session, str], Awaitable[None]]
+
+
+class CallCore:
+    def __init__(self, config: Config, engine: Engine, engine_kind: str, vocoder: str | Callable[[], str] = "none"):
+        self.config = config
+        self.engine = engine
+        self.engine_kind = engine_kind
+        self.metrics = GatewayMetrics(engine.stats, engine_kind, vocoder)
+        self.clock = PlayoutClock(
+            config.playout.frame_ms,
+            on_lateness=self.metrics.clock_lateness.observe,
+            on_skip=self.metrics.clock_skipped.inc,
+        )
+        self.registry = SessionRegistry(config, engine, self.metrics, on_closed=self.clock.remove)
+        self.sessions = self.registry.sessions  # session id -> Session, every open session
+        self.calls = CallRegistry(self)
+        self.accepting = False  # False before start and while draining: legs refuse new calls
+        self.user_text_handler: UserTextHandler | None = None
+
+    def new_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat,
+                    session_id: str | None = None) -> Session:
+        return self.registry.new_session(leg_name, voice, language, instruct, output, session_id)
+
+    def new_headless_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None) -> Session:
+        """A session with no media leg (the OpenAI speech route): counted against max_sessions, its turns go
+        through the same frontend, chunker and engine deadlines, and `session.playout.audio()` yields its
+        24 kHz PCM in order, unpaced, raising `HeadlessError` if a chunk fails (gateway/core/headless.py)."""
+        return self.registry.new_session(leg_name, voice, language, instruct, OutputFormat("pcm16", SAMPLE_RATE), headless=True)
+
+    def play(self, session: Session) -> None:
+        """The session's media leg is attached: the shared clock ticks it, and its max-call timer runs."""
+        if session.media_leg is not None and session.media_leg.clock_driven:
+            self.clock.add(session)
+        arm_max_call(session, self.config.server.limits.max_call_s)
+
+    async def handle_user_text(self, session: Session, text: str) -> None:
+        if self.user_text_handler is None:
+            raise P.ProtocolError(P.NO_AGENT, "no LLM agent is configured (config section `llm`)")
+        await self.user_text_handler(session, text)

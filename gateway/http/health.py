@@ -1,0 +1,22 @@
+"""GET /healthz (alive), /readyz (ready for calls: 503 while draining or full), /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.core import CallCore
+
+
+def routes(core: CallCore) -> list[web.RouteDef]:
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(request: web.Request) -> web.Response:
+        ready = core.accepting and not core.registry.full()
+        body = {"ready": ready, "sessions": len(core.sessions), "engine": core.engine_kind}
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=core.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)]

@@ -1,0 +1,177 @@
+"""/v1/ws: the native protocol (DESIGN.md §3.4), both legs on one WebSocket.
+
+JSON text messages for control and events, binary messages for the playout's
+20 ms frames in the negotiated encoding, paced by the shared clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from aiohttp import WSMsgType, web
+
+from audio.encode import OutputFormat
+from gateway import protocol as P
+from gateway.core import CallCore, Session
+from gateway.core.backpressure import allow_event_backlog, drop_if_stuck, frame_must_skip
+from gateway.legs.accept import accept_ws, close_code
+from gateway.legs.host import LegHost
+from gateway.metrics import GatewayMetrics
+
+log = logging.getLogger("voxgate.native_ws")
+
+
+class NativeWsLeg:
+    """The session's text and media leg over one /v1/ws socket."""
+
+    clock_driven = True
+    send_idle_silence = False
+
+    def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, output: OutputFormat, metrics: GatewayMetrics):
+        self.ws = ws
+        self.transport = request.transport
+        self.protocol = request.protocol
+        allow_event_backlog(self.transport)
+        self.output = output
+        self.metrics = metrics
+        self._frames = metrics.frames_sent.labels(leg="ws")
+
+    async def send_event(self, event: dict) -> None:
+        if self.ws.closed:
+            return
+        data = json.dumps(event, ensure_ascii=False)
+        if drop_if_stuck(self.transport, self.protocol, len(data.encode()), "client"):
+            return  # events cannot be skipped like frames: a client this far behind has stopped reading
+        await self.ws.send_str(data)
+
+    async def send_audio(self, frame: bytes) -> bool:
+        t = self.transport
+        if self.ws.closed or t is None or t.is_closing():
+            return False
+        if frame_must_skip(t):
+            self.metrics.frames_dropped.inc()  # a slow client loses frames, never the clock
+            return False
+        await self.ws.send_bytes(frame)
+        self._frames.inc()
+        return True
+
+    async def on_flush(self) -> None:
+        pass  # the client's own buffer is the client's; `turn.done(interrupted)` tells it to drop
+
+    def on_playout_event(self, event) -> None:
+        pass
+
+
+class NativeWsEndpoint:
+    def __init__(self, core: CallCore):
+        self.core = core
+        self._connections = 0  # sockets without a session yet count against max_sessions
+
+    def route(self) -> web.RouteDef:
+        return web.get("/v1/ws", self.handle)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        core = self.core
+        ws, accepted = await accept_ws(core, request)
+        if not accepted:
+            return ws
+        limits = core.config.server.limits
+        if core.registry.full(self._connections):
+            error = core.registry.capacity_error()
+            core.metrics.errors.labels(code=error.code).inc()
+            await ws.send_json(error.event())
+            await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
+            return ws
+        self._connections += 1
+        session: Session | None = None
+        try:
+            while True:
+                try:
+                    msg = await asyncio.wait_for(ws.receive(), timeout=limits.idle_timeout_s)
+                except asyncio.TimeoutError:
+                    error = P.error_event(P.IDLE_TIMEOUT, f"no message for {limits.idle_timeout_s:g} s")
+                    if session:
+                        await session.close(error)
+                    else:
+                        await ws.send_json(error)
+                    break
+                if msg.type == WSMsgType.TEXT:
+                    try:
+                        m = P.parse_message(msg.data, limits.max_message_bytes)
+                        if m["type"] == "session.start":
+                            if session is not None:
+                                raise P.ProtocolError(P.SESSION_EXISTS, "this connection already has a session")
+                            session = self._start(ws, request, m)
+                            await session.flush_events()
+                        elif session is None:
+                            raise P.ProtocolError(P.NO_SESSION, "send session.start first")
+                        elif m["type"] == "user.text":
+                            await core.handle_user_text(session, m["text"])
+                        else:
+                            await session.handle(m)
+                    except P.ProtocolError as exc:
+                        await self._error(ws, session, exc)
+                    if session is not None and session.closed:
+                        break
+                elif msg.type == WSMsgType.BINARY:
+                    await self._error(ws, session, P.ProtocolError(P.BINARY_NOT_ALLOWED, "binary messages are not accepted on /v1/ws"))
+                elif msg.type == WSMsgType.ERROR:
+                    code = P.TOO_LARGE if "size" in str(ws.exception()) else P.BAD_MESSAGE
+                    log.info("ws error: %s", ws.exception())
+                    core.metrics.errors.labels(code=code).inc()
+                    break
+                else:  # CLOSE, CLOSING, CLOSED
+                    break
+        except Exception:
+            log.exception("native ws connection failed")
+            if not ws.closed:
+                await ws.send_json(P.error_event(P.INTERNAL, "internal error; the session was closed"))
+        finally:
+            self._connections -= 1
+            if session is not None and not session.closed:
+                await session.close()
+            if not ws.closed:
+                await ws.close(code=close_code(core))
+        return ws
+
+    def _start(self, ws: web.WebSocketResponse, request: web.Request, m: dict) -> Session:
+        out = m.get("output") or {}
+        try:
+            output = OutputFormat(encoding=out.get("encoding", "pcm16"), sample_rate=out.get("sample_rate", 24000))
+        except (ValueError, TypeError) as exc:
+            raise P.ProtocolError(P.UNSUPPORTED_FORMAT, str(exc)) from None
+        session = self.core.new_session("ws", m.get("voice"), m.get("language", "auto"), m.get("instruct"), output)
+        leg = NativeWsLeg(ws, request, output, self.core.metrics)
+        session.attach_text(leg)
+        session.attach_media(leg)
+        self.core.play(session)
+        session.emit({
+            "type": "session.started",
+            "session_id": session.session_id,
+            "voice": session.voice_name,
+            "language": m.get("language", "auto"),
+            "output": {"encoding": output.encoding, "sample_rate": output.sample_rate, "frame_ms": output.frame_ms},
+        })
+        asyncio.get_running_loop().create_task(self._close_ws_when_done(session, ws))
+        return session
+
+    async def _close_ws_when_done(self, session: Session, ws: web.WebSocketResponse) -> None:
+        await session.wait_closed()
+        if not ws.closed:
+            await ws.close(code=close_code(self.core))
+
+    async def _error(self, ws, session: Session | None, exc: P.ProtocolError) -> None:
+        if session is not None:
+            await session.report(exc)  # counted by the session
+        else:
+            self.core.metrics.errors.labels(code=exc.code).inc()
+            if not ws.closed:
+                await ws.send_json(exc.event())
+
+
+def install(core: CallCore, host: LegHost) -> NativeWsEndpoint:
+    endpoint = NativeWsEndpoint(core)
+    host.add_routes([endpoint.route()])
+    return endpoint

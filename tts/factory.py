@@ -1,0 +1,86 @@
+"""Engine construction, behind `tts`'s public face: `build_engine(EngineChoice(...))`.
+
+Callers (the gateway, benches) describe the engine with plain settings; only
+this module knows which engine module implements which kind, and it imports
+that module lazily, so `import tts` stays light (no torch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass, field
+
+from tts.engine import Engine
+
+log = logging.getLogger("voxgate.tts")
+
+KINDS = ("auto", "qwen3", "simulated", "espeak")
+
+
+@dataclass
+class EngineChoice:
+    """Which engine to build and its settings (plain values; no gateway types)."""
+
+    kind: str = "auto"  # auto: qwen3 with a model_dir, else the eSpeak demo voice if installed, else simulated
+    model_dir: str | None = None
+    device: str = "auto"  # auto: cuda when available, else cpu (with a warning)
+    dtype: str = "bfloat16"
+    max_batch: int = 64
+    max_queued: int = 1024
+    vocoder: str = "auto"  # qwen3: auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
+    vocoder_cache: str | None = None  # qwen3: ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
+    voice_cache_dir: str | None = None  # qwen3 Base: cloned voices' parts on disk (x-vector, reference codes)
+    simulated: dict = field(default_factory=dict)  # tts.simulated.SimulatedSettings fields
+
+
+def resolve_engine_kind(kind: str, model_dir: str | None) -> str:
+    """The kind `auto` stands for, given whether a checkpoint is configured."""
+    if kind != "auto":
+        return kind
+    if model_dir:
+        return "qwen3"
+    if importlib.util.find_spec("espeakng_loader") is not None and importlib.util.find_spec("tts.espeak_engine") is not None:
+        return "espeak"
+    return "simulated"
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    log.warning("engine.device auto: no CUDA device, running Qwen3-TTS on the CPU (far slower than real time at real sizes)")
+    return "cpu"
+
+
+def build_engine(choice: EngineChoice) -> Engine:
+    """A new, not yet started engine. ValueError for an impossible choice (the message names the setting)."""
+    kind = resolve_engine_kind(choice.kind, choice.model_dir)
+    if kind == "simulated":
+        from tts.simulated import SimulatedEngine, SimulatedSettings
+
+        names = SimulatedSettings.__dataclass_fields__
+        return SimulatedEngine(SimulatedSettings(**{k: v for k, v in choice.simulated.items() if k in names}))
+    if kind == "espeak":
+        from tts.espeak_engine import EspeakEngine
+
+        return EspeakEngine(max_queued=choice.max_queued)
+    if kind == "qwen3":
+        if not choice.model_dir:
+            raise ValueError("engine.model_dir (or VOXGATE_MODEL_DIR) is required for engine.kind: qwen3")
+        from tts.qwen3.engine import EngineSettings, Qwen3Engine
+
+        return Qwen3Engine(EngineSettings(
+            model_dir=choice.model_dir,
+            device=resolve_device(choice.device),
+            dtype=choice.dtype,
+            max_batch=choice.max_batch,
+            max_queued=choice.max_queued,
+            vocoder=choice.vocoder,
+            vocoder_cache=choice.vocoder_cache,
+            voice_cache_dir=choice.voice_cache_dir,
+        ))
+    raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")

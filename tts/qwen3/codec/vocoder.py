@@ -1,0 +1,238 @@
+"""One interface over the vocoder backends: torch (eager / CUDA graphs), ONNX Runtime, TensorRT.
+
+    voc = build_vocoder("auto", decoder, device="cuda", max_batch=256, packets=(1, 2, 4))
+    slots = voc.new_state(256)                      # allocated once, at start
+    pcm = voc.decode_step(codes, slots_view)        # codes [B, t, 16] → float32 [B, t·1920]
+    pcm = voc.decode_step(codes, slots, rows=idx)   # or: just these rows of a larger slot state
+
+Every backend keeps the stream state as a `StreamingCodecState` in the
+layout of `CodecDecoder.new_state` (the ONNX export's `state.N` inputs, in
+order), on the backend's device; `decode_step` advances the rows it is given
+in place and returns a fresh tensor (not a buffer the next call overwrites).
+Rows are independent, so one call may mix streams at different positions.
+A backend is used by one thread at a time per state; TensorRT keeps one
+execution context per calling thread.
+
+`kind` is what `engine.vocoder` names (torch | onnxruntime | tensorrt);
+`name` says exactly what runs (e.g. `torch-cuda-graphs`, `onnxruntime-cpu`).
+A backend that cannot run here raises `CodecError("vocoder_unavailable", one line)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from tts.qwen3.codec.config import CodecConfig, CodecError
+from tts.qwen3.codec.state import StreamingCodecState
+
+log = logging.getLogger("voxgate.vocoder")
+
+KINDS = ("auto", "torch", "onnxruntime", "tensorrt")
+DEFAULT_PACKETS = (1, 2, 4)
+# Set from bench/vocoder_bench.py --backends torch,onnxruntime on the released shape (README table).
+CPU_PREFERS_ONNXRUNTIME = False
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class Vocoder:
+    """Base: checks, row selection and offline decode around a backend's `_step`."""
+
+    kind = "?"
+
+    def __init__(self, config: CodecConfig, device: torch.device, state_specs: list[tuple[tuple[int, ...], torch.dtype]],
+                 max_batch: int, packets: Sequence[int]):
+        self.config = config
+        self.device = torch.device(device)
+        self.state_specs = state_specs
+        self.max_batch = int(max_batch)
+        self.packets = tuple(sorted(set(int(p) for p in packets)))
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "device": str(self.device), "max_batch": self.max_batch,
+                "packets": list(self.packets)}
+
+    def new_state(self, batch_size: int) -> StreamingCodecState:
+        """Fresh streams (zeros = the official left padding) in this backend's layout and device."""
+        buffers = [torch.zeros((batch_size, *shape), dtype=dtype, device=self.device) for shape, dtype in self.state_specs]
+        return StreamingCodecState(torch.zeros(batch_size, dtype=torch.long, device=self.device), buffers)
+
+    @torch.no_grad()
+    def decode_step(self, codes: torch.Tensor, state: StreamingCodecState,
+                    rows: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor:
+        """Decode the next t frames of every row: codes [B, t, Q] → float32 [B, t·samples_per_frame].
+        With `rows`, row i of `codes` continues state row rows[i] and only those rows advance."""
+        if rows is not None:
+            sub = state.select(rows)
+            wav = self.decode_step(codes, sub)
+            state.assign(rows, sub)
+            return wav
+        cfg = self.config
+        if codes.dim() != 3 or codes.shape[2] != cfg.num_quantizers:
+            raise CodecError("bad_codes", f"codes must be [batch, frames, {cfg.num_quantizers}], got {tuple(codes.shape)}")
+        if codes.shape[0] != state.batch_size:
+            raise CodecError("bad_codes", f"codes have {codes.shape[0]} rows, the state {state.batch_size}")
+        if len(state.buffers) != len(self.state_specs):
+            raise CodecError("bad_state", "the state was made by a different decoder layout")
+        b, t, _ = codes.shape
+        if t == 0:
+            return torch.zeros(b, 0, device=self.device)
+        codes = codes.to(self.device, torch.long)
+        if b > self.max_batch:  # more rows than the backend was built for: in pieces (rows are independent)
+            parts = []
+            for s in range(0, b, self.max_batch):
+                rows_ = list(range(s, min(b, s + self.max_batch)))
+                parts.append(self.decode_step(codes[s : s + self.max_batch], state, rows=rows_))
+            return torch.cat(parts)
+        return self._step(codes, state)
+
+    def _step(self, codes: torch.Tensor, state: StreamingCodecState) -> torch.Tensor:
+        raise NotImplementedError
+
+    def decode(self, codes: torch.Tensor, chunk_frames: int | None = None) -> torch.Tensor:
+        """Offline decode through this backend (fresh state, packets of the largest size)."""
+        chunk = chunk_frames or max(self.packets)
+        state = self.new_state(codes.shape[0])
+        pieces = [self.decode_step(codes[:, s : s + chunk], state) for s in range(0, codes.shape[1], chunk)]
+        return torch.cat(pieces, dim=1) if pieces else torch.zeros(codes.shape[0], 0, device=self.device)
+
+
+def split_packet(t: int, packets: Sequence[int]) -> list[int]:
+    """t frames as a sum of packet sizes, largest first (chunking never changes the output)."""
+    out, left = [], t
+    for p in sorted(packets, reverse=True):
+        while left >= p:
+            out.append(p)
+            left -= p
+    if left:
+        raise ValueError(f"{t} frames cannot be made of packets {tuple(packets)}")
+    return out
+
+
+def decoder_fingerprint(decoder) -> str:
+    """sha256 over the decoder's config and weights (keys the ONNX export cache)."""
+    h = hashlib.sha256(repr(decoder.config).encode())
+    for name, tensor in sorted(decoder.state_dict().items()):
+        h.update(name.encode())
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(str(t.dtype).encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("VOXGATE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "voxgate")
+    return Path(root) / "vocoder"
+
+
+def cached_onnx(decoder, cache_dir: str | os.PathLike | None, precision: str = "fp32", max_batch: int = 256) -> Path:
+    """The decoder's ONNX export in the cache (written once per weights, precision and max batch)."""
+    from tts.qwen3.codec.onnx_export import export_onnx
+
+    folder = Path(cache_dir) if cache_dir else default_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"vocoder-{decoder_fingerprint(decoder)[:20]}-{precision}-b{max_batch}.onnx"
+    if not path.is_file():
+        tmp = path.with_suffix(f".tmp{os.getpid()}.onnx")
+        info = export_onnx(decoder, tmp, precision=precision, max_batch=max_batch)
+        os.replace(tmp, path)
+        log.info("vocoder: exported ONNX %s (opset %d, %.1f MB)", path, info["opset"], info["bytes"] / 1e6)
+    return path
+
+
+def onnxruntime_available(device: torch.device) -> str | None:
+    """None when ONNX Runtime can run on `device`, else why not (one line)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return "onnxruntime is not installed (pip install 'voxgate[onnx]', or onnxruntime-gpu on CUDA)"
+    try:
+        import onnx  # noqa: F401 - the export needs it
+    except ImportError:
+        return "onnx is not installed (pip install 'voxgate[onnx]')"
+    want = "CUDAExecutionProvider" if device.type == "cuda" else "CPUExecutionProvider"
+    if want not in ort.get_available_providers():
+        return f"onnxruntime {ort.__version__} has no {want} (install onnxruntime-gpu for CUDA)"
+    return None
+
+
+def tensorrt_available(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return "TensorRT needs a CUDA device (engine.device is cpu)"
+    try:
+        import tensorrt  # noqa: F401
+    except Exception as exc:  # ImportError, or a stub package whose import fails
+        return f"TensorRT is not importable here ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no module'})"
+    return _onnx_missing()
+
+
+def _onnx_missing() -> str | None:
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        return "building a TensorRT engine needs the onnx package (pip install 'voxgate[onnx]')"
+    return None
+
+
+def choose_auto(device: torch.device) -> tuple[str, str]:
+    """(kind, why) for `engine.vocoder: auto`: the fastest backend available here.
+
+    CUDA: TensorRT when importable (the public A/B: twice the calls within SLO of the
+    eager torch vocoder), else torch with CUDA graphs. CPU: ONNX Runtime when installed
+    (faster than torch eager on CPU in bench/vocoder_bench.py, see the README table),
+    else torch eager."""
+    if device.type == "cuda":
+        why_not = tensorrt_available(device)
+        if why_not is None:
+            return "tensorrt", "CUDA device and TensorRT importable"
+        return "torch", f"CUDA graphs (no TensorRT: {why_not})"
+    if not CPU_PREFERS_ONNXRUNTIME:
+        return "torch", "CPU: torch eager (measured at least as fast as ONNX Runtime there, bench/vocoder_bench.py)"
+    why_not = onnxruntime_available(device)
+    if why_not is None:
+        return "onnxruntime", "CPU: ONNX Runtime (measured faster than torch eager there, bench/vocoder_bench.py)"
+    return "torch", f"CPU: torch eager ({why_not})"
+
+
+def build_vocoder(kind: str, decoder, *, max_batch: int = 64, packets: Sequence[int] = DEFAULT_PACKETS,
+                  cache_dir: str | os.PathLike | None = None, onnx_path: str | os.PathLike | None = None,
+                  precision: str = "fp32", cuda_graphs: bool | None = None, contexts: int = 2) -> Vocoder:
+    """The backend `kind` (auto | torch | onnxruntime | tensorrt) for `decoder` (a CodecDecoder on its device).
+
+    Refuses with `CodecError("vocoder_unavailable", one line)` when that backend cannot run here.
+    `onnx_path` uses an existing export instead of exporting `decoder` into `cache_dir`."""
+    if kind not in KINDS:
+        raise CodecError("vocoder_unavailable", f"engine.vocoder must be one of {', '.join(KINDS)}, got {kind!r}")
+    device = decoder.device
+    if kind == "auto":
+        kind, why = choose_auto(device)
+        log.info("vocoder: auto picked %s (%s)", kind, why)
+    if kind == "torch":
+        from tts.qwen3.codec.torch_vocoder import TorchVocoder
+
+        return TorchVocoder(decoder, max_batch=max_batch, packets=packets, cuda_graphs=cuda_graphs)
+    if kind == "onnxruntime":
+        why_not = onnxruntime_available(device)
+        if why_not:
+            raise CodecError("vocoder_unavailable", f"engine.vocoder onnxruntime: {why_not}")
+        from tts.qwen3.codec.ort_vocoder import OnnxRuntimeVocoder
+
+        path = onnx_path or cached_onnx(decoder, cache_dir, precision, max_batch)
+        return OnnxRuntimeVocoder(path, device=device, max_batch=max_batch, packets=packets)
+    why_not = tensorrt_available(device)
+    if why_not:
+        raise CodecError("vocoder_unavailable", f"engine.vocoder tensorrt: {why_not}")
+    from tts.qwen3.codec.trt_vocoder import TensorRTVocoder
+
+    path = onnx_path or cached_onnx(decoder, cache_dir, precision, max_batch)
+    return TensorRTVocoder(path, device=device, max_batch=max_batch, packets=packets, cache_dir=cache_dir,
+                           contexts=contexts)
