@@ -20,7 +20,10 @@ class OutputFormat:
     frame_ms: int = 20
 
     def __post_init__(self) -> None:
-        if self.encoding not in ENCODINGS:
+        # Exact types: a rate of 8000.0 (JSON has one number type) would pass `in PCM16_RATES` and size buffers with floats.
+        if not isinstance(self.sample_rate, int) or isinstance(self.sample_rate, bool):
+            raise ValueError(f"sample_rate must be an integer, not {self.sample_rate!r}")
+        if not isinstance(self.encoding, str) or self.encoding not in ENCODINGS:
             raise ValueError(f"encoding {self.encoding!r} is not one of {', '.join(ENCODINGS)}")
         if self.encoding == "pcm16" and self.sample_rate not in PCM16_RATES:
             raise ValueError(f"pcm16 supports sample rates {PCM16_RATES}, not {self.sample_rate}")

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import time
-import wave
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from audio.filewriter import LogFile, WavFile
 from audio.pcm import float_to_int16, frame_samples
 
 AUDIBLE_GAP_MS = 200.0
@@ -90,13 +90,11 @@ class Playout:
         self._by_id: dict[str, _Utterance] = {}
         self._buffered = 0  # audio samples waiting, all utterances
         self._frame = np.zeros(self.frame_samples, dtype=np.float32)
-        self._log = open(log_path, "a", encoding="utf-8") if log_path else None
+        # Files are written by the writer thread (audio.filewriter): a slow disk never stalls a tick.
+        self._log = LogFile(log_path) if log_path else None
         self._wav = None
         if wav_path:
-            self._wav = wave.open(wav_path, "wb")
-            self._wav.setnchannels(1)
-            self._wav.setsampwidth(2)
-            self._wav.setframerate(sample_rate)
+            self._wav = WavFile(wav_path, sample_rate)
             self._wav_int16 = np.zeros(self.frame_samples, dtype=np.int16)
         self.ticks = 0
         self._paused_ticks = 0  # > 0: holding the current utterance (caller speech onset), at most this many more ticks
@@ -185,6 +183,12 @@ class Playout:
     def paused(self) -> bool:
         return self._paused_ticks > 0
 
+    def restart_latency(self) -> None:
+        """The far end can hear us from now on (its media leg just connected): the current utterance's
+        latency counts from now, not from when its text arrived."""
+        if self._utterances and not self._utterances[0].started:
+            self._utterances[0].latency_from = max(self._utterances[0].latency_from or 0.0, self.clock())
+
     def played_ms(self, turn_id: str) -> float:
         utt = self._by_id.get(turn_id)
         return utt.played_samples * 1000.0 / self.sample_rate if utt else 0.0
@@ -203,10 +207,15 @@ class Playout:
             return self._out(Frame(frame, "paused", utt.turn_id))
         if not utt.started:
             avail = utt.pushed_samples
-            if avail == 0 and utt.segments and utt.segments[0][0] == "end":
-                # A turn that produced no audio at all (e.g. empty final text).
-                self._pop_end(utt, now)
-                return self._out(Frame(frame, "latency", utt.turn_id))
+            if avail == 0:
+                # Marks of chunks that made no audio (an emoji-only reply) are played at once.
+                while utt.segments and utt.segments[0][0] == "mark":
+                    seg = utt.segments.popleft()
+                    self._emit("mark", now, utt.turn_id, chunk=seg[1], played_ms=0.0, **seg[2])
+                if utt.segments and utt.segments[0][0] == "end":
+                    # A turn that produced no audio at all (e.g. empty final text).
+                    self._pop_end(utt, now)
+                    return self._out(Frame(frame, "latency", utt.turn_id))
             if avail < self.prebuffer_samples and not (utt.closed and avail > 0):
                 return self._out(Frame(frame, "latency", utt.turn_id))
             utt.started = True
@@ -303,11 +312,11 @@ class Playout:
     def _emit(self, type_: str, now: float, turn_id: str, **data) -> None:
         event = PlayoutEvent(type_, now, turn_id, data)
         if self._log:
-            self._log.write(event.to_json(self.session_id) + "\n")
+            self._log.write_line(event.to_json(self.session_id) + "\n")
         if self.on_event:
             self.on_event(event)
 
     def _out(self, frame: Frame) -> Frame:
         if self._wav:
-            self._wav.writeframes(float_to_int16(frame.pcm, out=self._wav_int16).tobytes())
+            self._wav.write_frames(float_to_int16(frame.pcm, out=self._wav_int16).tobytes())
         return frame

@@ -495,7 +495,12 @@ def bench_main(args) -> int:
         threads = int(os.environ["VOXGATE_BENCH_THREADS"])
         torch.set_num_threads(threads)
         print(f"cpu: {threads} torch thread(s) (VOXGATE_BENCH_THREADS)")
-    result = asyncio.run(_bench(args))
+    if getattr(args, "ref_audio", None):
+        from bench.clone_bench import clone_bench
+
+        result = asyncio.run(clone_bench(args))
+    else:
+        result = asyncio.run(_bench(args))
     if args.json_output:
         with open(args.json_output, "w") as f:
             json.dump(result, f, indent=2)

@@ -1,15 +1,20 @@
-"""Codec decoder (vocoder) cost per 80 ms frame, streaming, by step size and batch.
+"""Codec decoder (vocoder) cost per 80 ms frame, streaming, by backend, step size and batch.
 
-    .venv/bin/python -m bench.vocoder_bench --shape tiny,released --steps 1,2,4,8 --batches 1,8
+    .venv/bin/python -m bench.vocoder_bench --shape released --backends torch,onnxruntime \
+        --batches 1,16,64 --steps 1,2,4
 
 Random weights (no checkpoint needed), or `--speech-tokenizer DIR` for a real
-folder. Each (batch, step) row first fills every stream's attention window,
-then times `--reps` further steps, so the numbers are the steady state of a
-long utterance. `ms/frame` is wall time per stream-frame (step time divided
-by batch × step frames); `audio×` is seconds of audio produced per wall
-second over the whole batch (> 1 is faster than real time); both from the
-median step; `min ms` is the fastest step and `cpu ms/fr` the process CPU
-time per stream-frame (both less disturbed by other load on a shared machine).
+folder. Backends (`tts.qwen3.codec.vocoder`): torch (eager; CUDA graphs on
+CUDA), onnxruntime (CPU or CUDA provider), tensorrt. Each (batch, step) cell
+runs every backend back to back, so a shared machine's load drifts the same
+way for all of them. A cell starts from a steady-state stream state (every
+row past one attention window: positions and history set directly, which
+costs the same per step as real history), runs one warm-up step, then times
+`--reps` steps. `ms/frame` is wall time per stream-frame (median step time
+divided by batch × step frames); `audio×` is seconds of audio produced per
+wall second over the whole batch (> 1 is faster than real time); `min ms` is
+the fastest step and `cpu ms/fr` the process CPU time per stream-frame (less
+disturbed by other load on a shared machine).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 
 import torch
@@ -33,27 +39,33 @@ def _sync(device: torch.device) -> None:
 
 
 def filled_state(decoder, batch: int, seed: int = 0):
-    """A state whose streams are past one attention window (the steady state of an utterance)."""
-    cfg = decoder.config
+    """A state whose streams are past one attention window (the steady state of an utterance).
+
+    Positions and history are set directly rather than decoded (decoding a window for 64
+    rows of the released shape takes minutes on a CPU); a step's cost does not depend on
+    the values it reads. Works for any backend (`new_state` in its layout and device)."""
     gen = torch.Generator().manual_seed(seed)
     state = decoder.new_state(batch)
-    codes = torch.randint(0, cfg.codebook_size, (batch, cfg.sliding_window, cfg.num_quantizers), generator=gen)
-    decoder.decode_step(codes, state)
+    state.frames.fill_(2 * decoder.config.sliding_window)
+    for buf in state.buffers:
+        buf.copy_((0.1 * torch.randn(buf.shape, generator=gen)).to(buf.dtype))
     return state
 
 
-def time_steps(decoder, state, step: int, reps: int, seed: int = 0) -> list[float]:
+def time_steps(decoder, state, step: int, reps: int, seed: int = 0, warmup: int = 1) -> list[tuple[float, float]]:
     """(wall, process CPU) seconds of `reps` streaming steps of `step` frames for every stream in `state`."""
     cfg = decoder.config
     device = decoder.device
     gen = torch.Generator().manual_seed(seed)
     chunks = [
         torch.randint(0, cfg.codebook_size, (state.batch_size, step, cfg.num_quantizers), generator=gen).to(device)
-        for _ in range(reps + 1)
+        for _ in range(reps + warmup)
     ]
-    decoder.decode_step(chunks[0], state)  # warm-up at this shape
+    for codes in chunks[:warmup]:  # this shape's first call (allocator, plans, graph lookup)
+        # big cells warm up on one frame: the same allocations, without minutes of CPU decoding
+        decoder.decode_step(codes[:, :1] if state.batch_size * step > 16 else codes, state)
     times = []
-    for codes in chunks[1:]:
+    for codes in chunks[warmup:]:
         _sync(device)
         t0, c0 = time.perf_counter(), time.process_time()
         decoder.decode_step(codes, state)
@@ -62,7 +74,18 @@ def time_steps(decoder, state, step: int, reps: int, seed: int = 0) -> list[floa
     return times
 
 
-def build(shape: str, args) -> tuple[str, object]:
+def summarize(label: str, backend: str, batch: int, step: int, times, frame_s: float) -> dict:
+    med = statistics.median(w for w, _ in times)
+    cpu = statistics.median(c for _, c in times)
+    frames = batch * step
+    return {
+        "shape": label, "backend": backend, "batch": batch, "step_frames": step, "ms_per_step": med * 1e3,
+        "min_ms_per_step": min(w for w, _ in times) * 1e3, "ms_per_frame": med * 1e3 / frames,
+        "cpu_ms_per_frame": cpu * 1e3 / frames, "audio_x": frames * frame_s / med, "reps": len(times),
+    }
+
+
+def build_decoder(shape: str, args):
     dtype, conv_dtype = DTYPES[args.dtype], DTYPES[args.conv_dtype]
     if shape == "dir":
         return args.speech_tokenizer, load_codec_decoder(args.speech_tokenizer, args.device, dtype, conv_dtype)
@@ -70,17 +93,41 @@ def build(shape: str, args) -> tuple[str, object]:
     return shape, random_codec_decoder(cfg, seed=0, device=args.device, dtype=dtype, conv_dtype=conv_dtype)
 
 
+def build_backends(decoder, names: list[str], max_batch: int, packets: list[int], cache_dir: str) -> dict:
+    """name -> Vocoder. `torch-eager` / `torch-graphs` force the torch mode on CUDA; the rest are
+    `engine.vocoder` values. A backend that cannot run here is reported and left out."""
+    from tts.qwen3.codec import CodecError
+    from tts.qwen3.codec.vocoder import build_vocoder
+
+    out = {}
+    for name in names:
+        kind, graphs = {"torch-eager": ("torch", False), "torch-graphs": ("torch", True)}.get(name, (name, None))
+        try:
+            t0 = time.perf_counter()
+            voc = build_vocoder(kind, decoder, max_batch=max_batch, packets=packets, cache_dir=cache_dir,
+                                cuda_graphs=graphs)
+            print(f"{name}: {voc.name} ready in {time.perf_counter() - t0:.1f} s")
+            out[name] = voc
+        except (CodecError, ValueError) as e:
+            print(f"{name}: skipped ({getattr(e, 'message', e)})")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="tiny,released", help="comma list of tiny | released")
     ap.add_argument("--speech-tokenizer", default=None, help="time this speech_tokenizer/ folder instead of random shapes")
+    ap.add_argument("--backends", default="torch", help="comma list: torch, onnxruntime, tensorrt (torch-eager, torch-graphs on CUDA)")
     ap.add_argument("--steps", default="1,2,4,8", help="frames per streaming step")
     ap.add_argument("--batches", default="1,8", help="streams decoded together")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--max-reps-frames", type=int, default=0,
+                    help="cap reps so a cell times at most this many stream-frames (at least 1 rep; 0: no cap)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=DTYPES)
     ap.add_argument("--conv-dtype", default="fp32", choices=DTYPES)
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (torch and ONNX Runtime)")
+    ap.add_argument("--cache-dir", default=None, help="ONNX exports / TensorRT engines (default: a temporary folder)")
     ap.add_argument("--json-output", default=None)
     args = ap.parse_args(argv)
     if args.threads:
@@ -88,32 +135,32 @@ def main(argv: list[str] | None = None) -> int:
     shapes = ["dir"] if args.speech_tokenizer else args.shape.split(",")
     steps = [int(s) for s in args.steps.split(",")]
     batches = [int(b) for b in args.batches.split(",")]
+    names = [b.strip() for b in args.backends.split(",") if b.strip()]
     rows = []
     print(f"device={args.device} dtype={args.dtype} conv_dtype={args.conv_dtype} threads={torch.get_num_threads()}")
-    print(f"{'shape':<10}{'batch':>6}{'step':>6}{'ms/step':>10}{'min ms':>9}{'ms/frame':>10}{'cpu ms/fr':>10}{'audio×':>9}")
-    for shape in shapes:
-        label, decoder = build(shape, args)
-        frame_s = decoder.config.samples_per_frame / decoder.config.sample_rate
-        for batch in batches:
-            state = filled_state(decoder, batch)
-            for step in steps:
-                times = time_steps(decoder, state, step, args.reps)
-                med = statistics.median(w for w, _ in times)
-                cpu = statistics.median(c for _, c in times)
-                frames = batch * step
-                row = {
-                    "shape": label, "batch": batch, "step_frames": step, "ms_per_step": med * 1e3,
-                    "min_ms_per_step": min(w for w, _ in times) * 1e3, "ms_per_frame": med * 1e3 / frames,
-                    "cpu_ms_per_frame": cpu * 1e3 / frames, "audio_x": frames * frame_s / med,
-                }
-                rows.append(row)
-                print(
-                    f"{label:<10}{batch:>6}{step:>6}{row['ms_per_step']:>10.2f}{row['min_ms_per_step']:>9.2f}"
-                    f"{row['ms_per_frame']:>10.2f}{row['cpu_ms_per_frame']:>10.2f}{row['audio_x']:>9.2f}"
-                )
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in shapes:
+            label, decoder = build_decoder(shape, args)
+            backends = build_backends(decoder, names, max(batches), sorted({1, *steps}), args.cache_dir or tmp)
+            frame_s = decoder.config.samples_per_frame / decoder.config.sample_rate
+            print(f"{'shape':<10}{'backend':<20}{'batch':>6}{'step':>6}{'ms/step':>11}{'min ms':>11}{'ms/frame':>10}"
+                  f"{'cpu ms/fr':>10}{'audio×':>9}")
+            for batch in batches:
+                states = {name: filled_state(voc, batch) for name, voc in backends.items()}
+                for step in steps:
+                    reps = args.reps
+                    if args.max_reps_frames:
+                        reps = max(1, min(reps, args.max_reps_frames // (batch * step)))
+                    for name, voc in backends.items():
+                        row = summarize(label, voc.name, batch, step, time_steps(voc, states[name], step, reps), frame_s)
+                        rows.append(row)
+                        print(f"{label:<10}{voc.name:<20}{batch:>6}{step:>6}{row['ms_per_step']:>11.2f}"
+                              f"{row['min_ms_per_step']:>11.2f}{row['ms_per_frame']:>10.2f}{row['cpu_ms_per_frame']:>10.2f}"
+                              f"{row['audio_x']:>9.3f}", flush=True)
     if args.json_output:
         with open(args.json_output, "w", encoding="utf-8") as f:
-            json.dump({"device": args.device, "dtype": args.dtype, "conv_dtype": args.conv_dtype, "rows": rows}, f, indent=2)
+            json.dump({"device": args.device, "dtype": args.dtype, "conv_dtype": args.conv_dtype,
+                       "threads": torch.get_num_threads(), "rows": rows}, f, indent=2)
     return 0
 
 

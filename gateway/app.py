@@ -39,7 +39,9 @@ from gateway import protocol as P
 from gateway.agent import agent
 from gateway.config import Config, ConfigError, load_config
 from gateway.core import CallCore
+from gateway.core.voice_store import VoiceStore
 from gateway.http import health, openai_speech, voices
+from gateway.http.log_filter import quiet_malformed_requests
 from tts import Engine, EngineChoice, EngineError, build_engine, resolve_engine_kind
 
 log = logging.getLogger("voxgate.app")
@@ -69,8 +71,11 @@ def engine_choice(config: Config) -> EngineChoice:
     """The gateway config's `engine` and `simulated` sections as plain engine settings."""
     e = config.engine
     simulated = {name: getattr(config.simulated, name) for name in config.simulated.__dataclass_fields__}
+    voice_cache = e.voice_cache or (os.path.join(config.server.voices_dir, "cache") if config.server.voices_dir else
+                                    os.path.join(os.path.expanduser("~"), ".cache", "voxgate", "voices"))
     return EngineChoice(kind=e.kind, model_dir=e.model_dir, device=e.device, dtype=e.dtype, max_batch=e.max_batch,
-                        max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache, simulated=simulated)
+                        max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache,
+                        voice_cache_dir=voice_cache, simulated=simulated)
 
 
 class Gateway:
@@ -93,7 +98,9 @@ class Gateway:
         self._on_start: list[Callable[[], Awaitable[None]]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self.app = web.Application(client_max_size=config.server.limits.max_message_bytes * 4)
-        self.add_routes(health.routes(self.core) + voices.routes(config) + openai_speech.routes(self.core))
+        quiet_malformed_requests()
+        self.voices = VoiceStore(config, engine)  # cloned voices: the config's and the uploaded (server.voices_dir)
+        self.add_routes(health.routes(self.core) + voices.routes(self.core, self.voices) + openai_speech.routes(self.core))
         self.on_stop(self.core.calls.shutdown)  # first: end calls while the server still reads (clean close handshakes)
         self.legs: dict[str, object] = {}  # leg module -> what its install returned (endpoint, server, …)
         for leg in legs:
@@ -167,7 +174,13 @@ class Gateway:
             from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
 
             await asyncio.to_thread(warm_up)
+        self.core.voice.check()  # a barge_in detector that cannot load is a start-up error
         await self.engine.start()
+        try:
+            await self.voices.start()  # a cloned voice that cannot be prepared refuses the start, naming it
+        except BaseException:
+            await self.engine.close()
+            raise
         self.core.clock.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -195,6 +208,7 @@ class Gateway:
             await session.close()
         for fn in self._on_stop:
             await fn()
+        await self.core.voice.close()
         await self.core.clock.stop()
         if self._runner:
             await self._runner.cleanup()

@@ -52,8 +52,13 @@ def _add_synth(sub) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--device", default="cpu")
     p.add_argument("--vocoder", default="torch", choices=VOCODERS, help="codec decoder backend (default: %(default)s)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--codes-out")
+    p.add_argument("--ref-audio", help="Base checkpoints: clone the voice of this WAV (1-30 s, any rate)")
+    p.add_argument("--ref-text", help="the reference's transcript (in-context cloning, the default mode)")
+    p.add_argument("--x-vector-only", action="store_true", help="clone from the speaker embedding alone (no transcript)")
+    p.add_argument("--non-streaming-text", action="store_true",
+                   help="cloned voices: the non-streaming text layout (default: generate_voice_clone's streaming one)")
+    p.add_argument("--out", required=True, help="the target speech (for in-context clones, without the reference)")
+    p.add_argument("--codes-out", help="the generated frames only, [frames, 16] int64")
     p.set_defaults(handler=_run_synth)
 
 
@@ -61,6 +66,35 @@ def _run_synth(args) -> int:
     from tts.qwen3.tools import synth_main
 
     return synth_main(args)
+
+
+# ------------------------------------------------------------------ encode-audio / speaker-embedding
+def _add_clone_tools(sub) -> None:
+    p = sub.add_parser("encode-audio", help="a WAV's speech-tokenizer codes (the in-context clone prompt's frames)")
+    p.add_argument("--model-dir", required=True, help="a Qwen3-TTS checkpoint or its speech_tokenizer/ folder")
+    p.add_argument("wav")
+    p.add_argument("--codes-out", required=True, help="F.npy: [frames, 16] int64")
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(handler=_run_encode_audio)
+    p = sub.add_parser("speaker-embedding", help="a WAV's x-vector from a Base checkpoint's speaker encoder")
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("wav")
+    p.add_argument("--out", required=True, help="F.npy: float32, 1-D")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.set_defaults(handler=_run_speaker_embedding)
+
+
+def _run_encode_audio(args) -> int:
+    from tts.qwen3.tools import encode_audio_main
+
+    return encode_audio_main(args)
+
+
+def _run_speaker_embedding(args) -> int:
+    from tts.qwen3.tools import speaker_embedding_main
+
+    return speaker_embedding_main(args)
 
 
 # ------------------------------------------------------------------ make-tiny-model
@@ -105,6 +139,9 @@ def _add_bench(sub) -> None:
                                                                              "p95 under this and every stream keeping up")
     p.add_argument("--serial", action="store_true", help="no vocoder lane (vocoder and talker take turns)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ref-audio", help="a cloned voice's cost before first audio (first use vs cached), this reference WAV")
+    p.add_argument("--ref-text", help="with --ref-audio: its transcript (in-context mode)")
+    p.add_argument("--x-vector-only", action="store_true", help="with --ref-audio: x-vector-only mode")
     p.set_defaults(handler=_run_bench)
 
 
@@ -189,7 +226,7 @@ def _run_normalize(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_serve, _add_synth, _add_make_tiny_model, _add_bench, _add_export_vocoder, _add_loadtest, _add_normalize):
+    for add in (_add_serve, _add_synth, _add_clone_tools, _add_make_tiny_model, _add_bench, _add_export_vocoder, _add_loadtest, _add_normalize):
         add(sub)
     return parser
 

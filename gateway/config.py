@@ -52,9 +52,12 @@ class ServerConfig:
     log_dir: str | None = None  # per-session playout event logs (JSON lines) and WAV timelines
     record_wav: bool = False  # with log_dir: WAV timeline of exactly what was played
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    voices_dir: str | None = None  # cloned voices uploaded with POST /v1/voices persist here (survive restarts)
+    voice_upload_max_bytes: int = 16 * 2**20  # POST /v1/voices body limit (30 s of 48 kHz stereo float is 11.5 MB)
 
     def validate(self, check) -> None:
         check(0 <= self.port <= 65535, "port", "must be 0..65535")
+        check(self.voice_upload_max_bytes >= 1024, "voice_upload_max_bytes", "must be >= 1024")
         check(self.max_sessions >= 1, "max_sessions", "must be >= 1")
         check(all(isinstance(k, str) and k for k in self.api_keys), "api_keys", "must be non-empty strings")
 
@@ -72,6 +75,8 @@ class EngineConfig:
     max_queued: int = 1024
     vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (auto: the fastest available, logged)
     vocoder_cache: str | None = None  # ONNX exports + TensorRT engines (default ~/.cache/voxgate/vocoder)
+    voice_cache: str | None = None  # cloned voices' x-vectors and reference codes (default: server.voices_dir/cache,
+    # else ~/.cache/voxgate/voices)
 
     def validate(self, check) -> None:
         check(self.kind in ("auto", "qwen3", "simulated", "espeak"), "kind", "must be auto, qwen3, simulated or espeak")
@@ -136,8 +141,34 @@ class VoiceConfig:
     stress_homographs: bool = True  # silero's context model (замок, готов); off = far cheaper, homographs unmarked
     lexicon: dict[str, dict[str, str]] = field(default_factory=dict)  # language -> word -> spoken form
     aliases: list[str] = field(default_factory=list)  # other names this voice answers to (e.g. OpenAI's: alloy, nova)
+    # A cloned voice (Qwen3-TTS Base checkpoints): a reference recording (WAV, 1-30 s, any rate; relative paths
+    # from the config file's folder), its transcript (in-context cloning), or x_vector_only (no transcript).
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only: bool = False
+
+    @property
+    def kind(self) -> str:
+        """clone_icl | clone_xvector | speaker | design | default (the engine's own voice)."""
+        if self.ref_audio:
+            return "clone_xvector" if self.x_vector_only else "clone_icl"
+        if self.speaker:
+            return "speaker"
+        return "design" if self.instruct else "default"
 
     def validate(self, check) -> None:
+        if self.ref_audio is not None:
+            from audio.reference import ReferenceAudioError, load_reference
+
+            check(not self.speaker, "speaker", "a cloned voice (ref_audio) takes no speaker")
+            check(self.x_vector_only or bool(self.ref_text and self.ref_text.strip()), "ref_text",
+                  "is required for in-context cloning (the reference's transcript); or set x_vector_only: true")
+            check(os.path.isfile(self.ref_audio), "ref_audio", "file not found")
+            try:
+                load_reference(self.ref_audio)
+            except ReferenceAudioError as exc:
+                check(False, "ref_audio", exc.message)
+        check(isinstance(self.x_vector_only, bool), "x_vector_only", "must be true or false")
         check(self.stress_format in ("plus", "acute"), "stress_format", "must be plus or acute")
         check(all(isinstance(a, str) and a.strip() for a in self.aliases), "aliases", "must be non-empty strings")
         check(isinstance(self.stress_homographs, bool), "stress_homographs", "must be true or false")
@@ -202,7 +233,6 @@ class BargeInConfig:
     silence_ms: float = 300.0  # quiet before `user.speech stopped`
     echo_holdoff_ms: float = 300.0  # after each audio start, speech is not counted toward a barge-in for this long
     pause_on_onset: bool = False  # where voxgate owns the buffer: pause at speech onset, resume if it was shorter than min_speech_ms
-    max_inbound_ahead_ms: float = 1000.0  # caller audio beyond real time plus this is dropped (and counted)
 
     def validate(self, check) -> None:
         check(self.mode in BARGE_IN_MODES, "mode", "must be off, detect or vad")
@@ -212,7 +242,6 @@ class BargeInConfig:
         check(0 <= self.onset_ms <= 2000, "onset_ms", "must be 0..2000")
         check(30 <= self.silence_ms <= 10_000, "silence_ms", "must be 30..10000")
         check(0 <= self.echo_holdoff_ms <= 10_000, "echo_holdoff_ms", "must be 0..10000")
-        check(0 < self.max_inbound_ahead_ms <= 60_000, "max_inbound_ahead_ms", "must be 1..60000")
 
 
 @dataclass
@@ -312,6 +341,9 @@ def load_config(path: str | os.PathLike | None = None, overrides: dict | None = 
         data = _merge(data, overrides)
     cfg = _build(Config, data, source, "")
     cfg.source = source
+    for voice in cfg.voices.values():  # reference recordings are found from the config file's folder
+        if voice.ref_audio and path and not os.path.isabs(voice.ref_audio):
+            voice.ref_audio = os.path.join(os.path.dirname(os.path.abspath(path)), voice.ref_audio)
     if not cfg.engine.model_dir and os.environ.get("VOXGATE_MODEL_DIR"):
         cfg.engine.model_dir = os.environ["VOXGATE_MODEL_DIR"]
     _validate_tree(cfg, source, "")

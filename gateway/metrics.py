@@ -7,6 +7,8 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from gateway.runtime_stats import RuntimeCollector
+
 _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 _LATENESS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
 
@@ -33,10 +35,18 @@ class GatewayMetrics:
         # vocoder: the backend actually serving, read at scrape time (known only once the engine loaded)
         r.register(_EngineInfo(engine_kind, vocoder if callable(vocoder) else (lambda: vocoder)))
         r.register(_EngineStats(engine_stats))
+        r.register(RuntimeCollector())  # memory, fds, tasks, threads, GC pauses: what a soak watches
         self.engine_queue.set_function(lambda: engine_stats().get("queued", 0))
         self.engine_active.set_function(lambda: engine_stats().get("active", 0))
         self.engine_audio = Gauge("voxgate_engine_audio_seconds", "Audio seconds produced by the engine", registry=r)
         self.engine_audio.set_function(lambda: engine_stats().get("audio_seconds", 0.0))
+        # the caller's voice (gateway/core/caller_voice.py)
+        self.voice_barge_ins = Counter("voxgate_voice_barge_ins_total", "Turns interrupted by the caller's voice", registry=r)
+        self.voice_false_interruptions = Counter(
+            "voxgate_voice_false_interruptions_total", "Playout paused at a speech onset and resumed: the speech was shorter than min_speech_ms", registry=r)
+        self.voice_speech_events = Counter("voxgate_voice_speech_total", "user.speech started events", registry=r)
+        self.voice_inbound_dropped_samples = Counter(
+            "voxgate_voice_inbound_dropped_samples_total", "Caller audio samples dropped for arriving faster than real time", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -8,6 +8,7 @@ socket itself is unusable).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,8 @@ SHUTTING_DOWN = "shutting_down"  # the gateway is draining
 CALL_BUSY = "call_busy"  # the call already has a control socket (or a media leg)
 BAD_AUDIO = "bad_audio"  # inbound media that cannot be decoded (bad base64, odd or absurd length)
 MEDIA_ERROR = "media_error"  # the media far end reported an error (AudioSocket 0xff frame)
+STT_ERROR = "stt_error"  # the transcription server failed one utterance (the call goes on)
+VAD_UNAVAILABLE = "vad_unavailable"  # barge_in asked for a detector whose package is not installed
 UNSUPPORTED_SPEED = "unsupported_speed"  # OpenAI speech: a `speed` the engine cannot honour
 
 # WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).
@@ -73,6 +76,8 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("language", (str,)),
         Field("instruct", (str,)),
         Field("output", (dict,)),
+        Field("input", (dict,)),  # the caller's audio as binary messages: {"encoding", "sample_rate"}
+        Field("barge_in", (dict,)),  # per-session override of the config's barge_in section
     ),
     "text": (
         Field("turn_id", (str, int), required=True),
@@ -87,8 +92,52 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("voice", (str,)),
         Field("language", (str,)),
         Field("instruct", (str,)),
+        Field("barge_in", (dict,)),
     ),
 }
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def loads_json(raw: str | bytes) -> Any:
+    """`json.loads` for text from a peer: every way it can fail is a ValueError.
+
+    Nesting deeper than the parser's recursion limit (a few KiB of `[`) raises
+    RecursionError, which is not a ValueError and would escape as an internal error.
+    """
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def dump_event(event: dict) -> str:
+    """An event as JSON text that can always be sent: text with lone surrogates (from an LLM, say)
+    cannot be encoded as UTF-8, so such an event travels with ASCII escapes instead."""
+    data = json.dumps(event, ensure_ascii=False)
+    try:
+        data.encode("utf-8")
+    except UnicodeEncodeError:
+        data = json.dumps(event)
+    return data
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]  # iterative: the value may nest as deep as the parser allowed
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
 
 
 def parse_message(raw: str | bytes, max_bytes: int) -> dict[str, Any]:
@@ -96,9 +145,14 @@ def parse_message(raw: str | bytes, max_bytes: int) -> dict[str, Any]:
     if len(raw) > max_bytes:
         raise ProtocolError(TOO_LARGE, f"message of {len(raw)} bytes exceeds the limit of {max_bytes}")
     try:
-        msg = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        msg = loads_json(raw)
+    except ValueError as exc:  # UnicodeDecodeError is one
         raise ProtocolError(BAD_JSON, f"message is not valid JSON: {exc}") from None
+    # A `\ud800` escape decodes to a string that cannot be encoded again: accepted, it could never be echoed
+    # back in an event (turn ids, played_text). Valid pairs (`\ud83d\ude00`) decode to one character and pass.
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(msg):
+        raise ProtocolError(BAD_JSON, "message holds a lone surrogate escape (\\ud800-\\udfff alone is not Unicode text)")
     if not isinstance(msg, dict):
         raise ProtocolError(BAD_MESSAGE, "message must be a JSON object")
     mtype = msg.get("type")

@@ -85,6 +85,7 @@ def tone(start: int, count: int, seed: int) -> np.ndarray:
 
 class SimulatedEngine(Engine):
     name = "simulated"
+    can_clone = True  # it stands in for a GPU engine in gateway tests: cloned voices speak its tone audio
 
     def __init__(self, settings: SimulatedSettings | None = None, clock=time.monotonic):
         self.settings = settings or SimulatedSettings()
@@ -130,6 +131,25 @@ class SimulatedEngine(Engine):
         self.requests += 1
         self._wake.set()
         return stream
+
+    async def add_voice(self, voice) -> dict:
+        """Accepts a cloned voice (checked as a Base engine checks it) and keeps speaking its own tone."""
+        from audio.reference import ReferenceAudioError, load_reference
+
+        if not voice.x_vector_only and not (voice.ref_text and voice.ref_text.strip()):
+            raise EngineError("bad_voice", f"voice {voice.name!r}: in-context cloning needs ref_text")
+        try:
+            ref = load_reference(voice.ref_audio)
+        except ReferenceAudioError as e:
+            raise EngineError("bad_audio", f"voice {voice.name!r}: {e.message}") from None
+        self._clones = {**getattr(self, "_clones", {}), voice.name: voice.kind}
+        return {"name": voice.name, "kind": voice.kind, "ref_seconds": round(ref.duration_s, 3)}
+
+    def remove_voice(self, name: str) -> bool:
+        return getattr(self, "_clones", {}).pop(name, None) is not None
+
+    def cloned_voices(self) -> list[dict]:
+        return [{"name": n, "kind": k} for n, k in getattr(self, "_clones", {}).items()]
 
     def stats(self) -> dict:
         active = sum(1 for j in self._jobs if j.admitted_at is not None)

@@ -140,9 +140,12 @@ class Agent:
             if reply:
                 self._close_turn(turn_id)
         except P.ProtocolError as exc:  # e.g. the turn limit: report it, keep the call
-            self.session.emit(exc.event())
-            if reply:
-                self._close_turn(turn_id)
+            if exc.code == P.TURN_CLOSED:
+                pass  # the turn was interrupted (barge-in) while tokens were in flight: stop quietly
+            else:
+                self.session.emit(exc.event())
+                if reply:
+                    self._close_turn(turn_id)
         except Exception as exc:  # a model that fails in any other way: report it, keep the call
             log.exception("session %s: the agent's model failed", self.session.session_id)
             self.session.emit(P.error_event(P.LLM_ERROR, f"the agent's model failed: {exc}"))

@@ -155,10 +155,10 @@ async def _error_text(resp: aiohttp.ClientResponse) -> str:
     except aiohttp.ClientError:
         return resp.reason or ""
     try:
-        err = json.loads(text).get("error")
+        err = json.loads(text).get("error")  # RecursionError: nesting deeper than the parser allows
         if isinstance(err, dict) and err.get("message"):
             return str(err["message"])
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass
     return text.strip() or (resp.reason or "")
 

@@ -13,6 +13,7 @@ from typing import Awaitable, Callable
 from audio.encode import OutputFormat
 from gateway import protocol as P
 from gateway.config import Config
+from gateway.core.caller_voice import VoiceHub
 from gateway.core.calls import CallRegistry
 from gateway.core.clock import PlayoutClock
 from gateway.core.registry import SessionRegistry
@@ -40,6 +41,8 @@ class CallCore:
         self.calls = CallRegistry(self)
         self.accepting = False  # False before start and while draining: legs refuse new calls
         self.user_text_handler: UserTextHandler | None = None
+        # the caller's voice: VAD pools shared by every call, barge-in by voice, STT (gateway/core/caller_voice.py)
+        self.voice = VoiceHub(config, self.metrics, on_user_text=self._user_text_from_voice)
 
     def new_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat,
                     session_id: str | None = None) -> Session:
@@ -52,10 +55,18 @@ class CallCore:
         return self.registry.new_session(leg_name, voice, language, instruct, OutputFormat("pcm16", SAMPLE_RATE), headless=True)
 
     def play(self, session: Session) -> None:
-        """The session's media leg is attached: the shared clock ticks it, and its max-call timer runs."""
+        """The session's media leg is attached: the shared clock ticks it, and its max-call timer runs.
+
+        Text that came before (a control socket that attached first) waited for nobody: its turn's
+        latency counts from now."""
+        session.playout.restart_latency()
         if session.media_leg is not None and session.media_leg.clock_driven:
             self.clock.add(session)
         arm_max_call(session, self.config.server.limits.max_call_s)
+
+    async def _user_text_from_voice(self, session: Session, text: str) -> None:
+        if self.user_text_handler is not None:  # without an agent the transcript only goes to the text leg
+            await self.user_text_handler(session, text)
 
     async def handle_user_text(self, session: Session, text: str) -> None:
         if self.user_text_handler is None:

@@ -39,8 +39,8 @@ from gateway.config import BARGE_IN_MODES, BargeInConfig
 
 log = logging.getLogger("voxgate.voice")
 
-STT_ERROR = "stt_error"
-VAD_UNAVAILABLE = "vad_unavailable"
+STT_ERROR = P.STT_ERROR
+VAD_UNAVAILABLE = P.VAD_UNAVAILABLE
 # per-session keys of session.start.barge_in / call.attach.barge_in
 SESSION_KEYS = ("mode", "min_speech_ms", "echo_holdoff_ms", "pause_on_onset", "silence_ms", "threshold", "detector")
 
@@ -76,29 +76,30 @@ def session_settings(base: BargeInConfig, override) -> BargeInConfig:
     return settings
 
 
-class RealtimeCap:
-    """Caller audio may not run ahead of real time by more than `ahead_ms`: the rest is dropped and counted."""
+INPUT_RATES = {"pcm16": (8000, 16000, 24000, 48000), "mulaw": (8000,), "alaw": (8000,)}
 
-    def __init__(self, sample_rate: int, ahead_ms: float, clock: Callable[[], float]):
-        self.sample_rate = sample_rate
-        self.ahead = ahead_ms / 1000.0
-        self.clock = clock
-        self._start: float | None = None
-        self.accepted = 0
-        self.dropped = 0
 
-    def admit(self, pcm: np.ndarray) -> np.ndarray:
-        now = self.clock()
-        if self._start is None:
-            self._start = now
-        allowed = int((now - self._start + self.ahead) * self.sample_rate) - self.accepted
-        if allowed >= len(pcm):
-            self.accepted += len(pcm)
-            return pcm
-        keep = max(0, allowed)
-        self.dropped += len(pcm) - keep
-        self.accepted += keep
-        return pcm[:keep]
+def parse_input(spec) -> tuple[str, int]:
+    """`session.start.input` → (encoding, sample_rate), or a ProtocolError saying what is allowed."""
+    if not isinstance(spec, dict):
+        raise P.ProtocolError(P.BAD_MESSAGE, "input must be an object: {\"encoding\": \"pcm16\", \"sample_rate\": 16000}")
+    encoding = spec.get("encoding", "pcm16")
+    rate = spec.get("sample_rate", 8000 if encoding in ("mulaw", "alaw") else 16000)
+    if not isinstance(encoding, str) or encoding not in INPUT_RATES or isinstance(rate, bool) or rate not in INPUT_RATES[encoding]:
+        raise P.ProtocolError(P.UNSUPPORTED_FORMAT, f"input {encoding!r} at {rate!r} Hz is not supported "
+                              "(pcm16 at 8000|16000|24000|48000, mulaw or alaw at 8000)")
+    return encoding, int(rate)
+
+
+def decode_input(encoding: str, data: bytes) -> np.ndarray:
+    """One binary client message of caller audio → int16 samples."""
+    if encoding == "pcm16":
+        if len(data) % 2:
+            raise P.ProtocolError(P.BAD_AUDIO, f"pcm16 audio needs whole 16-bit samples; got {len(data)} bytes")
+        return np.frombuffer(data, dtype="<i2").astype(np.int16)
+    from audio.g711 import alaw_decode, ulaw_decode
+
+    return ulaw_decode(data) if encoding == "mulaw" else alaw_decode(data)
 
 
 class VoiceHub:
@@ -119,7 +120,10 @@ class VoiceHub:
     def check(self) -> None:
         """At start: a configured detector that cannot load is a start-up error, not a per-call surprise."""
         if self.config.barge_in.mode != "off" or self.config.stt.kind != "off":
-            self.pool(self.config.barge_in.detector)
+            try:
+                self.pool(self.config.barge_in.detector)
+            except VadUnavailable as exc:
+                raise ValueError(f"{self.config.source}: barge_in.detector {self.config.barge_in.detector}: {exc}") from None
 
     def pool(self, detector: str) -> VadPool:
         pool = self._pools.get(detector)
@@ -132,6 +136,9 @@ class VoiceHub:
     def attach(self, session, inbound, settings: BargeInConfig | None = None, owns_buffer: bool = True) -> "CallerVoice | None":
         """Start listening to `session`'s caller audio; None when detection is off for it."""
         settings = settings or self.config.barge_in
+        if session.caller_voice is not None:  # already listening (e.g. a late call.attach.barge_in): new rules only
+            session.caller_voice.settings = settings
+            return session.caller_voice
         if settings.mode == "off" and self.stt is None:
             return None
         try:
@@ -141,6 +148,7 @@ class VoiceHub:
             return None
         voice = CallerVoice(self, session, inbound, settings, pool, owns_buffer)
         self.voices.add(voice)
+        session.caller_voice = voice
         voice.start()
         return voice
 
@@ -161,8 +169,6 @@ class CallerVoice:
         self.inbound = inbound
         self.settings = settings
         self.owns_buffer = owns_buffer  # pausing is only honest where voxgate holds the audio not yet heard
-        loop = asyncio.get_running_loop()
-        self.cap = RealtimeCap(inbound.sample_rate, settings.max_inbound_ahead_ms, loop.time)
         self.stream: VadStream = pool.open(
             on_event=self._on_speech, on_window=self._on_window,
             threshold=settings.threshold, onset_ms=settings.onset_ms, silence_ms=settings.silence_ms,
@@ -174,6 +180,7 @@ class CallerVoice:
         self._barged = False  # the current speech already interrupted
         self._paused = False
         self._paused_at_onset_ms = 0.0
+        self._dropped_seen = 0
         self.speech_events = 0
         self.barge_ins = 0
         self.false_interruptions = 0
@@ -222,9 +229,11 @@ class CallerVoice:
 
     def feed(self, pcm: np.ndarray) -> None:
         """int16 caller audio at the inbound rate, as it arrived."""
-        pcm = self.cap.admit(pcm)
-        if self.cap.dropped and self.hub.metrics is not None and hasattr(self.hub.metrics, "inbound_dropped"):
-            pass
+        dropped = getattr(self.inbound, "dropped_samples", 0)  # the inbound stream caps faster-than-real-time audio
+        if dropped > self._dropped_seen:
+            self._count("inbound_dropped_samples", dropped - self._dropped_seen)
+            self._dropped_seen = dropped
+            self.stream.reset_pending = True  # a cut in the audio must not read as speech
         if not len(pcm):
             return
         x = self._resampler.process(pcm.astype(np.float32) / 32768.0)
@@ -237,8 +246,11 @@ class CallerVoice:
 
     # ------------------------------------------------------------ playout state
     def _observe(self, event: dict) -> None:
-        if event.get("type") == "audio.start":
+        etype = event.get("type")
+        if etype == "audio.start":
             self._holdoff_until_ms = self.timeline_ms + self.settings.echo_holdoff_ms
+        elif etype == "session.ended":
+            self.close()
 
     def _playing(self) -> bool:
         return self.session.active_turns > 0 and self.session.playout.in_utterance
@@ -250,6 +262,7 @@ class CallerVoice:
         if ev.state == "started":
             self._onset_ms = at
             self._barged = False
+            self._count("speech_events")
             self._paused_at_onset_ms = self.session.playout.paused_total_ms
             self.session.emit({"type": "user.speech", "state": "started", "at_ms": at})
             if (self.settings.mode == "vad" and self.settings.pause_on_onset and self.owns_buffer and self._playing()
@@ -286,10 +299,10 @@ class CallerVoice:
             heard = (turn, max(0.0, playout.played_ms(turn) - max(0.0, talked_over))) if turn else None
             self._spawn(self.session.interrupt(by="caller", heard=heard))
 
-    def _count(self, name: str) -> None:
+    def _count(self, name: str, n: float = 1) -> None:
         counter = getattr(self.hub.metrics, f"voice_{name}", None) if self.hub.metrics is not None else None
         if counter is not None:
-            counter.inc()
+            counter.inc(n)
 
     # ------------------------------------------------------------ speech to text
     def _transcribe(self, ev: SpeechEvent) -> None:
@@ -343,4 +356,4 @@ class CallerVoice:
         self.hub.voices.discard(self)
 
 
-__all__ = ["BARGE_IN_MODES", "CallerVoice", "RealtimeCap", "VoiceHub", "session_settings"]
+__all__ = ["BARGE_IN_MODES", "CallerVoice", "VoiceHub", "decode_input", "parse_input", "session_settings"]

@@ -53,6 +53,7 @@ class Call:
     media_kind: str | None = None  # twilio | audiosocket
     media_state: str = "waiting"  # waiting | connected | ended
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    barge_in: object = None  # the agent's call.attach.barge_in (gateway.config.BargeInConfig), else the config's
 
     async def notify(self, event: dict) -> None:
         """An event for the control socket (dtmf, call.media, call.mark, errors of the media leg)."""
@@ -101,9 +102,12 @@ class CallRegistry:
 
     # ------------------------------------------------------------ control side
     async def attach_control(self, call_id: str, leg: ControlLeg, voice: str | None = None, language: str | None = None,
-                             instruct: str | None = None) -> Call:
+                             instruct: str | None = None, barge_in: dict | None = None) -> Call:
         """`call.attach`: joins the call, or creates it to wait for its media leg. Sends `call.attached`."""
+        from gateway.core.caller_voice import session_settings
+
         call_id = normalize_call_id(call_id)
+        settings = session_settings(self.core.config.barge_in, barge_in) if barge_in is not None else None
         call = self.get(call_id)
         if call is not None and call.control is not None:
             raise P.ProtocolError(P.CALL_BUSY, f"call {call_id!r} already has a control socket")
@@ -114,6 +118,10 @@ class CallRegistry:
             call.timers.append(asyncio.get_running_loop().call_later(timeout, self._unknown_call, call, timeout))
         call.control = leg
         call.session.attach_text(leg)
+        if settings is not None:
+            call.barge_in = settings
+            if call.media_state == "connected":
+                self._listen(call)
         # `voice` says which voice the call speaks with: the media leg's, when it came first.
         call.session.emit({"type": "call.attached", "call_id": call_id, "session_id": call.session.session_id, "voice": call.session.voice_name})
         if call.media_state == "connected":
@@ -163,6 +171,7 @@ class CallRegistry:
         call.session.attach_media(leg)
         self.core.play(call.session)
         call.session.emit({"type": "call.media", "state": "connected", "leg": kind})
+        self._listen(call)
         log.info("call %s: %s media connected (session %s)", call.call_id, kind, call.session.session_id)
         return call
 
@@ -180,6 +189,10 @@ class CallRegistry:
             await session.close()
 
     # ------------------------------------------------------------ internals
+    def _listen(self, call: Call) -> None:
+        """The caller's voice: detection and barge-in on the call's inbound audio (AudioSocket's buffer is ours to pause)."""
+        self.core.voice.attach(call.session, call.inbound, call.barge_in, owns_buffer=call.media_kind == "audiosocket")
+
     def _new_call(self, ids: list[str], session: Session, inbound_rate: int = TELEPHONY_PCM.sample_rate) -> Call:
         wav = recording_path(self.core.config.telephony.record_inbound_dir, ids[0], session.session_id)
         call = Call(ids[0], session, InboundAudio(inbound_rate, wav), aliases=set(ids))

@@ -19,6 +19,9 @@ log = logging.getLogger("voxgate.clock")
 class Ticked(Protocol):
     async def tick(self) -> None: ...
 
+    def tick_failed(self) -> None:
+        """Called once after `tick` raised (the member was removed): end what it was playing."""
+
 
 class PlayoutClock:
     def __init__(self, frame_ms: int = 20, max_catchup: int = 10, on_lateness: Callable[[float], None] | None = None,
@@ -79,6 +82,9 @@ class PlayoutClock:
         for member in list(self._members.values()):
             try:
                 await member.tick()
-            except Exception:  # one session's failure never stops the clock
+            except Exception:  # one session's failure never stops the clock, nor leaves that session open and silent
                 log.exception("tick failed; removing member")
                 self.remove(member)
+                failed = getattr(member, "tick_failed", None)
+                if failed is not None:
+                    failed()

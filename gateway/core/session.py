@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -28,6 +28,7 @@ from gateway import protocol as P
 from gateway.core.chunker import Chunker
 from gateway.core.contracts import MediaLeg, TextLeg
 from gateway.core.headless import HeadlessPlayout
+from gateway.core.playback import SpokenChunk, played_text
 from gateway.config import Config, VoiceConfig
 from gateway.metrics import GatewayMetrics
 from tts import Engine, EngineError, SynthesisRequest, SynthesisStream
@@ -36,6 +37,7 @@ from tts.frontend import FrontendOptions, prepare_text, prepare_text_async
 log = logging.getLogger("voxgate.session")
 
 MAX_IN_FLIGHT = 2
+ENDED_TURNS_REMEMBERED = 256  # ended turn ids whose late text gets `turn_closed` (an agent's tokens in flight)
 
 
 @dataclass
@@ -43,8 +45,10 @@ class _Turn:
     turn_id: str
     chunker: Chunker
     texts: list[str] = field(default_factory=list)  # text chunks as the agent wrote them
+    spoken: list[SpokenChunk | None] = field(default_factory=list)  # each chunk as the engine speaks it, with its word map
     pushed: dict[int, int] = field(default_factory=dict)  # chunk -> samples pushed to the playout
-    complete: set[int] = field(default_factory=set)  # chunks fully synthesised
+    complete: set[int] = field(default_factory=set)  # chunks fully synthesised (or failed)
+    failed: set[int] = field(default_factory=set)  # chunks the engine refused or failed: skipped, the turn goes on
     final: bool = False
     closed: bool = False  # playout told no more audio will come
     chars: int = 0
@@ -112,6 +116,7 @@ class Session:
             cause_provider=self._starved_cause,
         )
         self._turns: dict[str, _Turn] = {}
+        self._ended_turns: OrderedDict[str, None] = OrderedDict()  # recently ended turn ids, oldest first
         self._pending: deque[tuple[_Turn, int]] = deque()  # text chunks not yet submitted
         self._inflight: deque[_Job] = deque()
         self._outbox: deque[dict] = deque()
@@ -160,6 +165,8 @@ class Session:
         if self._draining:
             raise P.ProtocolError(P.SHUTTING_DOWN, "session.end(drain) was requested; no new text is accepted")
         turn = self._turns.get(turn_id)
+        if turn is None and turn_id in self._ended_turns:
+            raise P.ProtocolError(P.TURN_CLOSED, f"turn {turn_id!r} has ended (played out or interrupted); its late text is dropped")
         limit = self.config.server.limits.max_text_per_turn
         if (turn.chars if turn else 0) + len(text) > limit:
             raise P.ProtocolError(P.TEXT_TOO_LONG, f"turn {turn_id!r} would exceed {limit} characters; piece dropped")
@@ -178,10 +185,14 @@ class Session:
             turn.final = True
             chunks += turn.chunker.flush()
         for chunk in chunks:
-            turn.texts.append(chunk)
-            self._pending.append((turn, len(turn.texts) - 1))
+            self._queue_chunk(turn, chunk)
         self._pump()
         self._maybe_close_turn(turn)
+
+    def _queue_chunk(self, turn: _Turn, text: str) -> None:
+        turn.texts.append(text)
+        turn.spoken.append(None)
+        self._pending.append((turn, len(turn.texts) - 1))
 
     # ------------------------------------------------------------ engine side
     def _pump(self) -> None:
@@ -203,6 +214,7 @@ class Session:
     def _submit(self, job: _Job, prepared) -> None:
         turn, index = job.turn, job.index
         log.info("session %s turn %s chunk %d speaks %r (%s)", self.session_id, turn.turn_id, index, prepared.text, prepared.language)
+        turn.spoken[index] = SpokenChunk.build(turn.texts[index], prepared.normalized or prepared.text)
         request = SynthesisRequest(
             text=prepared.text,
             voice=self.voice.speaker or self.voice_name,
@@ -224,6 +236,9 @@ class Session:
         try:
             self._submit(job, await self._prepare(job.turn.texts[job.index]))
             async for chunk in job.stream:
+                spoken = job.turn.spoken[job.index]
+                if spoken is not None:  # where each engine packet starts, in output samples
+                    spoken.frame_offsets.append(job.turn.pushed.get(job.index, 0) + sum(len(p) for p in job.held))
                 self._deliver(job, job.resampler.process(chunk.pcm))
             self._deliver(job, job.resampler.flush())
         except asyncio.CancelledError:
@@ -263,7 +278,9 @@ class Session:
         while self._inflight and self._inflight[0].done:
             job = self._inflight.popleft()
             job.turn.complete.add(job.index)
-            if not job.failed:
+            if job.failed:
+                job.turn.failed.add(job.index)
+            else:
                 self.playout.mark(job.turn.turn_id, job.index)
             self._maybe_close_turn(job.turn)
             if self._inflight:
@@ -294,7 +311,11 @@ class Session:
         d = ev.data
         if ev.type == "first_audio":
             self.metrics.ttfa.observe(d["ttfa_ms"] / 1000.0)
-            self.emit({"type": "audio.start", "turn_id": ev.turn_id, "ttfa_ms": d["ttfa_ms"]})
+            # at_ms: where the turn's first frame sits on the playout timeline (user.speech.at_ms uses the same clock)
+            start = {"type": "audio.start", "turn_id": ev.turn_id, "ttfa_ms": d["ttfa_ms"]}
+            if hasattr(self.playout, "ticks"):  # a headless session (no media leg) has no timeline
+                start["at_ms"] = (self.playout.ticks - 1) * self.playout.frame_ms
+            self.emit(start)
         elif ev.type == "mark":
             self.emit({"type": "mark", "turn_id": ev.turn_id, "chunk": d["chunk"], "played_ms": d["played_ms"]})
         elif ev.type == "underrun_end":
@@ -303,6 +324,7 @@ class Session:
             self.emit({"type": "underrun", "turn_id": ev.turn_id, "duration_ms": d["duration_ms"], "kind": d["kind"], "cause": d["cause"]})
         elif ev.type == "utterance_end":
             turn = self._turns.pop(ev.turn_id, None)
+            self._remember_ended(ev.turn_id)
             self.metrics.turns.labels(interrupted=str(d["interrupted"]).lower()).inc()
             chunk_played = d["chunk_played_ms"]
             done = {
@@ -325,23 +347,17 @@ class Session:
                 asyncio.get_running_loop().create_task(self._finish_drain())
 
     def _played_text(self, turn: _Turn, chunk_played_ms: dict) -> str:
-        """Text of the fully played chunks plus the played share of the current one."""
+        """Text of the chunks the caller heard, cut at the last heard word (gateway.core.playback)."""
         rate = self.output.sample_rate
-        parts = []
-        for index, text in enumerate(turn.texts):
-            played = chunk_played_ms.get(index, 0.0) * rate / 1000.0
-            pushed = turn.pushed.get(index, 0)
-            if played <= 0 or not pushed:
-                break
-            if index in turn.complete and played >= pushed - 1 - rate / 10_000:  # chunk_played_ms is rounded to 0.1 ms
-                parts.append(text.strip())
-                continue
-            share = min(1.0, played / pushed)
-            cut = int(len(text) * share)
-            space = text.rfind(" ", 0, cut + 1)
-            parts.append(text[: space if space > 0 else cut].strip())
-            break
-        return " ".join(p for p in parts if p)
+        played = {index: ms * rate / 1000.0 for index, ms in chunk_played_ms.items()}
+        # chunk_played_ms is rounded to 0.1 ms: a fully played chunk may read a few samples short
+        return played_text(turn.spoken, turn.pushed, turn.complete, turn.failed, played, slack=1 + rate / 10_000)
+
+    def _remember_ended(self, turn_id: str) -> None:
+        self._ended_turns[turn_id] = None
+        self._ended_turns.move_to_end(turn_id)
+        while len(self._ended_turns) > ENDED_TURNS_REMEMBERED:
+            self._ended_turns.popitem(last=False)
 
     # ------------------------------------------------------------ events out
     async def report(self, exc: P.ProtocolError) -> None:
@@ -381,6 +397,13 @@ class Session:
                 await media.send_audio(self.encoder.silence)
         if self._outbox:
             await self.flush_events()
+
+    def tick_failed(self) -> None:
+        """The clock caught an exception from this session's tick: end this session (`internal`), never the others."""
+        log.error("session %s: its tick failed; ending the session", self.session_id)
+        if not self.closed:
+            error = P.error_event(P.INTERNAL, "internal error playing this call's audio; the session was ended")
+            asyncio.get_running_loop().create_task(self.close(error))
 
     def pull_frame(self) -> tuple[np.ndarray, str]:
         """For legs that own the clock (WebRTC): one frame of float32 PCM and its kind."""
@@ -432,8 +455,7 @@ class Session:
     def add_text_final(self, turn: _Turn) -> None:
         turn.final = True
         for chunk in turn.chunker.flush():
-            turn.texts.append(chunk)
-            self._pending.append((turn, len(turn.texts) - 1))
+            self._queue_chunk(turn, chunk)
         self._pump()
         self._maybe_close_turn(turn)
 

@@ -42,8 +42,9 @@ log = logging.getLogger("voxgate.openai_speech")
 TURN_ID = "speech"
 STREAM_FORMATS = ("audio", "sse")
 MAX_INSTRUCTIONS = 4096
+ENCODE_SLICE = SAMPLE_RATE // 5  # encode (and send) at most 200 ms of audio at a time
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 413: "invalid_request_error", 429: "rate_limit_error",
-          500: "server_error", 503: "server_error"}
+          500: "server_error", 503: "server_error", 504: "server_error"}
 # Our error codes that mean "try again later" rather than "your request is wrong".
 _RETRY_LATER = {P.AT_CAPACITY: 429, P.OVERLOADED: 429, P.SHUTTING_DOWN: 503}
 
@@ -176,9 +177,15 @@ class OpenAISpeech:
             return exc.response()
         except ContainerError as exc:
             return SpeechError(400, P.UNSUPPORTED_FORMAT, str(exc), "response_format").response()
+        # A request is a call without a media leg: it ends at limits.max_call_s like one (an engine that never
+        # answers must not hold a session for ever).
+        limit = core.config.server.limits.max_call_s
+        timer = asyncio.get_running_loop().call_later(
+            limit, session.playout.fail, P.CALL_TOO_LONG, f"the request reached limits.max_call_s = {limit:g} s")
         try:
             return await self._stream(request, req, session, encoder)
         finally:
+            timer.cancel()
             if not session.closed:
                 await session.close()
 
@@ -225,6 +232,11 @@ class OpenAISpeech:
             work = encoder.finish if pcm is None else (lambda: encoder.encode(pcm))
             return await asyncio.to_thread(work) if encoder.cpu_heavy else work()
 
+        async def send_pcm(pcm) -> None:
+            # An engine that yields a whole sentence at once (eSpeak) would wait for all of it to be encoded.
+            for start in range(0, len(pcm), ENCODE_SLICE):
+                await send(await encode(pcm[start : start + ENCODE_SLICE]))
+
         async def send(data: bytes) -> None:
             if not data:
                 return
@@ -236,10 +248,10 @@ class OpenAISpeech:
         try:
             if first is not None:
                 samples += len(first)
-                await send(await encode(first))
+                await send_pcm(first)
             async for pcm in pieces:
                 samples += len(pcm)
-                await send(await encode(pcm))
+                await send_pcm(pcm)
             await send(await encode())
         except HeadlessError as exc:
             error = _from_engine(exc)
@@ -271,8 +283,8 @@ async def _read_json(request: web.Request) -> Any:
     except web.HTTPRequestEntityTooLarge:
         raise SpeechError(413, P.TOO_LARGE, "the request body is too large (the limit is 4 × server.limits.max_message_bytes)") from None
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return P.loads_json(raw)
+    except ValueError as exc:  # UnicodeDecodeError and too-deep nesting included
         raise SpeechError(400, P.BAD_JSON, f"the request body is not valid JSON: {exc}") from None
 
 
@@ -286,7 +298,7 @@ def _from_protocol(exc: P.ProtocolError, param: str | None) -> SpeechError:
 
 
 def _from_engine(exc: HeadlessError) -> SpeechError:
-    status = _RETRY_LATER.get(exc.code, 500)
+    status = 504 if exc.code == P.CALL_TOO_LONG else _RETRY_LATER.get(exc.code, 500)
     return SpeechError(status, exc.code, exc.message)
 
 

@@ -9,7 +9,6 @@ that a chunk's audio was played or dropped).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -36,7 +35,7 @@ class ControlLeg:
     async def send_event(self, event: dict) -> None:
         if self.ws.closed:
             return
-        data = json.dumps(event, ensure_ascii=False)
+        data = P.dump_event(event)
         # The shared clock flushes events too: an agent that stopped reading is dropped, never awaited
         # (the call goes on, and an agent may re-attach).
         if self.transport is not None and drop_if_stuck(self.transport, self.protocol, len(data.encode()), "control socket"):
@@ -108,7 +107,8 @@ class ControlEndpoint:
         if mtype == "call.attach":
             if call is not None:
                 raise P.ProtocolError(P.SESSION_EXISTS, f"this socket is attached to call {call.call_id!r}; one call per control socket")
-            return await self.registry.attach_control(m["call_id"], leg, m.get("voice"), m.get("language"), m.get("instruct"))
+            return await self.registry.attach_control(m["call_id"], leg, m.get("voice"), m.get("language"), m.get("instruct"),
+                                                      barge_in=m.get("barge_in"))
         if call is None:
             raise P.ProtocolError(P.NO_SESSION, "send call.attach first")
         if mtype == "session.start":

@@ -1,13 +1,15 @@
 """/v1/ws: the native protocol (DESIGN.md §3.4), both legs on one WebSocket.
 
 JSON text messages for control and events, binary messages for the playout's
-20 ms frames in the negotiated encoding, paced by the shared clock.
+20 ms frames in the negotiated encoding, paced by the shared clock. With
+`session.start.input` the client's binary messages are the caller's audio
+(any length, in that encoding and rate); without it they are refused with
+`binary_not_allowed`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from aiohttp import WSMsgType, web
@@ -15,6 +17,8 @@ from aiohttp import WSMsgType, web
 from audio.encode import OutputFormat
 from gateway import protocol as P
 from gateway.core import CallCore, Session
+from gateway.core.caller_voice import decode_input, parse_input, session_settings
+from gateway.core.inbound import InboundAudio
 from gateway.core.backpressure import allow_event_backlog, drop_if_stuck, frame_must_skip
 from gateway.legs.accept import accept_ws, close_code
 from gateway.legs.host import LegHost
@@ -37,11 +41,12 @@ class NativeWsLeg:
         self.output = output
         self.metrics = metrics
         self._frames = metrics.frames_sent.labels(leg="ws")
+        self.input_encoding: str | None = None  # session.start.input: binary client messages are caller audio
 
     async def send_event(self, event: dict) -> None:
         if self.ws.closed:
             return
-        data = json.dumps(event, ensure_ascii=False)
+        data = P.dump_event(event)
         if drop_if_stuck(self.transport, self.protocol, len(data.encode()), "client"):
             return  # events cannot be skipped like frames: a client this far behind has stopped reading
         await self.ws.send_str(data)
@@ -116,7 +121,15 @@ class NativeWsEndpoint:
                     if session is not None and session.closed:
                         break
                 elif msg.type == WSMsgType.BINARY:
-                    await self._error(ws, session, P.ProtocolError(P.BINARY_NOT_ALLOWED, "binary messages are not accepted on /v1/ws"))
+                    leg = session.text_leg if session is not None else None
+                    if session is None or session.inbound is None or not isinstance(leg, NativeWsLeg) or leg.input_encoding is None:
+                        await self._error(ws, session, P.ProtocolError(
+                            P.BINARY_NOT_ALLOWED, "binary messages are caller audio only when session.start carries `input`"))
+                        continue
+                    try:
+                        session.inbound.push(decode_input(leg.input_encoding, msg.data))
+                    except P.ProtocolError as exc:
+                        await self._error(ws, session, exc)
                 elif msg.type == WSMsgType.ERROR:
                     code = P.TOO_LARGE if "size" in str(ws.exception()) else P.BAD_MESSAGE
                     log.info("ws error: %s", ws.exception())
@@ -132,6 +145,8 @@ class NativeWsEndpoint:
             self._connections -= 1
             if session is not None and not session.closed:
                 await session.close()
+            if session is not None and session.inbound is not None:
+                session.inbound.close()
             if not ws.closed:
                 await ws.close(code=close_code(core))
         return ws
@@ -142,8 +157,14 @@ class NativeWsEndpoint:
             output = OutputFormat(encoding=out.get("encoding", "pcm16"), sample_rate=out.get("sample_rate", 24000))
         except (ValueError, TypeError) as exc:
             raise P.ProtocolError(P.UNSUPPORTED_FORMAT, str(exc)) from None
-        session = self.core.new_session("ws", m.get("voice"), m.get("language", "auto"), m.get("instruct"), output)
+        caller_input = parse_input(m["input"]) if m.get("input") is not None else None
+        barge_in = session_settings(self.core.config.barge_in, m.get("barge_in"))
+        session = self.core.new_session("ws", m.get("voice"), (m.get("language") or "auto"), m.get("instruct"), output)
         leg = NativeWsLeg(ws, request, output, self.core.metrics)
+        if caller_input is not None:
+            leg.input_encoding = caller_input[0]
+            session.inbound = InboundAudio(caller_input[1])
+            self.core.voice.attach(session, session.inbound, barge_in)
         session.attach_text(leg)
         session.attach_media(leg)
         self.core.play(session)
@@ -151,8 +172,11 @@ class NativeWsEndpoint:
             "type": "session.started",
             "session_id": session.session_id,
             "voice": session.voice_name,
-            "language": m.get("language", "auto"),
+            "language": (m.get("language") or "auto"),
             "output": {"encoding": output.encoding, "sample_rate": output.sample_rate, "frame_ms": output.frame_ms},
+            **({"input": {"encoding": caller_input[0], "sample_rate": caller_input[1]},
+                "barge_in": {"mode": barge_in.mode if session.caller_voice is not None else "off", "min_speech_ms": barge_in.min_speech_ms}}
+               if caller_input else {}),
         })
         asyncio.get_running_loop().create_task(self._close_ws_when_done(session, ws))
         return session

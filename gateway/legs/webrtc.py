@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import fractions
-import json
 import logging
 import time
 import uuid
@@ -37,8 +36,11 @@ from aiortc.sdp import SessionDescription
 from av import AudioFrame
 
 from audio.encode import OutputFormat
+from audio.resample import StreamResampler
 from gateway import protocol as P
 from gateway.core import CallCore, Session
+from gateway.core.caller_voice import session_settings
+from gateway.core.inbound import InboundAudio
 from gateway.legs.accept import UNAUTHORIZED_MESSAGE, authorized
 from gateway.legs.host import LegHost
 
@@ -50,6 +52,7 @@ STATS_INTERVAL_S = 0.25  # `playout.stats` events for the demo page's buffer met
 MAX_OFFER_BYTES = 64 * 1024
 MAX_CHANNEL_BACKLOG_BYTES = 1 << 20  # events queued for a peer that does not take them (SCTP unacknowledged)
 CODEC_RATES = {"opus": 48000, "pcmu": 8000, "pcma": 8000}
+INBOUND_RATE = 16000  # the caller's microphone, as every leg hands it to the core
 
 
 # ---------------------------------------------------------------- ICE
@@ -161,6 +164,34 @@ class WebrtcCall:
         self.closed = False
         self._tasks: list[asyncio.Task] = []
         self._idle_timer: asyncio.TimerHandle | None = None
+        self.inbound: InboundAudio | None = None  # the caller's microphone track, decoded (when the offer sends one)
+
+    # -- the caller's microphone
+    def consume(self, track) -> None:
+        """Read the peer's audio track for the whole call: mono 16 kHz int16 into `self.inbound`."""
+        if track.kind != "audio" or self.inbound is not None:
+            return
+        self.inbound = InboundAudio(INBOUND_RATE)
+        self._spawn(self._read_mic(track, self.inbound))
+
+    async def _read_mic(self, track, inbound: InboundAudio) -> None:
+        resampler: StreamResampler | None = None
+        try:
+            while True:
+                frame = await track.recv()
+                pcm = frame.to_ndarray().reshape(-1).astype(np.float32) / 32768.0
+                channels = len(frame.layout.channels)
+                if channels > 1:  # interleaved s16: average to mono
+                    pcm = pcm.reshape(-1, channels).mean(axis=1)
+                if resampler is None or resampler.in_rate != frame.sample_rate:
+                    resampler = StreamResampler(frame.sample_rate, INBOUND_RATE)
+                out = resampler.process(pcm)
+                if len(out):
+                    inbound.push(np.clip(out * 32768.0, -32768, 32767).astype(np.int16))
+        except MediaStreamError:
+            pass  # the peer's track ended
+        finally:
+            inbound.close()
 
     def arm_idle_timer(self) -> None:
         """(Re)starts the idle timeout: a peer that sends nothing for limits.idle_timeout_s is dropped, as on /v1/ws
@@ -199,7 +230,7 @@ class WebrtcCall:
                     log.warning("webrtc call %s: %d bytes of events unacknowledged; closing", self.session_id, channel.bufferedAmount)
                     self._spawn(self.close())
                 return
-            channel.send(json.dumps(event, ensure_ascii=False))
+            channel.send(P.dump_event(event))
 
     # -- data channel input
     def on_datachannel(self, channel) -> None:
@@ -246,10 +277,14 @@ class WebrtcCall:
         if "output" in msg and msg["output"]:
             log.info("webrtc call %s: output %r ignored; the codec is %s", self.session_id, msg["output"], self.codec)
         language = msg.get("language") or "auto"
+        barge_in = session_settings(self.core.config.barge_in, msg.get("barge_in"))
         session = self.core.new_session("webrtc", msg.get("voice"), language, msg.get("instruct"), self.output, session_id=self.session_id)
         self.session = session
         session.attach_text(self)
         session.attach_media(self)
+        if self.inbound is not None:  # the page sends its microphone: the caller's voice is heard next to the playout
+            session.inbound = self.inbound
+            self.core.voice.attach(session, self.inbound, barge_in)
         self.track.source = session.pull_frame
         self.track.on_frame = self.core.metrics.frames_sent.labels(leg="webrtc").inc
         self.core.play(session)  # the track pulls frames; this arms the max-call timer
@@ -259,6 +294,8 @@ class WebrtcCall:
             "voice": session.voice_name,
             "language": language,
             "output": {"encoding": self.codec, "sample_rate": self.output.sample_rate, "frame_ms": self.output.frame_ms},
+            "input": {"microphone": self.inbound is not None,
+                      "barge_in": barge_in.mode if session.caller_voice is not None else "off"},
         })
         await session.flush_events()
         self._spawn(self._watch(session))
@@ -344,7 +381,7 @@ class WebrtcTransport:
         if request.content_length and request.content_length > MAX_OFFER_BYTES:
             return _error(413, P.TOO_LARGE, f"an offer may be at most {MAX_OFFER_BYTES} bytes")
         try:
-            body = await request.json()
+            body = P.loads_json(await request.read())
         except ValueError:
             return _error(400, P.BAD_JSON, "the offer must be JSON: {\"sdp\": \"…\", \"type\": \"offer\"}")
         if not isinstance(body, dict) or not isinstance(body.get("sdp"), str) or body.get("type") != "offer":
@@ -359,6 +396,8 @@ class WebrtcTransport:
             gw.metrics.errors.labels(code=error.code).inc()
             return _error(503, error.code, error.message)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=self.ice))
+        remote_tracks: list = []
+        pc.on("track", remote_tracks.append)  # fires inside setRemoteDescription for a sendrecv offer
         self._answering += 1  # holds a slot across the awaits below, so concurrent offers see it
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type="offer"))
@@ -370,12 +409,18 @@ class WebrtcTransport:
             pc.addTrack(track)
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # aiortc raises ValueError and friends for SDP it cannot use
-            await pc.close()
+            try:
+                await pc.close()
+            except Exception:  # a peer connection left half-built by the bad SDP may fail to close too
+                log.debug("closing a refused peer connection failed", exc_info=True)
             return _error(400, P.BAD_MESSAGE, f"cannot answer this offer: {exc}")
         finally:
             self._answering -= 1
         call = WebrtcCall(self, pc, track, output, codec)
         self.calls.add(call)
+        for remote in remote_tracks:
+            call.consume(remote)
+        pc.on("track", call.consume)
         pc.on("datachannel", call.on_datachannel)
         pc.on("connectionstatechange", call.on_connection_state)
         call._spawn(call.watch_connection())

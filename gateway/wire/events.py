@@ -9,7 +9,6 @@ stable code; the leg reports it and the call goes on.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -145,7 +144,7 @@ class StartRefused(P.ProtocolError):
 # ---------------------------------------------------------------- shared parsing helpers
 def load_json_object(raw: str, what: str) -> dict:
     try:
-        m = json.loads(raw)
+        m = P.loads_json(raw)  # deep nesting is a ValueError here, not a RecursionError
     except ValueError as exc:
         raise P.ProtocolError(P.BAD_JSON, f"{what} message is not valid JSON: {exc}") from None
     if not isinstance(m, dict):

@@ -93,7 +93,7 @@ class DecodeError(P.ProtocolError):
 def decode(raw: str) -> TwilioEvent:
     """One Twilio text frame; DecodeError (bad_json, bad_message, bad_audio, unsupported_format) if unusable."""
     try:
-        m = json.loads(raw)
+        m = P.loads_json(raw)  # deep nesting is a ValueError here, not a RecursionError
     except ValueError as exc:
         raise DecodeError(P.BAD_JSON, f"Twilio message is not valid JSON: {exc}") from None
     if not isinstance(m, dict) or not isinstance(m.get("event"), str):

@@ -2,6 +2,8 @@ import json
 import wave
 
 import numpy as np
+
+from audio import filewriter
 import pytest
 
 from audio.playout import Playout
@@ -167,6 +169,7 @@ def test_event_log_and_wav_timeline_record_exactly_what_was_played(tmp_path):
     p.close_utterance("t1")
     run_ticks(p, clock, 1)
     p.close()
+    assert filewriter.sync()  # the writer thread writes the files
     lines = [json.loads(l) for l in log_path.read_text().splitlines()]
     assert [l["type"] for l in lines] == ["utterance_start", "first_audio", "underrun_start", "underrun_end", "utterance_end"]
     assert all(l["session"] == "s1" and l["turn_id"] == "t1" for l in lines)

@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 import websockets
 
+from audio import filewriter
 from tests.conftest import Client
 
 FORMATS = [("pcm16", 8000, 320), ("pcm16", 16000, 640), ("pcm16", 24000, 960), ("pcm16", 48000, 1920), ("mulaw", 8000, 160), ("alaw", 8000, 160)]
@@ -351,6 +352,7 @@ async def test_log_dir_gets_each_sessions_event_log_and_wav_timeline(start_gatew
     done = await c.until("turn.done")
     await c.send({"type": "session.end"})
     await c.until("session.ended")
+    assert filewriter.sync()  # the writer thread writes the files
     sid = started["session_id"]
     events = [json.loads(line) for line in (log_dir / f"{sid}.events.jsonl").read_text().splitlines()]
     assert [e["type"] for e in events][:2] == ["utterance_start", "first_audio"]

@@ -241,3 +241,78 @@ async def test_aliases_answer_on_the_native_protocol_too_and_clashes_are_refused
         load_config(None, {"voices": {"a": {"aliases": ["alloy"]}, "b": {"aliases": ["ALLOY"]}}})
     with pytest.raises(ConfigError, match="voices.a.aliases: 'b'"):
         load_config(None, {"voices": {"a": {"aliases": ["b"]}, "b": {}}})
+
+
+def fail_chunk(gw, index: int) -> None:
+    """Fault injection on the real engine: the `index`-th text chunk it is given is refused."""
+    from tts import EngineError
+
+    real = gw.engine.synthesize
+    count = iter(range(10**6))
+
+    def faulty(request):
+        if next(count) == index:
+            raise EngineError("engine_error", "injected fault")
+        return real(request)
+
+    gw.engine.synthesize = faulty
+
+
+LONG = "First sentence goes here. Second sentence follows it. Third sentence ends the reply. Fourth one, just in case."
+
+
+async def test_a_chunk_failing_after_audio_went_out_cuts_an_audio_body_short(start_gateway):
+    gw = await start_gateway({"simulated": {"stream_rtf": 0.3}})
+    fail_chunk(gw, 2)
+    got = b""
+    async with client(gw) as oa:
+        # The SDK hands the body to httpx as is: the client's transport reports the cut.
+        with pytest.raises(Exception, match="incomplete chunked read"):
+            async with oa.audio.speech.with_streaming_response.create(model="tts-1", voice="default", input=LONG, response_format="pcm") as resp:
+                assert resp.status_code == 200
+                async for piece in resp.iter_bytes():
+                    got += piece
+    assert len(got) > 0  # audio had gone out; the body then ended without its last chunk marker
+    assert len(gw.sessions) == 0
+
+
+async def test_a_chunk_failing_after_audio_went_out_ends_an_sse_body_with_an_error_event(start_gateway):
+    gw = await start_gateway({"simulated": {"stream_rtf": 0.3}})
+    fail_chunk(gw, 2)
+    async with client(gw) as oa:
+        async with oa.audio.speech.with_streaming_response.create(model="tts-1", voice="default", input=LONG, response_format="pcm",
+                                                                   stream_format="sse") as resp:
+            events = [json.loads(line[6:]) async for line in resp.iter_lines() if line.startswith("data: ")]
+    assert events[0]["type"] == "speech.audio.delta"
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "engine_error"
+    assert not any(e["type"] == "speech.audio.done" for e in events)
+
+
+async def test_a_first_chunk_failure_is_a_500_with_the_engines_code(start_gateway):
+    gw = await start_gateway()
+    fail_chunk(gw, 0)
+    async with client(gw) as oa:
+        with pytest.raises(openai.InternalServerError) as exc:
+            await oa.audio.speech.create(model="tts-1", voice="default", input="Hello there.", response_format="wav")
+    assert exc.value.status_code == 500 and exc.value.code == "engine_error"
+
+
+async def test_without_pyav_compressed_formats_get_a_clear_400_and_pcm_still_works(start_gateway, monkeypatch):
+    import gateway.http.openai_speech as route
+
+    monkeypatch.setattr(route, "containers_available", lambda: ("pcm", "wav"))  # as on an install without PyAV
+    gw = await start_gateway()
+    async with client(gw) as oa:
+        with pytest.raises(openai.BadRequestError) as exc:
+            await oa.audio.speech.create(model="tts-1", voice="default", input="Hi.", response_format="mp3")
+        assert exc.value.code == "unsupported_format" and "voxgate[speech]" in exc.value.message
+        assert len((await oa.audio.speech.create(model="tts-1", voice="default", input="Hi there.", response_format="wav")).content) > 44
+
+
+async def test_a_request_ends_at_max_call_s_like_a_call(start_gateway):
+    gw = await start_gateway({"simulated": {"first_packet_ms": 3000}, "server": {"limits": {"max_call_s": 0.3}}})
+    async with client(gw) as oa:
+        with pytest.raises(openai.InternalServerError) as exc:
+            await oa.audio.speech.create(model="tts-1", voice="default", input="Hello there.", response_format="pcm")
+    assert exc.value.status_code == 504 and exc.value.code == "call_too_long"
+    assert not gw.sessions and not gw.engine._jobs

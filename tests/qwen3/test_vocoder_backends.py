@@ -204,3 +204,18 @@ def test_tensorrt_equals_offline_and_uses_one_context_per_thread(decoder, cache)
         assert voc._made == 2
     finally:
         decoder.to("cpu")
+
+
+def test_gpu_vocoder_bench_logic_runs_on_cpu_and_skips_with_reasons():
+    """bench/gpu_vocoder.run (what scripts/gpu_check.sh calls) on the CPU with the tiny shape."""
+    from bench.gpu_vocoder import format_table, run
+
+    rows = run(budget_s=120, backends=("torch-graphs", "tensorrt", "torch-eager"), batches=(1, 3), packets=(1, 2),
+               reps=1, device="cpu", shape="tiny")
+    timed = [r for r in rows if "skipped" not in r]
+    assert {(r["batch"], r["packet"]) for r in timed} == {(1, 1), (1, 2), (3, 1), (3, 2)}
+    assert all(r["backend"] == "torch-eager" and r["max_err"] < 1e-4 and r["audio_x"] > 0 for r in timed)
+    skipped = {r["backend"]: r["skipped"] for r in rows if "skipped" in r}
+    assert set(skipped) == {"torch-graphs", "tensorrt"}
+    table = format_table(rows)
+    assert "skipped" in table and "torch-eager-cpu" in table

@@ -162,3 +162,15 @@ async def test_api_keys_refuse_an_unauthenticated_far_end_and_accept_basic_auth(
     await asyncio.sleep(0.1)
     assert gw.calls.get("auth-1") is not None
     await ws.close()
+
+
+async def test_an_oversized_message_ends_only_that_call(gateway):
+    control = await Control.connect(gateway)
+    await control.attach("big-1")
+    ast = await AsteriskClient.connect(gateway, channel_id="big-1")
+    await control.expect("call.media", state="connected")
+    await ast.send(b"\xff" * 300_000)  # far above Asterisk's own 65,500-byte limit
+    assert (await control.expect("error"))["code"] == "too_large"
+    await control.expect("session.ended")
+    await asyncio.wait_for(ast.closed.wait(), 5)
+    assert ast.ws.close_code == 1009

@@ -5,10 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gateway.agent.stt import STT_ERROR, SttError, TranscriptionClient, UtteranceBuffer
 from tests.voice.fake_stt import FakeTranscriptionServer
-
-stt = pytest.importorskip("gateway.agent.stt", reason="gateway.agent becomes a package with the layout move (issue 14)")
-STT_ERROR, SttError, TranscriptionClient, UtteranceBuffer = stt.STT_ERROR, stt.SttError, stt.TranscriptionClient, stt.UtteranceBuffer
 
 
 @pytest.fixture

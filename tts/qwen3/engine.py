@@ -201,7 +201,7 @@ class Qwen3Engine(Engine):
             from tts.qwen3.voice_clone import VoiceCloner
 
             self._clones = ClonedVoices(VoiceCloner(self._ckpt.model, self._ckpt.tokenizer, self._ckpt.model_dir,
-                                                    s.voice_cache_dir))
+                                                    s.voice_cache_dir, encoder=self._ckpt.codec_encoder))
         gen = torch.Generator(device=self._ckpt.model.talker.codec_head.weight.device).manual_seed(s.seed)
         cuda = torch.device(s.device).type == "cuda"
         if not cuda and s.cpu_threads >= 0:

@@ -1,4 +1,4 @@
-"""`voxgate synth` and `voxgate make-tiny-model` (DESIGN.md §3.7)."""
+"""`voxgate synth`, `make-tiny-model`, `encode-audio` and `speaker-embedding` (DESIGN.md §3.7)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def synth_main(args) -> int:
     from tts.qwen3.prompt import PromptError, build_prompt
 
     t_start = time.perf_counter()
+    reference = None
+    if getattr(args, "ref_audio", None):  # a bad reference is refused before any model loads
+        from tts.qwen3.voice_clone import load_reference_or_error
+
+        try:
+            reference = load_reference_or_error(args.ref_audio)
+        except PromptError as e:
+            print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
+            return 2
     try:
         ckpt = Checkpoint.load(args.model_dir, device=args.device, dtype=args.dtype)
     except (ConfigError, ValueError) as e:
@@ -41,12 +50,27 @@ def synth_main(args) -> int:
         prepared = prepare_text(text, language)
         text = prepared.text
     speaker = args.speaker
+    clone = None
+    ref_audio = getattr(args, "ref_audio", None)
+    if cfg.tts_model_type == "base" and not ref_audio:
+        print("voxgate synth: unknown_voice: a Base checkpoint speaks cloned voices: pass --ref-audio WAV "
+              "with --ref-text TEXT (or --x-vector-only)", file=sys.stderr)
+        return 2
+    if ref_audio:
+        try:
+            clone = _clone_prompt(ckpt, args.model_dir, reference, args.ref_text, args.x_vector_only)
+        except PromptError as e:
+            print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
+            return 2
     if cfg.tts_model_type == "custom_voice" and not speaker:
         speaker = sorted(cfg.talker.spk_id)[0]
         print(f"speaker: {speaker} (default; --speaker to choose)", file=sys.stderr)
     try:
+        # cloned voices default to generate_voice_clone's layout (streaming text), the rest to the CustomVoice one
+        streaming = (not args.non_streaming_text) if clone is not None else args.streaming_text
         prompt = build_prompt(ckpt.model.talker, cfg, ckpt.tokenizer, text, speaker=speaker, language=language,
-                              instruct=args.instruct, streaming_text=args.streaming_text)
+                              instruct=None if clone is not None else args.instruct, clone=clone,
+                              streaming_text=streaming)
     except PromptError as e:
         print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
         return 2
@@ -75,8 +99,13 @@ def synth_main(args) -> int:
         except CodecError as e:
             print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
             return 2
+        joint = codes if clone is None or not clone.icl else torch.cat([clone.ref_codes.cpu(), codes])
         with torch.inference_mode():
-            pcm = vocoder.decode(codes.unsqueeze(0).to(vocoder.device))[0].float().cpu().numpy()
+            pcm = vocoder.decode(joint.unsqueeze(0).to(vocoder.device))[0].float().cpu().numpy()
+        if joint is not codes:  # ICL: the official output is the joint decode minus the reference's share
+            from tts.qwen3.prompt import icl_trim
+
+            pcm = pcm[icl_trim(len(clone.ref_codes), len(joint), len(pcm)):]
     else:
         pcm = np.zeros(0, dtype=np.float32)
     t_dec = time.perf_counter()
@@ -113,3 +142,92 @@ def ensure_tiny_model(model_dir: str | None = None) -> str:
     if not os.path.isfile(os.path.join(model_dir, "speech_tokenizer", "model.safetensors")):
         make_tiny_model(model_dir, variant="1b7", kind="custom_voice", seed=0)
     return model_dir
+
+
+def _clone_prompt(ckpt, model_dir: str, ref, ref_text: str | None, x_vector_only: bool):
+    """A cloned voice's prompt parts from a decoded reference (PromptError `bad_voice`, `unsupported_voice`)."""
+    from tts.qwen3.prompt import PromptError
+    from tts.qwen3.voice_clone import VoiceCloner
+
+    if ckpt.config.tts_model_type != "base":
+        raise PromptError("unsupported_voice", f"--ref-audio needs a Base checkpoint; {model_dir} is "
+                                               f"{ckpt.config.tts_model_type}")
+    if not x_vector_only and not (ref_text and ref_text.strip()):
+        raise PromptError("bad_voice", "in-context cloning needs --ref-text (the reference's transcript); "
+                                       "or pass --x-vector-only")
+    return VoiceCloner(ckpt.model, ckpt.tokenizer, model_dir).prompt(ref, ref_text, x_vector_only)
+
+
+def _speech_tokenizer_dir(model_dir: str) -> str:
+    import os
+
+    inner = os.path.join(model_dir, "speech_tokenizer")
+    return inner if os.path.isdir(inner) else model_dir
+
+
+def encode_audio_main(args) -> int:
+    """WAV -> the speech tokenizer's codes [frames, 16] (int64 .npy), as the ICL prompt takes them."""
+    from audio.reference import to_rate
+    from tts.qwen3.codec import CodecError
+    from tts.qwen3.codec.encoder import load_codec_encoder
+    from tts.qwen3.prompt import PromptError
+    from tts.qwen3.voice_clone import load_reference_or_error
+
+    t0 = time.perf_counter()
+    try:
+        ref = load_reference_or_error(args.wav)
+        encoder = load_codec_encoder(_speech_tokenizer_dir(args.model_dir), device=args.device)
+    except (PromptError, CodecError) as e:
+        print(f"voxgate encode-audio: {e.code}: {e.message}", file=sys.stderr)
+        return 2
+    codes = encoder.encode(to_rate(ref.samples, ref.sample_rate, encoder.config.sampling_rate)).cpu().numpy()
+    np.save(args.codes_out, codes.astype(np.int64))
+    print(f"{ref.duration_s:.2f} s at {ref.sample_rate} Hz -> {codes.shape[0]} frames x {codes.shape[1]} codebooks "
+          f"in {time.perf_counter() - t0:.2f} s -> {args.codes_out}", file=sys.stderr)
+    return 0
+
+
+def load_speaker_encoder(model_dir: str, device: str = "cpu", dtype: str = "float32"):
+    """Only the `speaker_encoder.*` weights of a Base checkpoint (the talker stays on disk)."""
+    import os
+
+    from safetensors import safe_open
+
+    from tts.qwen3.config import ConfigError, load_config
+    from tts.qwen3.speaker_encoder import SpeakerEncoder
+    from tts.qwen3.weights import parse_dtype
+
+    cfg = load_config(model_dir)
+    if not cfg.has_speaker_encoder:
+        raise ConfigError("unsupported_voice", f"{model_dir} is a {cfg.tts_model_type} checkpoint: it has no speaker "
+                                               "encoder (Base checkpoints do)")
+    enc = SpeakerEncoder(cfg.speaker_encoder)
+    prefix = "speaker_encoder."
+    with safe_open(os.path.join(model_dir, "model.safetensors"), framework="pt", device="cpu") as f:
+        state = {k[len(prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
+    try:
+        enc.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise ConfigError("bad_weights", f"{model_dir}: speaker encoder weights do not match the config: {e}") from None
+    return enc.to(device=device, dtype=parse_dtype(dtype)).eval().requires_grad_(False)
+
+
+def speaker_embedding_main(args) -> int:
+    """WAV -> the speaker encoder's x-vector (float32 1-D .npy)."""
+    from audio.reference import to_rate
+    from tts.qwen3.config import ConfigError
+    from tts.qwen3.prompt import PromptError
+    from tts.qwen3.voice_clone import load_reference_or_error
+
+    t0 = time.perf_counter()
+    try:
+        ref = load_reference_or_error(args.wav)
+        enc = load_speaker_encoder(args.model_dir, args.device, args.dtype)
+    except (PromptError, ConfigError) as e:
+        print(f"voxgate speaker-embedding: {e.code}: {getattr(e, 'message', e)}", file=sys.stderr)
+        return 2
+    xvec = enc.embed(to_rate(ref.samples, ref.sample_rate, enc.sample_rate)).float().cpu().numpy()
+    np.save(args.out, xvec.astype(np.float32))
+    print(f"{ref.duration_s:.2f} s at {ref.sample_rate} Hz -> x-vector of {xvec.shape[0]} in "
+          f"{time.perf_counter() - t0:.2f} s -> {args.out}", file=sys.stderr)
+    return 0

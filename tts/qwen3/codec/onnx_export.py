@@ -100,7 +100,10 @@ def export_onnx(
     if max_batch < 1:
         raise CodecError("bad_max_batch", f"max_batch must be at least 1, got {max_batch}")
     dtype = PRECISIONS[precision]
-    model = decoder.to("cpu").eval()
+    import copy
+
+    # traced on the CPU; a decoder on a GPU is copied, never moved (its owner keeps using it)
+    model = (decoder if decoder.device.type == "cpu" else copy.deepcopy(decoder).to("cpu")).eval()
     if dtype != torch.float32:
         model = _half_copy(model, dtype)
     cfg = model.config

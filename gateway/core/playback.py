@@ -1,0 +1,106 @@
+"""Playback accounting: what the caller heard of a turn, as text.
+
+`played_text` is the text of every text chunk the caller heard in full, plus
+the heard words of the chunk that was cut off, in the agent's own writing.
+The engine speaks each chunk's *normalised* text ("15%" becomes "fifteen
+percent"), so each spoken chunk keeps a map from its spoken words to spans of
+the original text: words that read the same anchor the map, and a run that
+the normaliser rewrote becomes one group ("15%" ↔ "fifteen percent") that
+counts as heard only when all of its spoken words were.
+
+Qwen3-TTS gives no word timings, so a word's place in the chunk's audio is
+estimated by its share of the chunk's spoken characters: a chunk of 2 s
+whose first word holds 10 % of the letters has that word end at 0.2 s.
+The codec frame offsets of each chunk are kept alongside (the engine's
+streamed packets), for the day an engine reports real word timings.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+_WORD = re.compile(r"\S+")
+_KEY = re.compile(r"[\W_]+")
+
+
+def _key(word: str) -> str:
+    return _KEY.sub("", word.lower())
+
+
+@dataclass
+class SpokenChunk:
+    """One text chunk as written and as spoken, with the word map between them."""
+
+    original: str
+    spoken: str
+    word_ends: list[float] = field(default_factory=list)  # spoken word j ends at this share of the chunk's audio
+    text_ends: list[int | None] = field(default_factory=list)  # original[:text_ends[j]] is heard once word j is
+    frame_offsets: list[int] = field(default_factory=list)  # output-rate sample offset of each engine packet
+
+    @classmethod
+    def build(cls, original: str, spoken: str) -> "SpokenChunk":
+        chunk = cls(original, spoken)
+        o_words = [(m.group(), m.end()) for m in _WORD.finditer(original)]
+        s_words = [m.group() for m in _WORD.finditer(spoken)]
+        if not s_words:
+            return chunk
+        weights = [max(1, len(_key(w))) for w in s_words]
+        total, run = float(sum(weights)), 0
+        for w in weights:
+            run += w
+            chunk.word_ends.append(run / total)
+        ends: list[int | None] = [None] * len(s_words)
+        matcher = difflib.SequenceMatcher(None, [_key(w) for w, _ in o_words], [_key(w) for w in s_words], autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                for k in range(i2 - i1):
+                    ends[j1 + k] = o_words[i1 + k][1]
+            elif tag == "replace":
+                ends[j2 - 1] = o_words[i2 - 1][1]  # the group is heard with its last spoken word
+            elif tag == "insert" and j1 > 0:
+                # spoken words with no written counterpart belong to the group before them
+                previous = next((j for j in range(j1 - 1, -1, -1) if ends[j] is not None), None)
+                if previous is not None:
+                    ends[j2 - 1], ends[previous] = ends[previous], None
+            # "delete" (written, not spoken: markup, emoji) is covered by the next heard span
+        chunk.text_ends = ends
+        return chunk
+
+    def heard_text(self, share: float) -> str:
+        """The original text up to the last word group heard within the first `share` (0..1) of the audio."""
+        if share >= 1.0 - 1e-6:
+            return self.original.strip()
+        cut = 0
+        for end_share, text_end in zip(self.word_ends, self.text_ends):
+            if end_share > share + 1e-9:
+                break
+            if text_end is not None:
+                cut = text_end
+        return self.original[:cut].strip()
+
+
+def played_text(chunks: list[SpokenChunk | None], pushed: dict[int, int], complete: set[int], failed: set[int],
+                played_samples: dict[int, float], slack: float = 1.0) -> str:
+    """The turn's heard text: full chunks, then the heard words of the chunk that was cut off.
+
+    `chunks[i]` is chunk i's map (None while it is not yet prepared), `pushed[i]` its samples,
+    `played_samples[i]` how many of them the caller heard (`slack`: rounding of that count). A failed
+    chunk, or one that made no audio, is skipped: the chunks after it still count.
+    """
+    parts = []
+    for index, chunk in enumerate(chunks):
+        total = pushed.get(index, 0)
+        if index in failed or (not total and index in complete):
+            continue  # nothing of it was heard; the turn went on without it
+        heard = played_samples.get(index, 0.0)
+        if chunk is None or total <= 0 or heard <= 0:
+            break
+        share = 1.0 if index in complete and heard >= total - slack else min(1.0, heard / total)
+        text = chunk.heard_text(share)
+        if text:
+            parts.append(text)
+        if share < 1.0:
+            break
+    return " ".join(parts)

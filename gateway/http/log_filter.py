@@ -1,0 +1,33 @@
+"""Requests aiohttp cannot parse are refused requests, not faults of ours.
+
+aiohttp answers them with 400 and logs each as an ERROR with a traceback:
+anyone who can reach the port could fill the log (and page whoever watches
+ERRORs) at will. They become one INFO line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp.http_exceptions import HttpProcessingError
+
+log = logging.getLogger("voxgate.http")
+
+
+class _MalformedRequestsAreNotErrors(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        if not log.isEnabledFor(logging.INFO):
+            return False
+        record.name, record.levelno, record.levelname = log.name, logging.INFO, "INFO"
+        record.msg, record.args, record.exc_info, record.exc_text = "refused a malformed HTTP request (%s)", (exc.message,), None, None
+        return True
+
+
+def quiet_malformed_requests() -> None:
+    """Installs the filter on aiohttp's server logger (once per process)."""
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _MalformedRequestsAreNotErrors) for f in logger.filters):
+        logger.addFilter(_MalformedRequestsAreNotErrors())

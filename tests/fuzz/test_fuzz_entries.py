@@ -1,0 +1,106 @@
+"""Every entry under mutated and random input, against a real `voxgate serve` process.
+
+Each case must get a stable error code, a clean close or a well-formed
+refusal (see bench/fuzz/cases.py); after each entry's run the process is
+alive, answers /healthz and logged no traceback; the last test checks the
+ordinary call that played beside all of it: no audible gap, p99 frame
+lateness within 20 ms. A few hundred cases in all (the long run is
+`python -m bench.fuzz`). Examples are derandomized, so CI tries the same
+cases every run.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, Phase, given, settings
+
+from bench.fuzz import cases as C
+
+FAST = dict(deadline=None, database=None, derandomize=True, phases=[Phase.explicit, Phase.generate, Phase.shrink],
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+
+
+def _still_standing(gw) -> None:
+    assert gw.alive(), "the gateway process died"
+    assert gw.get("/healthz")[0] == 200
+    crashes = gw.crashes_in(gw.new_log())
+    assert not crashes, "the gateway logged an unhandled error:\n" + crashes[0]
+
+
+def _check(outcome: C.Outcome, case) -> None:
+    assert outcome.ok, f"{outcome.kind}: {outcome.detail}\ncase: {case!r:.2000}"
+
+
+def test_native_ws_messages(fuzz_gateway, healthy_call):
+    @settings(max_examples=110, **FAST)
+    @given(C.ws_cases)
+    def one(case):
+        _check(C.run_ws(fuzz_gateway.ws, case), case)
+
+    one()
+    _still_standing(fuzz_gateway)
+
+
+def test_control_socket_messages(fuzz_gateway, healthy_call):
+    @settings(max_examples=50, **FAST)
+    @given(C.control_cases)
+    def one(case):
+        _check(C.run_control(fuzz_gateway.ws, case), case)
+
+    one()
+    _still_standing(fuzz_gateway)
+
+
+def test_twilio_media_stream_messages(fuzz_gateway, healthy_call):
+    @settings(max_examples=50, **FAST)
+    @given(C.twilio_cases)
+    def one(case):
+        _check(C.run_twilio(fuzz_gateway.ws, case), case)
+
+    one()
+    _still_standing(fuzz_gateway)
+
+
+def test_audiosocket_frames(fuzz_gateway, healthy_call):
+    @settings(max_examples=40, **FAST)
+    @given(C.audiosocket_cases)
+    def one(case):
+        _check(C.run_audiosocket(fuzz_gateway.ws, fuzz_gateway.audiosocket_port, case), case)
+
+    one()
+    _still_standing(fuzz_gateway)
+
+
+def test_http_requests(fuzz_gateway, healthy_call):
+    @settings(max_examples=80, **FAST)
+    @given(C.http_requests())
+    def one(request):
+        _check(C.run_http(fuzz_gateway.port, request), request)
+
+    one()
+    _still_standing(fuzz_gateway)
+
+
+def test_webrtc_offers(fuzz_gateway, healthy_call):
+    @settings(max_examples=30, **FAST)
+    @given(C.sdp_offers())
+    def one(body):
+        _check(C.run_webrtc_offer(fuzz_gateway.port, body), body)
+
+    one()
+    _still_standing(fuzz_gateway)
+
+
+def test_the_healthy_call_kept_its_pacing_and_audio(fuzz_gateway, healthy_call):
+    """Checked last, over everything the fuzzers above sent while it played.
+
+    The bar is p99 frame lateness within 20 ms. On a machine so loaded that the call misses it even before
+    the fuzzing starts (its first turn, played alone, is the reference), the bar is twice that reference:
+    the fuzzer must not make the call worse than the machine already does.
+    """
+    result = healthy_call.stop()
+    shown = str({k: v for k, v in result.items() if k != "errors"})
+    assert result["failure"] is None, shown
+    assert result["turns"] >= 2 and result["frames"] > 0 and result["quiet_frames"] > 0, shown
+    assert result["audible_gaps"] == 0, shown
+    assert result["lateness_p99_ms"] <= max(20.0, 2 * result["quiet_lateness_p99_ms"]), shown
+    _still_standing(fuzz_gateway)

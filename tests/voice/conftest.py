@@ -1,0 +1,35 @@
+"""A real gateway on loopback (SimulatedEngine) with the caller's voice turned on."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from gateway.config import load_config  # noqa: E402
+from tests.telephony.conftest import FAST, merge  # noqa: E402
+
+from gateway.app import Gateway  # noqa: E402
+
+VOICE = {
+    "barge_in": {"mode": "vad", "min_speech_ms": 250, "echo_holdoff_ms": 300},
+    # 20 ms of audio per character: a 300-character turn plays for 6 s, far longer than any test needs
+    "simulated": {"first_packet_ms": 10, "capacity_x": 500, "ms_per_char": 20, "stream_rtf": 0.05},
+}
+
+
+@pytest.fixture
+async def make_voice_gateway():
+    started = []
+
+    async def make(install=(), **overrides):
+        gw = Gateway(load_config(None, merge(merge(FAST, VOICE), overrides)))
+        for fn in install:
+            fn(gw)
+        await gw.start(port=0)
+        started.append(gw)
+        return gw
+
+    yield make
+    for gw in started:
+        await gw.stop()
