@@ -60,9 +60,18 @@ def _smoke_shapes() -> None:
     d = tempfile.mkdtemp(prefix="voxgate_gpu_check_smoke_")
     st = write_codec(d, seed=0)
     ids = write_tokenizer(d)
-    tiny_codec = codec.CodecConfig.from_dir(os.path.join(d, "speech_tokenizer"))
+    real = codec.CodecConfig
+    tiny_codec = real.from_dir(os.path.join(d, "speech_tokenizer"))
+
+    class TinyByDefault:  # CodecConfig() -> the tiny one; everything else as the real class
+        def __call__(self, *args, **kwargs):
+            return tiny_codec if not (args or kwargs) else real(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
     config.released_config = lambda size, kind="custom_voice": tiny_config("1b7", kind, *st, text_ids=ids)
-    codec.CodecConfig = lambda: tiny_codec
+    codec.CodecConfig = TinyByDefault()
 
 
 # ------------------------------------------------------------------ phases
@@ -323,9 +332,9 @@ def _context(size: str, smoke: bool):
     ctx.ckpt = Checkpoint.random(size, str(ctx.device), ctx.dtype_name, seed=0)
     ctx.model, ctx.config, ctx.codec = ctx.ckpt.model, ctx.ckpt.config, ctx.ckpt.codec
     if smoke:
-        ctx.batches, ctx.kv_lens, ctx.graph_buckets, ctx.voc_batches = (1, 4), (64, 128), (1, 4), (1, 4)
+        ctx.batches, ctx.kv_lens, ctx.graph_buckets, ctx.voc_batches = (1, 4), (64, 128), (1, 4), (1, 2)
         ctx.steps, ctx.reps, ctx.long_len, ctx.frames, ctx.engine_seq = 4, 2, 128, 6, 128
-        ctx.levels, ctx.arrival_s = (2, 4), 1.0
+        ctx.levels, ctx.arrival_s = (2,), 0.5
     else:
         ctx.batches, ctx.kv_lens = (1, 8, 64, 128, 256, 384), (256, 1024)
         ctx.graph_buckets, ctx.voc_batches = (1, 8, 64, 384), (1, 64, 256, 384)
