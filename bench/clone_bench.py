@@ -4,10 +4,11 @@ For one reference recording, on a Base checkpoint (`--model-dir`) or the release
 random weights (`--random-weights 0.6b|1.7b`: random speaker encoder, codec encoder and
 decoder, byte-level text tokenizer; the shapes, hence the costs, are the real ones):
 
-* preparing the voice: computed (speaker encoder + codec encoder), from the memory cache,
-  from the disk cache;
-* TTFA of a short text: the voice's first request (its vocoder row primed with the reference
-  codes once) against later requests (everything cached), and against an x-vector-only clone;
+* preparing the voice: computed (speaker encoder + codec encoder, and for in-context voices the
+  reference decode that primes the vocoder row), with its parts from the disk cache (a restart),
+  from the memory cache;
+* TTFA of a short text: the voice's first request against later ones, and against an
+  x-vector-only clone of the same recording;
 * the prompt: positions prefilled per request, and how many of them are the same for every
   request of the voice (the only part a cross-request KV cache could reuse).
 """
@@ -130,8 +131,8 @@ async def clone_bench(args) -> dict:
     p, t = out["prepare"], out["ttfa_ms"]
     print(f"engine: {out['engine']['source']} on {device} {dtype}; loaded in {load_s:.1f} s")
     print(f"reference {out['ref_seconds']} s ({out['ref_frames']} frames), mode {out['mode']}")
-    print(f"prepare voice: computed {p['computed_ms']} ms, from disk cache {p['disk_ms']} ms, "
-          f"from memory {p['memory_ms']} ms")
+    print(f"prepare voice (encoders; ICL also the reference decode that primes its vocoder row): computed "
+          f"{p['computed_ms']} ms, parts from the disk cache {p['disk_ms']} ms, from memory {p['memory_ms']} ms")
     print(f"TTFA '{TEXT}': first use {t['first_use']} ms, cached {t['cached_p50']} ms (p50 of 3), "
           f"first after a restart {t['after_restart_first']} ms; x-vector only {t['x_vector_only_p50']} ms")
     q = out["prompt"]

@@ -75,11 +75,13 @@ class EngineConfig:
     max_queued: int = 1024
     vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (auto: the fastest available, logged)
     vocoder_cache: str | None = None  # ONNX exports + TensorRT engines (default ~/.cache/voxgate/vocoder)
+    stall_timeout_s: float = 10.0  # a text chunk with no audio from the engine for this long fails with engine_error
     voice_cache: str | None = None  # cloned voices' x-vectors and reference codes (default: server.voices_dir/cache,
     # else ~/.cache/voxgate/voices)
 
     def validate(self, check) -> None:
         check(self.kind in ("auto", "qwen3", "simulated", "espeak"), "kind", "must be auto, qwen3, simulated or espeak")
+        check(self.stall_timeout_s > 0, "stall_timeout_s", "must be > 0")
         check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
         check(self.max_batch >= 1, "max_batch", "must be >= 1")
         check(self.max_queued >= 1, "max_queued", "must be >= 1")

@@ -33,6 +33,7 @@ SESSION_EXISTS = "session_exists"  # a second session.start on one connection
 TURN_CLOSED = "turn_closed"  # text for a turn that already got final
 TOO_MANY_TURNS = "too_many_turns"  # more queued turns than limits.max_queued_turns
 ENGINE_ERROR = "engine_error"  # the engine failed one text chunk
+ENGINE_UNAVAILABLE = "engine_unavailable"  # the engine cannot serve (its worker died or hangs): no new sessions
 CALL_TOO_LONG = "call_too_long"  # limits.max_call_s reached
 IDLE_TIMEOUT = "idle_timeout"  # no client message for limits.idle_timeout_s
 SHUTTING_DOWN = "shutting_down"  # the gateway is draining

@@ -136,6 +136,10 @@ def _check_sampling(s: SamplingSettings) -> None:
                                          f"repetition_penalty > 0 and a bool greedy; got {s}")
 
 
+class _WorkerDeath(BaseException):
+    """An injected fault that ends the worker thread, as an error no `except Exception` catches would."""
+
+
 class Qwen3Engine(Engine):
     name = "qwen3"
 
@@ -165,6 +169,11 @@ class Qwen3Engine(Engine):
         self.step_times: list | None = None  # (batch bucket, kv bucket, seconds, end perf_counter) per step
         self.memory: dict = {}  # bytes at start: weights, kv_cache, codec_state, graphs (CUDA)
         self.trace: list | None = None  # (name, start_s, dur_s, args) spans when enabled
+        # health (gateway /readyz): the worker's death, or a step that does not return
+        self._died: str | None = None
+        self._busy_since: float | None = None
+        self.stall_after_s = 30.0
+        self._fault: tuple[str, float] | None = None  # inject_fault (tests)
         self._tally = None  # tts.qwen3.syncs.SyncTally while watching
         self._lane: concurrent.futures.ThreadPoolExecutor | None = None
         self._lane_stream = None  # CUDA stream of the vocoder lane
@@ -223,7 +232,8 @@ class Qwen3Engine(Engine):
 
             try:
                 self._vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
-                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache)
+                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache,
+                                              cuda_graphs=s.use_cuda_graphs if cuda else False)
             except CodecError as e:
                 raise EngineError("vocoder_unavailable", e.message) from None
             log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
@@ -306,6 +316,8 @@ class Qwen3Engine(Engine):
 
     # ------------------------------------------------------------ API
     def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
+        if self._died:
+            raise EngineError("engine_unavailable", self._died)
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         if not request.text or not request.text.strip():
@@ -339,13 +351,19 @@ class Qwen3Engine(Engine):
             raise EngineError("not_ready", "the engine is not loaded yet")
         if self._clones is None:
             return await super().add_voice(voice)
-        return (await asyncio.get_running_loop().run_in_executor(None, self._clones.add, voice)).info()
+        return await asyncio.get_running_loop().run_in_executor(None, self.add_voice_sync, voice)
 
     def add_voice_sync(self, voice) -> dict:
-        """`add_voice` for tools that hold no event loop (the CLI, benches)."""
+        """`add_voice`, blocking (the CLI, benches, or an executor thread)."""
         if self._clones is None:
             raise EngineError("unsupported_voice", "this checkpoint is not a Base model: it cannot clone voices")
-        return self._clones.add(voice).info()
+        cv = self._clones.add(voice)
+        if cv.clone.icl and self._vocoder is not None and self._lane is not None:
+            # prime the vocoder row now, on the lane, so the voice's first call does not pay the reference decode
+            t0 = time.perf_counter()
+            self._primed(cv).result()
+            cv.prepare_s += time.perf_counter() - t0
+        return cv.info()
 
     def remove_voice(self, name: str) -> bool:
         return self._clones.remove(name) if self._clones is not None else False
@@ -408,10 +426,48 @@ class Qwen3Engine(Engine):
                     tally = self._tally
                     watch = watching(tally)
                     watch.__enter__()
+                self._busy_since = time.monotonic()
                 self._iteration()
+                self._busy_since = None
+        except BaseException as exc:  # noqa: BLE001 - the worker is ending: no stream may wait on it forever
+            self._died = f"the engine worker stopped ({type(exc).__name__}: {exc})"
+            log.error("%s; its requests fail and new ones are refused", self._died)
+            with self._cond:
+                jobs, self._queue = list(self._jobs.values()), []
+                self._jobs.clear()
+            for job in jobs:
+                self._post(job.stream._fail, EngineError("engine_error", self._died))
         finally:
             watch.__exit__(None, None, None)
             self._lane_join()
+
+    # ------------------------------------------------------------ health and faults
+    def health(self) -> str | None:
+        if self._died:
+            return self._died
+        busy = self._busy_since
+        if busy is not None and time.monotonic() - busy > self.stall_after_s:
+            return f"the engine step has not returned for {time.monotonic() - busy:.1f} s (hung)"
+        return None
+
+    def inject_fault(self, kind: str, seconds: float = 3600.0) -> None:
+        """Tests: the worker's next step `raise`s, `hang`s for `seconds`, or the worker `die`s."""
+        if kind not in ("raise", "hang", "die"):
+            raise ValueError(f"unknown fault {kind!r}")
+        with self._cond:
+            self._fault = (kind, seconds)
+            self._cond.notify()
+
+    def _fault_point(self) -> None:
+        fault, self._fault = self._fault, None
+        if fault is None:
+            return
+        if fault[0] == "hang":
+            time.sleep(fault[1])
+        elif fault[0] == "raise":
+            raise RuntimeError("injected fault: the step raised")
+        else:
+            raise _WorkerDeath("injected fault: the worker died")
 
     def _iteration(self) -> None:
         with self._cond:
@@ -425,6 +481,8 @@ class Qwen3Engine(Engine):
         try:
             if admit:
                 self._admit(admit, free)
+            if self._fault is not None:
+                self._fault_point()
             if self._slots:
                 self._step()
             if self._held:
