@@ -194,6 +194,8 @@ class TwilioEndpoint:
         self.registry.track(ws.close)
         try:
             await stream.run()
+        except ConnectionError:  # the far end vanished while we wrote (a pong, a close): a hang-up, not a fault
+            log.debug("connection lost", exc_info=True)
         except Exception:
             log.exception("twilio stream failed")
             gw.metrics.errors.labels(code=P.INTERNAL).inc()

@@ -277,6 +277,8 @@ class WireEndpoint:
         self.registry.track(ws.close)
         try:
             await stream.run()
+        except ConnectionError:  # the far end vanished while we wrote (a pong, a close): a hang-up, not a fault
+            log.debug("connection lost", exc_info=True)
         except Exception:
             log.exception("%s stream failed", self.spec.kind)
             gw.metrics.errors.labels(code=P.INTERNAL).inc()

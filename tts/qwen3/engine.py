@@ -81,6 +81,8 @@ class EngineSettings:
     compact: bool = True  # move streams down into free lower slots so the batch bucket follows live streams
     watch_syncs: bool = False  # count host syncs by watching every op (tts.qwen3.syncs; slower)
     pin_sdpa: bool = True  # CUDA: time the SDPA backends per shape at start and pin the fastest
+    cpu_threads: int = 0  # CPU: torch intra-op threads (0: the cores shared by the worker and the vocoder
+    # lane, i.e. half of them with the pipeline; -1: leave torch's setting alone)
 
 
 @dataclass(eq=False)  # jobs compare by identity
@@ -164,7 +166,7 @@ class Qwen3Engine(Engine):
                          "cancelled": 0, "preempted": 0, "vocoder_calls": 0, "audio_s": 0.0, "compacted": 0,
                          "prefill_deferred": 0}
         self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}
-        self.step_times: list | None = None  # (batch bucket, kv bucket, seconds) per step when enabled
+        self.step_times: list | None = None  # (batch bucket, kv bucket, seconds, end perf_counter) per step
         self.memory: dict = {}  # bytes at start: weights, kv_cache, codec_state, graphs (CUDA)
         self.trace: list | None = None  # (name, start_s, dur_s, args) spans when enabled
         # health (gateway /readyz): the worker's death, or a step that does not return
@@ -176,6 +178,7 @@ class Qwen3Engine(Engine):
         self._lane: concurrent.futures.ThreadPoolExecutor | None = None
         self._lane_stream = None  # CUDA stream of the vocoder lane
         self._voc_inflight: concurrent.futures.Future | None = None
+        self.cpu_threads: int | None = None
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -210,6 +213,13 @@ class Qwen3Engine(Engine):
                                                     s.voice_cache_dir, encoder=self._ckpt.codec_encoder))
         gen = torch.Generator(device=self._ckpt.model.talker.codec_head.weight.device).manual_seed(s.seed)
         cuda = torch.device(s.device).type == "cuda"
+        if not cuda and s.cpu_threads >= 0:
+            import os
+
+            cores = os.cpu_count() or 1
+            # two busy threads (talker, vocoder) each with its own intra-op team: more would oversubscribe
+            torch.set_num_threads(s.cpu_threads or max(1, cores // 2 if s.pipeline else cores))
+        self.cpu_threads = torch.get_num_threads()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         mem0 = torch.cuda.memory_allocated() if cuda else 0
@@ -793,7 +803,7 @@ class Qwen3Engine(Engine):
         dt = time.perf_counter() - t0
         self.timings["step"] += dt
         if self.step_times is not None:
-            self.step_times.append((bucket, self._batch.last_kv_len, dt))
+            self.step_times.append((bucket, self._batch.last_kv_len, dt, time.perf_counter()))
 
     # -- vocoder
     def _restore_vocoder_row(self, slot: int, saved: concurrent.futures.Future) -> None:
