@@ -192,6 +192,11 @@ class SpeechDetector:
             return SpeechEvent("stopped", self._last_speech_end, (self._last_speech_end - self._onset) * 1000.0 / SAMPLE_RATE)
         return None
 
+    def restart(self) -> None:
+        """After a cut in the audio: a run of speech windows in progress does not carry over it."""
+        if not self.speaking:
+            self._run = 0
+
     def speech_ms(self, end_sample: int) -> float:
         """How long the current speech has lasted at `end_sample` (0 when silent)."""
         return (end_sample - self._onset) * 1000.0 / SAMPLE_RATE if self.speaking else 0.0
@@ -224,6 +229,7 @@ class VadStream:
         self.dropped_windows = 0  # windows skipped because the pool fell behind
         self.last_prob = 0.0
         self.busy = False  # a pass holding this stream's state is running
+        self.reset_pending = False  # audio was dropped: the next pass starts from a fresh model state
         self.closed = False
 
     def push(self, pcm: np.ndarray) -> None:
@@ -242,10 +248,15 @@ class VadStream:
         for i in range(n):
             self._ready.append(buf[i * w:(i + 1) * w])
         self._buf = buf[n * w:].copy()
-        while len(self._ready) > self._max_backlog:  # the pool is behind: judge the newest audio, count the rest
-            self._ready.popleft()
-            self.dropped_windows += 1
-            self.samples_done += w
+        if len(self._ready) > self._max_backlog:
+            # The pool is behind: judge the newest audio and count the rest. The model must not see the
+            # jump (a cut in the middle of music reads as speech): it restarts from a fresh state.
+            while len(self._ready) > self._max_backlog:
+                self._ready.popleft()
+                self.dropped_windows += 1
+                self.samples_done += w
+            self.reset_pending = True
+            log.warning("VAD fell behind: %d windows of one call dropped so far", self.dropped_windows)
         if n:
             self.pool._wake()
 
@@ -301,6 +312,10 @@ class VadPool:
         work = []
         for stream in self._streams:
             if stream._ready and not stream.busy and not stream.closed:
+                if stream.reset_pending:
+                    stream.state = self.backend.new_state()
+                    stream.detector.restart()
+                    stream.reset_pending = False
                 windows = list(stream._ready)
                 stream._ready.clear()
                 stream.busy = True

@@ -129,6 +129,19 @@ def _add_bench(sub) -> None:
     p.add_argument("--json-output")
     p.add_argument("--trace")
     p.add_argument("--reference", action="store_true", help="also time the official qwen-tts on the same checkpoint")
+    p.add_argument("--reference-threads", default="1,2", help="torch threads tried for the official run; its best counts")
+    p.add_argument("--arrivals", choices=["poisson", "burst"], help="realistic arrivals instead of --concurrency")
+    p.add_argument("--rate", default="2,4,8", help="poisson: comma-separated request rates (per second), one level each")
+    p.add_argument("--duration", type=float, default=10.0, help="poisson: seconds of arrivals per level")
+    p.add_argument("--burst", type=int, default=32, help="burst: requests arriving at once")
+    p.add_argument("--background", type=int, default=8, help="burst: streams already running when it arrives")
+    p.add_argument("--slo-first-audio-ms", type=float, default=250.0, help="poisson: a level passes with first audio "
+                                                                             "p95 under this and every stream keeping up")
+    p.add_argument("--serial", action="store_true", help="no vocoder lane (vocoder and talker take turns)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ref-audio", help="a cloned voice's cost before first audio (first use vs cached), this reference WAV")
+    p.add_argument("--ref-text", help="with --ref-audio: its transcript (in-context mode)")
+    p.add_argument("--x-vector-only", action="store_true", help="with --ref-audio: x-vector-only mode")
     p.set_defaults(handler=_run_bench)
 
 

@@ -102,31 +102,6 @@ def decode_input(encoding: str, data: bytes) -> np.ndarray:
     return ulaw_decode(data) if encoding == "mulaw" else alaw_decode(data)
 
 
-class RealtimeCap:
-    """Caller audio may not run ahead of real time by more than `ahead_ms`: the rest is dropped and counted."""
-
-    def __init__(self, sample_rate: int, ahead_ms: float, clock: Callable[[], float]):
-        self.sample_rate = sample_rate
-        self.ahead = ahead_ms / 1000.0
-        self.clock = clock
-        self._start: float | None = None
-        self.accepted = 0
-        self.dropped = 0
-
-    def admit(self, pcm: np.ndarray) -> np.ndarray:
-        now = self.clock()
-        if self._start is None:
-            self._start = now
-        allowed = int((now - self._start + self.ahead) * self.sample_rate) - self.accepted
-        if allowed >= len(pcm):
-            self.accepted += len(pcm)
-            return pcm
-        keep = max(0, allowed)
-        self.dropped += len(pcm) - keep
-        self.accepted += keep
-        return pcm[:keep]
-
-
 class VoiceHub:
     """Gateway-wide: the VAD pools (one per detector kind, shared by every call) and the STT client."""
 
@@ -194,8 +169,6 @@ class CallerVoice:
         self.inbound = inbound
         self.settings = settings
         self.owns_buffer = owns_buffer  # pausing is only honest where voxgate holds the audio not yet heard
-        loop = asyncio.get_running_loop()
-        self.cap = RealtimeCap(inbound.sample_rate, settings.max_inbound_ahead_ms, loop.time)
         self.stream: VadStream = pool.open(
             on_event=self._on_speech, on_window=self._on_window,
             threshold=settings.threshold, onset_ms=settings.onset_ms, silence_ms=settings.silence_ms,
@@ -207,6 +180,7 @@ class CallerVoice:
         self._barged = False  # the current speech already interrupted
         self._paused = False
         self._paused_at_onset_ms = 0.0
+        self._dropped_seen = 0
         self.speech_events = 0
         self.barge_ins = 0
         self.false_interruptions = 0
@@ -255,10 +229,11 @@ class CallerVoice:
 
     def feed(self, pcm: np.ndarray) -> None:
         """int16 caller audio at the inbound rate, as it arrived."""
-        before = self.cap.dropped
-        pcm = self.cap.admit(pcm)
-        if self.cap.dropped > before:
-            self._count("inbound_dropped_samples", self.cap.dropped - before)
+        dropped = getattr(self.inbound, "dropped_samples", 0)  # the inbound stream caps faster-than-real-time audio
+        if dropped > self._dropped_seen:
+            self._count("inbound_dropped_samples", dropped - self._dropped_seen)
+            self._dropped_seen = dropped
+            self.stream.reset_pending = True  # a cut in the audio must not read as speech
         if not len(pcm):
             return
         x = self._resampler.process(pcm.astype(np.float32) / 32768.0)
@@ -381,4 +356,4 @@ class CallerVoice:
         self.hub.voices.discard(self)
 
 
-__all__ = ["BARGE_IN_MODES", "CallerVoice", "RealtimeCap", "VoiceHub", "session_settings"]
+__all__ = ["BARGE_IN_MODES", "CallerVoice", "VoiceHub", "decode_input", "parse_input", "session_settings"]

@@ -26,6 +26,35 @@ log = logging.getLogger("voxgate.inbound")
 MAX_PAD_MS = 5000
 # Media time may run this far ahead of arrival time (jitter); beyond it a timestamp is a lie the recording does not pad.
 MAX_AHEAD_MS = 1000
+# Caller audio may arrive this far ahead of real time (bursts after a network stall); the rest is dropped.
+MAX_INBOUND_AHEAD_MS = 2000.0
+
+
+class RealtimeCap:
+    """A peer cannot push an hour of audio in a second: beyond real time plus `ahead_ms`, samples are dropped (and counted)."""
+
+    def __init__(self, sample_rate: int, ahead_ms: float = MAX_INBOUND_AHEAD_MS, clock=time.monotonic):
+        self.sample_rate = sample_rate
+        self.ahead = ahead_ms / 1000.0
+        self.clock = clock
+        self._start: float | None = None
+        self.accepted = 0
+        self.dropped = 0
+
+    def admit(self, pcm: np.ndarray) -> np.ndarray:
+        now = self.clock()
+        if self._start is None:
+            self._start = now
+        allowed = int((now - self._start + self.ahead) * self.sample_rate) - self.accepted
+        if allowed >= len(pcm):
+            self.accepted += len(pcm)
+            return pcm
+        keep = max(0, allowed)
+        if not self.dropped:
+            log.info("caller audio arrives faster than real time: dropping what runs more than %.1f s ahead", self.ahead)
+        self.dropped += len(pcm) - keep
+        self.accepted += keep
+        return pcm[:keep]
 
 
 class InboundStream:
@@ -74,8 +103,9 @@ class InboundStream:
 class InboundAudio:
     """Caller audio of one call at `sample_rate` (8 kHz for Twilio and AudioSocket)."""
 
-    def __init__(self, sample_rate: int = 8000, wav_path: str | None = None):
+    def __init__(self, sample_rate: int = 8000, wav_path: str | None = None, max_ahead_ms: float = MAX_INBOUND_AHEAD_MS):
         self.sample_rate = sample_rate
+        self.cap = RealtimeCap(sample_rate, max_ahead_ms)
         self.samples_received = 0
         self.wav_path = wav_path
         self._subscribers: set[InboundStream] = set()
@@ -106,7 +136,9 @@ class InboundAudio:
         """int16 samples as they arrived; `timestamp_ms` (from stream start) places them on the timeline."""
         if self.closed or not len(pcm):
             return
-        pcm = np.asarray(pcm, dtype=np.int16)
+        pcm = self.cap.admit(np.asarray(pcm, dtype=np.int16))
+        if not len(pcm):
+            return
         self.samples_received += len(pcm)
         for stream in self._subscribers:
             stream._put(pcm)
@@ -129,6 +161,11 @@ class InboundAudio:
         except OSError as exc:
             log.warning("inbound recording stopped: %s", exc)
             self._wav = None
+
+    @property
+    def dropped_samples(self) -> int:
+        """Samples refused for arriving faster than real time."""
+        return self.cap.dropped
 
     @property
     def duration_ms(self) -> float:

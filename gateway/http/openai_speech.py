@@ -44,9 +44,9 @@ STREAM_FORMATS = ("audio", "sse")
 MAX_INSTRUCTIONS = 4096
 ENCODE_SLICE = SAMPLE_RATE // 5  # encode (and send) at most 200 ms of audio at a time
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 413: "invalid_request_error", 429: "rate_limit_error",
-          500: "server_error", 503: "server_error"}
+          500: "server_error", 503: "server_error", 504: "server_error"}
 # Our error codes that mean "try again later" rather than "your request is wrong".
-_RETRY_LATER = {P.AT_CAPACITY: 429, P.OVERLOADED: 429, P.SHUTTING_DOWN: 503}
+_RETRY_LATER = {P.AT_CAPACITY: 429, P.OVERLOADED: 429, P.SHUTTING_DOWN: 503, P.ENGINE_UNAVAILABLE: 503}
 
 
 class SpeechError(Exception):
@@ -165,7 +165,7 @@ class OpenAISpeech:
     async def speech(self, request: web.Request) -> web.StreamResponse:
         core = self.core
         try:
-            if not authorized(core, request):
+            if not authorized(core, request, spend=True):
                 raise _unauthorized()
             if not core.accepting:
                 raise SpeechError(503, P.SHUTTING_DOWN, "the gateway is draining and takes no new requests")
@@ -177,9 +177,15 @@ class OpenAISpeech:
             return exc.response()
         except ContainerError as exc:
             return SpeechError(400, P.UNSUPPORTED_FORMAT, str(exc), "response_format").response()
+        # A request is a call without a media leg: it ends at limits.max_call_s like one (an engine that never
+        # answers must not hold a session for ever).
+        limit = core.config.server.limits.max_call_s
+        timer = asyncio.get_running_loop().call_later(
+            limit, session.playout.fail, P.CALL_TOO_LONG, f"the request reached limits.max_call_s = {limit:g} s")
         try:
             return await self._stream(request, req, session, encoder)
         finally:
+            timer.cancel()
             if not session.closed:
                 await session.close()
 
@@ -292,7 +298,7 @@ def _from_protocol(exc: P.ProtocolError, param: str | None) -> SpeechError:
 
 
 def _from_engine(exc: HeadlessError) -> SpeechError:
-    status = _RETRY_LATER.get(exc.code, 500)
+    status = 504 if exc.code == P.CALL_TOO_LONG else _RETRY_LATER.get(exc.code, 500)
     return SpeechError(status, exc.code, exc.message)
 
 

@@ -307,3 +307,12 @@ async def test_without_pyav_compressed_formats_get_a_clear_400_and_pcm_still_wor
             await oa.audio.speech.create(model="tts-1", voice="default", input="Hi.", response_format="mp3")
         assert exc.value.code == "unsupported_format" and "voxgate[speech]" in exc.value.message
         assert len((await oa.audio.speech.create(model="tts-1", voice="default", input="Hi there.", response_format="wav")).content) > 44
+
+
+async def test_a_request_ends_at_max_call_s_like_a_call(start_gateway):
+    gw = await start_gateway({"simulated": {"first_packet_ms": 3000}, "server": {"limits": {"max_call_s": 0.3}}})
+    async with client(gw) as oa:
+        with pytest.raises(openai.InternalServerError) as exc:
+            await oa.audio.speech.create(model="tts-1", voice="default", input="Hello there.", response_format="pcm")
+    assert exc.value.status_code == 504 and exc.value.code == "call_too_long"
+    assert not gw.sessions and not gw.engine._jobs

@@ -87,3 +87,14 @@ def test_timestamps_that_run_ahead_of_the_clock_are_not_padded(tmp_path):
     inbound.close()
     with wave.open(path) as w:
         assert w.getnframes() <= 21 * 160 + 8000  # the audio, plus at most a second of padding
+
+
+def test_caller_audio_faster_than_real_time_is_capped_and_counted():
+    import numpy as np
+
+    from gateway.core.inbound import InboundAudio
+
+    inbound = InboundAudio(8000, max_ahead_ms=1000)
+    inbound.push(np.zeros(8000 * 10, np.int16))  # ten seconds in one go
+    assert 8000 <= inbound.samples_received <= 8000 * 1.1  # the cushion, not the hour
+    assert inbound.dropped_samples == 8000 * 10 - inbound.samples_received

@@ -103,11 +103,18 @@ async def barge_in_by_speech(call: Call, start: dict, rate: int = 8000) -> dict:
     return {"speech": speech, "done": done, "onset_at": call.source.onset_at, "start": start}
 
 
-async def noise_only(call: Call, seconds: float = 1.5) -> None:
+async def noise_only(call: Call, seconds: float = 1.5) -> list[dict]:
+    """Noise then tones into the call; returns the control socket's speech and turn events meanwhile."""
     await asyncio.sleep(0.5)
     call.source.play(np.concatenate([ca.noise(seconds * 1000, 8000, level=0.08), ca.tones(seconds * 1000, 8000, level=0.15)]))
     await asyncio.wait_for(call.source.played_all.wait(), seconds * 2 + 3)
     await asyncio.sleep(0.4)  # the VAD's last windows
+    try:
+        while True:
+            await call.ctl.recv(timeout=0.05)
+    except asyncio.TimeoutError:
+        pass
+    return [e for e in call.ctl.events if e["type"] in ("user.speech", "turn.done")]
 
 
 def check_barge_in(result: dict, start_arrival: float) -> None:
@@ -149,8 +156,7 @@ async def test_twilio_noise_and_tones_do_not_interrupt(make_voice_gateway):
     call, tw = await twilio_call(gw, "CAnoise1")
     try:
         await call.speak_agent()
-        await noise_only(call)
-        heard = [e for e in call.ctl.events if e["type"] in ("user.speech", "turn.done")]
+        heard = await noise_only(call)
         assert not heard, heard
         assert not [m for _, m in call.received if m.get("event") == "clear"]
     finally:
@@ -183,8 +189,7 @@ async def test_audiosocket_noise_does_not_interrupt(make_voice_gateway):
     call, client = await audiosocket_call(gw, uuid.uuid4())
     try:
         await call.speak_agent()
-        await noise_only(call, seconds=1.0)
-        heard = [e for e in call.ctl.events if e["type"] in ("user.speech", "turn.done")]
+        heard = await noise_only(call, seconds=1.0)
         assert not heard, heard
     finally:
         await call.close()

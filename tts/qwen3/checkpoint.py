@@ -21,6 +21,7 @@ class Checkpoint:
     generation: GenerationDefaults
     codec: torch.nn.Module | None  # tts.qwen3.codec.CodecDecoder
     model_dir: str | None = None
+    codec_encoder: torch.nn.Module | None = None  # tts.qwen3.codec.encoder.CodecEncoder, when not read from model_dir
 
     @classmethod
     def load(cls, model_dir: str, device: str = "cpu", dtype: str | torch.dtype = "float32",

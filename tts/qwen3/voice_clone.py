@@ -62,7 +62,7 @@ class VoiceCloner:
     """Computes and caches `ClonePrompt`s for one loaded Base checkpoint. Thread-safe."""
 
     def __init__(self, model, tokenizer, model_dir: str | None, cache_dir: str | None = None,
-                 fingerprint: str | None = None):
+                 fingerprint: str | None = None, encoder=None):
         if model.speaker_encoder is None:
             raise PromptError("unknown_voice", "this checkpoint is not a Base model: it cannot clone voices")
         self.model = model
@@ -72,7 +72,7 @@ class VoiceCloner:
         dtype = next(model.speaker_encoder.parameters()).dtype
         base = fingerprint or (checkpoint_fingerprint(model_dir) if model_dir else "random")
         self.fingerprint = f"{base}-{str(dtype).removeprefix('torch.')}"
-        self._encoder = None
+        self._encoder = encoder  # the speech tokenizer's encoder; loaded from model_dir on first use if None
         self._lock = threading.Lock()
         self._memory: dict[str, VoiceParts] = {}
         self.counters = {"computed": 0, "memory_hits": 0, "disk_hits": 0}
