@@ -65,7 +65,24 @@ _WRITER = _Writer()
 
 
 def write_item(item: tuple) -> None:
-    """Runs on the writer thread: one queued operation on one file."""
+    """Runs on the writer thread: one queued operation on one file. A write that fails (ENOSPC, EIO, a
+    vanished volume) ends that file with one warning; its later lines are skipped, not each logged."""
+    try:
+        _write_item(item)
+    except OSError as exc:
+        target = item[1]
+        if not target.failed:
+            log.warning("cannot write %s: %s; its recording stops", target.path, exc)
+        target.failed = True
+        fh, target.fh = target.fh, None
+        try:
+            if fh is not None:
+                fh.close()
+        except OSError:
+            pass
+
+
+def _write_item(item: tuple) -> None:
     op, target = item[0], item[1]
     if op == "line":
         if target.fh is None and not target.failed:

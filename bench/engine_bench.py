@@ -7,7 +7,17 @@
   packet, host syncs per frame;
 * `--reference`: the official qwen-tts generate + decode on the same checkpoint at c=1 and
   c=16 (one static batch of 16), side by side with ours;
-* `--json-output FILE`, `--trace FILE` (Chrome trace of the worker's spans);
+* `--reference-threads 1,2`: the official run at each torch thread count; its best counts (ours runs
+  as it ships: the engine picks its CPU threads);
+* `--arrivals poisson --rate 2,4,8 --duration S`: requests arrive as a Poisson process with mixed text
+  lengths, one level per rate, stopping at the first level that fails (first audio p95 over
+  `--slo-first-audio-ms` or a stream falling behind real time); per level first audio p50/p95/p99,
+  step time p50/p99 per (batch, length) bucket, vocoder and prefill shares of the wall time, the
+  share of streams keeping up, peak memory;
+* `--arrivals burst --burst 32 --background 8`: how long a burst of new calls holds the running
+  streams, with the prefill budget off (every request prefilled at once, as before) and on;
+* `--json-output FILE` (rewritten after every level, so a timeout keeps what ran), `--trace FILE`
+  (Chrome trace of the worker's spans);
 * `--random-weights 0.6b|1.7b`: the released shapes with random weights, no checkpoint;
   `--frames N` fixes every utterance at N frames (EOS ignored).
 
@@ -20,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import resource
 import statistics
 import sys
@@ -53,6 +64,14 @@ def _mem_mb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+# mixed lengths for arrival benches: short acknowledgements to long explanations
+MIXED_TEXTS = [
+    "Yes.", "Sure, one moment.", TEXTS["short"], "Could you repeat the last four digits, please?",
+    TEXTS["medium"], "I can book that for Tuesday at ten, or Wednesday after lunch if that suits you better.",
+    TEXTS["long"],
+]
+
+
 def _settings(args, max_batch: int):
     import torch
 
@@ -61,7 +80,7 @@ def _settings(args, max_batch: int):
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     s = EngineSettings(model_dir=args.model_dir, random_weights=args.random_weights, device=device, dtype=dtype,
-                       max_batch=max_batch, max_queued=100_000)
+                       max_batch=max_batch, max_queued=100_000, pipeline=not getattr(args, "serial", False))
     longest = max(len(t) for t in TEXTS.values())
     s.vocoder = getattr(args, "vocoder", None) or s.vocoder
     if args.frames:
@@ -224,20 +243,165 @@ def _reference_level(model, c: int, max_frames: int) -> dict:
             "ttfa_p50_ms": round(wall * 1e3, 1), "ttfa_p95_ms": round(wall * 1e3, 1)}
 
 
-async def _compare(engine, reference, sampling, max_frames: int, repeats: int) -> tuple[list[dict], list[dict]]:
-    """Ours and the official at c=1 and c=16, interleaved `repeats` times; the best run of each counts
-    (a shared CPU box makes single runs noisy, and both sides get the same chances)."""
-    ours, theirs = {}, {}
+def _official_at(model, c: int, max_frames: int, threads: int) -> dict:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return {**_reference_level(model, c, max_frames), "threads": threads}
+    finally:
+        torch.set_num_threads(before)
+
+
+async def _compare(engine, reference, sampling, max_frames: int, repeats: int, threads: list[int]
+                   ) -> tuple[list[dict], list[dict], list[dict]]:
+    """Ours and the official at c=1 and c=16, interleaved `repeats` times (the official once per thread
+    count each time); the best run of each side counts (a shared CPU box makes single runs noisy, and
+    both sides get the same chances). Returns (ours, official best, every official run)."""
+    loop = asyncio.get_running_loop()
+    ours, theirs, runs = {}, {}, []
     for _ in range(repeats):
         for c in (1, 16):
             texts = [list(TEXTS.values())[i % 3] for i in range(c)]
             mine = await _run_level(engine, texts, sampling)
-            ref = await asyncio.get_running_loop().run_in_executor(None, _reference_level, reference, c, max_frames)
             if c not in ours or mine["audio_x"] > ours[c]["audio_x"]:
                 ours[c] = mine
-            if c not in theirs or ref["audio_x"] > theirs[c]["audio_x"]:
-                theirs[c] = ref
-    return [ours[1], ours[16]], [theirs[1], theirs[16]]
+            for t in threads:
+                ref = await loop.run_in_executor(None, _official_at, reference, c, max_frames, t)
+                runs.append(ref)
+                if c not in theirs or ref["audio_x"] > theirs[c]["audio_x"]:
+                    theirs[c] = ref
+    return [ours[1], ours[16]], [theirs[1], theirs[16]], runs
+
+
+# ------------------------------------------------------------------ arrivals
+def _step_stats(steps: list) -> dict:
+    by: dict[str, list[float]] = {}
+    for bucket, kv_len, dt, _ in steps:
+        by.setdefault(f"{bucket}x{kv_len}", []).append(dt * 1e3)
+    return {k: {"steps": len(v), "p50_ms": round(_percentile(v, 0.5), 2), "p99_ms": round(_percentile(v, 0.99), 2)}
+            for k, v in sorted(by.items(), key=lambda kv: [int(x) for x in kv[0].split("x")])}
+
+
+def _peak_mem_mb(device: str) -> float:
+    return round(_mem_mb(device), 1)
+
+
+async def _arrival_level(engine, sampling, arrivals: list[tuple[float, str]], slo_ms: float) -> dict:
+    """Submit each (offset s, text) at its time; wait for every stream; the level's numbers."""
+    from tts.engine import SynthesisRequest
+
+    if engine.step_times is None:
+        engine.step_times = []
+    i0 = len(engine.step_times)
+    tm0 = dict(engine.timings)
+    t0 = time.monotonic()
+    runs: list[_Run] = []
+    tasks = []
+    for offset, text in arrivals:
+        delay = t0 + offset - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        r = _Run(engine.synthesize(SynthesisRequest(text=text, voice="default", language="en", sampling=sampling,
+                                                    deadline=time.monotonic() + 0.2)))
+        runs.append(r)
+        tasks.append(asyncio.ensure_future(r.consume()))
+    await asyncio.gather(*tasks)
+    wall = time.monotonic() - t0
+    ttfa = [r.ttfa_s * 1e3 for r in runs]
+    keeping = sum(r.keeps_up() for r in runs)
+    audio = sum(r.audio_s for r in runs)
+    d = {k: engine.timings[k] - tm0[k] for k in engine.timings}
+    out = {
+        "requests": len(runs), "wall_s": round(wall, 3), "audio_s": round(audio, 3),
+        "audio_x": round(audio / wall, 3) if wall else None,
+        "first_audio_p50_ms": round(_percentile(ttfa, 0.5), 1), "first_audio_p95_ms": round(_percentile(ttfa, 0.95), 1),
+        "first_audio_p99_ms": round(_percentile(ttfa, 0.99), 1),
+        "keeping_up_share": round(keeping / len(runs), 4) if runs else None,
+        "vocoder_share": round(d["vocoder"] / wall, 4), "prefill_share": round(d["prefill"] / wall, 4),
+        "talker_share": round(d["step"] / wall, 4),
+        "step_ms": _step_stats(engine.step_times[i0:]), "peak_mem_mb": _peak_mem_mb(engine.settings.device),
+    }
+    out["passed"] = bool(runs) and keeping == len(runs) and out["first_audio_p95_ms"] <= slo_ms
+    return out
+
+
+def poisson_arrivals(rate: float, duration: float, seed: int) -> list[tuple[float, str]]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    while True:
+        t += rng.expovariate(rate)
+        if t >= duration:
+            return out
+        out.append((t, rng.choice(MIXED_TEXTS)))
+
+
+async def _poisson(engine, sampling, args, write) -> list[dict]:
+    levels = []
+    for rate in [float(x) for x in args.rate.split(",")]:
+        arrivals = poisson_arrivals(rate, args.duration, args.seed)
+        r = {"rate": rate, **await _arrival_level(engine, sampling, arrivals, args.slo_first_audio_ms)}
+        levels.append(r)
+        print(f"poisson {rate:g}/s: {r['requests']} requests, first audio p50/p95/p99 {r['first_audio_p50_ms']}/"
+              f"{r['first_audio_p95_ms']}/{r['first_audio_p99_ms']} ms, keeping up {r['keeping_up_share']:.0%}, "
+              f"audio x {r['audio_x']}, vocoder {r['vocoder_share']:.0%} prefill {r['prefill_share']:.0%} of wall, "
+              f"peak {r['peak_mem_mb']} MB -> {'pass' if r['passed'] else 'FAIL'}")
+        write(levels)
+        if not r["passed"]:
+            break
+    return levels
+
+
+async def _burst_once(engine, sampling, args, budget: int) -> dict:
+    """`background` streams running, then `burst` requests at once: the longest gap between two steps
+    while the burst is admitted (running streams get no frame in it) against the steady step time."""
+    from tts.engine import SynthesisRequest
+
+    engine.settings.prefill_budget_tokens = budget
+    if engine.step_times is None:
+        engine.step_times = []
+    long_text = TEXTS["long"]
+
+    def req(text):
+        return SynthesisRequest(text=text, voice="default", language="en", sampling=sampling,
+                                deadline=time.monotonic() + 0.2)
+
+    bg = [_Run(engine.synthesize(req(long_text))) for _ in range(args.background)]
+    bg_tasks = [asyncio.ensure_future(r.consume()) for r in bg]
+    while any(not r.arrivals for r in bg):  # every background stream playing
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.2)
+    i0 = len(engine.step_times)
+    t_burst = time.perf_counter()
+    burst = [_Run(engine.synthesize(req(MIXED_TEXTS[i % len(MIXED_TEXTS)]))) for i in range(args.burst)]
+    await asyncio.gather(*[r.consume() for r in burst])
+    i1 = len(engine.step_times)
+    for r in bg:
+        r.stream.cancel()
+    await asyncio.gather(*bg_tasks, return_exceptions=True)
+    steady = statistics.median([x[2] for x in engine.step_times[max(0, i0 - 20):i0]] or [0.0])
+    ends = [t_burst] + [x[3] for x in engine.step_times[i0:i1]]
+    gaps = [b - a for a, b in zip(ends, ends[1:])]
+    first = [r.ttfa_s * 1e3 for r in burst]
+    return {"prefill_budget_tokens": budget, "burst": args.burst, "background": args.background,
+            "steady_step_ms": round(steady * 1e3, 2), "longest_gap_ms": round(max(gaps) * 1e3, 2) if gaps else None,
+            "burst_first_audio_p50_ms": round(_percentile(first, 0.5), 1),
+            "burst_first_audio_max_ms": round(max(first), 1) if first else None}
+
+
+async def _bursts(engine, sampling, args, write) -> list[dict]:
+    default = engine.settings.prefill_budget_tokens
+    out = []
+    for label, budget in (("unbudgeted (before)", 10**9), ("budgeted (after)", default)):
+        r = {"mode": label, **await _burst_once(engine, sampling, args, budget)}
+        out.append(r)
+        print(f"burst of {r['burst']} over {r['background']} running, {label}: running streams held up to "
+              f"{r['longest_gap_ms']} ms (steady step {r['steady_step_ms']} ms); the burst's first audio p50 "
+              f"{r['burst_first_audio_p50_ms']} ms, max {r['burst_first_audio_max_ms']} ms")
+        write(out)
+    engine.settings.prefill_budget_tokens = default
+    return out
 
 
 async def _bench(args) -> dict:
@@ -249,7 +413,9 @@ async def _bench(args) -> dict:
     levels = [int(x) for x in args.concurrency.split(",")] if args.concurrency else []
     if args.reference and not args.model_dir:
         raise SystemExit("--reference needs --model-dir (the official code loads the same checkpoint)")
-    max_batch = args.max_batch or max([1] + levels + ([16] if args.reference else []))
+    arrivals = getattr(args, "arrivals", None)
+    need = 64 if arrivals == "poisson" else (args.burst + args.background if arrivals == "burst" else 1)
+    max_batch = args.max_batch or max([need] + levels + ([16] if args.reference else []))
     settings = _settings(args, max_batch)
     engine = Qwen3Engine(settings)
     t_load = time.monotonic()
@@ -264,32 +430,48 @@ async def _bench(args) -> dict:
     sampling = SamplingSettings()
     result: dict = {"engine": {"source": src, "device": settings.device, "dtype": settings.dtype,
                                "max_batch": max_batch, "cuda_graphs": engine._batch.use_cuda_graphs,
-                               "frames": args.frames, "load_s": round(load_s, 2)}}
+                               "pipeline": settings.pipeline, "frames": args.frames, "load_s": round(load_s, 2),
+                               "memory": engine.memory}}
+
+    def write(key, value):  # after every level: a timeout keeps what ran
+        result[key] = value
+        if args.json_output:
+            with open(args.json_output, "w") as f:
+                json.dump(result, f, indent=2)
+
     try:
         await _run_level(engine, [TEXTS["short"]], sampling)  # warm-up (allocator, kernels)
         rows = await _stage_table(engine, sampling, args.streaming)
         _print_stage_table(rows, args.streaming)
-        result["stages"] = rows
+        write("stages", rows)
         sweep = []
         for c in levels:
             texts = [list(TEXTS.values())[i % 3] for i in range(c)]
             sweep.append(await _run_level(engine, texts, sampling))
+            write("levels", sweep)
         if sweep:
             _print_levels(sweep, "ours (Qwen3Engine):")
         result["levels"] = sweep
-        result["syncs"] = await _sync_probe(engine, sampling, min(levels or [4]))
+        if arrivals == "poisson":
+            await _poisson(engine, sampling, args, lambda v: write("poisson", v))
+        elif arrivals == "burst":
+            await _bursts(engine, sampling, args, lambda v: write("burst", v))
+        write("syncs", await _sync_probe(engine, sampling, min(levels or [4])))
         if args.reference:
             repeats = int(os.environ.get("VOXGATE_BENCH_REPEATS", "3"))
             reference = _load_reference(args.model_dir, settings.device)
             max_frames = args.frames or settings.max_frames
-            ours, ref = await _compare(engine, reference, sampling, max_frames, repeats)
+            threads = [int(x) for x in str(getattr(args, "reference_threads", "1")).split(",")]
+            ours, ref, every = await _compare(engine, reference, sampling, max_frames, repeats, threads)
             _print_levels(ours, f"ours, best of {repeats} (interleaved with the official runs):")
             _print_levels([{**r, "keeps_up": "-", "streams_keeping_up": "", "host_syncs_per_frame": 0, "mean_batch": 0}
                            for r in ref], f"official qwen-tts, best of {repeats} (generate + decode, one static batch; "
                                           "TTFA = the whole batch):")
             ratios = {str(o["concurrency"]): round(o["audio_x"] / r["audio_x"], 2) for o, r in zip(ours, ref)}
-            result["reference"] = {"ours": ours, "official": ref, "repeats": repeats,
-                                   "audio_x_ratio_ours_over_official": ratios}
+            write("reference", {"ours": ours, "official": ref, "official_runs": every, "repeats": repeats,
+                                "official_threads_tried": threads, "ours_threads": engine.cpu_threads,
+                                "audio_x_ratio_ours_over_official": ratios})
+            print("official best thread counts: " + ", ".join(f"c={r['concurrency']}: {r['threads']}" for r in ref))
             print("audio x, ours / official: " + ", ".join(f"c={k}: {v}x" for k, v in ratios.items()))
     finally:
         await engine.close()
@@ -307,10 +489,10 @@ def bench_main(args) -> int:
         return 2
     import torch
 
-    if (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu":
-        # Same thread count for ours and the official run; on a shared small box extra intra-op
-        # threads spin against other processes and make both numbers noise.
-        threads = int(os.environ.get("VOXGATE_BENCH_THREADS", "1"))
+    if (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu" \
+            and os.environ.get("VOXGATE_BENCH_THREADS"):
+        # ours runs with the threads the engine picks (as it ships) unless this says otherwise
+        threads = int(os.environ["VOXGATE_BENCH_THREADS"])
         torch.set_num_threads(threads)
         print(f"cpu: {threads} torch thread(s) (VOXGATE_BENCH_THREADS)")
     if getattr(args, "ref_audio", None):

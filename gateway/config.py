@@ -24,6 +24,21 @@ class ConfigError(ValueError):
 # ---------------------------------------------------------------- sections
 
 
+def _is_origin(text: str) -> bool:
+    scheme, sep, rest = text.partition("://")
+    return bool(sep and scheme and rest) and "/" not in rest.rstrip("/") and " " not in text
+
+
+def _are_networks(entries: list[str]) -> bool:
+    from gateway.security.peers import parse_networks
+
+    try:
+        parse_networks(entries)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass
 class LimitsConfig:
     max_message_bytes: int = 65_536
@@ -33,9 +48,15 @@ class LimitsConfig:
     ping_interval_s: float = 20.0
     max_call_s: float = 3600.0
     drain_timeout_s: float = 20.0  # SIGTERM: how long turns may finish
+    # Per client address, on every door (HTTP, WebSocket, AudioSocket); 0 = off. Off by default: behind a proxy
+    # without server.trusted_proxies every caller is the proxy's one address, and loopback benches open hundreds.
+    max_connections_per_ip: int = 0  # connections open at once
+    connections_per_ip_per_s: float = 0.0  # new connections a second (token bucket holding one second's worth)
 
     def validate(self, check) -> None:
         check(self.max_message_bytes >= 256, "max_message_bytes", "must be >= 256")
+        check(self.max_connections_per_ip >= 0, "max_connections_per_ip", "must be >= 0 (0 = unlimited)")
+        check(self.connections_per_ip_per_s >= 0, "connections_per_ip_per_s", "must be >= 0 (0 = unlimited)")
         check(self.max_text_per_turn >= 1, "max_text_per_turn", "must be >= 1")
         check(self.max_queued_turns >= 1, "max_queued_turns", "must be >= 1")
         for name in ("idle_timeout_s", "ping_interval_s", "max_call_s"):
@@ -54,8 +75,19 @@ class ServerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     voices_dir: str | None = None  # cloned voices uploaded with POST /v1/voices persist here (survive restarts)
     voice_upload_max_bytes: int = 16 * 2**20  # POST /v1/voices body limit (30 s of 48 kHz stereo float is 11.5 MB)
+    # Browser pages allowed to call the gateway (`https://app.example.com`): a request carrying another `Origin`
+    # gets 403; requests without one (servers, SDKs, telephony) pass; the gateway's own page always passes.
+    # Empty = any origin.
+    allowed_origins: list[str] = field(default_factory=list)
+    token_ttl_s: float = 300.0  # POST /v1/tokens: how long a browser token stays good (it opens one session)
+    # Proxies (IPs/CIDRs) whose X-Forwarded-For names the real client for the per-IP limits
+    trusted_proxies: list[str] = field(default_factory=list)
 
     def validate(self, check) -> None:
+        check(all(_is_origin(o) for o in self.allowed_origins), "allowed_origins",
+              "entries must be origins like https://app.example.com (scheme://host[:port], no path)")
+        check(0 < self.token_ttl_s <= 86400, "token_ttl_s", "must be > 0 and <= 86400")
+        check(_are_networks(self.trusted_proxies), "trusted_proxies", "entries must be IP addresses or CIDR networks")
         check(0 <= self.port <= 65535, "port", "must be 0..65535")
         check(self.voice_upload_max_bytes >= 1024, "voice_upload_max_bytes", "must be >= 1024")
         check(self.max_sessions >= 1, "max_sessions", "must be >= 1")
@@ -75,11 +107,13 @@ class EngineConfig:
     max_queued: int = 1024
     vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (auto: the fastest available, logged)
     vocoder_cache: str | None = None  # ONNX exports + TensorRT engines (default ~/.cache/voxgate/vocoder)
+    stall_timeout_s: float = 10.0  # a text chunk with no audio from the engine for this long fails with engine_error
     voice_cache: str | None = None  # cloned voices' x-vectors and reference codes (default: server.voices_dir/cache,
     # else ~/.cache/voxgate/voices)
 
     def validate(self, check) -> None:
         check(self.kind in ("auto", "qwen3", "simulated", "espeak"), "kind", "must be auto, qwen3, simulated or espeak")
+        check(self.stall_timeout_s > 0, "stall_timeout_s", "must be > 0")
         check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
         check(self.max_batch >= 1, "max_batch", "must be >= 1")
         check(self.max_queued >= 1, "max_queued", "must be >= 1")
@@ -182,8 +216,12 @@ class TelephonyConfig:
     twilio_auth_token_env: str | None = None  # env var holding the Twilio auth token (verifies signatures)
     public_url: str | None = None  # the URL Twilio dials, for signature checks behind proxies
     record_inbound_dir: str | None = None
+    # With server.api_keys set, /v1/twilio takes only streams signed with the auth token; true lets unsigned ones in
+    twilio_allow_unsigned: bool = False
+    audiosocket_allow: list[str] = field(default_factory=list)  # peers (IPs/CIDRs) that may connect; empty = any
 
     def validate(self, check) -> None:
+        check(_are_networks(self.audiosocket_allow), "audiosocket_allow", "entries must be IP addresses or CIDR networks")
         if self.audiosocket_port is not None:
             check(0 <= self.audiosocket_port <= 65535, "audiosocket_port", "must be 0..65535")
         check(self.unknown_call_timeout_s > 0, "unknown_call_timeout_s", "must be > 0")
@@ -213,9 +251,16 @@ class LlmConfig:
 @dataclass
 class WebrtcConfig:
     ice_servers: list[str] = field(default_factory=list)  # e.g. stun:stun.example.org:3478
+    # TURN with credentials minted per session (coturn use-auth-secret): the URLs, and the env var holding the secret
+    turn_urls: list[str] = field(default_factory=list)  # e.g. turn:turn.example.org:3478?transport=udp, turns:…:5349
+    turn_secret_env: str | None = None
+    turn_ttl_s: float | None = None  # how long minted credentials last; default limits.max_call_s + 300 s
 
     def validate(self, check) -> None:
-        pass
+        check(all(u.split(":", 1)[0] in ("turn", "turns") and "@" not in u for u in self.turn_urls), "turn_urls",
+              "entries must be turn: or turns: URLs without credentials (they are minted per session)")
+        check(not self.turn_urls or bool(self.turn_secret_env), "turn_secret_env", "is required with turn_urls")
+        check(self.turn_ttl_s is None or self.turn_ttl_s >= 60, "turn_ttl_s", "must be >= 60")
 
 
 BARGE_IN_MODES = ("off", "detect", "vad")

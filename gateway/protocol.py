@@ -33,6 +33,7 @@ SESSION_EXISTS = "session_exists"  # a second session.start on one connection
 TURN_CLOSED = "turn_closed"  # text for a turn that already got final
 TOO_MANY_TURNS = "too_many_turns"  # more queued turns than limits.max_queued_turns
 ENGINE_ERROR = "engine_error"  # the engine failed one text chunk
+ENGINE_UNAVAILABLE = "engine_unavailable"  # the engine cannot serve (its worker died or hangs): no new sessions
 CALL_TOO_LONG = "call_too_long"  # limits.max_call_s reached
 IDLE_TIMEOUT = "idle_timeout"  # no client message for limits.idle_timeout_s
 SHUTTING_DOWN = "shutting_down"  # the gateway is draining
@@ -42,6 +43,8 @@ MEDIA_ERROR = "media_error"  # the media far end reported an error (AudioSocket 
 STT_ERROR = "stt_error"  # the transcription server failed one utterance (the call goes on)
 VAD_UNAVAILABLE = "vad_unavailable"  # barge_in asked for a detector whose package is not installed
 UNSUPPORTED_SPEED = "unsupported_speed"  # OpenAI speech: a `speed` the engine cannot honour
+RATE_LIMITED = "rate_limited"  # per-IP caps: too many connections open, or opened too fast (HTTP 429 / close 1013)
+FORBIDDEN_ORIGIN = "forbidden_origin"  # a browser page whose Origin is not in server.allowed_origins (HTTP 403)
 
 # WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).
 CLOSE_POLICY = 1008  # the peer broke the protocol in a way the connection cannot survive

@@ -3,7 +3,7 @@
 # Usage: scripts/setup_env.sh [extras]   e.g. scripts/setup_env.sh test,webrtc,stress,espeak
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-webrtc,espeak,vad}"
+extras="${1:-webrtc,espeak,vad,onnx}"
 py="${PYTHON:-}"
 if [ -z "$py" ]; then
   for cand in python3.11 python3.12 python3.10 python3; do

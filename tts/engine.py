@@ -211,6 +211,11 @@ class Engine(ABC):
         """Counters for /metrics: at least `queued` and `active`."""
         return {"queued": 0, "active": 0}
 
+    def health(self) -> str | None:
+        """None while the engine serves; else why it cannot (its worker died or hangs). The gateway then
+        answers /readyz with 503 and refuses new sessions with `engine_unavailable`."""
+        return None
+
     # Hooks the stream calls; engines override what they support.
     def _cancel(self, stream: SynthesisStream) -> None:
         pass

@@ -14,6 +14,7 @@ It exists to load-test the gateway alone; it is not a stand-in for Qwen3.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
@@ -22,6 +23,10 @@ import numpy as np
 from tts.engine import CODEC_FRAME_SAMPLES, SAMPLE_RATE, Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream
 
 STEP_S = 0.01  # device model resolution
+STALL_S = 5.0  # requests waiting and no step for this long: the device counts as hung (health)
+FAULTS = ("raise", "hang", "die")
+
+log = logging.getLogger("voxgate.simulated")
 
 
 @dataclass
@@ -99,6 +104,12 @@ class SimulatedEngine(Engine):
         self._wake = asyncio.Event()
         self.audio_seconds = 0.0
         self.requests = 0
+        self.step_failures = 0
+        self._fault: tuple[str, float] | None = None  # injected by tests (inject_fault)
+        self._dead: str | None = None  # why the device loop ended, if it ended on its own
+        self._last_step = clock()
+        self._busy_since: float | None = None  # a step in progress began then
+        self.stall_after_s = STALL_S
 
     @classmethod
     def from_config(cls, sim) -> "SimulatedEngine":
@@ -106,20 +117,56 @@ class SimulatedEngine(Engine):
 
     async def start(self) -> None:
         if self._task is None:
+            self._last_step = self.clock()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="simulated-device")
+            self._task.add_done_callback(self._device_ended)
+
+    # ------------------------------------------------------------ faults and health
+    def inject_fault(self, kind: str, seconds: float = 3600.0) -> None:
+        """The device's next step fails on purpose: `raise` (that step raises; the device goes on), `hang`
+        (no step for `seconds`), `die` (the device loop ends, as a worker thread that dies would)."""
+        if kind not in FAULTS:
+            raise ValueError(f"fault must be one of {FAULTS}, not {kind!r}")
+        self._fault = (kind, seconds)
+        self._wake.set()
+
+    def health(self) -> str | None:
+        if self._dead:
+            return self._dead
+        now = self.clock()
+        if self._busy_since is not None and now - self._busy_since > self.stall_after_s:
+            return f"the engine step has not returned for {now - self._busy_since:.1f} s (hung)"
+        if self._jobs and now - self._last_step > self.stall_after_s:
+            return f"the engine made no step for {now - self._last_step:.1f} s with {len(self._jobs)} requests waiting"
+        return None
+
+    def _fail_all(self, error: EngineError) -> None:
+        jobs, self._jobs, self._by_stream = self._jobs, [], {}
+        for job in jobs:
+            job.stream._fail(error)
+
+    def _device_ended(self, task: asyncio.Task) -> None:
+        if task.cancelled() and self._task is None:
+            return  # close()
+        exc = None if task.cancelled() else task.exception()
+        self._dead = f"the engine worker stopped ({type(exc).__name__ if exc else 'cancelled'}: {exc})"
+        log.error("%s; new sessions are refused with engine_unavailable", self._dead)
+        self._fail_all(EngineError("engine_error", self._dead))
 
     async def close(self) -> None:
         for job in list(self._jobs):
             job.stream.cancel()
-        if self._task:
-            self._task.cancel()
+        task, self._task = self._task, None
+        if task:
+            task.cancel()
             try:
-                await self._task
-            except asyncio.CancelledError:
+                await task
+            except BaseException:  # noqa: BLE001 - cancelled, or it had died already
                 pass
-            self._task = None
 
     def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
+        if self._dead:
+            raise EngineError("engine_unavailable", self._dead)
         if len(self._jobs) >= self.settings.max_queued:
             raise EngineError("overloaded", f"engine queue full ({self.settings.max_queued} requests)")
         stream = SynthesisStream(request, self)
@@ -153,7 +200,8 @@ class SimulatedEngine(Engine):
 
     def stats(self) -> dict:
         active = sum(1 for j in self._jobs if j.admitted_at is not None)
-        return {"queued": len(self._jobs) - active, "active": active, "audio_seconds": self.audio_seconds}
+        return {"queued": len(self._jobs) - active, "active": active, "audio_seconds": self.audio_seconds,
+                "step_failures": self.step_failures}
 
     def _cancel(self, stream: SynthesisStream) -> None:
         job = self._by_stream.pop(id(stream), None)
@@ -169,14 +217,28 @@ class SimulatedEngine(Engine):
     async def _run(self) -> None:
         last = self.clock()
         while True:
-            if not self._jobs:
+            if not self._jobs and self._fault is None:
                 self._wake.clear()
                 await self._wake.wait()
-                last = self.clock()
+                last = self._last_step = self.clock()
             await asyncio.sleep(STEP_S)
+            self._busy_since = self.clock()
+            fault, self._fault = self._fault, None
+            if fault and fault[0] == "hang":
+                await asyncio.sleep(fault[1])
+            if fault and fault[0] == "die":
+                raise RuntimeError("injected fault: the engine worker died")
             now = self.clock()
-            self._step(now, now - last)
-            last = now
+            try:
+                if fault and fault[0] == "raise":
+                    raise RuntimeError("injected fault: the engine step raised")
+                self._step(now, now - last)
+            except Exception as exc:  # a failed step fails the requests it held; the device goes on
+                self.step_failures += 1
+                log.exception("simulated engine step failed")
+                self._fail_all(EngineError("engine_error", f"the engine step failed: {exc}"))
+            last = self._last_step = now
+            self._busy_since = None
 
     def _step(self, now: float, dt: float) -> None:
         s = self.settings

@@ -16,6 +16,12 @@ from tts import Engine
 _LANGUAGE = re.compile(r"auto|[a-z]{2}")
 
 
+def engine_health(engine) -> str | None:
+    """None while the engine serves; else why not (engines written before `Engine.health` count as healthy)."""
+    health = getattr(engine, "health", None)
+    return health() if health is not None else None
+
+
 class SessionRegistry:
     def __init__(self, config: Config, engine: Engine, metrics: GatewayMetrics, on_closed: Callable[[Session], None] | None = None):
         self.config = config
@@ -46,6 +52,9 @@ class SessionRegistry:
             raise P.ProtocolError(P.BAD_MESSAGE, f"language must be 'auto' or an ISO 639-1 code, not {language!r}")
         if self.full():
             raise self.capacity_error()
+        unhealthy = engine_health(self.engine)
+        if unhealthy:
+            raise P.ProtocolError(P.ENGINE_UNAVAILABLE, f"the engine cannot serve: {unhealthy}")
         session = Session(
             session_id or uuid.uuid4().hex[:16], self.config, self.engine, self.metrics, voice, language, instruct, output, on_closed=self._closed,
             headless=headless,

@@ -235,7 +235,16 @@ class Session:
         """Prepare one text chunk, submit it, and feed its audio to the playout in order."""
         try:
             self._submit(job, await self._prepare(job.turn.texts[job.index]))
-            async for chunk in job.stream:
+            chunks = aiter(job.stream)
+            stall = self.config.engine.stall_timeout_s
+            while True:
+                try:  # a hung engine must not hang the turn: no audio for `stall` seconds fails the chunk
+                    chunk = await asyncio.wait_for(anext(chunks), stall)
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    job.stream.cancel()
+                    raise EngineError(P.ENGINE_ERROR, f"no audio from the engine for {stall:g} s (engine.stall_timeout_s)") from None
                 spoken = job.turn.spoken[job.index]
                 if spoken is not None:  # where each engine packet starts, in output samples
                     spoken.frame_offsets.append(job.turn.pushed.get(job.index, 0) + sum(len(p) for p in job.held))
@@ -245,7 +254,9 @@ class Session:
             return
         except EngineError as exc:  # refused (overloaded) or failed: the turn goes on without this chunk
             job.failed = True
-            self.emit(P.error_event(exc.code, f"turn {job.turn.turn_id!r} chunk {job.index}: {exc.message}"))
+            # The engine's own failures are `engine_error` to clients, whatever the engine called them.
+            code = P.ENGINE_ERROR if exc.code in ("internal", P.ENGINE_ERROR) else exc.code
+            self.emit(P.error_event(code, f"turn {job.turn.turn_id!r} chunk {job.index}: {exc.message}"))
         except Exception as exc:  # the engine (or the frontend) failed this chunk only
             job.failed = True
             log.exception("chunk failed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.core import CallCore
+from gateway.core.registry import engine_health as registry_engine_health
 
 
 def routes(core: CallCore) -> list[web.RouteDef]:
@@ -12,8 +13,11 @@ def routes(core: CallCore) -> list[web.RouteDef]:
         return web.json_response({"status": "ok"})
 
     async def readyz(request: web.Request) -> web.Response:
-        ready = core.accepting and not core.registry.full()
+        engine_health = registry_engine_health(core.engine)
+        ready = core.accepting and not core.registry.full() and engine_health is None
         body = {"ready": ready, "sessions": len(core.sessions), "engine": core.engine_kind}
+        if engine_health:
+            body["engine_health"] = engine_health
         return web.json_response(body, status=200 if ready else 503)
 
     async def metrics(request: web.Request) -> web.Response:

@@ -46,7 +46,7 @@ ENCODE_SLICE = SAMPLE_RATE // 5  # encode (and send) at most 200 ms of audio at 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 413: "invalid_request_error", 429: "rate_limit_error",
           500: "server_error", 503: "server_error", 504: "server_error"}
 # Our error codes that mean "try again later" rather than "your request is wrong".
-_RETRY_LATER = {P.AT_CAPACITY: 429, P.OVERLOADED: 429, P.SHUTTING_DOWN: 503}
+_RETRY_LATER = {P.AT_CAPACITY: 429, P.OVERLOADED: 429, P.SHUTTING_DOWN: 503, P.ENGINE_UNAVAILABLE: 503}
 
 
 class SpeechError(Exception):
@@ -165,7 +165,7 @@ class OpenAISpeech:
     async def speech(self, request: web.Request) -> web.StreamResponse:
         core = self.core
         try:
-            if not authorized(core, request):
+            if not authorized(core, request, spend=True):
                 raise _unauthorized()
             if not core.accepting:
                 raise SpeechError(503, P.SHUTTING_DOWN, "the gateway is draining and takes no new requests")

@@ -137,10 +137,15 @@ class NativeWsEndpoint:
                     break
                 else:  # CLOSE, CLOSING, CLOSED
                     break
+        except ConnectionError:  # the peer vanished while we wrote (a pong, a close): a hang-up, not a fault
+            log.debug("connection lost", exc_info=True)
         except Exception:
             log.exception("native ws connection failed")
             if not ws.closed:
-                await ws.send_json(P.error_event(P.INTERNAL, "internal error; the session was closed"))
+                try:
+                    await ws.send_json(P.error_event(P.INTERNAL, "internal error; the session was closed"))
+                except ConnectionError:
+                    pass
         finally:
             self._connections -= 1
             if session is not None and not session.closed:

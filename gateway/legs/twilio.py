@@ -142,9 +142,14 @@ class TwilioEndpoint:
             self.auth_token = os.environ.get(env)
             if not self.auth_token:
                 raise ValueError(f"telephony.twilio_auth_token_env names {env!r}, but that environment variable is empty or unset")
-        elif core.config.server.api_keys:
-            # Twilio cannot send an API key (no headers, no query string in <Stream>): its signature is /v1/twilio's only guard.
-            log.warning("server.api_keys is set but telephony.twilio_auth_token_env is not: /v1/twilio is OPEN to anyone who can reach it")
+        self.allow_unsigned = core.config.telephony.twilio_allow_unsigned
+        # Twilio cannot send an API key (no headers, no query string in <Stream>): its signature is /v1/twilio's only guard.
+        self.refuse_all = self.auth_token is None and bool(core.config.server.api_keys) and not self.allow_unsigned
+        if self.refuse_all:
+            log.warning("server.api_keys is set but telephony.twilio_auth_token_env is not: /v1/twilio refuses every stream "
+                        "(set the auth token to verify X-Twilio-Signature, or telephony.twilio_allow_unsigned: true)")
+        elif self.auth_token is None and core.config.server.api_keys:
+            log.warning("telephony.twilio_allow_unsigned is true and no twilio_auth_token_env is set: /v1/twilio is OPEN to anyone who can reach it")
 
     def route(self) -> web.RouteDef:
         return web.get("/v1/twilio", self.handle)
@@ -158,19 +163,28 @@ class TwilioEndpoint:
         scheme = "wss" if request.secure else "ws"
         return f"{scheme}://{request.host}{request.path_qs}"
 
-    def signature_ok(self, request: web.Request) -> bool:
-        if self.auth_token is None:
-            return True
-        got = request.headers.get("X-Twilio-Signature", "")
+    def refusal(self, request: web.Request) -> str | None:
+        """None when the upgrade may go on, else why it is refused."""
+        got = request.headers.get("X-Twilio-Signature")
+        if self.refuse_all:
+            return "unsigned Twilio streams are refused while server.api_keys is set (configure telephony.twilio_auth_token_env)"
+        if self.auth_token is None or (got is None and self.allow_unsigned):
+            return None
         want = twilio_signature(self.auth_token, self.signed_url(request))
-        return hmac.compare_digest(got.encode(), want.encode())
+        return None if hmac.compare_digest((got or "").encode(), want.encode()) else "missing or wrong X-Twilio-Signature"
+
+    def signature_ok(self, request: web.Request) -> bool:
+        return self.refusal(request) is None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         gw = self.core
-        if not self.signature_ok(request):
+        refusal = self.refusal(request)
+        if refusal is not None:
             gw.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
-            log.warning("twilio: refused a stream with a missing or wrong X-Twilio-Signature (signed URL %s)", self.signed_url(request))
-            return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong X-Twilio-Signature"), status=403)
+            gw.metrics.connections_refused.labels(reason="twilio_unsigned").inc()
+            # the query string is left out of the log: it may carry a credential
+            log.warning("twilio: refused a stream to %s: %s", request.path, refusal)
+            return web.json_response(P.error_event(P.UNAUTHORIZED, refusal), status=403)
         ws = websocket_response(gw)
         await ws.prepare(request)
         if not gw.accepting:
@@ -180,6 +194,8 @@ class TwilioEndpoint:
         self.registry.track(ws.close)
         try:
             await stream.run()
+        except ConnectionError:  # the far end vanished while we wrote (a pong, a close): a hang-up, not a fault
+            log.debug("connection lost", exc_info=True)
         except Exception:
             log.exception("twilio stream failed")
             gw.metrics.errors.labels(code=P.INTERNAL).inc()

@@ -248,7 +248,7 @@ class WireEndpoint:
 
     def authorized(self, request: web.Request) -> bool:
         """API keys as elsewhere; far ends that cannot send a bearer use `?token=` or HTTP Basic with the key as password."""
-        if authorized(self.core, request):
+        if authorized(self.core, request, spend=True):
             return True
         header = request.headers.get("Authorization", "")
         if header.startswith("Basic "):
@@ -277,6 +277,8 @@ class WireEndpoint:
         self.registry.track(ws.close)
         try:
             await stream.run()
+        except ConnectionError:  # the far end vanished while we wrote (a pong, a close): a hang-up, not a fault
+            log.debug("connection lost", exc_info=True)
         except Exception:
             log.exception("%s stream failed", self.spec.kind)
             gw.metrics.errors.labels(code=P.INTERNAL).inc()

@@ -160,7 +160,7 @@ async def test_with_the_same_schedule_the_pipeline_is_bit_identical(ckpt):
     """Everything queued before the worker starts: both engines make the same steps and the same vocoder
     calls, so the pipelined samples are exactly the serial ones."""
     async def run(pipeline):
-        eng = _engine(ckpt, pipeline=pipeline, max_batch=3, frames_base=9, frames_per_token=0.3)
+        eng = _engine(ckpt, pipeline=pipeline, max_batch=3, frames_base=9, frames_per_token=0.3, cpu_threads=1)
         eng._loop = asyncio.get_running_loop()
         await asyncio.get_running_loop().run_in_executor(None, eng.load)
         streams = [eng.synthesize(_req(t)) for t in ("Hello world.", "Short", "Another one here.", "Fourth.")]

@@ -219,3 +219,27 @@ def test_gpu_vocoder_bench_logic_runs_on_cpu_and_skips_with_reasons():
     assert set(skipped) == {"torch-graphs", "tensorrt"}
     table = format_table(rows)
     assert "skipped" in table and "torch-eager-cpu" in table
+
+
+def test_vocoder_flags_and_config_values_are_the_same_four():
+    from gateway.cli import VOCODERS, build_parser
+    from gateway.config import VOCODERS as CONFIG_VOCODERS
+    from tts.qwen3.codec.vocoder import KINDS
+
+    assert tuple(VOCODERS) == tuple(CONFIG_VOCODERS) == KINDS
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--vocoder", "onnxruntime"]).vocoder == "onnxruntime"
+    assert parser.parse_args(["synth", "--model-dir", "d", "--text", "t", "--out", "o.wav", "--vocoder", "tensorrt"]).vocoder == "tensorrt"
+    assert parser.parse_args(["bench", "--random-weights", "0.6b", "--vocoder", "torch"]).vocoder == "torch"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--vocoder", "openvino"])
+
+
+def test_config_refuses_an_unknown_vocoder_naming_the_key(tmp_path):
+    from gateway.config import ConfigError, load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("engine:\n  vocoder: openvino\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(cfg))
+    assert "engine.vocoder" in str(e.value) and "onnxruntime" in str(e.value)

@@ -139,9 +139,12 @@ async def test_signature_is_verified_when_a_token_is_configured(make_gateway, mo
     await tw.stop()
 
 
-async def test_api_keys_without_a_twilio_token_warn_that_the_twilio_endpoint_is_open(make_gateway, caplog):
-    await make_gateway(server={"api_keys": ["k1"]})
-    assert any("/v1/twilio is OPEN" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+async def test_api_keys_without_a_twilio_token_close_the_twilio_endpoint_and_say_so(make_gateway, caplog):
+    gw = await make_gateway(server={"api_keys": ["k1"]})  # more in tests/security/test_telephony_doors.py
+    assert any("/v1/twilio refuses every stream" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await TwilioClient.connect(gw)
+    assert refused.value.response.status_code == 403
 
 
 async def test_signature_uses_the_public_url_behind_a_proxy(make_gateway, monkeypatch):

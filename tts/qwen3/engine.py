@@ -81,6 +81,8 @@ class EngineSettings:
     compact: bool = True  # move streams down into free lower slots so the batch bucket follows live streams
     watch_syncs: bool = False  # count host syncs by watching every op (tts.qwen3.syncs; slower)
     pin_sdpa: bool = True  # CUDA: time the SDPA backends per shape at start and pin the fastest
+    cpu_threads: int = 0  # CPU: torch intra-op threads (0: the cores shared by the worker and the vocoder
+    # lane, i.e. half of them with the pipeline; -1: leave torch's setting alone)
 
 
 @dataclass(eq=False)  # jobs compare by identity
@@ -134,6 +136,10 @@ def _check_sampling(s: SamplingSettings) -> None:
                                          f"repetition_penalty > 0 and a bool greedy; got {s}")
 
 
+class _WorkerDeath(BaseException):
+    """An injected fault that ends the worker thread, as an error no `except Exception` catches would."""
+
+
 class Qwen3Engine(Engine):
     name = "qwen3"
 
@@ -160,13 +166,19 @@ class Qwen3Engine(Engine):
                          "cancelled": 0, "preempted": 0, "vocoder_calls": 0, "audio_s": 0.0, "compacted": 0,
                          "prefill_deferred": 0}
         self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}
-        self.step_times: list | None = None  # (batch bucket, kv bucket, seconds) per step when enabled
+        self.step_times: list | None = None  # (batch bucket, kv bucket, seconds, end perf_counter) per step
         self.memory: dict = {}  # bytes at start: weights, kv_cache, codec_state, graphs (CUDA)
         self.trace: list | None = None  # (name, start_s, dur_s, args) spans when enabled
+        # health (gateway /readyz): the worker's death, or a step that does not return
+        self._died: str | None = None
+        self._busy_since: float | None = None
+        self.stall_after_s = 30.0
+        self._fault: tuple[str, float] | None = None  # inject_fault (tests)
         self._tally = None  # tts.qwen3.syncs.SyncTally while watching
         self._lane: concurrent.futures.ThreadPoolExecutor | None = None
         self._lane_stream = None  # CUDA stream of the vocoder lane
         self._voc_inflight: concurrent.futures.Future | None = None
+        self.cpu_threads: int | None = None
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -201,6 +213,13 @@ class Qwen3Engine(Engine):
                                                     s.voice_cache_dir, encoder=self._ckpt.codec_encoder))
         gen = torch.Generator(device=self._ckpt.model.talker.codec_head.weight.device).manual_seed(s.seed)
         cuda = torch.device(s.device).type == "cuda"
+        if not cuda and s.cpu_threads >= 0:
+            import os
+
+            cores = os.cpu_count() or 1
+            # two busy threads (talker, vocoder) each with its own intra-op team: more would oversubscribe
+            torch.set_num_threads(s.cpu_threads or max(1, cores // 2 if s.pipeline else cores))
+        self.cpu_threads = torch.get_num_threads()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         mem0 = torch.cuda.memory_allocated() if cuda else 0
@@ -213,7 +232,8 @@ class Qwen3Engine(Engine):
 
             try:
                 self._vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
-                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache)
+                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache,
+                                              cuda_graphs=s.use_cuda_graphs if cuda else False)
             except CodecError as e:
                 raise EngineError("vocoder_unavailable", e.message) from None
             log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
@@ -296,6 +316,8 @@ class Qwen3Engine(Engine):
 
     # ------------------------------------------------------------ API
     def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
+        if self._died:
+            raise EngineError("engine_unavailable", self._died)
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         if not request.text or not request.text.strip():
@@ -329,13 +351,19 @@ class Qwen3Engine(Engine):
             raise EngineError("not_ready", "the engine is not loaded yet")
         if self._clones is None:
             return await super().add_voice(voice)
-        return (await asyncio.get_running_loop().run_in_executor(None, self._clones.add, voice)).info()
+        return await asyncio.get_running_loop().run_in_executor(None, self.add_voice_sync, voice)
 
     def add_voice_sync(self, voice) -> dict:
-        """`add_voice` for tools that hold no event loop (the CLI, benches)."""
+        """`add_voice`, blocking (the CLI, benches, or an executor thread)."""
         if self._clones is None:
             raise EngineError("unsupported_voice", "this checkpoint is not a Base model: it cannot clone voices")
-        return self._clones.add(voice).info()
+        cv = self._clones.add(voice)
+        if cv.clone.icl and self._vocoder is not None and self._lane is not None:
+            # prime the vocoder row now, on the lane, so the voice's first call does not pay the reference decode
+            t0 = time.perf_counter()
+            self._primed(cv).result()
+            cv.prepare_s += time.perf_counter() - t0
+        return cv.info()
 
     def remove_voice(self, name: str) -> bool:
         return self._clones.remove(name) if self._clones is not None else False
@@ -398,10 +426,48 @@ class Qwen3Engine(Engine):
                     tally = self._tally
                     watch = watching(tally)
                     watch.__enter__()
+                self._busy_since = time.monotonic()
                 self._iteration()
+                self._busy_since = None
+        except BaseException as exc:  # noqa: BLE001 - the worker is ending: no stream may wait on it forever
+            self._died = f"the engine worker stopped ({type(exc).__name__}: {exc})"
+            log.error("%s; its requests fail and new ones are refused", self._died)
+            with self._cond:
+                jobs, self._queue = list(self._jobs.values()), []
+                self._jobs.clear()
+            for job in jobs:
+                self._post(job.stream._fail, EngineError("engine_error", self._died))
         finally:
             watch.__exit__(None, None, None)
             self._lane_join()
+
+    # ------------------------------------------------------------ health and faults
+    def health(self) -> str | None:
+        if self._died:
+            return self._died
+        busy = self._busy_since
+        if busy is not None and time.monotonic() - busy > self.stall_after_s:
+            return f"the engine step has not returned for {time.monotonic() - busy:.1f} s (hung)"
+        return None
+
+    def inject_fault(self, kind: str, seconds: float = 3600.0) -> None:
+        """Tests: the worker's next step `raise`s, `hang`s for `seconds`, or the worker `die`s."""
+        if kind not in ("raise", "hang", "die"):
+            raise ValueError(f"unknown fault {kind!r}")
+        with self._cond:
+            self._fault = (kind, seconds)
+            self._cond.notify()
+
+    def _fault_point(self) -> None:
+        fault, self._fault = self._fault, None
+        if fault is None:
+            return
+        if fault[0] == "hang":
+            time.sleep(fault[1])
+        elif fault[0] == "raise":
+            raise RuntimeError("injected fault: the step raised")
+        else:
+            raise _WorkerDeath("injected fault: the worker died")
 
     def _iteration(self) -> None:
         with self._cond:
@@ -415,6 +481,8 @@ class Qwen3Engine(Engine):
         try:
             if admit:
                 self._admit(admit, free)
+            if self._fault is not None:
+                self._fault_point()
             if self._slots:
                 self._step()
             if self._held:
@@ -735,7 +803,7 @@ class Qwen3Engine(Engine):
         dt = time.perf_counter() - t0
         self.timings["step"] += dt
         if self.step_times is not None:
-            self.step_times.append((bucket, self._batch.last_kv_len, dt))
+            self.step_times.append((bucket, self._batch.last_kv_len, dt, time.perf_counter()))
 
     # -- vocoder
     def _restore_vocoder_row(self, slot: int, saved: concurrent.futures.Future) -> None:

@@ -35,8 +35,10 @@ log = logging.getLogger("voxgate.vocoder")
 
 KINDS = ("auto", "torch", "onnxruntime", "tensorrt")
 DEFAULT_PACKETS = (1, 2, 4)
-# Set from bench/vocoder_bench.py --backends torch,onnxruntime on the released shape (README table).
-CPU_PREFERS_ONNXRUNTIME = False
+# From bench/vocoder_bench.py --backends torch,onnxruntime on the released shape (README table,
+# 2026-12-01): ONNX Runtime used 13 % less CPU per frame (geometric mean of 9 cells, 1 thread) and
+# kept its speed at 2 threads on a loaded machine, where torch eager slowed ~10x.
+CPU_PREFERS_ONNXRUNTIME = True
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -51,7 +53,10 @@ class Vocoder:
         self.device = torch.device(device)
         self.state_specs = state_specs
         self.max_batch = int(max_batch)
-        self.packets = tuple(sorted(set(int(p) for p in packets)))
+        # 1 is always there: any frame count splits into captured packet sizes (graphs, TensorRT profiles)
+        self.packets = tuple(sorted({1, *(int(p) for p in packets)}))
+        if self.packets[0] < 1 or self.max_batch < 1:
+            raise CodecError("vocoder_unavailable", f"packets must be >= 1 and max_batch >= 1, got {packets}, {max_batch}")
 
     @property
     def name(self) -> str:

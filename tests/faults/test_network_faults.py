@@ -1,0 +1,171 @@
+"""Bad networks and bad peers, through a fault-injecting proxy (tests/faults/proxy.py) or raw sockets.
+
+Each case runs beside a healthy call on a direct connection, which must hear
+its turn without an audible gap: one peer's trouble stays its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import time
+
+import aiohttp
+import numpy as np
+import websockets
+
+from tests.conftest import Client
+from tests.faults.proxy import FaultProxy
+
+TURN = "A healthy caller hears every word of this reply, whatever the others do."
+
+
+async def _healthy_turn(gw, turn_id: str = "h") -> dict:
+    c = await Client.connect(gw)
+    await c.start(output={"encoding": "pcm16", "sample_rate": 8000})
+    await c.send({"type": "text", "turn_id": turn_id, "text": TURN, "final": True})
+    done = await c.until("turn.done", turn_id=turn_id, timeout=30)
+    await c.close()
+    return done
+
+
+async def _via(proxy: FaultProxy, **kw) -> Client:
+    return Client(await websockets.connect(f"ws://127.0.0.1:{proxy.port}/v1/ws", max_size=None, **kw))
+
+
+async def _eventually(pred, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        await asyncio.sleep(0.05)
+    return pred()
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_latency_then_a_cut_mid_turn_frees_the_session_and_spares_the_others(start_gateway):
+    gw = await start_gateway()
+    proxy = await FaultProxy(gw.port).start()
+    try:
+        proxy.delay_s = 0.08
+        c = await _via(proxy)
+        await c.start()
+        await c.send({"type": "text", "turn_id": "t1", "text": "Heard with some delay on the line.", "final": True})
+        done = await c.until("turn.done", turn_id="t1", timeout=20)
+        assert done["gaps"]["audible"] == 0 and done["played_text"] == "Heard with some delay on the line."
+        healthy = asyncio.create_task(_healthy_turn(gw))
+        await c.send({"type": "text", "turn_id": "t2", "text": TURN * 3, "final": True})
+        await c.until("audio.start", turn_id="t2", timeout=20)
+        proxy.cut()
+        assert await _eventually(lambda: len(gw.sessions) <= 1), "the cut call's session outlived its connection"
+        assert (await healthy)["gaps"]["audible"] == 0
+        assert await _eventually(lambda: not gw.sessions and gw.engine.stats()["active"] == 0 and gw.engine.stats()["queued"] == 0)
+    finally:
+        await proxy.close()
+
+
+async def test_a_client_throttled_below_the_audio_rate_loses_frames_not_the_clock(start_gateway):
+    gw = await start_gateway()
+    proxy = await FaultProxy(gw.port).start()
+    try:
+        proxy.down_bps = 3000  # PCM16 at 24 kHz needs 48 000 B/s
+        proxy.small_buffers = True
+        slow = await _via(proxy)
+        await slow.start()
+        await slow.send({"type": "text", "turn_id": "s", "text": TURN * 6, "final": True})
+        t0 = time.monotonic()
+        done = await _healthy_turn(gw)
+        assert done["gaps"]["audible"] == 0
+        # it really lags: far fewer frames reached it than real time would have sent
+        try:
+            while True:
+                await slow.next_event(timeout=0.5)
+        except asyncio.TimeoutError:
+            pass
+        elapsed = time.monotonic() - t0
+        assert len(slow.frames) < 0.5 * elapsed / 0.02, (len(slow.frames), elapsed)
+        assert (await _healthy_turn(gw, "h2"))["gaps"]["audible"] == 0  # while it lags, others still play clean
+    finally:
+        await proxy.close()
+
+
+async def test_slowloris_clients_do_not_starve_the_others(start_gateway):
+    gw = await start_gateway()
+    loop = asyncio.get_running_loop()
+    socks = []
+
+    def open_slow(n: int) -> None:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", gw.port))
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            socks.append(s)
+
+    def trickle() -> None:
+        for s in socks:
+            try:
+                s.sendall(b"a")
+            except OSError:
+                pass
+
+    try:
+        await loop.run_in_executor(None, open_slow, 200)
+        healthy = asyncio.create_task(_healthy_turn(gw))
+        async with aiohttp.ClientSession() as http:
+            for _ in range(10):
+                await loop.run_in_executor(None, trickle)
+                async with http.get(f"http://127.0.0.1:{gw.port}/healthz", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    assert r.status == 200
+                await asyncio.sleep(0.2)
+        assert (await healthy)["gaps"]["audible"] == 0
+    finally:
+        for s in socks:
+            s.close()
+
+
+async def test_a_thousand_connections_opened_and_dropped_in_a_second(start_gateway):
+    gw = await start_gateway({"telephony": {"audiosocket_port": 0}})
+    as_port = gw.legs["gateway.legs.audiosocket"].port
+    loop = asyncio.get_running_loop()
+    before = _fds()
+
+    def storm() -> float:
+        t0 = time.monotonic()
+        for i in range(1000):
+            port = as_port if i % 5 == 0 else gw.port
+            s = socket.create_connection(("127.0.0.1", port))
+            if i % 3 == 0:  # half an upgrade, then gone
+                s.sendall(b"GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n")
+            if i % 2 == 0:  # reset, not closed
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        return time.monotonic() - t0
+
+    healthy = asyncio.create_task(_healthy_turn(gw))
+    took = await loop.run_in_executor(None, storm)
+    assert (await healthy)["gaps"]["audible"] == 0
+    assert await _eventually(lambda: _fds() <= before + 2, timeout=15), f"fds {before} -> {_fds()} after the storm ({took:.1f} s)"
+    done = await _healthy_turn(gw, "after")  # and new calls still work
+    assert done["played_text"] == TURN
+
+
+async def test_caller_audio_faster_than_real_time_is_capped_and_the_call_goes_on(start_gateway):
+    gw = await start_gateway()
+    c = await Client.connect(gw)
+    await c.start(input={"encoding": "pcm16", "sample_rate": 16000}, barge_in={"mode": "vad"})
+    frame = (np.sin(np.arange(320) / 5) * 3000).astype("<i2").tobytes()  # 20 ms at 16 kHz
+    healthy = asyncio.create_task(_healthy_turn(gw))
+    for _ in range(1000):  # 20 s of audio in a burst
+        await c.send(frame)
+    await c.send({"type": "text", "turn_id": "f", "text": "Still here after the flood.", "final": True})
+    done = await c.until("turn.done", turn_id="f", timeout=20)
+    assert done["turn_id"] == "f"
+    assert (await healthy)["gaps"]["audible"] == 0
+    text = gw.metrics.render().decode()
+    dropped = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("voxgate_voice_inbound_dropped_samples_total "))
+    assert dropped > 10 * 16000, "audio past real time + max_inbound_ahead_ms must be dropped"
+    await c.close()
