@@ -159,6 +159,10 @@ class WireMediaLeg:
             out.append(self.out.encode(float_to_int16(block)))
         return out
 
+    def congested(self) -> bool:
+        """The next frame will be skipped (the far end is not reading; frames held under XOFF are not skipped)."""
+        return self._usable() and not self.paused and frame_must_skip(self.transport)
+
     async def send_audio(self, frame: bytes) -> bool:
         sent = False
         if self._usable():
