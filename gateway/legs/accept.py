@@ -31,7 +31,11 @@ def auth_problem(core: CallCore, request: web.Request, spend: bool = False) -> s
     """None when the request may pass (no keys configured, an API key, or a good session token), else why not."""
     if not core.config.server.api_keys:
         return None
-    credential = presented_credential(request)
+    return credential_problem(core, presented_credential(request), spend)
+
+
+def credential_problem(core: CallCore, credential: str, spend: bool = False) -> str | None:
+    """None for an API key or a good session token (spent when `spend`), else why it is refused."""
     if is_api_key(core, credential):
         return None
     if core.tokens.looks_like_token(credential):

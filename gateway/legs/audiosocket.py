@@ -54,6 +54,9 @@ class AudioSocketLeg:
     def _usable(self) -> bool:
         return not self.writer.is_closing()
 
+    def congested(self) -> bool:
+        return self._usable() and frame_must_skip(self.writer.transport, MAX_FRAME_BACKLOG_BYTES)
+
     async def send_audio(self, pcm16: bytes) -> bool:
         if not self._usable():
             return False

@@ -51,6 +51,11 @@ class NativeWsLeg:
             return  # events cannot be skipped like frames: a client this far behind has stopped reading
         await self.ws.send_str(data)
 
+    def congested(self) -> bool:
+        """The next frame will be skipped (the client is not reading fast enough)."""
+        t = self.transport
+        return t is not None and not t.is_closing() and frame_must_skip(t)
+
     async def send_audio(self, frame: bytes) -> bool:
         t = self.transport
         if self.ws.closed or t is None or t.is_closing():

@@ -49,6 +49,8 @@ class _SentMark:
     turn_id: str
     chunk: int
     played_ms: float
+    mark_id: int | None = None  # the session's id for it (Session.playback_confirmed)
+    progress: bool = False  # a confirmation point inside a chunk: no `call.mark`
 
 
 class TwilioLeg:
@@ -56,6 +58,7 @@ class TwilioLeg:
 
     clock_driven = True
     send_idle_silence = False
+    confirms_playback = True  # Twilio echoes each mark once the audio before it has played
     output = TELEPHONY_PCM  # the session hands us PCM16 8 kHz; the wire encoder makes μ-law of it
 
     def __init__(self, ws: web.WebSocketResponse, transport, stream_sid: str, metrics, protocol=None):
@@ -84,6 +87,10 @@ class TwilioLeg:
             return
         await self.ws.send_str(text)
 
+    def congested(self) -> bool:
+        """The next frame will be skipped (Twilio is not reading fast enough)."""
+        return self._usable() and frame_must_skip(self.transport)
+
     async def send_audio(self, frame: bytes) -> bool:
         sent = False
         if self._usable():
@@ -109,8 +116,9 @@ class TwilioLeg:
 
     def on_playout_event(self, event: PlayoutEvent) -> None:
         if event.type == "mark":
-            name = f"{event.turn_id}/{event.data['chunk']}/{next(self._names)}"
-            self._to_send.append((name, _SentMark(self.epoch, event.turn_id, event.data["chunk"], event.data["played_ms"])))
+            d = event.data
+            name = f"{event.turn_id}/{d['chunk']}/{next(self._names)}"
+            self._to_send.append((name, _SentMark(self.epoch, event.turn_id, d["chunk"], d["played_ms"], d.get("mark_id"), d.get("progress", False))))
 
     async def on_flush(self) -> None:
         self._to_send.clear()  # their audio was flushed before it went out
@@ -119,13 +127,16 @@ class TwilioLeg:
         if self._usable():
             await self._send_or_drop_stream(self.encoder.clear)
 
-    def on_mark_echo(self, name: str) -> dict | None:
-        """Twilio echoed a mark: the `call.mark` event for the control socket, or None if we never sent it."""
+    def on_mark_echo(self, name: str) -> tuple[_SentMark, dict | None] | None:
+        """Twilio echoed a mark: (the mark, its `call.mark` event for the control socket or None for a progress
+        mark), or None if we never sent it."""
         mark = self.sent_marks.pop(name, None)
         if mark is None:
             return None
+        if mark.progress:
+            return mark, None
         status = "played" if mark.epoch == self.epoch else "dropped"
-        return {"type": "call.mark", "turn_id": mark.turn_id, "chunk": mark.chunk, "status": status, "played_ms": mark.played_ms}
+        return mark, {"type": "call.mark", "turn_id": mark.turn_id, "chunk": mark.chunk, "status": status, "played_ms": mark.played_ms}
 
     async def hangup(self) -> None:
         if not self.ws.closed:
@@ -282,10 +293,16 @@ class _TwilioStream:
         elif isinstance(event, wire.Dtmf):
             await self.call.notify({"type": "dtmf", "digit": event.digit})
         elif isinstance(event, wire.Mark):
-            outcome = self.leg.on_mark_echo(event.name)
-            if outcome is None:
+            echoed = self.leg.on_mark_echo(event.name)
+            if echoed is None:
                 raise P.ProtocolError(P.BAD_MESSAGE, f"Twilio echoed mark {event.name!r}, which was never sent")
-            await self.call.notify(outcome)
+            mark, outcome = echoed
+            if mark.mark_id is not None:
+                self.call.session.playback_confirmed(mark.mark_id)  # Twilio's echo: played; the core applies the clear rule
+            if outcome is not None:
+                await self.call.notify(outcome)
+            else:
+                await self.call.session.flush_events()
         return False
 
     async def _on_start(self, start: wire.Start) -> None:

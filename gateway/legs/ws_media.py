@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hmac
 import itertools
 import logging
 from collections import deque
@@ -44,7 +43,7 @@ from gateway import protocol as P
 from gateway.core import CallCore
 from gateway.core.backpressure import frame_must_skip, send_would_wait
 from gateway.core.calls import TELEPHONY_PCM, Call
-from gateway.legs.accept import authorized
+from gateway.legs.accept import authorized, credential_problem
 from gateway.legs.host import LegHost
 from gateway.wire.events import (
     Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused, WireAudio,
@@ -160,6 +159,10 @@ class WireMediaLeg:
             out.append(self.out.encode(float_to_int16(block)))
         return out
 
+    def congested(self) -> bool:
+        """The next frame will be skipped (the far end is not reading; frames held under XOFF are not skipped)."""
+        return self._usable() and not self.paused and frame_must_skip(self.transport)
+
     async def send_audio(self, frame: bytes) -> bool:
         sent = False
         if self._usable():
@@ -256,7 +259,7 @@ class WireEndpoint:
                 password = base64.b64decode(header[6:], validate=True).decode().partition(":")[2]
             except (binascii.Error, ValueError):
                 return False
-            return any(_same(password, key) for key in self.core.config.server.api_keys)
+            return credential_problem(self.core, password, spend=True) is None  # an API key or a session token
         return False
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -401,10 +404,6 @@ class _WireStream:
         else:
             self.core.metrics.errors.labels(code=code).inc()
         log.info("%s stream %s: %s: %s", self.spec.kind, self.call.call_id if self.call else "(not started)", code, message)
-
-
-def _same(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode(), b.encode())
 
 
 def native_output(out: WireAudio) -> OutputFormat:

@@ -148,11 +148,28 @@ async def test_a_page_from_an_unlisted_origin_gets_403_and_listed_or_no_origin_p
         await ws.close()
 
 
-async def test_an_empty_allowlist_lets_any_origin_in(start_gateway):
+async def test_an_empty_allowlist_lets_any_origin_in_but_sends_no_cors_header(start_gateway):
     gw = await start_gateway()
     ws = await ws_connect(gw, headers={"Origin": "https://anywhere.example.org"})
     await start_session(ws)
     await ws.close()
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{gw.url}/v1/voices", headers={"Origin": "https://anywhere.example.org"}) as r:
+            assert r.status == 200 and "Access-Control-Allow-Origin" not in r.headers
+
+
+async def test_a_listed_origin_gets_cors_so_its_page_can_fetch_cross_origin(start_gateway):
+    gw = await start_gateway({"server": {"allowed_origins": ["https://app.example.com"]}})
+    preflight = {"Origin": "https://app.example.com", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization, content-type"}
+    async with aiohttp.ClientSession() as http:
+        async with http.options(f"{gw.url}/v1/webrtc/offer", headers=preflight) as r:
+            assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
+            assert "authorization" in r.headers["Access-Control-Allow-Headers"].lower()
+        async with http.options(f"{gw.url}/v1/webrtc/offer", headers={**preflight, "Origin": "https://evil.example.net"}) as r:
+            assert r.status == 403 and "Access-Control-Allow-Origin" not in r.headers
+        async with http.get(f"{gw.url}/v1/voices", headers={"Origin": "https://app.example.com"}) as r:
+            assert r.status == 200 and r.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
 
 
 # ---------------------------------------------------------------- tokens

@@ -108,3 +108,25 @@ async def test_a_bad_allowlist_entry_is_refused_at_load():
         load_config(None, {"telephony": {"audiosocket_allow": ["10.0.0.0/33"]}})
     with pytest.raises(ConfigError, match="server.allowed_origins"):
         load_config(None, {"server": {"allowed_origins": ["app.example.com"]}})
+
+
+async def test_a_media_wire_takes_a_session_token_as_its_basic_auth_password_once(make_gateway):
+    import base64
+    import json
+
+    import aiohttp
+
+    gw = await make_gateway(server={"api_keys": ["k1"]})
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{gw.url}/v1/tokens", headers={"Authorization": "Bearer k1"}) as r:
+            token = (await r.json())["token"]
+    basic = {"Authorization": "Basic " + base64.b64encode(f"asterisk:{token}".encode()).decode()}
+    url = f"ws://127.0.0.1:{gw.port}/v1/asterisk"
+    ws = await websockets.connect(url, subprotocols=["media"], additional_headers=basic)
+    await ws.send(json.dumps({"event": "MEDIA_START", "channel_id": "tok-1", "format": "ulaw", "optimal_frame_size": 160, "ptime": 20}))
+    await asyncio.sleep(0.1)
+    assert gw.calls.get("tok-1") is not None
+    with pytest.raises(websockets.InvalidStatus) as again:  # spent
+        await websockets.connect(url, subprotocols=["media"], additional_headers=basic)
+    assert again.value.response.status_code == 401
+    await ws.close()
