@@ -90,6 +90,17 @@ def test_webrtc_offers(fuzz_gateway, healthy_call):
     _still_standing(fuzz_gateway)
 
 
+def test_media_wire_messages(fuzz_gateway, healthy_call):
+    """chan_websocket, Telnyx, Vonage, jambonz: broken openings, mutated and random frames, then our close."""
+    @settings(max_examples=60, **FAST)
+    @given(C.wire_cases)
+    def one(case):
+        _check(C.run_wire(fuzz_gateway.ws, case), case)
+
+    one()
+    _still_standing(fuzz_gateway)
+
+
 def test_the_healthy_call_kept_its_pacing_and_audio(fuzz_gateway, healthy_call):
     """Checked last, over everything the fuzzers above sent while it played.
 
