@@ -273,8 +273,8 @@ class BargeInConfig:
     mode: str = "off"  # off: no detection | detect: user.speech events only | vad: events, and speech interrupts the agent
     min_speech_ms: float = 250.0  # speech this long during playout interrupts
     detector: str = "silero"  # silero (accurate; needs the `vad` extra) | webrtc (cheap; fires on noise and music)
-    threshold: float = 0.5  # speech probability that counts as speech
-    onset_ms: float = 64.0  # consecutive speech before `user.speech started` (dated at its first window)
+    threshold: float = 0.7  # speech probability that counts as speech (0.5 and 0.6 fired on music-like tones through Opus)
+    onset_ms: float = 128.0  # consecutive speech before `user.speech started` (dated at its first window)
     silence_ms: float = 300.0  # quiet before `user.speech stopped`
     echo_holdoff_ms: float = 300.0  # after each audio start, speech is not counted toward a barge-in for this long
     pause_on_onset: bool = False  # where voxgate owns the buffer: pause at speech onset, resume if it was shorter than min_speech_ms
@@ -457,10 +457,15 @@ def _coerce(tp, value: Any, source: str, path: str):
             raise ConfigError(f"{_where(source, path)}: expected a number, got {value!r}")
         return float(value)
     if tp is str:
+        if value is False and path in _OFF_SWITCHES:
+            value = "off"  # YAML 1.1 reads a bare `off` as false
         if not isinstance(value, str):
             raise ConfigError(f"{_where(source, path)}: expected a string, got {value!r}")
         return value
     return value
+
+
+_OFF_SWITCHES = ("barge_in.mode", "stt.kind")  # string settings whose value may be written as a bare `off`
 
 
 def _validate_tree(obj, source: str, path: str) -> None:

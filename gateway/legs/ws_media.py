@@ -12,7 +12,10 @@ wideband), at 8 kHz when the agent attached first — resampled when the rates
 differ, encoded, and sent at once —
 so the far end's buffer stays one frame deep and barge-in (its clear
 command) drops almost nothing audible. A mark follows each text chunk's last
-frame; the far end's confirmation becomes `call.mark` (played or dropped).
+frame (and every 500 ms inside long chunks); the far end's confirmations go
+to `Session.playback_confirmed`, so the client's marks, `played_ms` and
+`played_text` follow what the far end played, and become `call.mark`
+(played or dropped) for the control socket.
 A far end that asks us to pause (Asterisk `MEDIA_XOFF`) gets its frames held,
 in order with the marks, until it resumes; past a bound they are dropped and
 counted. A peer that stops reading loses frames, never stalls the clock.
@@ -73,6 +76,8 @@ class _SentMark:
     turn_id: str
     chunk: int
     played_ms: float
+    mark_id: int | None = None  # the session's id for it (Session.playback_confirmed)
+    progress: bool = False  # a confirmation point inside a chunk: no `call.mark`
 
 
 class WireMediaLeg:
@@ -80,6 +85,7 @@ class WireMediaLeg:
 
     clock_driven = True
     send_idle_silence = False  # every one of these far ends plays silence by itself when idle
+    confirms_playback = True  # every wire here confirms marks: marks, played_ms and played_text follow the far end
 
     def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, wire, spec: WireSpec, metrics,
                  notify: Callable[[dict], "asyncio.Future | None"]):
@@ -95,6 +101,7 @@ class WireMediaLeg:
         self._frames = metrics.frames_sent.labels(leg=spec.kind)
         self.out = wire.outbound
         self.output = TELEPHONY_PCM  # what the session hands us; `bind` sets it once the call is known
+        self.confirmed: Callable[[int, bool], None] = lambda mark_id, heard: None  # Session.playback_confirmed, from `bind`
         self._resampler, self._fifo = self._new_resampler()
         self._names = itertools.count()
         self._to_mark: list[tuple[str, _SentMark]] = []  # marks whose chunk's last frame is being sent
@@ -106,9 +113,11 @@ class WireMediaLeg:
         self._dropped_names: deque[str] = deque(maxlen=MAX_OUTSTANDING_MARKS)  # reported dropped at a barge-in
         self.frames_held_dropped = 0
 
-    def bind(self, output: OutputFormat) -> None:
-        """The session's output format (the wire's own rate when this leg started the call, else 8 kHz)."""
+    def bind(self, output: OutputFormat, confirmed: Callable[[int, bool], None]) -> None:
+        """The session's output format (the wire's own rate when this leg started the call, else 8 kHz) and
+        where the far end's confirmations go (`Session.playback_confirmed`)."""
         self.output = output
+        self.confirmed = confirmed
         self._resampler, self._fifo = self._new_resampler()
 
     def _new_resampler(self):
@@ -187,8 +196,10 @@ class WireMediaLeg:
     def on_playout_event(self, event: PlayoutEvent) -> None:
         if event.type == "mark":
             # Short names: Asterisk ignores commands over 128 bytes, and turn ids are the agent's to choose.
+            d = event.data
             name = f"m{next(self._names)}"
-            self._to_mark.append((name, _SentMark(self.epoch, event.turn_id, event.data["chunk"], event.data["played_ms"])))
+            mark = _SentMark(self.epoch, event.turn_id, d["chunk"], d["played_ms"], d.get("mark_id"), d.get("progress", False))
+            self._to_mark.append((name, mark))
 
     async def on_flush(self) -> None:
         """Barge-in: the far end drops what it buffered; our held frames and marks go too."""
@@ -206,16 +217,23 @@ class WireMediaLeg:
             dropped, self.sent_marks = self.sent_marks, {}
             self._dropped_names.extend(dropped)
             for mark in dropped.values():
-                await self.notify(_call_mark(mark, "dropped"))
+                if mark.mark_id is not None:
+                    self.confirmed(mark.mark_id, False)
+                if not mark.progress:
+                    await self.notify(_call_mark(mark, "dropped"))
 
     def on_confirmation(self, done: MarkDone) -> dict | None:
-        """The far end reached (or dropped) a mark: the `call.mark` event, None for one already reported
-        dropped at a barge-in; `bad_message` for a mark we never sent."""
+        """The far end reached (or dropped) a mark: tells the session, and returns the `call.mark` event (None for
+        a progress mark, or one already reported dropped at a barge-in); `bad_message` for a mark never sent."""
         mark = self.sent_marks.pop(done.name, None)
         if mark is None:
             if done.name in self._dropped_names:
                 return None
             raise P.ProtocolError(P.BAD_MESSAGE, f"the {self.spec.kind} far end confirmed mark {done.name!r}, which was never sent")
+        if mark.mark_id is not None:
+            self.confirmed(mark.mark_id, done.played)  # heard only if it came before our clear: the core's rule
+        if mark.progress:
+            return None
         return _call_mark(mark, "played" if done.played and mark.epoch == self.epoch else "dropped")
 
     async def on_flow(self, paused: bool) -> None:
@@ -350,6 +368,8 @@ class _WireStream:
                 outcome = self.leg.on_confirmation(event)
                 if outcome is not None:
                     await self.call.notify(outcome)
+                else:
+                    await self.call.session.flush_events()  # a confirmation may release a mark or a turn.done
             elif isinstance(event, Dtmf):
                 await self.call.notify({"type": "dtmf", "digit": event.digit})
             elif isinstance(event, FlowControl):
@@ -379,7 +399,7 @@ class _WireStream:
                                                         output=native_output(self.wire.outbound), inbound_rate=started.audio.sample_rate)
         except P.ProtocolError as exc:
             raise StartRefused(exc.code, exc.message) from None
-        leg.bind(call.session.output)
+        leg.bind(call.session.output, call.session.playback_confirmed)
         self.leg, self.call = leg, call
         if started.audio.sample_rate != call.inbound.sample_rate:
             self._inbound_resampler = StreamResampler(started.audio.sample_rate, call.inbound.sample_rate)
