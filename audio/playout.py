@@ -58,6 +58,8 @@ class _Utterance:
     chunk: int | None = None  # chunk now playing
     chunk_played: dict = field(default_factory=dict)  # chunk -> samples played
     underrun_ticks: int = 0
+    lost_ticks: int = 0  # audio frames in a row that the leg could not send (backpressure): a `network` gap
+    lost_chunk: int | None = None
     underrun_cause: str = ""
     underrun_chunk: int | None = None
     gaps: dict = field(default_factory=lambda: {"micro": 0, "audible": 0})
@@ -189,11 +191,33 @@ class Playout:
         if self._utterances and not self._utterances[0].started:
             self._utterances[0].latency_from = max(self._utterances[0].latency_from or 0.0, self.clock())
 
+    def progress(self, turn_id: str) -> tuple[float, int, dict] | None:
+        """(played ms, chunk now playing, played ms per chunk) of an open utterance."""
+        utt = self._by_id.get(turn_id)
+        if utt is None or utt.chunk is None:
+            return None
+        return self._ms(utt.played_samples), utt.chunk, {k: self._ms(v) for k, v in utt.chunk_played.items()}
+
     def played_ms(self, turn_id: str) -> float:
         utt = self._by_id.get(turn_id)
         return utt.played_samples * 1000.0 / self.sample_rate if utt else 0.0
 
-    def tick(self) -> Frame:
+    def stalled(self, ticks: int) -> None:
+        """`ticks` frames were due but never played (our clock stalled; the far end heard silence and the
+        rest of the utterance shifted): a gap with cause `clock` when an utterance is playing."""
+        utt = self._current()
+        if ticks <= 0 or utt is None or not utt.started:
+            return
+        now = self.clock()
+        duration = ticks * self.frame_ms
+        kind = "audible" if duration >= AUDIBLE_GAP_MS else "micro"
+        utt.gaps[kind] += 1
+        self._emit("underrun_start", now, utt.turn_id, chunk=utt.chunk, cause="clock")
+        self._emit("underrun_end", now, utt.turn_id, chunk=utt.chunk, duration_ms=duration, kind=kind, cause="clock")
+
+    def tick(self, delivered: bool = True) -> Frame:
+        """One frame. `delivered=False`: the media leg will skip it (backpressure): its audio is consumed
+        but not played, and the run of such frames is a gap with cause `network`."""
         self.ticks += 1
         now = self.clock()
         frame = self._frame
@@ -220,7 +244,12 @@ class Playout:
                 return self._out(Frame(frame, "latency", utt.turn_id))
             utt.started = True
             self._emit("first_audio", now, utt.turn_id, ttfa_ms=round((now - utt.latency_from) * 1000.0, 1))
-        filled = self._fill(utt, frame, now)
+        filled = self._fill(utt, frame, now, delivered)
+        if filled and utt is self._current():
+            if not delivered:
+                self._lose(utt, now)
+            elif utt.lost_ticks:
+                self._end_lost(utt, now)
         if filled == 0 and utt is self._current():
             # No audio this tick inside a started utterance: underrun.
             if utt.underrun_ticks == 0:
@@ -247,7 +276,7 @@ class Playout:
         utt.latency_from = max(now, utt.opened_at)
         self._emit("utterance_start", now, utt.turn_id)
 
-    def _fill(self, utt: _Utterance, frame: np.ndarray, now: float) -> int:
+    def _fill(self, utt: _Utterance, frame: np.ndarray, now: float, delivered: bool = True) -> int:
         """Copies the current utterance's audio into `frame`; fires marks and the end on the way."""
         pos = 0
         segs = utt.segments
@@ -265,17 +294,21 @@ class Playout:
                 pos += n
                 seg[3] += n
                 self._buffered -= n
-                utt.played_samples += n
                 utt.chunk = chunk
-                utt.chunk_played[chunk] = utt.chunk_played.get(chunk, 0) + n
+                if delivered:  # a skipped frame's audio is gone, but nobody heard it
+                    utt.played_samples += n
+                    utt.chunk_played[chunk] = utt.chunk_played.get(chunk, 0) + n
                 if seg[3] == len(pcm):
                     segs.popleft()
             elif kind == "mark":
                 segs.popleft()
-                self._emit("mark", now, utt.turn_id, chunk=seg[1], played_ms=self._ms(utt.played_samples), **seg[2])
+                self._emit("mark", now, utt.turn_id, chunk=seg[1], played_ms=self._ms(utt.played_samples),
+                           chunk_played_ms={k: self._ms(v) for k, v in utt.chunk_played.items()}, **seg[2])
             else:  # end
                 if utt.underrun_ticks:
                     self._end_underrun(utt, now)
+                if pos and not delivered:
+                    self._lose(utt, now)  # the utterance's last frame was skipped too
                 self._pop_end(utt, now)
                 return max(pos, 1)  # the utterance is over; this frame is not a gap
         return pos
@@ -294,7 +327,22 @@ class Playout:
         self._emit("underrun_end", now, utt.turn_id, chunk=utt.underrun_chunk, duration_ms=duration, kind=kind, cause=utt.underrun_cause)
         utt.underrun_ticks = 0
 
+    def _lose(self, utt: _Utterance, now: float) -> None:
+        if utt.lost_ticks == 0:
+            utt.lost_chunk = utt.chunk
+            self._emit("underrun_start", now, utt.turn_id, chunk=utt.chunk, cause="network")
+        utt.lost_ticks += 1
+
+    def _end_lost(self, utt: _Utterance, now: float) -> None:
+        duration = utt.lost_ticks * self.frame_ms
+        kind = "audible" if duration >= AUDIBLE_GAP_MS else "micro"
+        utt.gaps[kind] += 1
+        self._emit("underrun_end", now, utt.turn_id, chunk=utt.lost_chunk, duration_ms=duration, kind=kind, cause="network")
+        utt.lost_ticks = 0
+
     def _end_utterance(self, utt: _Utterance, now: float, interrupted: bool) -> dict:
+        if utt.lost_ticks:
+            self._end_lost(utt, now)
         self._by_id.pop(utt.turn_id, None)
         data = {
             "played_ms": self._ms(utt.played_samples),

@@ -15,11 +15,13 @@ decoder, byte-level text tokenizer; the shapes, hence the costs, are the real on
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
 
 TEXT = "Hello, how can I help you today?"
+REPEATS = 5
 
 
 def _random_base(size: str, device: str, dtype: str):
@@ -94,14 +96,15 @@ async def clone_bench(args) -> dict:
     xvo = bool(args.x_vector_only)
     ref_text = args.ref_text or ("Hello, this is a reference recording of my voice." if not xvo else None)
     out: dict = {"engine": {"source": args.model_dir or f"random {args.random_weights} base", "device": device,
-                            "dtype": dtype, "load_s": round(load_s, 2)}, "mode": "x_vector" if xvo else "icl"}
+                            "dtype": dtype, "load_s": round(load_s, 2), "threads": torch.get_num_threads(),
+                            "load_average_1m": round(os.getloadavg()[0], 1)}, "mode": "x_vector" if xvo else "icl"}
     try:
         await _ttfa(engine, "default") if engine.voices() else None
         t = time.perf_counter()
         info = await engine.add_voice(VoiceClone("bench", audio, ref_text, xvo))
         prepare = {"computed_ms": round((time.perf_counter() - t) * 1e3, 1)}
         first, first_prompt = await _ttfa(engine, "bench")
-        cached = [(await _ttfa(engine, "bench"))[0] for _ in range(3)]
+        cached = [(await _ttfa(engine, "bench"))[0] for _ in range(REPEATS)]
         engine.remove_voice("bench")
         t = time.perf_counter()
         await engine.add_voice(VoiceClone("bench", audio, ref_text, xvo))
@@ -114,7 +117,7 @@ async def clone_bench(args) -> dict:
         first_after_restart, _ = await _ttfa(engine, "bench")  # primes the vocoder row again
         await engine.add_voice(VoiceClone("bench_xv", audio, None, True))
         await _ttfa(engine, "bench_xv")
-        xv = [(await _ttfa(engine, "bench_xv")) for _ in range(3)]
+        xv = [(await _ttfa(engine, "bench_xv")) for _ in range(REPEATS)]
         cfg = engine._ckpt.config
         shared = 3 + len(codec_prefix(cfg, "english", None)) + 2  # role tokens, control, speaker row, pad
         out.update({
@@ -133,7 +136,7 @@ async def clone_bench(args) -> dict:
     print(f"reference {out['ref_seconds']} s ({out['ref_frames']} frames), mode {out['mode']}")
     print(f"prepare voice (encoders; ICL also the reference decode that primes its vocoder row): computed "
           f"{p['computed_ms']} ms, parts from the disk cache {p['disk_ms']} ms, from memory {p['memory_ms']} ms")
-    print(f"TTFA '{TEXT}': first use {t['first_use']} ms, cached {t['cached_p50']} ms (p50 of 3), "
+    print(f"TTFA '{TEXT}': first use {t['first_use']} ms, cached {t['cached_p50']} ms (p50 of {REPEATS}), "
           f"first after a restart {t['after_restart_first']} ms; x-vector only {t['x_vector_only_p50']} ms")
     q = out["prompt"]
     print(f"prompt: {q['prefill_positions']} positions ({q['prefill_ms']} ms prefill) vs x-vector only "

@@ -53,8 +53,11 @@ def _value(text: str, name: str, label: str = "") -> float:
     return total
 
 
-def sample(gw: GatewayProcess, prev: str | None, t0: float, clients: dict) -> tuple[dict, str]:
+def sample(gw: GatewayProcess, prev: str | None, t0: float, clients: dict) -> tuple[dict | None, str | None]:
+    """One row from /metrics; (None, prev) when the scrape failed (a loaded machine can time it out)."""
     text = gw.metrics()
+    if "voxgate_sessions_active" not in text:
+        return None, prev
     gc_count = _value(text, "voxgate_gc_collections_total")
     row = {
         "t_s": round(time.monotonic() - t0, 1),
@@ -130,10 +133,11 @@ async def caller(url: str, stop: asyncio.Event, stats: dict, rng: random.Random,
 async def drive(gw: GatewayProcess, calls: int, seconds: float, every: float, seed: int, p_barge: float, p_hangup: float,
                 p_end: float, on_sample=None) -> dict:
     stats = dict.fromkeys(["connects", "reconnects", "turns", "frames", "barge_ins", "hangups", "clean_ends", "errors",
-                           "connection_failures"], 0)
+                           "connection_failures", "failed_scrapes"], 0)
     loop = asyncio.get_running_loop()
     t0 = time.monotonic()
     base, prev = await loop.run_in_executor(None, sample, gw, None, t0, dict(stats))
+    assert base is not None, "the gateway's /metrics could not be read"
     samples = [dict(base, phase="baseline")]
     stop = asyncio.Event()
     rng = random.Random(seed)
@@ -143,6 +147,9 @@ async def drive(gw: GatewayProcess, calls: int, seconds: float, every: float, se
     while time.monotonic() < end:
         await asyncio.sleep(min(every, max(0.0, end - time.monotonic())))
         row, prev = await loop.run_in_executor(None, sample, gw, prev, t0, dict(stats))
+        if row is None:
+            stats["failed_scrapes"] += 1
+            continue
         samples.append(dict(row, phase="calls"))
         if on_sample:
             on_sample(row)
@@ -154,11 +161,15 @@ async def drive(gw: GatewayProcess, calls: int, seconds: float, every: float, se
     drain_deadline = time.monotonic() + 30
     while True:
         row, prev = await loop.run_in_executor(None, sample, gw, prev, t0, dict(stats))
-        if (row["sessions"] == 0 and row["engine_requests"] == 0) or time.monotonic() > drain_deadline:
+        if row is not None and (row["sessions"] == 0 and row["engine_requests"] == 0) or time.monotonic() > drain_deadline:
             break
         await asyncio.sleep(1.0)
     await asyncio.sleep(2.0)  # connection handlers finish their close handshakes
-    row, prev = await loop.run_in_executor(None, sample, gw, prev, t0, dict(stats))
+    row = None
+    for _ in range(5):
+        row, prev = await loop.run_in_executor(None, sample, gw, prev, t0, dict(stats))
+        if row is not None:
+            break
     samples.append(dict(row, phase="after"))
     return {"samples": samples, "clients": stats}
 
@@ -247,12 +258,16 @@ def run(calls: int, minutes: float, out: str, every: float = 10.0, seed: int = 0
     try:
         result = asyncio.run(drive(gw, calls, minutes * 60, every, seed, p_barge, p_hangup, p_end, show))
         alive = gw.alive()
+        crashes = gw.crashes_in(gw.new_log())
     finally:
         gw.stop()
     report = {"calls": calls, "minutes": minutes, "every_s": every, "seed": seed, "started_utc": started,
               "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
               "alive": alive, "clients": result["clients"], "verdict": verdict(result["samples"]), "samples": result["samples"]}
-    report["verdict"]["ok"] = report["verdict"]["ok"] and alive
+    report["verdict"]["log_tracebacks"] = len(crashes)
+    report["verdict"]["log_traceback_examples"] = crashes[:2]
+    report["verdict"]["checks"]["no_unhandled_errors_in_log"] = not crashes
+    report["verdict"]["ok"] = report["verdict"]["ok"] and alive and not crashes
     (out_dir / "soak.json").write_text(json.dumps(report, indent=2))
     report["plot"] = str(plot(result["samples"], out_dir))
     return report

@@ -40,7 +40,8 @@ from gateway.agent import agent
 from gateway.config import Config, ConfigError, load_config
 from gateway.core import CallCore
 from gateway.core.voice_store import VoiceStore
-from gateway.http import health, openai_speech, voices
+from gateway.http import health, openai_speech, tokens, voices
+from gateway.http.guard import cors_headers, guard_middleware
 from gateway.http.log_filter import quiet_malformed_requests
 from tts import Engine, EngineChoice, EngineError, build_engine, resolve_engine_kind
 
@@ -97,10 +98,13 @@ class Gateway:
         self.port: int | None = None
         self._on_start: list[Callable[[], Awaitable[None]]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
-        self.app = web.Application(client_max_size=config.server.limits.max_message_bytes * 4)
+        # the guard (Origin allowlist, per-IP caps) runs before every route and upgrade
+        self.app = web.Application(client_max_size=config.server.limits.max_message_bytes * 4, middlewares=[guard_middleware(self.core)])
+        self.app.on_response_prepare.append(cors_headers(self.core))  # pages on listed origins may read the answers
         quiet_malformed_requests()
         self.voices = VoiceStore(config, engine)  # cloned voices: the config's and the uploaded (server.voices_dir)
-        self.add_routes(health.routes(self.core) + voices.routes(self.core, self.voices) + openai_speech.routes(self.core))
+        self.add_routes(health.routes(self.core) + voices.routes(self.core, self.voices) + openai_speech.routes(self.core)
+                        + tokens.routes(self.core))
         self.on_stop(self.core.calls.shutdown)  # first: end calls while the server still reads (clean close handshakes)
         self.legs: dict[str, object] = {}  # leg module -> what its install returned (endpoint, server, …)
         for leg in legs:

@@ -24,6 +24,21 @@ class ConfigError(ValueError):
 # ---------------------------------------------------------------- sections
 
 
+def _is_origin(text: str) -> bool:
+    scheme, sep, rest = text.partition("://")
+    return bool(sep and scheme and rest) and "/" not in rest.rstrip("/") and " " not in text
+
+
+def _are_networks(entries: list[str]) -> bool:
+    from gateway.security.peers import parse_networks
+
+    try:
+        parse_networks(entries)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass
 class LimitsConfig:
     max_message_bytes: int = 65_536
@@ -33,9 +48,15 @@ class LimitsConfig:
     ping_interval_s: float = 20.0
     max_call_s: float = 3600.0
     drain_timeout_s: float = 20.0  # SIGTERM: how long turns may finish
+    # Per client address, on every door (HTTP, WebSocket, AudioSocket); 0 = off. Off by default: behind a proxy
+    # without server.trusted_proxies every caller is the proxy's one address, and loopback benches open hundreds.
+    max_connections_per_ip: int = 0  # connections open at once
+    connections_per_ip_per_s: float = 0.0  # new connections a second (token bucket holding one second's worth)
 
     def validate(self, check) -> None:
         check(self.max_message_bytes >= 256, "max_message_bytes", "must be >= 256")
+        check(self.max_connections_per_ip >= 0, "max_connections_per_ip", "must be >= 0 (0 = unlimited)")
+        check(self.connections_per_ip_per_s >= 0, "connections_per_ip_per_s", "must be >= 0 (0 = unlimited)")
         check(self.max_text_per_turn >= 1, "max_text_per_turn", "must be >= 1")
         check(self.max_queued_turns >= 1, "max_queued_turns", "must be >= 1")
         for name in ("idle_timeout_s", "ping_interval_s", "max_call_s"):
@@ -54,8 +75,19 @@ class ServerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     voices_dir: str | None = None  # cloned voices uploaded with POST /v1/voices persist here (survive restarts)
     voice_upload_max_bytes: int = 16 * 2**20  # POST /v1/voices body limit (30 s of 48 kHz stereo float is 11.5 MB)
+    # Browser pages allowed to call the gateway (`https://app.example.com`): a request carrying another `Origin`
+    # gets 403; requests without one (servers, SDKs, telephony) pass; the gateway's own page always passes.
+    # Empty = any origin.
+    allowed_origins: list[str] = field(default_factory=list)
+    token_ttl_s: float = 300.0  # POST /v1/tokens: how long a browser token stays good (it opens one session)
+    # Proxies (IPs/CIDRs) whose X-Forwarded-For names the real client for the per-IP limits
+    trusted_proxies: list[str] = field(default_factory=list)
 
     def validate(self, check) -> None:
+        check(all(_is_origin(o) for o in self.allowed_origins), "allowed_origins",
+              "entries must be origins like https://app.example.com (scheme://host[:port], no path)")
+        check(0 < self.token_ttl_s <= 86400, "token_ttl_s", "must be > 0 and <= 86400")
+        check(_are_networks(self.trusted_proxies), "trusted_proxies", "entries must be IP addresses or CIDR networks")
         check(0 <= self.port <= 65535, "port", "must be 0..65535")
         check(self.voice_upload_max_bytes >= 1024, "voice_upload_max_bytes", "must be >= 1024")
         check(self.max_sessions >= 1, "max_sessions", "must be >= 1")
@@ -184,8 +216,12 @@ class TelephonyConfig:
     twilio_auth_token_env: str | None = None  # env var holding the Twilio auth token (verifies signatures)
     public_url: str | None = None  # the URL Twilio dials, for signature checks behind proxies
     record_inbound_dir: str | None = None
+    # With server.api_keys set, /v1/twilio takes only streams signed with the auth token; true lets unsigned ones in
+    twilio_allow_unsigned: bool = False
+    audiosocket_allow: list[str] = field(default_factory=list)  # peers (IPs/CIDRs) that may connect; empty = any
 
     def validate(self, check) -> None:
+        check(_are_networks(self.audiosocket_allow), "audiosocket_allow", "entries must be IP addresses or CIDR networks")
         if self.audiosocket_port is not None:
             check(0 <= self.audiosocket_port <= 65535, "audiosocket_port", "must be 0..65535")
         check(self.unknown_call_timeout_s > 0, "unknown_call_timeout_s", "must be > 0")
@@ -215,9 +251,16 @@ class LlmConfig:
 @dataclass
 class WebrtcConfig:
     ice_servers: list[str] = field(default_factory=list)  # e.g. stun:stun.example.org:3478
+    # TURN with credentials minted per session (coturn use-auth-secret): the URLs, and the env var holding the secret
+    turn_urls: list[str] = field(default_factory=list)  # e.g. turn:turn.example.org:3478?transport=udp, turns:…:5349
+    turn_secret_env: str | None = None
+    turn_ttl_s: float | None = None  # how long minted credentials last; default limits.max_call_s + 300 s
 
     def validate(self, check) -> None:
-        pass
+        check(all(u.split(":", 1)[0] in ("turn", "turns") and "@" not in u for u in self.turn_urls), "turn_urls",
+              "entries must be turn: or turns: URLs without credentials (they are minted per session)")
+        check(not self.turn_urls or bool(self.turn_secret_env), "turn_secret_env", "is required with turn_urls")
+        check(self.turn_ttl_s is None or self.turn_ttl_s >= 60, "turn_ttl_s", "must be >= 60")
 
 
 BARGE_IN_MODES = ("off", "detect", "vad")
@@ -230,8 +273,8 @@ class BargeInConfig:
     mode: str = "off"  # off: no detection | detect: user.speech events only | vad: events, and speech interrupts the agent
     min_speech_ms: float = 250.0  # speech this long during playout interrupts
     detector: str = "silero"  # silero (accurate; needs the `vad` extra) | webrtc (cheap; fires on noise and music)
-    threshold: float = 0.5  # speech probability that counts as speech
-    onset_ms: float = 64.0  # consecutive speech before `user.speech started` (dated at its first window)
+    threshold: float = 0.6  # speech probability that counts as speech (Silero's 0.5 fires on some music through Opus)
+    onset_ms: float = 128.0  # consecutive speech before `user.speech started` (dated at its first window)
     silence_ms: float = 300.0  # quiet before `user.speech stopped`
     echo_holdoff_ms: float = 300.0  # after each audio start, speech is not counted toward a barge-in for this long
     pause_on_onset: bool = False  # where voxgate owns the buffer: pause at speech onset, resume if it was shorter than min_speech_ms
@@ -414,10 +457,15 @@ def _coerce(tp, value: Any, source: str, path: str):
             raise ConfigError(f"{_where(source, path)}: expected a number, got {value!r}")
         return float(value)
     if tp is str:
+        if value is False and path in _OFF_SWITCHES:
+            value = "off"  # YAML 1.1 reads a bare `off` as false
         if not isinstance(value, str):
             raise ConfigError(f"{_where(source, path)}: expected a string, got {value!r}")
         return value
     return value
+
+
+_OFF_SWITCHES = ("barge_in.mode", "stt.kind")  # string settings whose value may be written as a bare `off`
 
 
 def _validate_tree(obj, source: str, path: str) -> None:

@@ -25,6 +25,10 @@ class GatewayMetrics:
         self.errors = Counter("voxgate_errors_total", "Error events sent", ["code"], registry=r)
         self.frames_sent = Counter("voxgate_frames_sent_total", "20 ms audio frames sent", ["leg"], registry=r)
         self.frames_dropped = Counter("voxgate_frames_dropped_total", "Frames not sent: the client's socket was backed up", registry=r)
+        self.connections_refused = Counter(
+            "voxgate_connections_refused_total",
+            "Connections refused at the door: max_connections_per_ip, connections_per_ip_per_s, origin, "
+            "audiosocket_allow, twilio_unsigned, token", ["reason"], registry=r)
         self.chunks = Counter("voxgate_text_chunks_total", "Text chunks sent to the engine", registry=r)
         self.clock_lateness = Histogram(
             "voxgate_clock_lateness_seconds", "How late each shared-clock tick ran against its schedule", buckets=_LATENESS_BUCKETS, registry=r

@@ -43,6 +43,8 @@ MEDIA_ERROR = "media_error"  # the media far end reported an error (AudioSocket 
 STT_ERROR = "stt_error"  # the transcription server failed one utterance (the call goes on)
 VAD_UNAVAILABLE = "vad_unavailable"  # barge_in asked for a detector whose package is not installed
 UNSUPPORTED_SPEED = "unsupported_speed"  # OpenAI speech: a `speed` the engine cannot honour
+RATE_LIMITED = "rate_limited"  # per-IP caps: too many connections open, or opened too fast (HTTP 429 / close 1013)
+FORBIDDEN_ORIGIN = "forbidden_origin"  # a browser page whose Origin is not in server.allowed_origins (HTTP 403)
 
 # WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).
 CLOSE_POLICY = 1008  # the peer broke the protocol in a way the connection cannot survive

@@ -34,7 +34,7 @@ STABLE_CODES = frozenset(v for k, v in vars(P).items() if k.isupper() and isinst
 FAILURE_CODES = frozenset({P.INTERNAL, P.ENGINE_ERROR})
 CLEAN_CLOSES = frozenset({1000, 1001, 1002, 1003, 1007, 1008, 1009, 1013})
 MAX_MESSAGE_BYTES = 65_536  # the server's limits.max_message_bytes (the default)
-ENTRIES = ("ws", "control", "twilio", "audiosocket", "webrtc", "http")
+ENTRIES = ("ws", "control", "twilio", "audiosocket", "webrtc", "http", "wires")
 
 
 @dataclass
@@ -480,7 +480,8 @@ def run_audiosocket(base: str, port: int, case: dict) -> Outcome:
 
 # ---------------------------------------------------------------- HTTP
 ROUTES = ["/healthz", "/readyz", "/metrics", "/v1/voices", "/v1/ws", "/v1/control", "/v1/twilio", "/v1/webrtc/offer",
-          "/v1/webrtc/config", "/", "/static/demo.js", "/static/../../etc/passwd", "/v1/tokens", "/nope"]
+          "/v1/webrtc/config", "/", "/static/demo.js", "/static/../../etc/passwd", "/v1/tokens", "/v1/audio/speech",
+          "/v1/models", "/v1/asterisk", "/v1/telnyx", "/v1/vonage", "/v1/jambonz", "/nope"]
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "CONNECT", "PRI", "get", "G\x00T", "BREW"]
 
 
@@ -506,7 +507,9 @@ def http_requests(draw) -> bytes:
                              "Upgrade", "13", "dGhlIHNhbXBsZSBub25jZQ==", "x" * 10_000, "\x01\x7f", "https://evil.example"])), max_size=4))
     for name, value in pairs:
         headers[name] = value
-    body = draw(st.sampled_from([b"", b"{}", b'{"sdp":"v=0","type":"offer"}', b"[" * 20_000, b"\xff\xfe", b"{" * 5 + b"x"])
+    body = draw(st.sampled_from([b"", b"{}", b'{"sdp":"v=0","type":"offer"}', b'{"model":"tts-1","input":"Hi.","voice":"default"}',
+                                 b'{"model":"tts-1","input":"' + b"a" * 30000 + b'","response_format":"pcm"}',
+                                 b'{"input":"\\ud800","voice":{"x":1},"speed":1e999}', b"[" * 20_000, b"\xff\xfe", b"{" * 5 + b"x"])
                 | st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v, allow_nan=True).encode()))
     if "Content-Length" not in headers and "Transfer-Encoding" not in headers and body:
         headers["Content-Length"] = str(len(body))
@@ -627,3 +630,80 @@ def run_webrtc_offer(port: int, body: bytes) -> Outcome:
 
 def seeded_random(seed: int) -> random.Random:
     return random.Random(seed)
+
+
+# ---------------------------------------------------------------- media wires (chan_websocket, Telnyx, Vonage, jambonz)
+def _wire_starts(call: str) -> dict[str, tuple[str, list[str], str]]:
+    """path, subprotocols, a valid opening message per wire (as the providers send them)."""
+    return {
+        "asterisk": ("/v1/asterisk", ["media"], json.dumps({
+            "event": "MEDIA_START", "connection_id": "voxgate", "channel": "WebSocket/voxgate/0x1", "channel_id": call,
+            "format": "ulaw", "optimal_frame_size": 160, "ptime": 20})),
+        "telnyx": ("/v1/telnyx", [], json.dumps({
+            "event": "start", "sequence_number": "1", "stream_id": call, "start": {
+                "call_control_id": "v3:" + call, "call_session_id": call, "custom_parameters": {},
+                "media_format": {"encoding": "PCMU", "sample_rate": 8000, "channels": 1}}})),
+        "vonage": ("/v1/vonage", [], json.dumps({"event": "websocket:connected", "content-type": "audio/l16;rate=16000", "call_id": call})),
+        "jambonz": ("/v1/jambonz", ["audio.jambonz.org"], json.dumps({
+            "callSid": call, "callId": call + "@10.0.0.1", "direction": "inbound", "sampleRate": 8000, "mixType": "mono", "metadata": {}})),
+    }
+
+
+WIRES = ("asterisk", "telnyx", "vonage", "jambonz")
+
+wire_cases = st.fixed_dictionaries({
+    "wire": st.sampled_from(WIRES),
+    "start": st.sampled_from(["valid"] * 3 + ["mutated", "random", "none"]),
+    "mutation_seed": st.integers(0, 2**16),
+    "messages": st.lists(st.one_of(ws_frames(), st.binary(min_size=0, max_size=700).map(lambda b: ("binary", b)),
+                                   st.sampled_from(["MEDIA_XOFF", "MEDIA_XON", "HANGUP", "FLUSH_MEDIA", "MEDIA_MARK_PROCESSED x"])
+                                   .map(lambda t: ("text", t))), max_size=5),
+})
+
+
+def _mutate_text(text: str, rng: random.Random) -> str:
+    s = list(text)
+    for _ in range(rng.randint(1, 6)):
+        i = rng.randrange(len(s)) if s else 0
+        op = rng.choice(["del", "ins", "rep"])
+        ch = rng.choice(list('{}[]":,\\0123456789') + ["\\ud800", "é", "\x00"])
+        if op == "del" and s:
+            del s[i]
+        elif op == "ins":
+            s.insert(i, ch)
+        elif s:
+            s[i] = ch
+    return "".join(s)
+
+
+def run_wire(base: str, case: dict) -> Outcome:
+    """No error goes back on a provider's socket (their protocols have no error message): the judge is the close.
+    After the fuzzed frames we close; the server must answer with a clean close (or have closed cleanly first)."""
+    call = uuid.uuid4().hex
+    path, protocols, start = _wire_starts(call)[case["wire"]]
+    rng = random.Random(case["mutation_seed"])
+    frames = list(case["messages"])
+    try:
+        with connect(base + path, subprotocols=protocols or None, max_size=None, open_timeout=10, close_timeout=3) as ws:
+            try:
+                if case["start"] == "valid":
+                    ws.send(start)
+                elif case["start"] == "mutated":
+                    ws.send(_mutate_text(start, rng))
+                elif case["start"] == "random":
+                    _send(ws, frames.pop(0)) if frames else ws.send("{}")
+                for frame in frames:
+                    _send(ws, frame)
+                ws.close(1000)
+            except ConnectionClosed as exc:
+                return _closed(exc, [], _violates_framing(case["messages"]))
+            code = ws.close_code
+            ok = code in CLEAN_CLOSES or (code is None and _violates_framing(case["messages"]))
+            return Outcome(f"closed:{code}", ok, "" if ok else f"close code {code} ({ws.close_reason!r})")
+    except ConnectionClosed as exc:
+        return _closed(exc, [], _violates_framing(case["messages"]))
+    except Exception as exc:  # noqa: BLE001 - a refused upgrade (e.g. 401, 400) is an answer too
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status is not None:
+            return Outcome(f"http:{status}", status < 500, "" if status < 500 else str(exc))
+        return Outcome("connect_failed", False, f"{type(exc).__name__}: {exc}")

@@ -20,6 +20,8 @@ from gateway.core.registry import SessionRegistry
 from gateway.core.session import Session
 from gateway.core.timers import arm_max_call
 from gateway.metrics import GatewayMetrics
+from gateway.security.peers import PeerLimits, parse_networks
+from gateway.security.tokens import SessionTokens
 from tts import SAMPLE_RATE, Engine
 
 UserTextHandler = Callable[[Session, str], Awaitable[None]]
@@ -41,6 +43,11 @@ class CallCore:
         self.calls = CallRegistry(self)
         self.accepting = False  # False before start and while draining: legs refuse new calls
         self.user_text_handler: UserTextHandler | None = None
+        # the doors' locks, shared by the HTTP port and the AudioSocket port (gateway/security/)
+        limits = config.server.limits
+        self.peers = PeerLimits(limits.max_connections_per_ip, limits.connections_per_ip_per_s)
+        self.trusted_proxies = parse_networks(config.server.trusted_proxies)
+        self.tokens = SessionTokens(config.server.api_keys, config.server.token_ttl_s)
         # the caller's voice: VAD pools shared by every call, barge-in by voice, STT (gateway/core/caller_voice.py)
         self.voice = VoiceHub(config, self.metrics, on_user_text=self._user_text_from_voice)
 

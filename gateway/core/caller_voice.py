@@ -180,6 +180,7 @@ class CallerVoice:
         self._barged = False  # the current speech already interrupted
         self._paused = False
         self._paused_at_onset_ms = 0.0
+        self._voiced_ms = 0.0  # speech windows (prob >= threshold) of the current speech, after the hold-off
         self._dropped_seen = 0
         self.speech_events = 0
         self.barge_ins = 0
@@ -262,6 +263,8 @@ class CallerVoice:
         if ev.state == "started":
             self._onset_ms = at
             self._barged = False
+            # voiced speech counted toward a barge-in: only what came after the echo hold-off
+            self._voiced_ms = max(0.0, (at + ev.speech_ms) - max(at, self._holdoff_until_ms))
             self._count("speech_events")
             self._paused_at_onset_ms = self.session.playout.paused_total_ms
             self.session.emit({"type": "user.speech", "state": "started", "at_ms": at})
@@ -283,11 +286,15 @@ class CallerVoice:
     def _on_window(self, stream: VadStream, prob: float, end_sample: int) -> None:
         if self.settings.mode != "vad" or self._barged or self._onset_ms is None or not stream.detector.speaking:
             return
+        now = self.at_ms(end_sample)
+        if prob >= self.settings.threshold and now > self._holdoff_until_ms:
+            self._voiced_ms += stream.detector.window * 1000.0 / SAMPLE_RATE
         if not self._playing():
             return
         start = max(self._onset_ms, self._holdoff_until_ms)
-        now = self.at_ms(end_sample)
-        if now - start >= self.settings.min_speech_ms:
+        # Voiced time, not time since the onset: a blip that leaves the detector "speaking" through its
+        # silence hangover must not add up to a barge-in.
+        if self._voiced_ms >= self.settings.min_speech_ms:
             self._barged = True
             self._paused = False
             self.barge_ins += 1

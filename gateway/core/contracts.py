@@ -27,6 +27,12 @@ class MediaLeg(Protocol):
     async def send_audio(self, frame: bytes) -> bool:
         """One encoded 20 ms frame. False when the frame was skipped (backpressure): the caller never hears it."""
 
+    # Optional:
+    # def congested(self) -> bool: True when the next frame would be skipped (asked before each tick, so the
+    #     playout counts the frame as a `network` gap, not as played).
+    # confirms_playback: bool = True when the far end confirms chunk marks; the leg then reports each one with
+    #     `Session.playback_confirmed(turn_id, chunk, heard)` and marks, played_ms and played_text follow them.
+
     async def on_flush(self) -> None:
         """Barge-in: tell the far end to drop what it buffered."""
 

@@ -104,3 +104,111 @@ def played_text(chunks: list[SpokenChunk | None], pushed: dict[int, int], comple
         if share < 1.0:
             break
     return " ".join(parts)
+
+
+# ---------------------------------------------------------------- playback confirmations
+CONFIRM_AFTER_BARGE_IN_S = 0.5  # after a barge-in, turn.done waits this long for the far end's outstanding confirmations
+CONFIRM_AFTER_END_S = 1.5  # a turn that played out waits this long for its last chunk's (the far end's buffer + RTT)
+PROGRESS_MARK_MS = 500.0  # inside a long chunk, a confirmation point this often: barge-in truth finer than a chunk
+
+
+@dataclass
+class _Mark:
+    turn_id: str
+    chunk: int
+    played_ms: float
+    chunk_played_ms: dict
+    chunk_end: bool  # False: a progress mark inside the chunk (no client `mark` event)
+    heard: bool = False  # set by `confirm`
+
+
+@dataclass
+class _Heard:
+    outstanding: set = field(default_factory=set)  # mark ids sent, awaiting the far end
+    heard_ms: float = 0.0
+    heard_chunks: dict = field(default_factory=dict)  # chunk_played_ms as of the last confirmed mark
+    cleared: bool = False  # we told the far end to drop its buffer: later confirmations were not heard
+    held: object = None  # what the session needs to finish turn.done, while it waits
+    timer: object = None
+
+
+class PlaybackConfirmations:
+    """Per session: marks sent to a far end that confirms playback, and turns waiting for those confirmations.
+
+    A leg whose far end confirms what it played (Twilio's mark echo, chan_websocket's
+    MEDIA_MARK_PROCESSED) says so with `confirms_playback = True`. The session then gives every mark it
+    hands the leg (`on_playout_event`, type `mark`) a `mark_id` — at each chunk's end and, inside long
+    chunks, every PROGRESS_MARK_MS (`progress: True`) — and the leg reports the far end's answer with
+    `Session.playback_confirmed(mark_id, heard)`. A mark counts as heard when its confirmation comes back
+    before our clear (barge-in); marks, `played_ms` and `played_text` follow the confirmations.
+    """
+
+    def __init__(self, release):
+        self._marks: dict[int, _Mark] = {}
+        self._turns: dict[str, _Heard] = {}
+        self._next_id = 0
+        self._release = release  # release(turn_id, held, heard_ms, heard_chunks): finish and emit turn.done
+
+    def sent(self, turn_id: str, chunk: int, played_ms: float, chunk_played_ms: dict, chunk_end: bool = True) -> int:
+        """A mark goes to the far end after the frame now being sent; returns its id."""
+        self._next_id += 1
+        self._marks[self._next_id] = _Mark(turn_id, chunk, played_ms, chunk_played_ms, chunk_end)
+        self._turns.setdefault(turn_id, _Heard()).outstanding.add(self._next_id)
+        return self._next_id
+
+    def confirm(self, mark_id: int, heard: bool) -> _Mark | None:
+        """The far end's word on one mark (None: not ours, or its turn is done); `mark.heard` says if it counts."""
+        mark = self._marks.pop(mark_id, None)
+        state = self._turns.get(mark.turn_id) if mark is not None else None
+        if state is None:
+            return None
+        state.outstanding.discard(mark_id)
+        mark.heard = heard and not state.cleared
+        if mark.heard and mark.played_ms >= state.heard_ms:
+            state.heard_ms, state.heard_chunks = mark.played_ms, mark.chunk_played_ms
+        return mark
+
+    def hold(self, turn_id: str, held, interrupted: bool, loop) -> None:
+        """The turn's playout ended; its turn.done waits for the outstanding confirmations (or a timeout)."""
+        state = self._turns.setdefault(turn_id, _Heard())
+        state.held = held
+        if interrupted:
+            state.cleared = True
+        if not state.outstanding:
+            self._finish(turn_id)
+            return
+        wait = CONFIRM_AFTER_BARGE_IN_S if interrupted else CONFIRM_AFTER_END_S
+        state.timer = loop.call_later(wait, self._finish, turn_id)
+
+    def ready(self, turn_id: str) -> None:
+        """After a confirmation: release the turn's held turn.done when nothing is outstanding."""
+        state = self._turns.get(turn_id)
+        if state is not None and state.held is not None and not state.outstanding:
+            self._finish(turn_id)
+
+    def cleared(self) -> None:
+        """We are telling the far end to drop its buffer: no confirmation after this counts as heard."""
+        for state in self._turns.values():
+            state.cleared = True
+
+    @property
+    def holding(self) -> bool:
+        return any(state.held is not None for state in self._turns.values())
+
+    def release_all(self) -> None:
+        """The session ends: every waiting turn.done goes out with what was confirmed."""
+        for turn_id in [t for t, state in self._turns.items() if state.held is not None]:
+            self._finish(turn_id)
+        self._turns.clear()
+        self._marks.clear()
+
+    def _finish(self, turn_id: str) -> None:
+        state = self._turns.pop(turn_id, None)
+        if state is None:
+            return
+        for mark_id in state.outstanding:
+            self._marks.pop(mark_id, None)
+        if state.timer is not None:
+            state.timer.cancel()
+        if state.held is not None:
+            self._release(turn_id, state.held, state.heard_ms, state.heard_chunks)

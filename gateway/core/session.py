@@ -28,7 +28,7 @@ from gateway import protocol as P
 from gateway.core.chunker import Chunker
 from gateway.core.contracts import MediaLeg, TextLeg
 from gateway.core.headless import HeadlessPlayout
-from gateway.core.playback import SpokenChunk, played_text
+from gateway.core.playback import PROGRESS_MARK_MS, PlaybackConfirmations, SpokenChunk, played_text
 from gateway.config import Config, VoiceConfig
 from gateway.metrics import GatewayMetrics
 from tts import Engine, EngineError, SynthesisRequest, SynthesisStream
@@ -117,6 +117,9 @@ class Session:
         )
         self._turns: dict[str, _Turn] = {}
         self._ended_turns: OrderedDict[str, None] = OrderedDict()  # recently ended turn ids, oldest first
+        self._confirmations = PlaybackConfirmations(self._release_done)  # for legs whose far end confirms playback
+        self._congested: Callable[[], bool] | None = None  # the media leg's "the next frame will be skipped"
+        self._progress_at: dict[str, float] = {}  # turn -> played_ms of its last mark to a confirming far end
         self._pending: deque[tuple[_Turn, int]] = deque()  # text chunks not yet submitted
         self._inflight: deque[_Job] = deque()
         self._outbox: deque[dict] = deque()
@@ -138,9 +141,29 @@ class Session:
 
     def attach_media(self, leg: MediaLeg) -> None:
         self.media_leg = leg
+        self._congested = getattr(leg, "congested", None)
 
     def detach_media(self) -> None:
         self.media_leg = None
+        self._congested = None
+
+    @property
+    def _confirming(self) -> bool:
+        return bool(getattr(self.media_leg, "confirms_playback", False))
+
+    def playback_confirmed(self, mark_id: int, heard: bool = True) -> None:
+        """The media leg's far end confirmed (`heard`) or dropped the mark the session gave the id `mark_id`.
+
+        The one API for playback confirmations (Twilio mark echo, chan_websocket MEDIA_MARK_PROCESSED;
+        see gateway.core.playback.PlaybackConfirmations): a mark counts as heard when the confirmation
+        came before our clear. A chunk's client `mark` event goes out now; a turn.done waiting for this
+        confirmation follows it."""
+        mark = self._confirmations.confirm(mark_id, heard)
+        if mark is None:
+            return
+        if mark.heard and mark.chunk_end:
+            self.emit({"type": "mark", "turn_id": mark.turn_id, "chunk": mark.chunk, "played_ms": mark.played_ms})
+        self._confirmations.ready(mark.turn_id)
 
     # ------------------------------------------------------------ text leg input
     async def handle(self, msg: dict) -> None:
@@ -317,9 +340,12 @@ class Session:
 
     # ------------------------------------------------------------ playout → events
     def _on_playout_event(self, ev: PlayoutEvent) -> None:
+        d = ev.data
+        if ev.type == "mark" and self._confirming:  # the leg sends it with this id; its far end confirms it
+            d["mark_id"] = self._confirmations.sent(ev.turn_id, d["chunk"], d["played_ms"], d["chunk_played_ms"])
+            self._progress_at[ev.turn_id] = d["played_ms"]
         if self.media_leg is not None:
             self.media_leg.on_playout_event(ev)
-        d = ev.data
         if ev.type == "first_audio":
             self.metrics.ttfa.observe(d["ttfa_ms"] / 1000.0)
             # at_ms: where the turn's first frame sits on the playout timeline (user.speech.at_ms uses the same clock)
@@ -328,7 +354,8 @@ class Session:
                 start["at_ms"] = (self.playout.ticks - 1) * self.playout.frame_ms
             self.emit(start)
         elif ev.type == "mark":
-            self.emit({"type": "mark", "turn_id": ev.turn_id, "chunk": d["chunk"], "played_ms": d["played_ms"]})
+            if not self._confirming:  # else the client hears of it when the far end confirms it
+                self.emit({"type": "mark", "turn_id": ev.turn_id, "chunk": d["chunk"], "played_ms": d["played_ms"]})
         elif ev.type == "underrun_end":
             self.metrics.underruns.labels(kind=d["kind"], cause=d["cause"]).inc()
             self.metrics.underrun_seconds.labels(kind=d["kind"]).inc(d["duration_ms"] / 1000.0)
@@ -336,8 +363,8 @@ class Session:
         elif ev.type == "utterance_end":
             turn = self._turns.pop(ev.turn_id, None)
             self._remember_ended(ev.turn_id)
+            self._progress_at.pop(ev.turn_id, None)
             self.metrics.turns.labels(interrupted=str(d["interrupted"]).lower()).inc()
-            chunk_played = d["chunk_played_ms"]
             done = {
                 "type": "turn.done",
                 "turn_id": ev.turn_id,
@@ -345,17 +372,36 @@ class Session:
                 "interrupted": d["interrupted"],
                 "gaps": d["gaps"],
             }
+            onset = None
             if d["interrupted"]:
                 done["interrupted_by"] = self._interrupted_by
                 if self._heard is not None and self._heard[0] == ev.turn_id:
-                    # What played after the caller started to speak was talked over: not heard.
-                    heard = min(d["played_ms"], max(0.0, self._heard[1]))
-                    done["caller_onset_ms"] = round(heard, 1)
-                    chunk_played = _cut_played(chunk_played, heard)
-            done["played_text"] = self._played_text(turn, chunk_played) if turn else ""
-            self.emit(done)
-            if self._draining and not self._turns:
-                asyncio.get_running_loop().create_task(self._finish_drain())
+                    onset = self._heard[1]
+            if self._confirming and not self.closed:  # heard, not sent: wait for the far end's confirmations
+                self._confirmations.hold(ev.turn_id, (done, turn, onset), d["interrupted"], asyncio.get_running_loop())
+            else:
+                self._finish_done(done, turn, d["played_ms"], d["chunk_played_ms"], onset)
+
+    def _release_done(self, turn_id: str, held, heard_ms: float, heard_chunks: dict) -> None:
+        """A turn.done that waited for confirmations: it reports what the far end confirmed."""
+        done, turn, onset = held
+        self._finish_done(done, turn, heard_ms, heard_chunks, onset, confirmed=True)
+        asyncio.get_running_loop().create_task(self.flush_events())
+
+    def _finish_done(self, done: dict, turn: _Turn | None, played_ms: float, chunk_played: dict, onset: float | None,
+                     confirmed: bool = False) -> None:
+        sent_ms = done["played_ms"]  # what the playout sent
+        done["played_ms"] = played_ms
+        if confirmed:
+            done["sent_ms"] = sent_ms  # played_ms is what the far end confirmed
+        if onset is not None:
+            # What played after the caller started to speak was talked over: not heard.
+            done["caller_onset_ms"] = round(min(sent_ms, max(0.0, onset)), 1)
+            chunk_played = _cut_played(chunk_played, min(played_ms, max(0.0, onset)))
+        done["played_text"] = self._played_text(turn, chunk_played) if turn else ""
+        self.emit(done)
+        if self._draining and not self._turns and not self._confirmations.holding:
+            asyncio.get_running_loop().create_task(self._finish_drain())
 
     def _played_text(self, turn: _Turn, chunk_played_ms: dict) -> str:
         """Text of the chunks the caller heard, cut at the last heard word (gateway.core.playback)."""
@@ -395,7 +441,11 @@ class Session:
     # ------------------------------------------------------------ clock side
     async def tick(self) -> None:
         """One 20 ms frame, driven by the shared clock (or by the media leg's pull)."""
-        frame = self.playout.tick()
+        congested = self._congested
+        delivered = congested is None or not congested()
+        frame = self.playout.tick(delivered=delivered)
+        if delivered and frame.kind == "audio" and self._confirming:
+            self._progress_mark(frame.turn_id)
         # `audio.start` goes before the turn's first frame; marks and `turn.done` after the frame
         # that completed them.
         if self._outbox and any(e.get("type") == "audio.start" for e in self._outbox):
@@ -408,6 +458,19 @@ class Session:
                 await media.send_audio(self.encoder.silence)
         if self._outbox:
             await self.flush_events()
+
+    def _progress_mark(self, turn_id: str) -> None:
+        """Inside a long chunk, a mark every PROGRESS_MARK_MS, so a barge-in is confirmed finer than a chunk."""
+        progress = self.playout.progress(turn_id)
+        if progress is None:
+            return
+        played_ms, chunk, chunk_played = progress
+        if played_ms - self._progress_at.get(turn_id, 0.0) < PROGRESS_MARK_MS:
+            return
+        self._progress_at[turn_id] = played_ms
+        mark_id = self._confirmations.sent(turn_id, chunk, played_ms, chunk_played, chunk_end=False)
+        self.media_leg.on_playout_event(PlayoutEvent("mark", time.monotonic(), turn_id, {
+            "chunk": chunk, "played_ms": played_ms, "chunk_played_ms": chunk_played, "mark_id": mark_id, "progress": True}))
 
     def tick_failed(self) -> None:
         """The clock caught an exception from this session's tick: end this session (`internal`), never the others."""
@@ -439,6 +502,7 @@ class Session:
             self._interrupted_by, self._heard = "agent", None
         self._turns.clear()
         if self.media_leg is not None:
+            self._confirmations.cleared()
             await self.media_leg.on_flush()
         await self.flush_events()
 
@@ -491,6 +555,7 @@ class Session:
             self._turns.clear()
         if error:
             self.emit(error)
+        self._confirmations.release_all()  # turn.done waiting for confirmations goes out before session.ended
         self.emit({"type": "session.ended"})
         await self.flush_events()
         self.playout.close()

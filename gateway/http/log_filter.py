@@ -2,7 +2,8 @@
 
 aiohttp answers them with 400 and logs each as an ERROR with a traceback:
 anyone who can reach the port could fill the log (and page whoever watches
-ERRORs) at will. They become one INFO line.
+ERRORs) at will. They become one INFO line, naming what was wrong but not
+quoting the request (a bad line may carry an API key in its query string).
 """
 
 from __future__ import annotations
@@ -22,8 +23,15 @@ class _MalformedRequestsAreNotErrors(logging.Filter):
         if not log.isEnabledFor(logging.INFO):
             return False
         record.name, record.levelno, record.levelname = log.name, logging.INFO, "INFO"
-        record.msg, record.args, record.exc_info, record.exc_text = "refused a malformed HTTP request (%s)", (exc.message,), None, None
+        record.msg, record.args, record.exc_info, record.exc_text = "refused a malformed HTTP request (%s)", (_what(exc),), None, None
         return True
+
+
+def _what(exc: HttpProcessingError) -> str:
+    """What was wrong, without the bytes that were: aiohttp quotes the offending line, which may carry a credential."""
+    text = str(exc.message or type(exc).__name__).splitlines()[0] if exc.message else type(exc).__name__
+    cut = min((i for i in (text.find(":"), text.find("'"), text.find('"')) if i >= 0), default=len(text))
+    return text[:cut].strip() or type(exc).__name__
 
 
 def quiet_malformed_requests() -> None:

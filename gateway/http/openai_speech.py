@@ -165,7 +165,7 @@ class OpenAISpeech:
     async def speech(self, request: web.Request) -> web.StreamResponse:
         core = self.core
         try:
-            if not authorized(core, request):
+            if not authorized(core, request, spend=True):
                 raise _unauthorized()
             if not core.accepting:
                 raise SpeechError(503, P.SHUTTING_DOWN, "the gateway is draining and takes no new requests")

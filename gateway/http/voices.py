@@ -48,7 +48,7 @@ def routes(core: CallCore, store: VoiceStore) -> list[web.RouteDef]:
                                   "languages": LANGUAGES, "can_clone": core.engine.can_clone})
 
     async def add_voice(request: web.Request) -> web.Response:
-        if not authorized(core, request):
+        if not authorized(core, request, spend=True):
             return unauthorized_response()
         try:
             form = await _read_form(request, config.server.voice_upload_max_bytes)
@@ -66,7 +66,7 @@ def routes(core: CallCore, store: VoiceStore) -> list[web.RouteDef]:
         return web.json_response(info, status=201)
 
     async def delete_voice(request: web.Request) -> web.Response:
-        if not authorized(core, request):
+        if not authorized(core, request, spend=True):
             return unauthorized_response()
         try:
             await store.remove(request.match_info["name"])

@@ -1,4 +1,9 @@
-"""What every client WebSocket leg does before its first message: auth, upgrade, the draining check."""
+"""What every client WebSocket leg does before its first message: auth, upgrade, the draining check.
+
+Auth is an API key (`server.api_keys`) or a session token from `POST /v1/tokens`, as
+`Authorization: Bearer <key or token>` or `?token=`. A door that opens a session spends the token
+(`spend=True`); read-only routes only check it.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +13,47 @@ from aiohttp import WSCloseCode, web
 
 from gateway import protocol as P
 from gateway.core import CallCore
+from gateway.security.tokens import TokenError
 
 UNAUTHORIZED_MESSAGE = "missing or wrong API key (Authorization: Bearer <key> or ?token=)"
 
 
-def authorized(core: CallCore, request: web.Request) -> bool:
-    """`Authorization: Bearer <key>` or `?token=<key>` when server.api_keys is set; anyone otherwise."""
-    keys = core.config.server.api_keys
-    if not keys:
-        return True
+def presented_credential(request: web.Request) -> str:
     header = request.headers.get("Authorization", "")
-    token = header[7:] if header.startswith("Bearer ") else request.query.get("token", "")
-    return any(hmac.compare_digest(token.encode(), k.encode()) for k in keys)
+    return header[7:].strip() if header.startswith("Bearer ") else request.query.get("token", "")
 
 
-def unauthorized_response() -> web.Response:
-    return web.json_response(P.error_event(P.UNAUTHORIZED, UNAUTHORIZED_MESSAGE), status=401)
+def is_api_key(core: CallCore, credential: str) -> bool:
+    return any(hmac.compare_digest(credential.encode(), k.encode()) for k in core.config.server.api_keys)
+
+
+def auth_problem(core: CallCore, request: web.Request, spend: bool = False) -> str | None:
+    """None when the request may pass (no keys configured, an API key, or a good session token), else why not."""
+    if not core.config.server.api_keys:
+        return None
+    return credential_problem(core, presented_credential(request), spend)
+
+
+def credential_problem(core: CallCore, credential: str, spend: bool = False) -> str | None:
+    """None for an API key or a good session token (spent when `spend`), else why it is refused."""
+    if is_api_key(core, credential):
+        return None
+    if core.tokens.looks_like_token(credential):
+        try:
+            core.tokens.check(credential, spend)
+        except TokenError as exc:
+            core.metrics.connections_refused.labels(reason="token").inc()
+            return str(exc)
+        return None
+    return UNAUTHORIZED_MESSAGE
+
+
+def authorized(core: CallCore, request: web.Request, spend: bool = False) -> bool:
+    return auth_problem(core, request, spend) is None
+
+
+def unauthorized_response(message: str = UNAUTHORIZED_MESSAGE) -> web.Response:
+    return web.json_response(P.error_event(P.UNAUTHORIZED, message), status=401)
 
 
 def websocket_response(core: CallCore) -> web.WebSocketResponse:
@@ -35,8 +65,9 @@ def websocket_response(core: CallCore) -> web.WebSocketResponse:
 async def accept_ws(core: CallCore, request: web.Request) -> tuple[web.StreamResponse, bool]:
     """Auth, upgrade and the draining check shared by client sockets.
     Returns (response, accepted); a refused socket is already answered."""
-    if not authorized(core, request):
-        return unauthorized_response(), False
+    problem = auth_problem(core, request, spend=True)
+    if problem is not None:
+        return unauthorized_response(problem), False
     ws = websocket_response(core)
     await ws.prepare(request)
     if not core.accepting:

@@ -5,6 +5,10 @@ The framing is `gateway.wire.audiosocket`. We own the far end's clock: one
 has been written cannot be taken back, so the send queue is kept short
 (barge-in latency is at least what is queued).
 
+Only peers in `telephony.audiosocket_allow` (IPs/CIDRs; empty = any) may connect, within the per-IP
+caps (`server.limits`); others are closed at once, before a byte is read, and counted in
+`voxgate_connections_refused_total{reason}`.
+
 A peer whose length field lies either stalls mid-payload (the payload
 timeout ends the call) or desynchronises the stream (its next "types" are
 garbage: a few in a row end the call). Nothing a peer sends can touch
@@ -22,6 +26,7 @@ from gateway.core import CallCore
 from gateway.core.backpressure import frame_must_skip
 from gateway.core.calls import TELEPHONY_PCM, Call
 from gateway.legs.host import LegHost
+from gateway.security.peers import in_networks, parse_networks
 from gateway.wire import audiosocket as wire
 
 log = logging.getLogger("voxgate.audiosocket")
@@ -48,6 +53,9 @@ class AudioSocketLeg:
 
     def _usable(self) -> bool:
         return not self.writer.is_closing()
+
+    def congested(self) -> bool:
+        return self._usable() and frame_must_skip(self.writer.transport, MAX_FRAME_BACKLOG_BYTES)
 
     async def send_audio(self, pcm16: bytes) -> bool:
         if not self._usable():
@@ -91,6 +99,7 @@ class AudioSocketServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self.port: int | None = None
+        self.allow = parse_networks(core.config.telephony.audiosocket_allow)
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._handle, host, port)
@@ -107,7 +116,27 @@ class AudioSocketServer:
             await self._server.wait_closed()
             self._server = None
 
+    def _refusal(self, address: str | None) -> str | None:
+        """Why a new connection from `address` is closed at once, or None (then it counts against its address)."""
+        if self.allow and not in_networks(address, self.allow):
+            return "audiosocket_allow"
+        return self.core.peers.open(address)
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, tuple) and peer else None
+        refused = self._refusal(address)
+        if refused is not None:
+            self.core.metrics.connections_refused.labels(reason=refused).inc()
+            log.info("audiosocket: refused %s (%s)", address, refused)
+            writer.transport.abort()  # no hangup frame: nothing is said to a peer we do not serve
+            return
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self.core.peers.close(address)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
         conn = _Connection(self, reader, writer)

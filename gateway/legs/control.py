@@ -90,10 +90,15 @@ class ControlEndpoint:
                     break
                 else:  # CLOSE, CLOSING, CLOSED
                     break
+        except ConnectionError:  # the peer vanished while we wrote (a pong, a close): a hang-up, not a fault
+            log.debug("connection lost", exc_info=True)
         except Exception:
             log.exception("control connection failed")
             if not ws.closed:
-                await ws.send_json(P.error_event(P.INTERNAL, "internal error; the control socket was closed"))
+                try:
+                    await ws.send_json(P.error_event(P.INTERNAL, "internal error; the control socket was closed"))
+                except ConnectionError:
+                    pass
         finally:
             if call is not None:
                 await self.registry.detach_control(call, leg)

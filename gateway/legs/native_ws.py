@@ -51,6 +51,11 @@ class NativeWsLeg:
             return  # events cannot be skipped like frames: a client this far behind has stopped reading
         await self.ws.send_str(data)
 
+    def congested(self) -> bool:
+        """The next frame will be skipped (the client is not reading fast enough)."""
+        t = self.transport
+        return t is not None and not t.is_closing() and frame_must_skip(t)
+
     async def send_audio(self, frame: bytes) -> bool:
         t = self.transport
         if self.ws.closed or t is None or t.is_closing():
@@ -137,10 +142,15 @@ class NativeWsEndpoint:
                     break
                 else:  # CLOSE, CLOSING, CLOSED
                     break
+        except ConnectionError:  # the peer vanished while we wrote (a pong, a close): a hang-up, not a fault
+            log.debug("connection lost", exc_info=True)
         except Exception:
             log.exception("native ws connection failed")
             if not ws.closed:
-                await ws.send_json(P.error_event(P.INTERNAL, "internal error; the session was closed"))
+                try:
+                    await ws.send_json(P.error_event(P.INTERNAL, "internal error; the session was closed"))
+                except ConnectionError:
+                    pass
         finally:
             self._connections -= 1
             if session is not None and not session.closed:

@@ -49,6 +49,8 @@ class _SentMark:
     turn_id: str
     chunk: int
     played_ms: float
+    mark_id: int | None = None  # the session's id for it (Session.playback_confirmed)
+    progress: bool = False  # a confirmation point inside a chunk: no `call.mark`
 
 
 class TwilioLeg:
@@ -56,6 +58,7 @@ class TwilioLeg:
 
     clock_driven = True
     send_idle_silence = False
+    confirms_playback = True  # Twilio echoes each mark once the audio before it has played
     output = TELEPHONY_PCM  # the session hands us PCM16 8 kHz; the wire encoder makes μ-law of it
 
     def __init__(self, ws: web.WebSocketResponse, transport, stream_sid: str, metrics, protocol=None):
@@ -84,6 +87,10 @@ class TwilioLeg:
             return
         await self.ws.send_str(text)
 
+    def congested(self) -> bool:
+        """The next frame will be skipped (Twilio is not reading fast enough)."""
+        return self._usable() and frame_must_skip(self.transport)
+
     async def send_audio(self, frame: bytes) -> bool:
         sent = False
         if self._usable():
@@ -109,8 +116,9 @@ class TwilioLeg:
 
     def on_playout_event(self, event: PlayoutEvent) -> None:
         if event.type == "mark":
-            name = f"{event.turn_id}/{event.data['chunk']}/{next(self._names)}"
-            self._to_send.append((name, _SentMark(self.epoch, event.turn_id, event.data["chunk"], event.data["played_ms"])))
+            d = event.data
+            name = f"{event.turn_id}/{d['chunk']}/{next(self._names)}"
+            self._to_send.append((name, _SentMark(self.epoch, event.turn_id, d["chunk"], d["played_ms"], d.get("mark_id"), d.get("progress", False))))
 
     async def on_flush(self) -> None:
         self._to_send.clear()  # their audio was flushed before it went out
@@ -119,13 +127,16 @@ class TwilioLeg:
         if self._usable():
             await self._send_or_drop_stream(self.encoder.clear)
 
-    def on_mark_echo(self, name: str) -> dict | None:
-        """Twilio echoed a mark: the `call.mark` event for the control socket, or None if we never sent it."""
+    def on_mark_echo(self, name: str) -> tuple[_SentMark, dict | None] | None:
+        """Twilio echoed a mark: (the mark, its `call.mark` event for the control socket or None for a progress
+        mark), or None if we never sent it."""
         mark = self.sent_marks.pop(name, None)
         if mark is None:
             return None
+        if mark.progress:
+            return mark, None
         status = "played" if mark.epoch == self.epoch else "dropped"
-        return {"type": "call.mark", "turn_id": mark.turn_id, "chunk": mark.chunk, "status": status, "played_ms": mark.played_ms}
+        return mark, {"type": "call.mark", "turn_id": mark.turn_id, "chunk": mark.chunk, "status": status, "played_ms": mark.played_ms}
 
     async def hangup(self) -> None:
         if not self.ws.closed:
@@ -142,9 +153,14 @@ class TwilioEndpoint:
             self.auth_token = os.environ.get(env)
             if not self.auth_token:
                 raise ValueError(f"telephony.twilio_auth_token_env names {env!r}, but that environment variable is empty or unset")
-        elif core.config.server.api_keys:
-            # Twilio cannot send an API key (no headers, no query string in <Stream>): its signature is /v1/twilio's only guard.
-            log.warning("server.api_keys is set but telephony.twilio_auth_token_env is not: /v1/twilio is OPEN to anyone who can reach it")
+        self.allow_unsigned = core.config.telephony.twilio_allow_unsigned
+        # Twilio cannot send an API key (no headers, no query string in <Stream>): its signature is /v1/twilio's only guard.
+        self.refuse_all = self.auth_token is None and bool(core.config.server.api_keys) and not self.allow_unsigned
+        if self.refuse_all:
+            log.warning("server.api_keys is set but telephony.twilio_auth_token_env is not: /v1/twilio refuses every stream "
+                        "(set the auth token to verify X-Twilio-Signature, or telephony.twilio_allow_unsigned: true)")
+        elif self.auth_token is None and core.config.server.api_keys:
+            log.warning("telephony.twilio_allow_unsigned is true and no twilio_auth_token_env is set: /v1/twilio is OPEN to anyone who can reach it")
 
     def route(self) -> web.RouteDef:
         return web.get("/v1/twilio", self.handle)
@@ -158,19 +174,28 @@ class TwilioEndpoint:
         scheme = "wss" if request.secure else "ws"
         return f"{scheme}://{request.host}{request.path_qs}"
 
-    def signature_ok(self, request: web.Request) -> bool:
-        if self.auth_token is None:
-            return True
-        got = request.headers.get("X-Twilio-Signature", "")
+    def refusal(self, request: web.Request) -> str | None:
+        """None when the upgrade may go on, else why it is refused."""
+        got = request.headers.get("X-Twilio-Signature")
+        if self.refuse_all:
+            return "unsigned Twilio streams are refused while server.api_keys is set (configure telephony.twilio_auth_token_env)"
+        if self.auth_token is None or (got is None and self.allow_unsigned):
+            return None
         want = twilio_signature(self.auth_token, self.signed_url(request))
-        return hmac.compare_digest(got.encode(), want.encode())
+        return None if hmac.compare_digest((got or "").encode(), want.encode()) else "missing or wrong X-Twilio-Signature"
+
+    def signature_ok(self, request: web.Request) -> bool:
+        return self.refusal(request) is None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         gw = self.core
-        if not self.signature_ok(request):
+        refusal = self.refusal(request)
+        if refusal is not None:
             gw.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
-            log.warning("twilio: refused a stream with a missing or wrong X-Twilio-Signature (signed URL %s)", self.signed_url(request))
-            return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong X-Twilio-Signature"), status=403)
+            gw.metrics.connections_refused.labels(reason="twilio_unsigned").inc()
+            # the query string is left out of the log: it may carry a credential
+            log.warning("twilio: refused a stream to %s: %s", request.path, refusal)
+            return web.json_response(P.error_event(P.UNAUTHORIZED, refusal), status=403)
         ws = websocket_response(gw)
         await ws.prepare(request)
         if not gw.accepting:
@@ -180,6 +205,8 @@ class TwilioEndpoint:
         self.registry.track(ws.close)
         try:
             await stream.run()
+        except ConnectionError:  # the far end vanished while we wrote (a pong, a close): a hang-up, not a fault
+            log.debug("connection lost", exc_info=True)
         except Exception:
             log.exception("twilio stream failed")
             gw.metrics.errors.labels(code=P.INTERNAL).inc()
@@ -266,10 +293,16 @@ class _TwilioStream:
         elif isinstance(event, wire.Dtmf):
             await self.call.notify({"type": "dtmf", "digit": event.digit})
         elif isinstance(event, wire.Mark):
-            outcome = self.leg.on_mark_echo(event.name)
-            if outcome is None:
+            echoed = self.leg.on_mark_echo(event.name)
+            if echoed is None:
                 raise P.ProtocolError(P.BAD_MESSAGE, f"Twilio echoed mark {event.name!r}, which was never sent")
-            await self.call.notify(outcome)
+            mark, outcome = echoed
+            if mark.mark_id is not None:
+                self.call.session.playback_confirmed(mark.mark_id)  # Twilio's echo: played; the core applies the clear rule
+            if outcome is not None:
+                await self.call.notify(outcome)
+            else:
+                await self.call.session.flush_events()
         return False
 
     async def _on_start(self, start: wire.Start) -> None:

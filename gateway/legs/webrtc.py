@@ -12,6 +12,10 @@ The first data channel the client opens carries the native protocol's JSON
 messages; `session.start` on it is optional (voice, language) and creates
 the session, as does any first message.
 
+TURN: with `webrtc.turn_urls` and `webrtc.turn_secret_env`, each `GET /v1/webrtc/config` and each offer
+gets credentials minted from the shared secret (coturn's REST scheme, `gateway/security/turn.py`), so no
+long-lived TURN password reaches a page. Static `turn:user:pass@host` entries in `ice_servers` still work.
+
 When the gateway listens on a loopback address its clients are local, so
 127.0.0.1 is made a host ICE candidate (aioice leaves it out; a namespace
 with only `lo` would otherwise have no candidate at all).
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import fractions
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
@@ -41,8 +46,9 @@ from gateway import protocol as P
 from gateway.core import CallCore, Session
 from gateway.core.caller_voice import session_settings
 from gateway.core.inbound import InboundAudio
-from gateway.legs.accept import UNAUTHORIZED_MESSAGE, authorized
+from gateway.legs.accept import UNAUTHORIZED_MESSAGE, auth_problem, authorized
 from gateway.legs.host import LegHost
+from gateway.security.turn import turn_credentials
 
 log = logging.getLogger("voxgate.webrtc")
 
@@ -352,6 +358,13 @@ class WebrtcTransport:
     def __init__(self, core: CallCore):
         self.core = core
         self.ice = ice_servers(core.config.webrtc.ice_servers)
+        rtc = core.config.webrtc
+        self.turn_secret: str | None = None
+        if rtc.turn_urls:
+            self.turn_secret = os.environ.get(rtc.turn_secret_env or "")
+            if not self.turn_secret:
+                raise ValueError(f"webrtc.turn_secret_env names {rtc.turn_secret_env!r}, but that environment variable is empty or unset")
+        self.turn_ttl_s = rtc.turn_ttl_s or core.config.server.limits.max_call_s + 300.0  # outlives the longest call
         self.calls: set[WebrtcCall] = set()
         self._answering = 0  # offers past the capacity check whose answer is still being made
 
@@ -363,6 +376,18 @@ class WebrtcTransport:
             web.static("/static", STATIC_DIR),
         ]
 
+    def minted_turn(self) -> dict | None:
+        """One set of TURN credentials for one peer: {"urls", "username", "credential"} (None without TURN)."""
+        if self.turn_secret is None:
+            return None
+        username, password = turn_credentials(self.turn_secret, self.turn_ttl_s)
+        return {"urls": list(self.core.config.webrtc.turn_urls), "username": username, "credential": password}
+
+    def _rtc_configuration(self) -> RTCConfiguration:
+        turn = self.minted_turn()
+        extra = [RTCIceServer(urls=turn["urls"], username=turn["username"], credential=turn["credential"])] if turn else []
+        return RTCConfiguration(iceServers=self.ice + extra)
+
     async def index(self, request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC_DIR / "index.html")
 
@@ -370,12 +395,16 @@ class WebrtcTransport:
         if not authorized(self.core, request):  # ICE servers may carry TURN credentials
             return _error(401, P.UNAUTHORIZED, UNAUTHORIZED_MESSAGE)
         cfg = self.core.config
-        return web.json_response({"ice_servers": cfg.webrtc.ice_servers, "agent": cfg.llm.kind, "engine": self.core.engine_kind})
+        turn = self.minted_turn()
+        servers = list(cfg.webrtc.ice_servers) + ([turn] if turn else [])
+        return web.json_response({"ice_servers": servers, "agent": cfg.llm.kind, "engine": self.core.engine_kind},
+                                 headers={"Cache-Control": "no-store"})
 
     async def offer(self, request: web.Request) -> web.Response:
         gw = self.core
-        if not authorized(gw, request):
-            return _error(401, P.UNAUTHORIZED, UNAUTHORIZED_MESSAGE)
+        problem = auth_problem(gw, request, spend=True)
+        if problem is not None:
+            return _error(401, P.UNAUTHORIZED, problem)
         if not gw.accepting:
             return _error(503, P.SHUTTING_DOWN, "the gateway is not accepting calls")
         if request.content_length and request.content_length > MAX_OFFER_BYTES:
@@ -395,7 +424,7 @@ class WebrtcTransport:
             error = gw.registry.capacity_error()
             gw.metrics.errors.labels(code=error.code).inc()
             return _error(503, error.code, error.message)
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=self.ice))
+        pc = RTCPeerConnection(self._rtc_configuration())
         remote_tracks: list = []
         pc.on("track", remote_tracks.append)  # fires inside setRemoteDescription for a sendrecv offer
         self._answering += 1  # holds a slot across the awaits below, so concurrent offers see it

@@ -12,7 +12,10 @@ wideband), at 8 kHz when the agent attached first — resampled when the rates
 differ, encoded, and sent at once —
 so the far end's buffer stays one frame deep and barge-in (its clear
 command) drops almost nothing audible. A mark follows each text chunk's last
-frame; the far end's confirmation becomes `call.mark` (played or dropped).
+frame (and every 500 ms inside long chunks); the far end's confirmations go
+to `Session.playback_confirmed`, so the client's marks, `played_ms` and
+`played_text` follow what the far end played, and become `call.mark`
+(played or dropped) for the control socket.
 A far end that asks us to pause (Asterisk `MEDIA_XOFF`) gets its frames held,
 in order with the marks, until it resumes; past a bound they are dropped and
 counted. A peer that stops reading loses frames, never stalls the clock.
@@ -26,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hmac
 import itertools
 import logging
 from collections import deque
@@ -44,7 +46,7 @@ from gateway import protocol as P
 from gateway.core import CallCore
 from gateway.core.backpressure import frame_must_skip, send_would_wait
 from gateway.core.calls import TELEPHONY_PCM, Call
-from gateway.legs.accept import authorized
+from gateway.legs.accept import authorized, credential_problem
 from gateway.legs.host import LegHost
 from gateway.wire.events import (
     Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused, WireAudio,
@@ -74,6 +76,8 @@ class _SentMark:
     turn_id: str
     chunk: int
     played_ms: float
+    mark_id: int | None = None  # the session's id for it (Session.playback_confirmed)
+    progress: bool = False  # a confirmation point inside a chunk: no `call.mark`
 
 
 class WireMediaLeg:
@@ -81,6 +85,7 @@ class WireMediaLeg:
 
     clock_driven = True
     send_idle_silence = False  # every one of these far ends plays silence by itself when idle
+    confirms_playback = True  # every wire here confirms marks: marks, played_ms and played_text follow the far end
 
     def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, wire, spec: WireSpec, metrics,
                  notify: Callable[[dict], "asyncio.Future | None"]):
@@ -96,6 +101,7 @@ class WireMediaLeg:
         self._frames = metrics.frames_sent.labels(leg=spec.kind)
         self.out = wire.outbound
         self.output = TELEPHONY_PCM  # what the session hands us; `bind` sets it once the call is known
+        self.confirmed: Callable[[int, bool], None] = lambda mark_id, heard: None  # Session.playback_confirmed, from `bind`
         self._resampler, self._fifo = self._new_resampler()
         self._names = itertools.count()
         self._to_mark: list[tuple[str, _SentMark]] = []  # marks whose chunk's last frame is being sent
@@ -107,9 +113,11 @@ class WireMediaLeg:
         self._dropped_names: deque[str] = deque(maxlen=MAX_OUTSTANDING_MARKS)  # reported dropped at a barge-in
         self.frames_held_dropped = 0
 
-    def bind(self, output: OutputFormat) -> None:
-        """The session's output format (the wire's own rate when this leg started the call, else 8 kHz)."""
+    def bind(self, output: OutputFormat, confirmed: Callable[[int, bool], None]) -> None:
+        """The session's output format (the wire's own rate when this leg started the call, else 8 kHz) and
+        where the far end's confirmations go (`Session.playback_confirmed`)."""
         self.output = output
+        self.confirmed = confirmed
         self._resampler, self._fifo = self._new_resampler()
 
     def _new_resampler(self):
@@ -160,6 +168,10 @@ class WireMediaLeg:
             out.append(self.out.encode(float_to_int16(block)))
         return out
 
+    def congested(self) -> bool:
+        """The next frame will be skipped (the far end is not reading; frames held under XOFF are not skipped)."""
+        return self._usable() and not self.paused and frame_must_skip(self.transport)
+
     async def send_audio(self, frame: bytes) -> bool:
         sent = False
         if self._usable():
@@ -184,8 +196,10 @@ class WireMediaLeg:
     def on_playout_event(self, event: PlayoutEvent) -> None:
         if event.type == "mark":
             # Short names: Asterisk ignores commands over 128 bytes, and turn ids are the agent's to choose.
+            d = event.data
             name = f"m{next(self._names)}"
-            self._to_mark.append((name, _SentMark(self.epoch, event.turn_id, event.data["chunk"], event.data["played_ms"])))
+            mark = _SentMark(self.epoch, event.turn_id, d["chunk"], d["played_ms"], d.get("mark_id"), d.get("progress", False))
+            self._to_mark.append((name, mark))
 
     async def on_flush(self) -> None:
         """Barge-in: the far end drops what it buffered; our held frames and marks go too."""
@@ -203,16 +217,23 @@ class WireMediaLeg:
             dropped, self.sent_marks = self.sent_marks, {}
             self._dropped_names.extend(dropped)
             for mark in dropped.values():
-                await self.notify(_call_mark(mark, "dropped"))
+                if mark.mark_id is not None:
+                    self.confirmed(mark.mark_id, False)
+                if not mark.progress:
+                    await self.notify(_call_mark(mark, "dropped"))
 
     def on_confirmation(self, done: MarkDone) -> dict | None:
-        """The far end reached (or dropped) a mark: the `call.mark` event, None for one already reported
-        dropped at a barge-in; `bad_message` for a mark we never sent."""
+        """The far end reached (or dropped) a mark: tells the session, and returns the `call.mark` event (None for
+        a progress mark, or one already reported dropped at a barge-in); `bad_message` for a mark never sent."""
         mark = self.sent_marks.pop(done.name, None)
         if mark is None:
             if done.name in self._dropped_names:
                 return None
             raise P.ProtocolError(P.BAD_MESSAGE, f"the {self.spec.kind} far end confirmed mark {done.name!r}, which was never sent")
+        if mark.mark_id is not None:
+            self.confirmed(mark.mark_id, done.played)  # heard only if it came before our clear: the core's rule
+        if mark.progress:
+            return None
         return _call_mark(mark, "played" if done.played and mark.epoch == self.epoch else "dropped")
 
     async def on_flow(self, paused: bool) -> None:
@@ -248,7 +269,7 @@ class WireEndpoint:
 
     def authorized(self, request: web.Request) -> bool:
         """API keys as elsewhere; far ends that cannot send a bearer use `?token=` or HTTP Basic with the key as password."""
-        if authorized(self.core, request):
+        if authorized(self.core, request, spend=True):
             return True
         header = request.headers.get("Authorization", "")
         if header.startswith("Basic "):
@@ -256,7 +277,7 @@ class WireEndpoint:
                 password = base64.b64decode(header[6:], validate=True).decode().partition(":")[2]
             except (binascii.Error, ValueError):
                 return False
-            return any(_same(password, key) for key in self.core.config.server.api_keys)
+            return credential_problem(self.core, password, spend=True) is None  # an API key or a session token
         return False
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -277,6 +298,8 @@ class WireEndpoint:
         self.registry.track(ws.close)
         try:
             await stream.run()
+        except ConnectionError:  # the far end vanished while we wrote (a pong, a close): a hang-up, not a fault
+            log.debug("connection lost", exc_info=True)
         except Exception:
             log.exception("%s stream failed", self.spec.kind)
             gw.metrics.errors.labels(code=P.INTERNAL).inc()
@@ -345,6 +368,8 @@ class _WireStream:
                 outcome = self.leg.on_confirmation(event)
                 if outcome is not None:
                     await self.call.notify(outcome)
+                else:
+                    await self.call.session.flush_events()  # a confirmation may release a mark or a turn.done
             elif isinstance(event, Dtmf):
                 await self.call.notify({"type": "dtmf", "digit": event.digit})
             elif isinstance(event, FlowControl):
@@ -374,7 +399,7 @@ class _WireStream:
                                                         output=native_output(self.wire.outbound), inbound_rate=started.audio.sample_rate)
         except P.ProtocolError as exc:
             raise StartRefused(exc.code, exc.message) from None
-        leg.bind(call.session.output)
+        leg.bind(call.session.output, call.session.playback_confirmed)
         self.leg, self.call = leg, call
         if started.audio.sample_rate != call.inbound.sample_rate:
             self._inbound_resampler = StreamResampler(started.audio.sample_rate, call.inbound.sample_rate)
@@ -399,10 +424,6 @@ class _WireStream:
         else:
             self.core.metrics.errors.labels(code=code).inc()
         log.info("%s stream %s: %s: %s", self.spec.kind, self.call.call_id if self.call else "(not started)", code, message)
-
-
-def _same(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode(), b.encode())
 
 
 def native_output(out: WireAudio) -> OutputFormat:

@@ -3,8 +3,15 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
+// A session token from POST /v1/tokens (never an API key: the page's URL ends up in history and logs).
+// It opens one call; reading the voices and the WebRTC config does not spend it. Taken out of the address bar.
 const token = new URLSearchParams(location.search).get("token");
 const authHeaders = token ? { Authorization: `Bearer ${token}` } : {};
+if (token) {
+  const url = new URL(location.href);
+  url.searchParams.delete("token");
+  history.replaceState(null, "", url);
+}
 
 // State the page shows; also read by the browser test.
 const vg = (window.voxgate = {

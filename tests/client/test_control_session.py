@@ -32,6 +32,8 @@ async def read_twilio(tw: TwilioClient) -> None:
         while True:
             msg, _ = await tw.recv(timeout=60)
             tw.media += msg["event"] == "media"
+            if msg["event"] == "mark":  # as Twilio does once the audio before it has played
+                await tw.echo_mark(msg["mark"]["name"])
     except Exception:
         pass
 

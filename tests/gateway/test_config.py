@@ -65,3 +65,12 @@ def test_barge_in_and_stt_sections_are_strict(tmp_path):
                        ({"barge_in": {"min_speech": 1}}, "barge_in.min_speech"), ({"stt": {"kind": "openai"}}, "stt.base_url")]:
         with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
             load_config(None, bad)
+
+
+def test_a_bare_yaml_off_switches_barge_in_and_stt_off(tmp_path):
+    from gateway.config import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("barge_in:\n  mode: off\nstt:\n  kind: off\n")
+    cfg = load_config(path)
+    assert cfg.barge_in.mode == "off" and cfg.stt.kind == "off"

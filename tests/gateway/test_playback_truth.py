@@ -148,3 +148,30 @@ async def test_frames_are_paced_when_the_disk_is_slow(start_gateway, tmp_path, m
     await read_frames(c, 75)
     times = [t for t, _ in c.frames[-51:]]
     assert times[-1] - times[0] < 1.3, f"50 frames took {times[-1] - times[0]:.2f} s: the disk stalled the clock"
+
+
+async def test_frames_skipped_under_backpressure_are_a_network_gap_and_not_played(start_gateway, monkeypatch):
+    from gateway.legs import native_ws
+
+    window: list[float] = []  # [start, end): the client's socket counts as backed up
+
+    def backed_up(transport, cap=None):
+        return bool(window) and window[0] <= time.monotonic() < window[1]
+
+    monkeypatch.setattr(native_ws, "frame_must_skip", backed_up)
+    gw = await start_gateway()
+    c = await Client.connect(gw)
+    await c.start(output={"encoding": "pcm16", "sample_rate": 8000})
+    text = "A turn that is long enough to lose a few frames in the middle of it."
+    await c.send({"type": "text", "turn_id": "t", "text": text, "final": True})
+    await c.until("audio.start")
+    await asyncio.sleep(0.3)
+    now = time.monotonic()
+    window[:] = [now, now + 0.3]
+    done = await c.until("turn.done")
+    gaps = [u for u in c.of_type("underrun") if u["cause"] == "network"]
+    assert len(gaps) == 1 and 260 <= gaps[0]["duration_ms"] <= 340
+    spoken_ms = len(text) * MS_PER_CHAR
+    assert abs(done["played_ms"] - (spoken_ms - gaps[0]["duration_ms"])) <= 40  # what was skipped was not played
+    assert abs(len(c.frames) * 20 - done["played_ms"]) <= 60  # played_ms is what the client received
+    assert done["gaps"]["audible"] >= 1

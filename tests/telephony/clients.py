@@ -27,6 +27,7 @@ class Control:
     def __init__(self, ws):
         self.ws = ws
         self.events: list[dict] = []  # everything received, in order
+        self.times: list[float] = []  # when each of `events` arrived
         self._unread: list[dict] = []  # received but not yet returned by `expect`
 
     @classmethod
@@ -43,6 +44,7 @@ class Control:
     async def recv(self, timeout: float = 5.0) -> dict:
         event = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
         self.events.append(event)
+        self.times.append(time.monotonic())
         self._unread.append(event)
         return event
 
@@ -88,6 +90,11 @@ class TwilioClient:
         self.call_sid = call_sid
         self.seq = 0
         self.chunk = 0
+        self._inbox: asyncio.Queue | None = None  # set while echo_marks runs: it reads the socket, recv() reads this
+        self._echo_tasks: set[asyncio.Task] = set()
+        self.marks_received: list[tuple[str, float]] = []  # (name, arrival) while echo_marks runs
+        self.marks_echoed: list[tuple[str, float]] = []
+        self.clear_at: float | None = None
 
     @classmethod
     async def connect(cls, gw: Gateway, stream_sid: str = "MZ0001", call_sid: str = "CA0001", headers=None) -> "TwilioClient":
@@ -131,8 +138,39 @@ class TwilioClient:
                          "stop": {"accountSid": "AC0001", "callSid": self.call_sid}})
 
     async def recv(self, timeout: float = 5.0) -> tuple[dict, float]:
+        if self._inbox is not None:
+            return await asyncio.wait_for(self._inbox.get(), timeout)
         msg = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
         return msg, time.monotonic()
+
+    def echo_marks(self, delay_s: float) -> None:
+        """Play like Twilio: echo each mark `delay_s` after it arrives (the audio before it has played by then);
+        after a `clear`, echo the marks still pending at once (as Twilio does)."""
+        self._inbox = asyncio.Queue()
+        pending: dict[str, asyncio.Task] = {}
+
+        async def echo(name: str, wait: float) -> None:
+            await asyncio.sleep(wait)
+            pending.pop(name, None)
+            self.marks_echoed.append((name, time.monotonic()))
+            await self.echo_mark(name)
+
+        async def read() -> None:
+            async for raw in self.ws:
+                msg, now = json.loads(raw), time.monotonic()
+                if msg["event"] == "mark":
+                    name = msg["mark"]["name"]
+                    self.marks_received.append((name, now))
+                    pending[name] = asyncio.get_running_loop().create_task(echo(name, delay_s))
+                elif msg["event"] == "clear":
+                    self.clear_at = now
+                    for name, task in list(pending.items()):
+                        task.cancel()
+                        pending[name] = asyncio.get_running_loop().create_task(echo(name, 0.0))
+                self._inbox.put_nowait((msg, now))
+
+        task = asyncio.get_running_loop().create_task(read())
+        self._echo_tasks.add(task)
 
 
 # ---------------------------------------------------------------- AudioSocket

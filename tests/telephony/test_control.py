@@ -202,6 +202,7 @@ async def test_the_agent_keeps_its_history_and_events_after_the_control_socket_r
     service = gw.agents
     tw = await TwilioClient.connect(gw, stream_sid="MZh", call_sid="CAh")
     await tw.start()
+    tw.echo_marks(0.05)  # the history is trimmed to what Twilio confirms as played
     first = await Control.connect(gw)
     await first.attach("CAh")
     await first.send({"type": "user.text", "text": "Hello?"})
@@ -213,7 +214,7 @@ async def test_the_agent_keeps_its_history_and_events_after_the_control_socket_r
     await second.send({"type": "user.text", "text": "Tell me more."})
     assert (await second.expect("agent.text"))["text"]  # the reply streams to the new socket
     start = await second.expect("audio.start")
-    await asyncio.sleep(0.4)  # a few words heard (nothing heard would delete the reply from the history)
+    await asyncio.sleep(1.0)  # a few words heard and confirmed (nothing heard would delete the reply from the history)
     await second.send({"type": "interrupt"})
     done = await second.expect("turn.done", turn_id=start["turn_id"])
     assert done["interrupted"] is True and done["played_text"]

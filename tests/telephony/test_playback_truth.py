@@ -19,3 +19,34 @@ async def test_ttfa_of_text_sent_before_the_media_leg_counts_from_its_connect(ma
     start = await control.expect("audio.start", turn_id="t")
     assert start["ttfa_ms"] < 400, start
     await tw.stop()
+
+
+SENTENCES = [
+    "The first sentence takes about one second to say.",
+    "The second sentence is a little longer than the first one.",
+    "The third sentence is never heard by the caller at all.",
+]
+
+
+async def test_marks_and_played_text_follow_twilio_echoes_that_come_300_ms_late(make_gateway):
+    gateway = await make_gateway(chunker={"first_chunk_words": 0})  # one sentence per chunk
+    tw = await TwilioClient.connect(gateway, stream_sid="MZlate", call_sid="CAlate")
+    await tw.start()
+    tw.echo_marks(0.3)  # Twilio's buffer and the network: each echo comes 300 ms after its mark went out
+    control = await Control.connect(gateway)
+    await control.attach("CAlate")
+    await control.send({"type": "text", "turn_id": "t", "text": " ".join(SENTENCES), "final": True})
+    while not any(name.startswith("t/1/") for name, _ in tw.marks_received):  # chunk 1 is playing
+        await tw.recv()
+    await asyncio.sleep(0.1)  # chunk 0's echo is back; chunk 1's marks are still in Twilio's buffer
+    await control.send({"type": "interrupt"})
+    done = await control.expect("turn.done", turn_id="t")
+
+    marks = [(e, t) for e, t in zip(control.events, control.times) if e["type"] == "mark"]
+    assert [e["chunk"] for e, _ in marks] == [0]  # chunk 1 never came back before the clear
+    (mark0, seen_at), = marks
+    sent_at = [t for name, t in tw.marks_received if name.startswith("t/0/")][-1]  # chunk 0's end mark
+    assert seen_at - sent_at >= 0.28  # the agent hears of chunk 0 when Twilio does, not when we sent it
+    assert done["played_text"] == SENTENCES[0]
+    assert mark0["played_ms"] <= done["played_ms"] < mark0["played_ms"] + 400  # confirmed, not sent
+    await tw.stop()

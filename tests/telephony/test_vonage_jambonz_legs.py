@@ -45,7 +45,7 @@ async def test_vonage_call_l16_16k_notify_marks_clear_and_dtmf(gateway):
 
     vg.playing = False  # Vonage's buffer still holds chunk 0 when the caller barges in
     await control.send({"type": "text", "turn_id": "t2", "text": "Short one. " + LONG, "final": True})
-    await wait_for(lambda: len(vg.commands("notify")) == 2)
+    await wait_for(lambda: len(vg.commands("notify")) >= 2)
     await control.send({"type": "interrupt"})
     await wait_for(lambda: "clear" in vg.command_names())
     assert (await control.expect("turn.done", turn_id="t2"))["interrupted"]
@@ -105,7 +105,7 @@ async def test_jambonz_listen_call_marks_killaudio_dtmf_and_disconnect(gateway):
 
     jz.playing = False
     await control.send({"type": "text", "turn_id": "t2", "text": "Short one. " + LONG, "final": True})
-    await wait_for(lambda: len(jz.commands("mark")) == 2)
+    await wait_for(lambda: len(jz.commands("mark")) >= 2)
     await control.send({"type": "interrupt"})
     await wait_for(lambda: "killAudio" in jz.command_names())
     assert (await control.expect("call.mark", turn_id="t2"))["status"] == "dropped"  # jambonz said "cleared"
