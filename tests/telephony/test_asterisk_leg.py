@@ -119,8 +119,13 @@ async def test_media_xoff_holds_our_frames_until_xon(gateway):
     await control.send({"type": "text", "turn_id": "t", "text": "Flow control keeps Asterisk's queue in bounds.", "final": True})
     await wait_for(lambda: len(ast.got.media) >= 5)
     await ast.event("MEDIA_XOFF")
-    await asyncio.sleep(0.05)  # what was in flight lands
-    before = len(ast.got.media)
+    # What was in flight lands (however loaded the machine); if XOFF were ignored, frames would keep coming.
+    deadline = asyncio.get_running_loop().time() + 3.0
+    before = -1
+    while before != len(ast.got.media):
+        assert asyncio.get_running_loop().time() < deadline, "media kept coming after MEDIA_XOFF"
+        before = len(ast.got.media)
+        await asyncio.sleep(0.1)
     await asyncio.sleep(0.4)
     assert len(ast.got.media) == before, "media kept coming after MEDIA_XOFF"
     await ast.event("MEDIA_XON")
