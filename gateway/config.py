@@ -273,7 +273,7 @@ class BargeInConfig:
     mode: str = "off"  # off: no detection | detect: user.speech events only | vad: events, and speech interrupts the agent
     min_speech_ms: float = 250.0  # speech this long during playout interrupts
     detector: str = "silero"  # silero (accurate; needs the `vad` extra) | webrtc (cheap; fires on noise and music)
-    threshold: float = 0.6  # speech probability that counts as speech (Silero's 0.5 fires on some music through Opus)
+    threshold: float = 0.7  # speech probability that counts as speech (0.5 and 0.6 fired on music-like tones through Opus)
     onset_ms: float = 128.0  # consecutive speech before `user.speech started` (dated at its first window)
     silence_ms: float = 300.0  # quiet before `user.speech stopped`
     echo_holdoff_ms: float = 300.0  # after each audio start, speech is not counted toward a barge-in for this long

@@ -187,7 +187,7 @@ async def noise_trial(gw, leg: Leg, i: int, seconds: float) -> dict:
 
 async def main_async(args) -> list[dict]:
     overrides = merge(merge(FAST, VOICE), {"server": {"max_sessions": 200}})
-    overrides["barge_in"] = {"mode": "vad"}  # the config's defaults otherwise (min_speech_ms, hold-off, thresholds)
+    overrides["barge_in"] = {"mode": "vad", **json.loads(args.barge_in)}  # the config's defaults otherwise
     gw = Gateway(load_config(None, overrides))
     await gw.start(port=0)
     legs = {"twilio": TwilioLeg(), "audiosocket": AudioSocketLeg(), "webrtc": WebrtcLeg(), "native": NativeLeg()}
@@ -221,6 +221,7 @@ def main() -> None:
     ap.add_argument("--noise-s", type=float, default=60.0)
     ap.add_argument("--legs", default="twilio,audiosocket,webrtc,native")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--barge-in", default="{}", help='JSON overrides of the barge_in section, e.g. {"threshold": 0.7}')
     ap.add_argument("--out")
     args = ap.parse_args()
     rows = asyncio.run(main_async(args))
