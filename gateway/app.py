@@ -18,7 +18,11 @@ messages, encoded and decoded, no sockets), write `gateway/legs/telnyx.py`
 with `install(core, host)` (its route or server, adapting the wire to the
 core: `core.calls.connect_media(...)`, `call.inbound.push(...)`,
 `session.attach_media(leg)`), and add its module to `LEGS` below. That is
-the whole registration.
+the whole registration. A leg tells the core what its far end can do with
+attributes (`gateway/core/contracts.py`): `congested()` (the next frame will
+be skipped: a `network` gap), `absorbs_bursts = False` (no far-end buffer:
+the clock never bursts to it), `confirms_playback = True` (its far end
+confirms marks: report each with `session.playback_confirmed(mark_id)`).
 """
 
 from __future__ import annotations

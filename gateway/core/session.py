@@ -4,6 +4,10 @@ A session has a text leg (where agent text comes from and events go) and a
 media leg (where audio goes). Legs are small adapters implementing
 `gateway.core.contracts.TextLeg` / `MediaLeg`; no transport logic lives here.
 
+What the caller heard (marks, `played_ms`, `played_text`) is accounted in
+`gateway.core.playback`: frames a congested leg skips are not played, and for
+legs whose far end confirms playback the far end's confirmations decide.
+
 Two in flight: while chunk k plays, chunk k+1 is synthesised; chunk k+2 is
 submitted only once k is fully synthesised. Audio of a later in-flight chunk
 is held back until the earlier one is complete, so the playout always
