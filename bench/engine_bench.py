@@ -124,11 +124,13 @@ async def _run_level(engine, texts: list[str], sampling) -> dict:
     from tts.engine import SynthesisRequest
 
     c0, tm0 = dict(engine.counters), dict(engine.timings)
+    cpu0 = time.process_time()
     t0 = time.monotonic()
     runs = [_Run(engine.synthesize(SynthesisRequest(text=t, voice="default", language="en", sampling=sampling,
                                                     deadline=time.monotonic() + 0.2))) for t in texts]
     await asyncio.gather(*[r.consume() for r in runs])
     wall = time.monotonic() - t0
+    cpu = time.process_time() - cpu0
     audio = sum(r.audio_s for r in runs)
     frames = engine.counters["frames"] - c0["frames"]
     watched = engine.counters["host_syncs"] is not None and c0["host_syncs"] is not None
@@ -138,7 +140,8 @@ async def _run_level(engine, texts: list[str], sampling) -> dict:
     ttfa = [r.ttfa_s * 1e3 for r in runs]
     return {
         "concurrency": len(texts), "audio_s": round(audio, 3), "wall_s": round(wall, 3),
-        "audio_x": round(audio / wall, 3) if wall else None,
+        "audio_x": round(audio / wall, 3) if wall else None, "cpu_s": round(cpu, 3),
+        "audio_per_cpu_s": round(audio / cpu, 3) if cpu else None,
         "rtf": round(statistics.mean((r.t_end - r.t0) / r.audio_s for r in runs if r.audio_s), 4),
         "ttfa_p50_ms": round(_percentile(ttfa, 0.5), 1), "ttfa_p95_ms": round(_percentile(ttfa, 0.95), 1),
         "keeps_up": all(r.keeps_up() for r in runs), "streams_keeping_up": sum(r.keeps_up() for r in runs),
@@ -229,6 +232,7 @@ def _reference_level(model, c: int, max_frames: int) -> dict:
     """The official qwen-tts: generate + decode of c texts as one static batch."""
     texts = [list(TEXTS.values())[i % 3] for i in range(c)]
     speaker = sorted(model.get_supported_speakers() or [""])[0] or None
+    cpu0 = time.process_time()
     t0 = time.monotonic()
     if model.model.tts_model_type == "custom_voice":
         wavs, sr = model.generate_custom_voice(text=texts, speaker=[speaker] * c, language=["English"] * c,
@@ -237,8 +241,10 @@ def _reference_level(model, c: int, max_frames: int) -> dict:
         wavs, sr = model.generate_voice_design(text=texts, instruct=["A calm voice."] * c, language=["English"] * c,
                                                max_new_tokens=max_frames + 1)
     wall = time.monotonic() - t0
+    cpu = time.process_time() - cpu0
     audio = sum(len(w) for w in wavs) / sr
     return {"concurrency": c, "audio_s": round(audio, 3), "wall_s": round(wall, 3), "audio_x": round(audio / wall, 3),
+            "cpu_s": round(cpu, 3), "audio_per_cpu_s": round(audio / cpu, 3) if cpu else None,
             "rtf": round(wall / (audio / c), 4) if audio else None,
             "ttfa_p50_ms": round(wall * 1e3, 1), "ttfa_p95_ms": round(wall * 1e3, 1)}
 
@@ -372,7 +378,7 @@ async def _burst_once(engine, sampling, args, budget: int) -> dict:
     while any(not r.arrivals for r in bg):  # every background stream playing
         await asyncio.sleep(0.005)
     await asyncio.sleep(0.2)
-    i0 = len(engine.step_times)
+    i0, p0 = len(engine.step_times), len(engine.prefill_times)
     t_burst = time.perf_counter()
     burst = [_Run(engine.synthesize(req(MIXED_TEXTS[i % len(MIXED_TEXTS)]))) for i in range(args.burst)]
     await asyncio.gather(*[r.consume() for r in burst])
@@ -384,8 +390,12 @@ async def _burst_once(engine, sampling, args, budget: int) -> dict:
     ends = [t_burst] + [x[3] for x in engine.step_times[i0:i1]]
     gaps = [b - a for a, b in zip(ends, ends[1:])]
     first = [r.ttfa_s * 1e3 for r in burst]
+    prefills = engine.prefill_times[p0:]
     return {"prefill_budget_tokens": budget, "burst": args.burst, "background": args.background,
             "steady_step_ms": round(steady * 1e3, 2), "longest_gap_ms": round(max(gaps) * 1e3, 2) if gaps else None,
+            "admissions": len(prefills), "largest_admission": max((n for n, *_ in prefills), default=0),
+            "longest_prefill_ms": round(max((dt for _, _, dt, _ in prefills), default=0.0) * 1e3, 2),
+            "largest_prefill_positions": max((t for _, t, _, _ in prefills), default=0),
             "burst_first_audio_p50_ms": round(_percentile(first, 0.5), 1),
             "burst_first_audio_max_ms": round(max(first), 1) if first else None}
 
@@ -393,10 +403,13 @@ async def _burst_once(engine, sampling, args, budget: int) -> dict:
 async def _bursts(engine, sampling, args, write) -> list[dict]:
     default = engine.settings.prefill_budget_tokens
     out = []
-    for label, budget in (("unbudgeted (before)", 10**9), ("budgeted (after)", default)):
+    modes = (("unbudgeted (before)", 10**9), ("budgeted (after)", default))
+    for label, budget in modes + modes:  # interleaved twice: a shared box drifts
         r = {"mode": label, **await _burst_once(engine, sampling, args, budget)}
         out.append(r)
-        print(f"burst of {r['burst']} over {r['background']} running, {label}: running streams held up to "
+        print(f"burst of {r['burst']} over {r['background']} running, {label}: {r['admissions']} admissions, the "
+              f"largest {r['largest_admission']} requests / {r['largest_prefill_positions']} positions in "
+              f"{r['longest_prefill_ms']} ms; running streams held up to "
               f"{r['longest_gap_ms']} ms (steady step {r['steady_step_ms']} ms); the burst's first audio p50 "
               f"{r['burst_first_audio_p50_ms']} ms, max {r['burst_first_audio_max_ms']} ms")
         write(out)
@@ -468,9 +481,16 @@ async def _bench(args) -> dict:
                            for r in ref], f"official qwen-tts, best of {repeats} (generate + decode, one static batch; "
                                           "TTFA = the whole batch):")
             ratios = {str(o["concurrency"]): round(o["audio_x"] / r["audio_x"], 2) for o, r in zip(ours, ref)}
+            # audio per CPU second (all threads of the process): steadier than wall time on a shared box
+            cpu_ratios = {str(o["concurrency"]): round(o["audio_per_cpu_s"] / r["audio_per_cpu_s"], 2)
+                          for o, r in zip(ours, ref) if o.get("audio_per_cpu_s") and r.get("audio_per_cpu_s")}
             write("reference", {"ours": ours, "official": ref, "official_runs": every, "repeats": repeats,
                                 "official_threads_tried": threads, "ours_threads": engine.cpu_threads,
-                                "audio_x_ratio_ours_over_official": ratios})
+                                "audio_x_ratio_ours_over_official": ratios,
+                                "audio_per_cpu_s_ratio_ours_over_official": cpu_ratios})
+            print("audio per CPU second, ours / official: " + ", ".join(f"c={k}: {v}x" for k, v in cpu_ratios.items())
+                  + f" (ours {', '.join(str(o['audio_per_cpu_s']) for o in ours)}; official "
+                  f"{', '.join(str(r['audio_per_cpu_s']) for r in ref)})")
             print("official best thread counts: " + ", ".join(f"c={r['concurrency']}: {r['threads']}" for r in ref))
             print("audio x, ours / official: " + ", ".join(f"c={k}: {v}x" for k, v in ratios.items()))
     finally:

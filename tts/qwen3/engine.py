@@ -167,6 +167,7 @@ class Qwen3Engine(Engine):
                          "prefill_deferred": 0}
         self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}
         self.step_times: list | None = None  # (batch bucket, kv bucket, seconds, end perf_counter) per step
+        self.prefill_times: list = []  # (requests, prompt positions, seconds, end) per admission, with step_times
         self.memory: dict = {}  # bytes at start: weights, kv_cache, codec_state, graphs (CUDA)
         self.trace: list | None = None  # (name, start_s, dur_s, args) spans when enabled
         # health (gateway /readyz): the worker's death, or a step that does not return
@@ -764,6 +765,9 @@ class Qwen3Engine(Engine):
         self._batch.admit(slots, prompts, tset, pset, resumes)
         if self._batch.device.type == "cuda" and self.trace is not None:
             torch.cuda.synchronize()
+        if self.step_times is not None:
+            self.prefill_times.append((len(ready), sum(p.prefill.shape[0] for p in prompts),
+                                       time.perf_counter() - t0, time.perf_counter()))
         self.counters["admitted"] += len(ready)
         self._span("prefill", t0, {"rows": len(ready)})
         self.timings["prefill"] += time.perf_counter() - t0
