@@ -3,7 +3,12 @@
 It keeps an absolute schedule: after a stall it catches up by ticking the
 missed frames back to back (the far end's buffer absorbs the burst) instead
 of restarting its schedule, so one stall does not delay the rest of every
-utterance. A stall longer than `max_catchup` frames is dropped and counted.
+utterance. A member whose far end has no buffer (`absorbs_bursts` False:
+AudioSocket, where Asterisk writes each frame on arrival) is not ticked on
+catch-up ticks: it gets at most one frame per 20 ms, its schedule shifts, and
+the shift is reported to it (`stalled(ticks)`: a gap with cause `clock`). A
+stall longer than `max_catchup` frames is dropped, counted, and reported to
+every member the same way.
 """
 
 from __future__ import annotations
@@ -71,15 +76,24 @@ class PlayoutClock:
                 if self.on_skip:
                     self.on_skip(skip)
                 log.warning("playout clock stalled %.0f ms; skipped %d ticks", lateness * 1000, skip)
+                for member in list(self._members.values()):
+                    stalled = getattr(member, "stalled", None)
+                    if stalled is not None:
+                        stalled(skip)  # silence at every caller mid-utterance
                 continue
             if self.on_lateness:
                 self.on_lateness(max(0.0, lateness))
-            await self._tick_all()
+            await self._tick_all(catching_up=lateness >= self.period)
             n += 1
             self.ticks += 1
 
-    async def _tick_all(self) -> None:
+    async def _tick_all(self, catching_up: bool = False) -> None:
+        """One tick of every member; on a catch-up tick (the next one is already due) members whose far end
+        cannot absorb a burst skip it and are told so."""
         for member in list(self._members.values()):
+            if catching_up and not getattr(member, "absorbs_bursts", True):
+                member.stalled(1)
+                continue
             try:
                 await member.tick()
             except Exception:  # one session's failure never stops the clock, nor leaves that session open and silent

@@ -120,6 +120,7 @@ class Session:
         self._confirmations = PlaybackConfirmations(self._release_done)  # for legs whose far end confirms playback
         self._congested: Callable[[], bool] | None = None  # the media leg's "the next frame will be skipped"
         self._progress_at: dict[str, float] = {}  # turn -> played_ms of its last mark to a confirming far end
+        self._stall_ticks = 0  # frames due but not played since the last tick (reported as one clock gap)
         self._pending: deque[tuple[_Turn, int]] = deque()  # text chunks not yet submitted
         self._inflight: deque[_Job] = deque()
         self._outbox: deque[dict] = deque()
@@ -441,6 +442,9 @@ class Session:
     # ------------------------------------------------------------ clock side
     async def tick(self) -> None:
         """One 20 ms frame, driven by the shared clock (or by the media leg's pull)."""
+        if self._stall_ticks:
+            self.playout.stalled(self._stall_ticks)
+            self._stall_ticks = 0
         congested = self._congested
         delivered = congested is None or not congested()
         frame = self.playout.tick(delivered=delivered)
@@ -458,6 +462,16 @@ class Session:
                 await media.send_audio(self.encoder.silence)
         if self._outbox:
             await self.flush_events()
+
+    @property
+    def absorbs_bursts(self) -> bool:
+        """False when the far end plays each frame as it arrives (no buffer): the clock never bursts to it."""
+        return getattr(self.media_leg, "absorbs_bursts", True)
+
+    def stalled(self, ticks: int) -> None:
+        """`ticks` frames were due and not played (the clock stalled or skipped this member): the schedule
+        shifted, and the silence at the caller is reported as a gap with cause `clock`."""
+        self._stall_ticks += ticks
 
     def _progress_mark(self, turn_id: str) -> None:
         """Inside a long chunk, a mark every PROGRESS_MARK_MS, so a barge-in is confirmed finer than a chunk."""
@@ -481,6 +495,9 @@ class Session:
 
     def pull_frame(self) -> tuple[np.ndarray, str]:
         """For legs that own the clock (WebRTC): one frame of float32 PCM and its kind."""
+        if self._stall_ticks:
+            self.playout.stalled(self._stall_ticks)
+            self._stall_ticks = 0
         frame = self.playout.tick()
         if self._outbox:
             asyncio.get_running_loop().create_task(self.flush_events())

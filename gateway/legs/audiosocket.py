@@ -44,6 +44,7 @@ class AudioSocketLeg:
 
     clock_driven = True
     send_idle_silence = True  # Asterisk expects a frame every 20 ms
+    absorbs_bursts = False  # Asterisk writes each frame on arrival: a catch-up burst would leave as a burst of RTP
     output = TELEPHONY_PCM
 
     def __init__(self, writer: asyncio.StreamWriter, metrics):

@@ -116,6 +116,7 @@ class PlayoutTrack(MediaStreamTrack):
         self.frames = 0
         self.restarts = 0
         self.on_frame: Callable[[], None] | None = None  # e.g. a frames-sent counter
+        self.on_stall: Callable[[int], None] | None = None  # Session.stalled: frames skipped by a schedule restart
 
     async def recv(self) -> AudioFrame:
         if self.readyState != "live":
@@ -127,8 +128,11 @@ class PlayoutTrack(MediaStreamTrack):
         if due > now:
             await asyncio.sleep(due - now)
         elif now - due > self.max_catchup * self.period:
+            missed = int((now - due) / self.period)
             self._start, self._n = now, 0  # too far behind: drop the backlog
             self.restarts += 1
+            if self.on_stall is not None:
+                self.on_stall(missed)  # those frames were silence at the caller: the session reports the gap
         self._n += 1
         source = self.source
         if source is None:
@@ -293,6 +297,7 @@ class WebrtcCall:
             self.core.voice.attach(session, self.inbound, barge_in)
         self.track.source = session.pull_frame
         self.track.on_frame = self.core.metrics.frames_sent.labels(leg="webrtc").inc
+        self.track.on_stall = session.stalled
         self.core.play(session)  # the track pulls frames; this arms the max-call timer
         session.emit({
             "type": "session.started",

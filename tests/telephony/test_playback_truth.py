@@ -50,3 +50,30 @@ async def test_marks_and_played_text_follow_twilio_echoes_that_come_300_ms_late(
     assert done["played_text"] == SENTENCES[0]
     assert mark0["played_ms"] <= done["played_ms"] < mark0["played_ms"] + 400  # confirmed, not sent
     await tw.stop()
+
+
+async def test_audiosocket_gets_one_frame_per_tick_after_a_stall_and_the_shift_is_reported(gateway):
+    import time
+    import uuid
+
+    from tests.telephony.clients import AudioSocketClient
+
+    call_uuid = uuid.uuid4()
+    control = await Control.connect(gateway)
+    await control.attach(str(call_uuid))
+    client = await AudioSocketClient.connect(gateway, call_uuid)
+    await control.expect("call.media", state="connected")
+    await control.send({"type": "text", "turn_id": "t", "text": "A long enough turn to stall the clock in its middle.", "final": True})
+    await control.expect("audio.start", turn_id="t")
+    arrivals = []
+    for _ in range(10):
+        arrivals.append((await client.read())[2])
+    asyncio.get_running_loop().call_soon(time.sleep, 0.15)  # the event loop stalls for 150 ms (< the clock's catch-up limit)
+    for _ in range(25):
+        arrivals.append((await client.read())[2])
+    after = arrivals[10:]
+    burst = max(sum(1 for t in after if t0 <= t < t0 + 0.015) for t0 in after)
+    assert burst <= 2, f"{burst} frames within 15 ms: Asterisk would send them on as a burst of RTP"
+    gap = await control.expect("underrun", turn_id="t")
+    assert gap["cause"] == "clock" and 100 <= gap["duration_ms"] <= 200
+    assert (await control.expect("turn.done", turn_id="t"))["gaps"]["micro"] >= 1

@@ -78,3 +78,14 @@ async def test_a_stopped_track_ends_the_stream():
     track.stop()
     with pytest.raises(MediaStreamError):
         await track.recv()
+
+
+async def test_a_schedule_restart_reports_the_skipped_frames_to_the_session():
+    track = PlayoutTrack(8000, max_catchup=10)
+    track.source, _ = ramp_source(8000)
+    stalls = []
+    track.on_stall = stalls.append
+    await track.recv()
+    time.sleep(0.3)  # the loop stalled past the catch-up limit (200 ms): the schedule restarts
+    await track.recv()
+    assert track.restarts == 1 and len(stalls) == 1 and 13 <= stalls[0] <= 16  # ~300 ms of frames never sent
