@@ -349,6 +349,10 @@ class CallerVoice:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _unobserve(self) -> None:
+        if self._observe in self.session.observers:
+            self.session.observers.remove(self._observe)
+
     def close(self) -> None:
         if self.closed:
             return
@@ -358,8 +362,8 @@ class CallerVoice:
             self._task.cancel()
         for task in list(self._tasks):
             task.cancel()
-        if self._observe in self.session.observers:
-            self.session.observers.remove(self._observe)
+        # Not now: close() may run inside Session.emit's loop over its observers (on session.ended).
+        asyncio.get_running_loop().call_soon(self._unobserve)
         self.hub.voices.discard(self)
 
 

@@ -185,3 +185,23 @@ async def test_a_cough_pauses_the_agent_and_it_resumes(make_voice_gateway):
     finally:
         sender.cancel()
         await caller.close()
+
+
+async def test_the_built_in_agent_answers_what_stt_heard(make_voice_gateway):
+    stt = await FakeTranscriptionServer(text="What are your opening hours?").start()
+    gw = await make_voice_gateway(stt={"kind": "openai", "base_url": stt.base_url},
+                                  llm={"kind": "simulated", "ttft_ms": 30, "tokens_per_s": 200})
+    caller = await open_caller(gw, input={"encoding": "pcm16", "sample_rate": 16000}, barge_in={"mode": "detect"})
+    source = PacedSource(16000)
+    sender = asyncio.get_running_loop().create_task(pump(source, lambda f: caller.ws.send(f.astype("<i2").tobytes())))
+    try:
+        pcm, onset_ms = ca.caller_track(16000, lead_ms=200, name="stop")
+        source.play(pcm, onset_ms)
+        heard = await caller.expect("user.text", timeout=10)
+        assert heard["text"] == "What are your opening hours?"
+        start = await caller.expect("audio.start", timeout=10)
+        assert start["turn_id"].startswith("agent")
+    finally:
+        sender.cancel()
+        await caller.close()
+        await stt.stop()
