@@ -16,7 +16,7 @@ from tests.webrtc.test_demo_page_browser import FLAGS, needs_browser, wait_for
 
 pytestmark = pytest.mark.browser
 
-LONG = "This is the demo agent reading a long paragraph aloud, and it will keep reading until someone talks over it. " * 4
+LONG = "This is the demo agent reading a long paragraph aloud, and it will keep reading until someone talks over it. " * 8
 
 
 def open_browser_with_mic(profile: str, wav: str):
@@ -40,7 +40,7 @@ async def test_demo_page_is_interrupted_by_the_callers_voice(make_voice_gateway,
 
     gw = await make_voice_gateway()
     # The fake microphone loops this file: 2.5 s of quiet, then the caller speaks (so speech lands while the agent talks).
-    speech = ca.speech(16000, "stop")
+    speech = ca.speech(16000, "booking")
     wav = ca.write_wav(tmp_path / "mic.wav", resample(np.concatenate([ca.silence(2500, 16000), speech]), 16000, 48000), 48000)
     profile = tempfile.mkdtemp(prefix="voxgate-chromium-mic-")
     driver = await asyncio.to_thread(open_browser_with_mic, profile, str(wav))

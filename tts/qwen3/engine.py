@@ -108,6 +108,7 @@ class _Job:
     codec_state: object = None  # future of the stream's vocoder state row while it has no slot
     preempted: int = 0
     finished: bool = False  # its last chunk was handed to the vocoder lane
+    est_len: int | None = None  # prompt positions, estimated for the prefill budget
 
     @property
     def priority(self) -> float:
@@ -514,7 +515,14 @@ class Qwen3Engine(Engine):
     def _prompt_len_estimate(self, job: _Job) -> int:
         if job.prompt is not None:  # resuming: prompt + its frames
             return job.prompt.prefill.shape[0] + len(job.codes)
-        return 16 + len(job.request.text) // 3  # role/control tokens + about a token per 3 characters
+        if job.est_len is None:  # role/control tokens + the text's tokens (instruction included), once per job
+            tok = self._ckpt.tokenizer
+            text = job.request.text + (job.request.instruct or "")
+            try:
+                job.est_len = 16 + (len(tok.encode(text)) if tok is not None else len(text) // 4)
+            except Exception:  # noqa: BLE001 - an estimate only; the prompt build reports real errors
+                job.est_len = 16 + len(text)
+        return job.est_len
 
     def _drop_cancelled(self) -> None:
         """Under the lock: cancelled jobs leave the queue, their slots and the vocoder list."""
