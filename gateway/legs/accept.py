@@ -8,6 +8,7 @@ Auth is an API key (`server.api_keys`) or a session token from `POST /v1/tokens`
 from __future__ import annotations
 
 import hmac
+import logging
 
 from aiohttp import WSCloseCode, web
 
@@ -80,3 +81,24 @@ async def accept_ws(core: CallCore, request: web.Request) -> tuple[web.StreamRes
 def close_code(core: CallCore) -> int:
     """How a client socket is closed when its session ends: 1001 while the gateway shuts down, else 1000."""
     return WSCloseCode.GOING_AWAY if not core.accepting else WSCloseCode.OK
+
+
+async def run_media_stream(core: CallCore, stream, ws: web.WebSocketResponse, kind: str, log: logging.Logger) -> None:
+    """Run a telephony far end's reading loop (`stream.run()`) and always end its call and socket.
+
+    `stream` has `run()`, `call` (the Call once started, else None) and `end_reason`.
+    """
+    try:
+        await stream.run()
+    except ConnectionError:  # the far end vanished while we wrote (a pong, a close): a hang-up, not a fault
+        log.debug("connection lost", exc_info=True)
+    except Exception:
+        log.exception("%s stream failed", kind)
+        core.metrics.errors.labels(code=P.INTERNAL).inc()
+        if stream.call is not None:
+            await stream.call.report(P.INTERNAL, f"internal error in the {kind} media leg; the call was ended")
+    finally:
+        if stream.call is not None:
+            await core.calls.end_media(stream.call, stream.end_reason)
+        if not ws.closed:
+            await ws.close(code=WSCloseCode.OK)

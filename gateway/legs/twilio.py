@@ -29,7 +29,7 @@ from gateway import protocol as P
 from gateway.core import CallCore
 from gateway.core.backpressure import drop_if_stuck, frame_must_skip
 from gateway.core.calls import TELEPHONY_PCM, Call
-from gateway.legs.accept import websocket_response
+from gateway.legs.accept import run_media_stream, websocket_response
 from gateway.legs.host import LegHost
 from gateway.wire import twilio as wire
 from gateway.wire.twilio import twilio_signature
@@ -203,20 +203,7 @@ class TwilioEndpoint:
             return ws
         stream = _TwilioStream(self, ws, request)
         self.registry.track(ws.close)
-        try:
-            await stream.run()
-        except ConnectionError:  # the far end vanished while we wrote (a pong, a close): a hang-up, not a fault
-            log.debug("connection lost", exc_info=True)
-        except Exception:
-            log.exception("twilio stream failed")
-            gw.metrics.errors.labels(code=P.INTERNAL).inc()
-            if stream.call is not None:
-                await stream.call.report(P.INTERNAL, "internal error in the Twilio media leg; the call was ended")
-        finally:
-            if stream.call is not None:
-                await self.registry.end_media(stream.call, stream.end_reason)
-            if not ws.closed:
-                await ws.close(code=WSCloseCode.OK)
+        await run_media_stream(gw, stream, ws, "Twilio", log)
         return ws
 
 

@@ -46,7 +46,7 @@ from gateway import protocol as P
 from gateway.core import CallCore
 from gateway.core.backpressure import frame_must_skip, send_would_wait
 from gateway.core.calls import TELEPHONY_PCM, Call
-from gateway.legs.accept import authorized, credential_problem
+from gateway.legs.accept import authorized, credential_problem, run_media_stream
 from gateway.legs.host import LegHost
 from gateway.wire.events import (
     Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused, WireAudio,
@@ -296,20 +296,7 @@ class WireEndpoint:
             return ws
         stream = _WireStream(self, ws, request)
         self.registry.track(ws.close)
-        try:
-            await stream.run()
-        except ConnectionError:  # the far end vanished while we wrote (a pong, a close): a hang-up, not a fault
-            log.debug("connection lost", exc_info=True)
-        except Exception:
-            log.exception("%s stream failed", self.spec.kind)
-            gw.metrics.errors.labels(code=P.INTERNAL).inc()
-            if stream.call is not None:
-                await stream.call.report(P.INTERNAL, f"internal error in the {self.spec.kind} media leg; the call was ended")
-        finally:
-            if stream.call is not None:
-                await self.registry.end_media(stream.call, stream.end_reason)
-            if not ws.closed:
-                await ws.close(code=WSCloseCode.OK)
+        await run_media_stream(gw, stream, ws, self.spec.kind, log)
         return ws
 
 
