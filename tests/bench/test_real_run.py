@@ -51,7 +51,7 @@ calls:
 async def sweep(tmp_path: Path, capacity_x: float, callers: int, scenarios: str = SCENARIOS):
     target = await start_local("A", write_config(tmp_path, capacity_x), tmp_path)
     try:
-        params = SweepParams(levels=[callers], window_s=3.0, ramp_s=0.3, settle_s=0.2,
+        params = SweepParams(levels=[callers], window_s=5.0, ramp_s=0.3, settle_s=0.2,
                              client=ClientSettings(llm_ttft_ms=50, llm_tokens_per_s=200, turn_timeout_s=20))
         results = await run_sweep([target], params, parse_scenarios(scenarios), tmp_path)
     finally:

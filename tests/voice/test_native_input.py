@@ -126,7 +126,8 @@ async def test_native_caller_barges_in_and_is_transcribed(make_voice_gateway):
         done = await caller.expect("turn.done")
         assert done["interrupted_by"] == "caller"
         latency_ms = (done["_at"] - source.onset_at) * 1000
-        assert latency_ms >= 250
+        # not before min_speech_ms of speech (250 ms), less one 32 ms VAD window of onset uncertainty and pump jitter
+        assert latency_ms >= 250 - 40
         assert done["caller_onset_ms"] == pytest.approx(speech["at_ms"] - start["at_ms"], abs=60)
         stopped = await caller.expect("user.speech", state="stopped", timeout=8)
         heard = await caller.expect("user.text", timeout=5)
