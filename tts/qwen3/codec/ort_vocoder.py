@@ -21,7 +21,7 @@ import torch
 from tts.qwen3.codec.config import CodecError
 from tts.qwen3.codec.onnx_export import read_metadata, state_names
 from tts.qwen3.codec.state import StreamingCodecState
-from tts.qwen3.codec.vocoder import Vocoder
+from tts.qwen3.codec.vocoder_base import Vocoder
 
 _TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.int64: np.int64}

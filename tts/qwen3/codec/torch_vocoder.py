@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from tts.qwen3.codec.state import StreamingCodecState
-from tts.qwen3.codec.vocoder import Vocoder, split_packet
+from tts.qwen3.codec.vocoder_base import Vocoder, split_packet
 
 log = logging.getLogger("voxgate.vocoder")
 

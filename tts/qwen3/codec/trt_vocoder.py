@@ -34,7 +34,7 @@ import torch
 from tts.qwen3.codec.config import CodecError
 from tts.qwen3.codec.onnx_export import file_sha256, read_metadata, state_names
 from tts.qwen3.codec.state import StreamingCodecState
-from tts.qwen3.codec.vocoder import Vocoder, default_cache_dir, split_packet
+from tts.qwen3.codec.vocoder_base import Vocoder, default_cache_dir, split_packet
 
 log = logging.getLogger("voxgate.vocoder")
 
