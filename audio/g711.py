@@ -80,6 +80,13 @@ def _index(samples: np.ndarray) -> np.ndarray:
     return np.asarray(samples, dtype=np.int16).view(np.uint16) ^ np.uint16(0x8000)
 
 
+def encode_table_by_bits(encoding: str) -> np.ndarray:
+    """The `mulaw` or `alaw` table indexed by an int16 sample's bits read as uint16 (no +32768 step: for
+    callers that encode into their own buffers every 20 ms per call, e.g. FrameEncoder)."""
+    table = {"mulaw": _ULAW_ENC, "alaw": _ALAW_ENC}[encoding]
+    return np.roll(table, -32768)  # entry u holds the code of int16 sample u - 65536 * (u >= 32768)
+
+
 def ulaw_encode(samples: np.ndarray) -> bytes:
     """int16 samples -> μ-law bytes."""
     return _ULAW_ENC[_index(samples)].tobytes()

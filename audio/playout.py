@@ -118,7 +118,9 @@ class Playout:
         if utt is None or utt.closed or not len(pcm):
             return
         utt.pushed_samples += len(pcm)
+        # Cleaned once per packet, so the 20 ms path never checks again: finite, within [-1, 1] (FrameEncoder relies on it).
         pcm = np.nan_to_num(np.asarray(pcm, dtype=np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
+        np.clip(pcm, -1.0, 1.0, out=pcm)
         utt.segments.append(["audio", chunk, pcm, 0])
         self._buffered += len(pcm)
 

@@ -132,12 +132,15 @@ class SynthesisStream:
                 raise item
             yield item
 
-    def cancel(self) -> None:
-        """Stop this request; idempotent. Iteration ends at once."""
+    def cancel(self, error: BaseException | None = None) -> None:
+        """Stop this request; idempotent. Iteration ends at once, raising `error` when one is given
+        (the consumer gave up on the request, e.g. its stall watchdog)."""
         if self.cancelled or self._done:
             return
         self.cancelled = True
         self._engine._cancel(self)
+        if error is not None:
+            self._queue.put_nowait(error)
         self._finish()
 
     def set_deadline(self, deadline: float) -> None:

@@ -46,13 +46,17 @@ class SpokenChunk:
         s_words = [m.group() for m in _WORD.finditer(spoken)]
         if not s_words:
             return chunk
-        weights = [max(1, len(_key(w))) for w in s_words]
-        total, run = float(sum(weights)), 0
-        for w in weights:
-            run += w
+        s_keys = [_key(w) for w in s_words]
+        total, run = float(sum(max(1, len(k)) for k in s_keys)), 0
+        for k in s_keys:
+            run += max(1, len(k))
             chunk.word_ends.append(run / total)
+        o_keys = [_key(w) for w, _ in o_words]
+        if o_keys == s_keys:  # the normaliser rewrote no word (the common case): no alignment needed
+            chunk.text_ends = [end for _, end in o_words]
+            return chunk
         ends: list[int | None] = [None] * len(s_words)
-        matcher = difflib.SequenceMatcher(None, [_key(w) for w, _ in o_words], [_key(w) for w in s_words], autojunk=False)
+        matcher = difflib.SequenceMatcher(None, o_keys, s_keys, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
                 for k in range(i2 - i1):

@@ -68,6 +68,8 @@ class _Job:
     done: bool = False
     failed: bool = False  # the chunk was skipped (engine refused or failed it)
     task: asyncio.Task | None = None
+    fed_at: float = 0.0  # loop time of the engine's last packet (the stall watchdog's reference)
+    watchdog: asyncio.TimerHandle | None = None
 
 
 class Session:
@@ -123,6 +125,7 @@ class Session:
         self._ended_turns: OrderedDict[str, None] = OrderedDict()  # recently ended turn ids, oldest first
         self._confirmations = PlaybackConfirmations(self._release_done)  # for legs whose far end confirms playback
         self._congested: Callable[[], bool] | None = None  # the media leg's "the next frame will be skipped"
+        self._confirming = False  # the media leg confirms playback (Twilio marks): turn.done waits for it
         self._progress_at: dict[str, float] = {}  # turn -> played_ms of its last mark to a confirming far end
         self._stall_ticks = 0  # frames due but not played since the last tick (reported as one clock gap)
         self._pending: deque[tuple[_Turn, int]] = deque()  # text chunks not yet submitted
@@ -147,14 +150,12 @@ class Session:
     def attach_media(self, leg: MediaLeg) -> None:
         self.media_leg = leg
         self._congested = getattr(leg, "congested", None)
+        self._confirming = bool(getattr(leg, "confirms_playback", False))  # read every tick: kept, not looked up
 
     def detach_media(self) -> None:
         self.media_leg = None
         self._congested = None
-
-    @property
-    def _confirming(self) -> bool:
-        return bool(getattr(self.media_leg, "confirms_playback", False))
+        self._confirming = False
 
     def playback_confirmed(self, mark_id: int, heard: bool = True) -> None:
         """The media leg's far end confirmed (`heard`) or dropped the mark the session gave the id `mark_id`.
@@ -263,16 +264,9 @@ class Session:
         """Prepare one text chunk, submit it, and feed its audio to the playout in order."""
         try:
             self._submit(job, await self._prepare(job.turn.texts[job.index]))
-            chunks = aiter(job.stream)
-            stall = self.config.engine.stall_timeout_s
-            while True:
-                try:  # a hung engine must not hang the turn: no audio for `stall` seconds fails the chunk
-                    chunk = await asyncio.wait_for(anext(chunks), stall)
-                except StopAsyncIteration:
-                    break
-                except asyncio.TimeoutError:
-                    job.stream.cancel()
-                    raise EngineError(P.ENGINE_ERROR, f"no audio from the engine for {stall:g} s (engine.stall_timeout_s)") from None
+            self._watch_stall(job)
+            async for chunk in job.stream:
+                job.fed_at = asyncio.get_running_loop().time()
                 spoken = job.turn.spoken[job.index]
                 if spoken is not None:  # where each engine packet starts, in output samples
                     spoken.frame_offsets.append(job.turn.pushed.get(job.index, 0) + sum(len(p) for p in job.held))
@@ -280,7 +274,7 @@ class Session:
             self._deliver(job, job.resampler.flush())
         except asyncio.CancelledError:
             return
-        except EngineError as exc:  # refused (overloaded) or failed: the turn goes on without this chunk
+        except EngineError as exc:  # refused (overloaded), failed or stalled: the turn goes on without this chunk
             job.failed = True
             # The engine's own failures are `engine_error` to clients, whatever the engine called them.
             code = P.ENGINE_ERROR if exc.code in ("internal", P.ENGINE_ERROR) else exc.code
@@ -289,11 +283,32 @@ class Session:
             job.failed = True
             log.exception("chunk failed")
             self.emit(P.error_event(P.ENGINE_ERROR, f"turn {job.turn.turn_id!r} chunk {job.index}: {exc}"))
+        finally:
+            if job.watchdog is not None:
+                job.watchdog.cancel()
         if job not in self._inflight:
             return  # interrupted meanwhile
         job.done = True
         self._advance()
         await self.flush_events()
+
+    def _watch_stall(self, job: _Job) -> None:
+        """A hung engine must not hang the turn: no audio for `engine.stall_timeout_s` fails the chunk.
+
+        One timer per chunk, re-armed only when it fires (a `wait_for` per packet costs a task and a
+        timer each: a measurable share of the gateway's CPU at hundreds of calls)."""
+        loop, stall = asyncio.get_running_loop(), self.config.engine.stall_timeout_s
+
+        def check() -> None:
+            if job.stream is None or job.stream.done:
+                return
+            if loop.time() - job.fed_at >= stall:
+                job.stream.cancel(EngineError(P.ENGINE_ERROR, f"no audio from the engine for {stall:g} s (engine.stall_timeout_s)"))
+            else:
+                job.watchdog = loop.call_at(job.fed_at + stall, check)
+
+        job.fed_at = loop.time()
+        job.watchdog = loop.call_at(job.fed_at + stall, check)
 
     def _deliver(self, job: _Job, pcm: np.ndarray) -> None:
         if not len(pcm) or job not in self._inflight:

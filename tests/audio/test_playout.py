@@ -208,6 +208,16 @@ def test_non_finite_engine_samples_are_cleaned_on_push():
     assert np.isfinite(frame).all() and frame[:3].tolist() == [0.0, 1.0, -1.0]
 
 
+def test_out_of_range_engine_samples_are_clipped_on_push():
+    """The frame encoder scales without clipping: the playout is where a too-loud packet is made safe."""
+    p, clock, events = make(prebuffer_ms=0)
+    p.open_utterance("t1")
+    loud = np.array([3.0, -2.5, 1.0001, 0.25] + [0.0] * 156, dtype=np.float32)
+    p.push("t1", 0, loud)
+    assert p.tick().pcm[:4].tolist() == [1.0, -1.0, 1.0, 0.25]
+    assert loud[0] == 3.0  # the engine's own buffer is left alone
+
+
 def test_pause_holds_the_utterance_without_an_underrun_and_resume_goes_on():
     import numpy as np
 
