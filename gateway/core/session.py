@@ -285,7 +285,8 @@ class Session:
             self.emit(P.error_event(P.ENGINE_ERROR, f"turn {job.turn.turn_id!r} chunk {job.index}: {exc}"))
         finally:
             if job.watchdog is not None:
-                job.watchdog.cancel()
+                job.watchdog.cancel()  # also drops its reference to the job (no cycle left behind)
+                job.watchdog = None
         if job not in self._inflight:
             return  # interrupted meanwhile
         job.done = True
@@ -296,19 +297,21 @@ class Session:
         """A hung engine must not hang the turn: no audio for `engine.stall_timeout_s` fails the chunk.
 
         One timer per chunk, re-armed only when it fires (a `wait_for` per packet costs a task and a
-        timer each: a measurable share of the gateway's CPU at hundreds of calls)."""
-        loop, stall = asyncio.get_running_loop(), self.config.engine.stall_timeout_s
-
-        def check() -> None:
-            if job.stream is None or job.stream.done:
-                return
-            if loop.time() - job.fed_at >= stall:
-                job.stream.cancel(EngineError(P.ENGINE_ERROR, f"no audio from the engine for {stall:g} s (engine.stall_timeout_s)"))
-            else:
-                job.watchdog = loop.call_at(job.fed_at + stall, check)
-
+        timer each: a measurable share of the gateway's CPU at hundreds of calls). A bound method, not a
+        closure: a closure that re-arms itself is a reference cycle, and every chunk would end as garbage
+        for the cycle collector, whose pauses stall the shared clock."""
+        loop = asyncio.get_running_loop()
         job.fed_at = loop.time()
-        job.watchdog = loop.call_at(job.fed_at + stall, check)
+        job.watchdog = loop.call_at(job.fed_at + self.config.engine.stall_timeout_s, self._check_stall, job)
+
+    def _check_stall(self, job: _Job) -> None:
+        if job.stream is None or job.stream.done:
+            return
+        loop, stall = asyncio.get_running_loop(), self.config.engine.stall_timeout_s
+        if loop.time() - job.fed_at >= stall:
+            job.stream.cancel(EngineError(P.ENGINE_ERROR, f"no audio from the engine for {stall:g} s (engine.stall_timeout_s)"))
+        else:
+            job.watchdog = loop.call_at(job.fed_at + stall, self._check_stall, job)
 
     def _deliver(self, job: _Job, pcm: np.ndarray) -> None:
         if not len(pcm) or job not in self._inflight:
