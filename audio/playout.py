@@ -247,12 +247,13 @@ class Playout:
             utt.started = True
             self._emit("first_audio", now, utt.turn_id, ttfa_ms=round((now - utt.latency_from) * 1000.0, 1))
         filled = self._fill(utt, frame, now, delivered)
-        if filled and utt is self._current():
+        still_current = bool(self._utterances) and self._utterances[0] is utt  # False when the frame ended it
+        if filled and still_current:
             if not delivered:
                 self._lose(utt, now)
             elif utt.lost_ticks:
                 self._end_lost(utt, now)
-        if filled == 0 and utt is self._current():
+        if filled == 0 and still_current:
             # No audio this tick inside a started utterance: underrun.
             if utt.underrun_ticks == 0:
                 utt.underrun_cause = self.cause_provider()

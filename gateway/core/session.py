@@ -126,6 +126,7 @@ class Session:
         self._confirmations = PlaybackConfirmations(self._release_done)  # for legs whose far end confirms playback
         self._congested: Callable[[], bool] | None = None  # the media leg's "the next frame will be skipped"
         self._confirming = False  # the media leg confirms playback (Twilio marks): turn.done waits for it
+        self.absorbs_bursts = True  # the clock may catch up on this call with a burst (see attach_media)
         self._progress_at: dict[str, float] = {}  # turn -> played_ms of its last mark to a confirming far end
         self._stall_ticks = 0  # frames due but not played since the last tick (reported as one clock gap)
         self._pending: deque[tuple[_Turn, int]] = deque()  # text chunks not yet submitted
@@ -151,11 +152,14 @@ class Session:
         self.media_leg = leg
         self._congested = getattr(leg, "congested", None)
         self._confirming = bool(getattr(leg, "confirms_playback", False))  # read every tick: kept, not looked up
+        # False when the far end plays each frame as it arrives (no buffer): the clock never bursts to it.
+        self.absorbs_bursts = bool(getattr(leg, "absorbs_bursts", True))
 
     def detach_media(self) -> None:
         self.media_leg = None
         self._congested = None
         self._confirming = False
+        self.absorbs_bursts = True
 
     def playback_confirmed(self, mark_id: int, heard: bool = True) -> None:
         """The media leg's far end confirmed (`heard`) or dropped the mark the session gave the id `mark_id`.
@@ -478,17 +482,14 @@ class Session:
             await self.flush_events()
         media = self.media_leg
         if media is not None:
-            if frame.kind == "audio" or frame.kind == "gap" or frame.kind == "paused":
+            kind = frame.kind
+            if kind == "audio" and delivered:
                 await media.send_audio(self.encoder.encode(frame.pcm))
-            elif media.send_idle_silence:
+            elif kind == "audio" or kind == "gap" or kind == "paused" or media.send_idle_silence:
+                # Silence as it is, or a frame the congested leg skips anyway: nothing to encode.
                 await media.send_audio(self.encoder.silence)
         if self._outbox:
             await self.flush_events()
-
-    @property
-    def absorbs_bursts(self) -> bool:
-        """False when the far end plays each frame as it arrives (no buffer): the clock never bursts to it."""
-        return getattr(self.media_leg, "absorbs_bursts", True)
 
     def stalled(self, ticks: int) -> None:
         """`ticks` frames were due and not played (the clock stalled or skipped this member): the schedule
