@@ -130,6 +130,14 @@ async def run_level(port: int, pid: int, n: int, window: float, warmup: float) -
     await asyncio.wait(tasks, timeout=15)
     p50, p99, over, ticks = lateness_quantiles(before, after)
     underruns = counter_sum(after, "voxgate_underruns_total") - counter_sum(before, "voxgate_underruns_total")
+    # engine/text: audio came late; clock: our own clock stalled (a skipped tick is a gap at every talking call);
+    # network: the client read too slowly and frames were skipped
+    by_cause: dict[str, int] = {}
+    b = metric_values(before, "voxgate_underruns_total")
+    for key, value in metric_values(after, "voxgate_underruns_total").items():
+        cause = re.search(r'cause="([^"]*)"', key)
+        if cause and not key.startswith("voxgate_underruns_total_created") and value - b.get(key, 0.0):
+            by_cause[cause.group(1)] = by_cause.get(cause.group(1), 0) + int(value - b.get(key, 0.0))
     skipped = counter_sum(after, "voxgate_clock_skipped_ticks_total") - counter_sum(before, "voxgate_clock_skipped_ticks_total")
     dropped = counter_sum(after, "voxgate_frames_dropped_total") - counter_sum(before, "voxgate_frames_dropped_total")
     return {
@@ -140,6 +148,7 @@ async def run_level(port: int, pid: int, n: int, window: float, warmup: float) -
         "ticks_over_20ms_pct": round(100 * over, 3),
         "skipped_ticks": int(skipped),
         "underruns": int(underruns),
+        "underruns_by_cause": by_cause,
         "frames_dropped": int(dropped),
         "frames_per_s_received": round((f1 - f0) / (t1 - t0), 1),
         "server_cpu_pct": round(100 * (c1 - c0) / (t1 - t0), 1),
@@ -177,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
                   f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} {row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {str(row['holds']):>6}", flush=True)
             time.sleep(2)
+        for row in rows:
+            if row["underruns_by_cause"]:
+                print(f"underruns at {row['sessions']} by cause: " + ", ".join(f"{k} {v}" for k, v in row["underruns_by_cause"].items()))
         held = [r["sessions"] for r in rows if r["holds"]]
         print(f"holds up to {max(held) if held else 0} paced sessions (cpu count {os.cpu_count()})")
         if args.json_output:

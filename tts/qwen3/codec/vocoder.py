@@ -28,8 +28,7 @@ from typing import Sequence
 
 import torch
 
-from tts.qwen3.codec.config import CodecConfig, CodecError
-from tts.qwen3.codec.state import StreamingCodecState
+from tts.qwen3.codec.config import CodecError
 from tts.qwen3.codec.vocoder_base import Vocoder, default_cache_dir, split_packet  # noqa: F401 (re-exported)
 
 log = logging.getLogger("voxgate.vocoder")
