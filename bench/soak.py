@@ -45,6 +45,9 @@ SERIES = ("rss_mb", "open_fds", "asyncio_tasks", "threads", "sessions", "engine_
           "clock_p99_ms")
 
 
+UNDERRUN_CAUSES = ("engine", "text", "clock", "network")
+
+
 def _value(text: str, name: str, label: str = "") -> float:
     total = 0.0
     for line in text.splitlines():
@@ -74,6 +77,8 @@ def sample(gw: GatewayProcess, prev: str | None, t0: float, clients: dict) -> tu
         "clock_p99_ms": round(1000 * histogram_quantile(prev, text, "voxgate_clock_lateness_seconds", 0.99), 2) if prev else None,
         "underruns_total": int(_value(text, "voxgate_underruns_total")),
         "audible_total": int(_value(text, "voxgate_underruns_total", 'kind="audible"')),
+        # engine/text: audio came late; clock: our clock stalled (a gap at every talking call); network: a slow reader
+        "underruns_by_cause": {c: int(n) for c in UNDERRUN_CAUSES if (n := _value(text, "voxgate_underruns_total", f'cause="{c}"'))},
         "errors_total": int(_value(text, "voxgate_errors_total")),
         **{f"client_{k}": v for k, v in clients.items()},
     }
@@ -198,6 +203,7 @@ def verdict(samples: list[dict], fd_slack: int = 2, task_slack: int = 0) -> dict
         "gc_longest_ms": last["gc_longest_ms"],
         "clock_p99_ms_worst_interval": max((s["clock_p99_ms"] or 0) for s in during) if during else None,
         "audible_underruns": last["audible_total"], "underruns": last["underruns_total"], "errors": last["errors_total"],
+        "underruns_by_cause": last["underruns_by_cause"],
     }
 
 
