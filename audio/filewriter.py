@@ -109,12 +109,36 @@ def _open(target, opener):
         return None
 
 
+class MonoWavWriter:
+    """A mono PCM16 WAV file being written.
+
+    It opens the file itself and hands the open file to `wave`: a path that cannot be opened raises
+    OSError here, before any `wave` writer exists (a half-built one raises from its destructor later).
+    """
+
+    def __init__(self, path: str, sample_rate: int):
+        self._raw = open(path, "wb")
+        try:
+            self._wav = wave.open(self._raw, "wb")
+            self._wav.setnchannels(1)
+            self._wav.setsampwidth(2)
+            self._wav.setframerate(sample_rate)
+        except BaseException:
+            self._raw.close()
+            raise
+
+    def writeframes(self, data: bytes) -> None:
+        self._wav.writeframes(data)
+
+    def close(self) -> None:
+        try:
+            self._wav.close()  # patches the header; `wave` leaves a file it did not open to its opener
+        finally:
+            self._raw.close()
+
+
 def _open_wav(target):
-    w = wave.open(target.path, "wb")
-    w.setnchannels(1)
-    w.setsampwidth(2)
-    w.setframerate(target.sample_rate)
-    return w
+    return MonoWavWriter(target.path, target.sample_rate)
 
 
 class LogFile:

@@ -15,10 +15,11 @@ import logging
 import os
 import re
 import time
-import wave
 from collections import deque
 
 import numpy as np
+
+from audio.filewriter import MonoWavWriter
 
 log = logging.getLogger("voxgate.inbound")
 
@@ -109,16 +110,13 @@ class InboundAudio:
         self.samples_received = 0
         self.wav_path = wav_path
         self._subscribers: set[InboundStream] = set()
-        self._wav: wave.Wave_write | None = None
+        self._wav: MonoWavWriter | None = None
         self._written = 0  # samples in the recording, silence padding included
         self._epoch: tuple[float, float] | None = None  # (arrival time, timestamp) of the first timed packet
         self.closed = False
         if wav_path:
             try:
-                self._wav = wave.open(wav_path, "wb")
-                self._wav.setnchannels(1)
-                self._wav.setsampwidth(2)
-                self._wav.setframerate(sample_rate)
+                self._wav = MonoWavWriter(wav_path, sample_rate)
             except OSError as exc:  # a full disk must not end the call
                 log.warning("cannot record inbound audio to %s: %s", wav_path, exc)
                 self._wav = None
