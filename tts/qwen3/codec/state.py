@@ -16,6 +16,8 @@ from typing import Sequence
 
 import torch
 
+from tts.qwen3.codec.config import CodecError
+
 Rows = Sequence[int] | torch.Tensor
 
 
@@ -31,6 +33,13 @@ class StreamingCodecState:
     @property
     def device(self) -> torch.device:
         return self.frames.device
+
+    def check_codes(self, codes: torch.Tensor, num_quantizers: int) -> None:
+        """Codes for the next step of every row must be [rows, frames, num_quantizers] (CodecError if not)."""
+        if codes.dim() != 3 or codes.shape[2] != num_quantizers:
+            raise CodecError("bad_codes", f"codes must be [batch, frames, {num_quantizers}], got {tuple(codes.shape)}")
+        if codes.shape[0] != self.batch_size:
+            raise CodecError("bad_codes", f"codes have {codes.shape[0]} rows, the state {self.batch_size}")
 
     def _index(self, rows: Rows) -> torch.Tensor:
         return torch.as_tensor(rows, dtype=torch.long).to(self.device)

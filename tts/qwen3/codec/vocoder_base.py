@@ -55,11 +55,7 @@ class Vocoder:
             wav = self.decode_step(codes, sub)
             state.assign(rows, sub)
             return wav
-        cfg = self.config
-        if codes.dim() != 3 or codes.shape[2] != cfg.num_quantizers:
-            raise CodecError("bad_codes", f"codes must be [batch, frames, {cfg.num_quantizers}], got {tuple(codes.shape)}")
-        if codes.shape[0] != state.batch_size:
-            raise CodecError("bad_codes", f"codes have {codes.shape[0]} rows, the state {state.batch_size}")
+        state.check_codes(codes, self.config.num_quantizers)
         if len(state.buffers) != len(self.state_specs):
             raise CodecError("bad_state", "the state was made by a different decoder layout")
         b, t, _ = codes.shape
