@@ -71,6 +71,8 @@ def _encode_table(fn, shift: int) -> np.ndarray:
 
 _ULAW_ENC = _encode_table(_linear14_to_ulaw, 2)
 _ALAW_ENC = _encode_table(_linear13_to_alaw, 3)
+# entry u holds the code of the int16 sample whose bits read as u; one copy per process, shared by every call
+_BY_BITS = {"mulaw": np.roll(_ULAW_ENC, -32768), "alaw": np.roll(_ALAW_ENC, -32768)}
 _ULAW_DEC = np.array([_ulaw_to_linear(u) for u in range(256)], dtype=np.int16)
 _ALAW_DEC = np.array([_alaw_to_linear(a) for a in range(256)], dtype=np.int16)
 
@@ -83,8 +85,7 @@ def _index(samples: np.ndarray) -> np.ndarray:
 def encode_table_by_bits(encoding: str) -> np.ndarray:
     """The `mulaw` or `alaw` table indexed by an int16 sample's bits read as uint16 (no +32768 step: for
     callers that encode into their own buffers every 20 ms per call, e.g. FrameEncoder)."""
-    table = {"mulaw": _ULAW_ENC, "alaw": _ALAW_ENC}[encoding]
-    return np.roll(table, -32768)  # entry u holds the code of int16 sample u - 65536 * (u >= 32768)
+    return _BY_BITS[encoding]
 
 
 def ulaw_encode(samples: np.ndarray) -> bytes:
