@@ -17,6 +17,13 @@ if ! command -v espeak-ng >/dev/null 2>&1 || ! command -v sox >/dev/null 2>&1; t
       || echo "install_test_deps: could not install espeak-ng/sox; caller-speech tests will be skipped"
   fi
 fi
+# wave 3's real parts: redis-server (the call plane), haproxy (the balancer in front of gateway nodes), coturn (TURN relay)
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v haproxy >/dev/null 2>&1 || ! command -v turnserver >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server haproxy coturn) >/dev/null 2>&1 \
+      || echo "install_test_deps: could not install redis-server/haproxy/coturn; cluster tests will be skipped"
+  fi
+fi
 if [ -x scripts/install_reference.sh ]; then
   scripts/install_reference.sh || echo "install_test_deps: official qwen-tts unavailable; live parity tests will be skipped"
 fi
