@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -314,6 +316,57 @@ class SttConfig:
         check(0 <= self.preroll_ms <= 2000, "preroll_ms", "must be 0..2000")
 
 
+CLUSTER_KEY = re.compile(r"[A-Za-z0-9_.:-]{0,64}")
+
+
+@dataclass
+class ClusterConfig:
+    """Many gateway nodes, one call plane (docs/cluster.md). Without `redis_url`: one process, no Redis, as always."""
+
+    redis_url: str | None = None  # redis://host:6379/0 or rediss:// (TLS); Valkey speaks the same protocol
+    password_env: str | None = None  # env var holding the Redis password (never in the file or the URL)
+    node_id: str | None = None  # this node's name in the plane; default: host name + ":" + the HTTP port
+    advertise_url: str | None = None  # how other nodes reach this one (http://10.0.0.5:8080); default from server.host/port
+    key_prefix: str = "voxgate:"  # every key this plane writes starts with it (several planes may share one Redis)
+    claim_ttl_s: float = 10.0  # a call's owner claim and a node's registration live this long unless refreshed
+    secret_env: str | None = None  # env var with the node-to-node secret; default: one made once and kept in Redis
+
+    def validate(self, check) -> None:
+        if self.redis_url is None:
+            for name in ("password_env", "node_id", "advertise_url", "secret_env"):
+                check(getattr(self, name) is None, name, "needs cluster.redis_url (without it the gateway is one process)")
+            return
+        parts = urlsplit(self.redis_url)
+        check(parts.scheme in ("redis", "rediss") and bool(parts.hostname), "redis_url",
+              "must be redis://host[:port][/db] or rediss://host[:port][/db]")
+        if parts.password is not None:  # the refusal must not print it
+            self.redis_url = self.redis_url.replace(f":{parts.password}@", ":***@", 1)
+            check(False, "redis_url", "must not hold a password; name its environment variable in cluster.password_env")
+        try:
+            parts.port
+        except ValueError:
+            check(False, "redis_url", "has a port that is not a number 0..65535")
+        check(parts.path in ("", "/") or parts.path[1:].isdigit(), "redis_url", "may name only a database number as its path (/0)")
+        if self.password_env is not None:
+            check(bool(os.environ.get(self.password_env)), "password_env",
+                  f"names {self.password_env!r}, but that environment variable is empty or unset")
+        if self.secret_env is not None:
+            check(len(os.environ.get(self.secret_env, "")) >= 16, "secret_env",
+                  f"names {self.secret_env!r}, which must hold at least 16 characters")
+        if self.node_id is not None:
+            check(bool(self.node_id) and CLUSTER_KEY.fullmatch(self.node_id) is not None, "node_id",
+                  "must be 1..64 characters of letters, digits and _ . : -")
+        if self.advertise_url is not None:
+            check(_is_origin(self.advertise_url) and self.advertise_url.split("://", 1)[0] in ("http", "https"), "advertise_url",
+                  "must be http://host:port or https://host:port (no path)")
+        check(CLUSTER_KEY.fullmatch(self.key_prefix) is not None, "key_prefix", "must be up to 64 letters, digits and _ . : -")
+        check(1.0 <= self.claim_ttl_s <= 600.0, "claim_ttl_s", "must be 1..600")
+
+    @property
+    def enabled(self) -> bool:
+        return self.redis_url is not None
+
+
 def _default_voices() -> dict[str, VoiceConfig]:
     return {"default": VoiceConfig()}
 
@@ -332,6 +385,7 @@ class Config:
     webrtc: WebrtcConfig = field(default_factory=WebrtcConfig)
     barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     stt: SttConfig = field(default_factory=SttConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     source: str = "<defaults>"
 
     def validate(self, check) -> None:

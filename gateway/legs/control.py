@@ -16,7 +16,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from gateway import protocol as P
 from gateway.core import CallCore
 from gateway.core.backpressure import allow_event_backlog, drop_if_stuck
-from gateway.core.calls import Call
+from gateway.core.calls import Call, normalize_call_id
 from gateway.legs.accept import accept_ws, close_code
 from gateway.legs.host import LegHost
 
@@ -52,8 +52,9 @@ class ControlEndpoint:
         self.core = core
         self.registry = core.calls
 
-    def route(self) -> web.RouteDef:
-        return web.get("/v1/control", self.handle)
+    def routes(self) -> list[web.RouteDef]:
+        """`/v1/control/{call_id}` lets a balancer hash on the call; `call.attach` must then name the same call."""
+        return [web.get("/v1/control", self.handle), web.get("/v1/control/{call_id}", self.handle)]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         gw = self.core
@@ -75,7 +76,7 @@ class ControlEndpoint:
                     continue  # an attached agent may stay quiet while the caller talks
                 if msg.type == WSMsgType.TEXT:
                     try:
-                        call = await self._on_message(msg.data, leg, call)
+                        call = await self._on_message(msg.data, leg, call, request.match_info.get("call_id"))
                     except P.ProtocolError as exc:
                         await self._error(leg, call, exc)
                         if exc.code == P.AT_CAPACITY:
@@ -106,12 +107,14 @@ class ControlEndpoint:
                 await ws.close(code=close_code(gw))
         return ws
 
-    async def _on_message(self, raw: str, leg: ControlLeg, call: Call | None) -> Call | None:
+    async def _on_message(self, raw: str, leg: ControlLeg, call: Call | None, path_id: str | None = None) -> Call | None:
         m = P.parse_message(raw, self.core.config.server.limits.max_message_bytes)
         mtype = m["type"]
         if mtype == "call.attach":
             if call is not None:
                 raise P.ProtocolError(P.SESSION_EXISTS, f"this socket is attached to call {call.call_id!r}; one call per control socket")
+            if path_id is not None and normalize_call_id(m["call_id"]) != normalize_call_id(path_id):
+                raise P.ProtocolError(P.BAD_MESSAGE, f"call.attach names call {m['call_id']!r} but the path names {path_id!r}")
             return await self.registry.attach_control(m["call_id"], leg, m.get("voice"), m.get("language"), m.get("instruct"),
                                                       barge_in=m.get("barge_in"))
         if call is None:
@@ -134,5 +137,5 @@ class ControlEndpoint:
 
 def install(core: CallCore, host: LegHost) -> ControlEndpoint:
     endpoint = ControlEndpoint(core)
-    host.add_routes([endpoint.route()])
+    host.add_routes(endpoint.routes())
     return endpoint

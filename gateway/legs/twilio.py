@@ -162,8 +162,9 @@ class TwilioEndpoint:
         elif self.auth_token is None and core.config.server.api_keys:
             log.warning("telephony.twilio_allow_unsigned is true and no twilio_auth_token_env is set: /v1/twilio is OPEN to anyone who can reach it")
 
-    def route(self) -> web.RouteDef:
-        return web.get("/v1/twilio", self.handle)
+    def routes(self) -> list[web.RouteDef]:
+        """`/v1/twilio/{call_id}`: `<Stream url>` takes no query string, so a balancer hashes on the path."""
+        return [web.get("/v1/twilio", self.handle), web.get("/v1/twilio/{call_id}", self.handle)]
 
     def signed_url(self, request: web.Request) -> str:
         """The URL Twilio signed: `telephony.public_url` (behind proxies) or the one this request reached."""
@@ -294,7 +295,8 @@ class _TwilioStream:
 
     async def _on_start(self, start: wire.Start) -> None:
         leg = TwilioLeg(self.ws, self.request.transport, start.stream_sid, self.core.metrics, self.request.protocol)
-        call = self.endpoint.registry.connect_media(start.call_ids, leg, "twilio", start.param("voice"), start.param("language"))
+        ids = [self.request.match_info.get("call_id"), *start.call_ids]  # the path's id first: the call's name
+        call = self.endpoint.registry.connect_media(ids, leg, "twilio", start.param("voice"), start.param("language"))
         self.leg, self.call = leg, call
         await call.session.flush_events()
 
@@ -316,5 +318,5 @@ def _name(event) -> str:
 
 def install(core: CallCore, host: LegHost) -> TwilioEndpoint:
     endpoint = TwilioEndpoint(core)
-    host.add_routes([endpoint.route()])
+    host.add_routes(endpoint.routes())
     return endpoint

@@ -264,8 +264,9 @@ class WireEndpoint:
         self.registry = core.calls
         self.spec = spec
 
-    def route(self) -> web.RouteDef:
-        return web.get(self.spec.path, self.handle)
+    def routes(self) -> list[web.RouteDef]:
+        """`{path}/{call_id}` names the call in the path (a balancer hashes on it); `?call_id=` and the far end's ids still work."""
+        return [web.get(self.spec.path, self.handle), web.get(self.spec.path + "/{call_id}", self.handle)]
 
     def authorized(self, request: web.Request) -> bool:
         """API keys as elsewhere; far ends that cannot send a bearer use `?token=` or HTTP Basic with the key as password."""
@@ -375,7 +376,7 @@ class _WireStream:
         if not self.core.accepting:
             raise StartRefused(P.SHUTTING_DOWN, "the gateway is not accepting calls")
         q = self.query
-        ids = [i for i in (q.get("call_id"), *started.call_ids) if i]
+        ids = [i for i in (self.request.match_info.get("call_id"), q.get("call_id"), *started.call_ids) if i]
         if not ids:
             raise StartRefused(P.BAD_MESSAGE, f"the {self.spec.kind} stream names no call id: pass call_id (a header or a query parameter)")
         voice = q.get("voice") or started.voice
@@ -423,5 +424,5 @@ def native_output(out: WireAudio) -> OutputFormat:
 def install_wire(core: CallCore, host: LegHost, spec: WireSpec) -> WireEndpoint:
     """Serves one wire's path on the gateway's port (each provider's leg module calls this)."""
     endpoint = WireEndpoint(core, spec)
-    host.add_routes([endpoint.route()])
+    host.add_routes(endpoint.routes())
     return endpoint

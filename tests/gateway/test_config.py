@@ -67,6 +67,25 @@ def test_barge_in_and_stt_sections_are_strict(tmp_path):
             load_config(None, bad)
 
 
+def test_cluster_section_is_strict_and_absent_means_one_process(monkeypatch):
+    from gateway.config import ConfigError, load_config
+
+    assert load_config(None).cluster.enabled is False  # the embedded default: no Redis anywhere
+    monkeypatch.setenv("VG_TEST_REDIS_PASSWORD", "s3cret")
+    cfg = load_config(None, {"cluster": {"redis_url": "rediss://redis.internal:6380/2", "password_env": "VG_TEST_REDIS_PASSWORD",
+                                         "node_id": "gw-1", "advertise_url": "http://10.0.0.5:8080"}})
+    assert cfg.cluster.enabled and cfg.cluster.node_id == "gw-1"
+    for bad, where in [({"redis_url": "http://h"}, "redis_url"), ({"node_id": "a"}, "node_id"),
+                       ({"redis_url": "redis://h", "password_env": "VG_TEST_UNSET_X"}, "password_env"),
+                       ({"redis_url": "redis://h", "advertise_url": "http://h/x"}, "advertise_url"),
+                       ({"redis_url": "redis://h", "claim_ttl_s": 0}, "claim_ttl_s"), ({"redis_url": "redis://h", "nodes": 2}, "nodes")]:
+        with pytest.raises(ConfigError, match=r"cluster\." + where):
+            load_config(None, {"cluster": bad})
+    with pytest.raises(ConfigError) as err:  # a password in the URL is refused without being printed
+        load_config(None, {"cluster": {"redis_url": "redis://u:hunter2@h:6379/0"}})
+    assert "password_env" in str(err.value) and "hunter2" not in str(err.value)
+
+
 def test_a_bare_yaml_off_switches_barge_in_and_stt_off(tmp_path):
     from gateway.config import load_config
 
