@@ -45,6 +45,7 @@ from gateway.config import Config, ConfigError, load_config
 from gateway.core import CallCore
 from gateway.core.voice_store import VoiceStore
 from gateway.http import health, openai_speech, tokens, voices
+from gateway.http.errors import coded_errors_middleware
 from gateway.http.guard import cors_headers, guard_middleware
 from gateway.http.log_filter import quiet_malformed_requests
 from tts import Engine, EngineChoice, EngineError, build_engine, resolve_engine_kind
@@ -102,8 +103,10 @@ class Gateway:
         self.port: int | None = None
         self._on_start: list[Callable[[], Awaitable[None]]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
-        # the guard (Origin allowlist, per-IP caps) runs before every route and upgrade
-        self.app = web.Application(client_max_size=config.server.limits.max_message_bytes * 4, middlewares=[guard_middleware(self.core)])
+        # the guard (Origin allowlist, per-IP caps) runs before every route and upgrade; aiohttp's own refusals
+        # (no route, wrong method) get coded JSON bodies like every other error
+        middlewares = [guard_middleware(self.core), coded_errors_middleware(self.core)]
+        self.app = web.Application(client_max_size=config.server.limits.max_message_bytes * 4, middlewares=middlewares)
         self.app.on_response_prepare.append(cors_headers(self.core))  # pages on listed origins may read the answers
         quiet_malformed_requests()
         self.voices = VoiceStore(config, engine)  # cloned voices: the config's and the uploaded (server.voices_dir)

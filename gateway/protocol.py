@@ -45,6 +45,9 @@ VAD_UNAVAILABLE = "vad_unavailable"  # barge_in asked for a detector whose packa
 UNSUPPORTED_SPEED = "unsupported_speed"  # OpenAI speech: a `speed` the engine cannot honour
 RATE_LIMITED = "rate_limited"  # per-IP caps: too many connections open, or opened too fast (HTTP 429 / close 1013)
 FORBIDDEN_ORIGIN = "forbidden_origin"  # a browser page whose Origin is not in server.allowed_origins (HTTP 403)
+NOT_FOUND = "not_found"  # HTTP 404: no route or no file by that path
+METHOD_NOT_ALLOWED = "method_not_allowed"  # HTTP 405: the route exists, not for this method (Allow names those it takes)
+BAD_REQUEST = "bad_request"  # any other HTTP 4xx aiohttp itself refuses with (e.g. a plain GET on a WebSocket route)
 
 # WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).
 CLOSE_POLICY = 1008  # the peer broke the protocol in a way the connection cannot survive

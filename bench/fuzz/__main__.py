@@ -29,6 +29,7 @@ STRATEGIES = {
     "audiosocket": (C.audiosocket_cases, lambda gw, c: C.run_audiosocket(gw.ws, gw.audiosocket_port, c)),
     "http": (C.http_requests(), lambda gw, c: C.run_http(gw.port, c)),
     "webrtc": (C.sdp_offers(), lambda gw, c: C.run_webrtc_offer(gw.port, c)),
+    "static": (C.static_requests(), lambda gw, c: C.run_static(gw.port, c)),
     "wires": (C.wire_cases, lambda gw, c: C.run_wire(gw.ws, c)),
 }
 

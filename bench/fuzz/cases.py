@@ -21,6 +21,7 @@ import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
@@ -34,7 +35,7 @@ STABLE_CODES = frozenset(v for k, v in vars(P).items() if k.isupper() and isinst
 FAILURE_CODES = frozenset({P.INTERNAL, P.ENGINE_ERROR})
 CLEAN_CLOSES = frozenset({1000, 1001, 1002, 1003, 1007, 1008, 1009, 1013})
 MAX_MESSAGE_BYTES = 65_536  # the server's limits.max_message_bytes (the default)
-ENTRIES = ("ws", "control", "twilio", "audiosocket", "webrtc", "http", "wires")
+ENTRIES = ("ws", "control", "twilio", "audiosocket", "webrtc", "http", "static", "wires")
 
 
 @dataclass
@@ -552,6 +553,111 @@ def run_http(port: int, request: bytes) -> Outcome:
         return Outcome(f"http:{status}", True)
     finally:
         sock.close()
+
+
+
+# ---------------------------------------------------------------- the demo page and /static/
+# Names that have broken static file servers: past NAME_MAX (255) and PATH_MAX, encoded slashes and
+# backslashes, dot segments (raw and encoded), NUL bytes, the real files with something after them.
+STATIC_DIR = Path(__file__).resolve().parents[2] / "gateway" / "static"
+STATIC_BODIES = frozenset(p.read_bytes() for p in STATIC_DIR.iterdir() if p.is_file())
+MAX_REQUEST_LINE = 8190  # aiohttp's default: longer request lines are refused by its parser (400) before any route
+URL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/%?")
+STATIC_PREFIXES = ["/static/"] * 6 + ["/", "/static", "//static/", "/static//", "/static/./", "/STATIC/", "/v1/webrtc/config/"]
+STATIC_NAMES = ["demo.js", "demo.css", "index.html", "DEMO.JS", "demo.js/", "demo.js/x", "demo.js.", "demo.js~", ".", "..", "...",
+                "../../../../etc/passwd", "a/../demo.js", "./demo.js", "%2e%2e/%2e%2e/etc/passwd", ".%2e/", "%2e",
+                "..%2f..%2fetc%2fpasswd", "%2fetc%2fpasswd", "demo.js%2f", "%5c..%5c..%5cwindows", "..%5cdemo.js", "%00",
+                "demo.js%00", "%00.js", "a%00b", "%00" * 300, "%ff%fe", "%c0%ae%c0%ae/", "%", "%zz", "%2", "con", "aux.js",
+                "~root", "?", "#x", ";x", "demo.js;x", "*", "%25", "%252e%252e/"]
+STATIC_RAW_ODD = ["\x00", "a\x00b", "é", "a b", "\\..\\", "\x7f", "\t", "<x>", '"', "{}", "|", "^", "`"]
+
+
+@st.composite
+def static_requests(draw) -> dict:
+    """One request for the demo page or a /static/ name: {"method", "path"}; most are well-formed URLs."""
+    prefix = draw(st.sampled_from(STATIC_PREFIXES))
+    long_name = st.builds(lambda unit, n: unit * n, st.sampled_from(["a", "%c3%a9", "%41", "ab/", "../", "%2e%2e%2f", "%00"]),
+                          st.sampled_from([85, 86, 128, 200, 255, 256, 300, 1365, 2000, 2600]))
+    segments = st.lists(st.sampled_from(STATIC_NAMES) | st.text(max_size=20).map(lambda t: urllib.parse.quote(t, safe="")),
+                        min_size=1, max_size=4).map("/".join)
+    name = draw(st.sampled_from(STATIC_NAMES) | long_name | segments | st.sampled_from(STATIC_RAW_ODD))
+    query = draw(st.sampled_from([""] * 6 + ["?x=1", "?%00", "?" + "q" * 3000, "/"]))
+    method = draw(st.sampled_from(["GET"] * 6 + ["HEAD", "POST", "PUT", "DELETE", "OPTIONS"]))
+    return {"method": method, "path": (prefix + name + query)[:MAX_REQUEST_LINE + 500]}
+
+
+def _read_response(sock: socket.socket, limit: int = 1 << 20) -> bytes:
+    data = b""
+    while len(data) < limit:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _dechunk(body: bytes) -> bytes:
+    out, rest = b"", body
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        try:
+            size = int(size_line.split(b";")[0], 16)
+        except ValueError:
+            return body
+        if size == 0:
+            break
+        out, rest = out + rest[:size], rest[size + 2:]
+    return out
+
+
+def run_static(port: int, case: dict) -> Outcome:
+    """A well-formed URL must get a coded JSON 4xx, or 200 with one of the demo page's own files, nothing else.
+
+    A request line aiohttp's parser refuses (raw NUL, raw non-ASCII, over its line limit) gets its plain 400
+    before any route runs: that is fine there, any other answer to it must be coded too. A 5xx is always a failure (no coded 503 is expected here).
+    """
+    path, method = case["path"], case["method"]
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    well_formed = set(path) <= URL_SAFE and len(method) + len(path) + 10 <= MAX_REQUEST_LINE
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except OSError as exc:
+        return Outcome("connect_failed", False, str(exc))
+    try:
+        sock.settimeout(5.0)
+        try:
+            sock.sendall(head.encode("utf-8", "surrogateescape"))
+            data = _read_response(sock)
+        except (TimeoutError, socket.timeout):
+            return Outcome("no_answer", False, "no full response within 5 s")
+        except OSError as exc:
+            return Outcome("reset", not well_formed, str(exc))
+    finally:
+        sock.close()
+    header, _, body = data.partition(b"\r\n\r\n")
+    parts = header.split(b"\r\n", 1)[0].decode(errors="replace").split(" ")
+    if len(parts) < 2 or not parts[1].isdigit():
+        return Outcome("garbled", False, header[:200].decode(errors="replace"))
+    status = int(parts[1])
+    if b"transfer-encoding: chunked" in header.lower():
+        body = _dechunk(body)
+    if status >= 500:
+        return Outcome(f"http:{status}", False, data[:300].decode(errors="replace"))
+    if status == 200:
+        ok = method == "HEAD" or body in STATIC_BODIES
+        return Outcome("http:200", ok, "" if ok else f"200 with a body that is none of the demo page's files: {body[:200]!r}")
+    if not well_formed and status == 400 and not body.lstrip().startswith(b"{"):
+        return Outcome("http:400:parser", True)  # refused by aiohttp's parser, before any route
+    if not 400 <= status < 500:
+        return Outcome(f"http:{status}", False, data[:300].decode(errors="replace"))
+    if method == "HEAD":
+        return Outcome(f"http:{status}", True)  # a HEAD answer has no body to carry the code
+    try:
+        code = json.loads(body)["code"]
+    except (ValueError, KeyError, TypeError):
+        return Outcome(f"http:{status}:uncoded", False, f"a {status} without a coded JSON body: {body[:200]!r}")
+    ok = code in STABLE_CODES and code not in FAILURE_CODES
+    return Outcome(f"http:{status}:{code}", ok, "" if ok else f"code {code!r}")
 
 
 # ---------------------------------------------------------------- WebRTC offers

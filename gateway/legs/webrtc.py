@@ -47,6 +47,7 @@ from gateway.core import CallCore, Session
 from gateway.core.caller_voice import session_settings
 from gateway.core.inbound import InboundAudio
 from gateway.legs.accept import UNAUTHORIZED_MESSAGE, auth_problem, authorized
+from gateway.http.static_files import StaticFiles
 from gateway.legs.host import LegHost
 from gateway.security.turn import turn_credentials
 
@@ -378,7 +379,7 @@ class WebrtcTransport:
             web.post("/v1/webrtc/offer", self.offer),
             web.get("/v1/webrtc/config", self.client_config),
             web.get("/", self.index),
-            web.static("/static", STATIC_DIR),
+            StaticFiles(STATIC_DIR).route("/static"),  # by exact name: the path never reaches the file system
         ]
 
     def minted_turn(self) -> dict | None:

@@ -11,7 +11,7 @@ cases every run.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 
 from bench.fuzz import cases as C
 from bench.fuzz.server import histogram_quantile
@@ -76,6 +76,23 @@ def test_http_requests(fuzz_gateway, healthy_call):
     @given(C.http_requests())
     def one(request):
         _check(C.run_http(fuzz_gateway.port, request), request)
+
+    one()
+    _still_standing(fuzz_gateway)
+
+
+def test_demo_page_and_static_paths(fuzz_gateway, healthy_call):
+    """Long names, odd characters, encoded slashes, dot segments, NUL bytes: a coded 4xx or one of the page's own files."""
+    @settings(max_examples=80, **FAST)
+    @given(C.static_requests())
+    @example({"method": "GET", "path": "/static/" + "a" * 300})  # was a 500: the OS's "file name too long" escaped
+    @example({"method": "GET", "path": "/static/" + "ab/" * 1400})  # past PATH_MAX
+    @example({"method": "GET", "path": "/static/..%2f..%2fetc%2fpasswd"})
+    @example({"method": "GET", "path": "/static/demo.js%00"})
+    @example({"method": "GET", "path": "/static/nope.js"})  # was aiohttp's plain-text 404
+    @example({"method": "PUT", "path": "/static/demo.js"})  # and 405
+    def one(case):
+        _check(C.run_static(fuzz_gateway.port, case), case)
 
     one()
     _still_standing(fuzz_gateway)
