@@ -52,8 +52,9 @@ class CallCore:
         self.voice = VoiceHub(config, self.metrics, on_user_text=self._user_text_from_voice)
 
     def new_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat,
-                    session_id: str | None = None) -> Session:
-        return self.registry.new_session(leg_name, voice, language, instruct, output, session_id)
+                    session_id: str | None = None, unpaced: bool = False) -> Session:
+        """`unpaced`: the leg sends audio as the engine makes it (gateway/core/unpaced.py), not on the clock."""
+        return self.registry.new_session(leg_name, voice, language, instruct, output, session_id, unpaced=unpaced)
 
     def new_headless_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None) -> Session:
         """A session with no media leg (the OpenAI speech route): counted against max_sessions, its turns go

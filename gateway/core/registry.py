@@ -42,7 +42,7 @@ class SessionRegistry:
 
     def new_session(
         self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat, session_id: str | None = None,
-        headless: bool = False,
+        headless: bool = False, unpaced: bool = False,
     ) -> Session:
         """Validates the session.start fields and registers a session (the caller attaches legs)."""
         voice = self.config.resolve_voice(voice) if voice else self.config.default_voice_name
@@ -57,7 +57,7 @@ class SessionRegistry:
             raise P.ProtocolError(P.ENGINE_UNAVAILABLE, f"the engine cannot serve: {unhealthy}")
         session = Session(
             session_id or uuid.uuid4().hex[:16], self.config, self.engine, self.metrics, voice, language, instruct, output, on_closed=self._closed,
-            headless=headless,
+            headless=headless, unpaced=unpaced,
         )
         self.sessions[session.session_id] = session
         self.metrics.sessions_active.set(len(self.sessions))

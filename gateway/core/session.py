@@ -32,6 +32,7 @@ from gateway import protocol as P
 from gateway.core.chunker import Chunker
 from gateway.core.contracts import MediaLeg, TextLeg
 from gateway.core.headless import HeadlessPlayout
+from gateway.core.unpaced import UnpacedPlayout
 from gateway.core.playback import PROGRESS_MARK_MS, PlaybackConfirmations, SpokenChunk, played_text
 from gateway.config import Config, VoiceConfig
 from gateway.metrics import GatewayMetrics
@@ -85,6 +86,7 @@ class Session:
         output: OutputFormat = OutputFormat(),
         on_closed: Callable[["Session"], None] | None = None,
         headless: bool = False,
+        unpaced: bool = False,
     ):
         self.session_id = session_id
         self.config = config
@@ -111,16 +113,22 @@ class Session:
         self.created_at = time.monotonic()
         log_dir = config.server.log_dir
         # headless: no media leg; the audio goes to one consumer unpaced (gateway/core/headless.py).
-        self.playout = HeadlessPlayout(output.sample_rate, on_event=self._on_playout_event) if headless else Playout(
-            output.sample_rate,
-            frame_ms=output.frame_ms,
-            prebuffer_ms=config.playout.prebuffer_ms,
-            session_id=session_id,
-            on_event=self._on_playout_event,
-            log_path=f"{log_dir}/{session_id}.events.jsonl" if log_dir else None,
-            wav_path=f"{log_dir}/{session_id}.wav" if log_dir and config.server.record_wav else None,
-            cause_provider=self._starved_cause,
-        )
+        # unpaced: a live call whose audio leaves as made (output.pacing "none", gateway/core/unpaced.py).
+        if unpaced:
+            self.playout = UnpacedPlayout(output.sample_rate, on_event=self._on_playout_event)
+        elif headless:
+            self.playout = HeadlessPlayout(output.sample_rate, on_event=self._on_playout_event)
+        else:
+            self.playout = Playout(
+                output.sample_rate,
+                frame_ms=output.frame_ms,
+                prebuffer_ms=config.playout.prebuffer_ms,
+                session_id=session_id,
+                on_event=self._on_playout_event,
+                log_path=f"{log_dir}/{session_id}.events.jsonl" if log_dir else None,
+                wav_path=f"{log_dir}/{session_id}.wav" if log_dir and config.server.record_wav else None,
+                cause_provider=self._starved_cause,
+            )
         self._turns: dict[str, _Turn] = {}
         self._ended_turns: OrderedDict[str, None] = OrderedDict()  # recently ended turn ids, oldest first
         self._confirmations = PlaybackConfirmations(self._release_done)  # for legs whose far end confirms playback
@@ -382,7 +390,8 @@ class Session:
             self.emit(start)
         elif ev.type == "mark":
             if not self._confirming:  # else the client hears of it when the far end confirms it
-                self.emit({"type": "mark", "turn_id": ev.turn_id, "chunk": d["chunk"], "played_ms": d["played_ms"]})
+                self.emit({"type": "mark", "turn_id": ev.turn_id, "chunk": d["chunk"], "played_ms": d["played_ms"],
+                           **self._chunk_text(ev.turn_id, d["chunk"])})
         elif ev.type == "underrun_end":
             self.metrics.underruns.labels(kind=d["kind"], cause=d["cause"]).inc()
             self.metrics.underrun_seconds.labels(kind=d["kind"]).inc(d["duration_ms"] / 1000.0)
@@ -408,6 +417,11 @@ class Session:
                 self._confirmations.hold(ev.turn_id, (done, turn, onset), d["interrupted"], asyncio.get_running_loop())
             else:
                 self._finish_done(done, turn, d["played_ms"], d["chunk_played_ms"], onset)
+
+    def _chunk_text(self, turn_id: str, chunk: int) -> dict:
+        """`mark.text`: the chunk's text as the agent wrote it (a client's transcript follows the marks)."""
+        turn = self._turns.get(turn_id)
+        return {"text": turn.texts[chunk]} if turn is not None and 0 <= chunk < len(turn.texts) else {}
 
     def _release_done(self, turn_id: str, held, heard_ms: float, heard_chunks: dict) -> None:
         """A turn.done that waited for confirmations: it reports what the far end confirmed."""

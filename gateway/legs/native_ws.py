@@ -1,7 +1,9 @@
 """/v1/ws: the native protocol (DESIGN.md §3.4), both legs on one WebSocket.
 
 JSON text messages for control and events, binary messages for the playout's
-20 ms frames in the negotiated encoding, paced by the shared clock. With
+20 ms frames in the negotiated encoding, paced by the shared clock — or, with
+`session.start.output.pacing: "none"`, the audio as the engine makes it, for
+clients that pace it themselves (gateway/core/unpaced.py). With
 `session.start.input` the client's binary messages are the caller's audio
 (any length, in that encoding and rate); without it they are refused with
 `binary_not_allowed`.
@@ -14,17 +16,20 @@ import logging
 
 from aiohttp import WSMsgType, web
 
-from audio.encode import OutputFormat
+from audio.encode import OutputFormat, encode_pcm
 from gateway import protocol as P
 from gateway.core import CallCore, Session
 from gateway.core.caller_voice import decode_input, parse_input, session_settings
 from gateway.core.inbound import InboundAudio
 from gateway.core.backpressure import allow_event_backlog, drop_if_stuck, frame_must_skip
+from gateway.core.unpaced import MAX_UNSENT_BYTES
 from gateway.legs.accept import accept_ws, close_code
 from gateway.legs.host import LegHost
 from gateway.metrics import GatewayMetrics
 
 log = logging.getLogger("voxgate.native_ws")
+
+PACINGS = ("realtime", "none")  # session.start.output.pacing
 
 
 class NativeWsLeg:
@@ -72,6 +77,28 @@ class NativeWsLeg:
 
     def on_playout_event(self, event) -> None:
         pass
+
+    # ------------------------------------------------------------ output.pacing "none": UnpacedPlayout.pump's leg
+    async def send_piece(self, pcm) -> bool:
+        """One piece of unpaced audio (any length), never skipped: the sender waited for room (`writable`)."""
+        if self.ws.closed:
+            return False
+        data = encode_pcm(pcm, self.output.encoding)
+        await self.ws.send_bytes(data)
+        self._frames.inc(max(1, round(len(pcm) / self.output.frame_samples)))
+        return True
+
+    async def writable(self) -> bool:
+        """Waits while the client has not read the audio already sent (it paces itself); False once it is gone."""
+        delay = 0.002
+        while True:
+            t = self.transport
+            if self.ws.closed or t is None or t.is_closing():
+                return False
+            if t.get_write_buffer_size() <= MAX_UNSENT_BYTES:
+                return True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
 
 
 class NativeWsEndpoint:
@@ -167,10 +194,15 @@ class NativeWsEndpoint:
             output = OutputFormat(encoding=out.get("encoding", "pcm16"), sample_rate=out.get("sample_rate", 24000))
         except (ValueError, TypeError) as exc:
             raise P.ProtocolError(P.UNSUPPORTED_FORMAT, str(exc)) from None
+        pacing = out.get("pacing", "realtime")
+        if pacing not in PACINGS:
+            raise P.ProtocolError(P.BAD_MESSAGE, f"output.pacing must be one of {', '.join(PACINGS)}, not {pacing!r}")
         caller_input = parse_input(m["input"]) if m.get("input") is not None else None
         barge_in = session_settings(self.core.config.barge_in, m.get("barge_in"))
-        session = self.core.new_session("ws", m.get("voice"), (m.get("language") or "auto"), m.get("instruct"), output)
+        unpaced = pacing == "none"
+        session = self.core.new_session("ws", m.get("voice"), (m.get("language") or "auto"), m.get("instruct"), output, unpaced=unpaced)
         leg = NativeWsLeg(ws, request, output, self.core.metrics)
+        leg.clock_driven = not unpaced  # unpaced: the playout's sender task sends, not the shared clock
         if caller_input is not None:
             leg.input_encoding = caller_input[0]
             session.inbound = InboundAudio(caller_input[1])
@@ -178,12 +210,16 @@ class NativeWsEndpoint:
         session.attach_text(leg)
         session.attach_media(leg)
         self.core.play(session)
+        if unpaced:
+            session.observers.append(session.playout.on_session_event)
+            sender = asyncio.get_running_loop().create_task(session.playout.pump(leg.send_piece, session.flush_events, leg.writable))
+            session.on_close(sender.cancel)
         session.emit({
             "type": "session.started",
             "session_id": session.session_id,
             "voice": session.voice_name,
             "language": (m.get("language") or "auto"),
-            "output": {"encoding": output.encoding, "sample_rate": output.sample_rate, "frame_ms": output.frame_ms},
+            "output": {"encoding": output.encoding, "sample_rate": output.sample_rate, "frame_ms": output.frame_ms, "pacing": pacing},
             **({"input": {"encoding": caller_input[0], "sample_rate": caller_input[1]},
                 "barge_in": {"mode": barge_in.mode if session.caller_voice is not None else "off", "min_speech_ms": barge_in.min_speech_ms}}
                if caller_input else {}),

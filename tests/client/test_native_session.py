@@ -28,7 +28,7 @@ async def collect_until_done(session: Session, turn_id: str, timeout: float = 15
 async def test_streamed_pieces_come_back_as_typed_events_and_paced_frames(start_gateway):
     gw = await start_gateway()
     async with await Session.connect(url(gw)) as s:
-        assert s.session_id and s.output == {"encoding": "pcm16", "sample_rate": 24000, "frame_ms": 20}
+        assert s.session_id and s.output == {"encoding": "pcm16", "sample_rate": 24000, "frame_ms": 20, "pacing": "realtime"}
         turn = s.turn()
         await turn.say("Hello there. ")
         await turn.say("How are you today?")
@@ -134,3 +134,33 @@ def test_unknown_events_and_new_fields_do_not_break_parsing():
     assert isinstance(ev, TurnDone) and ev.extra == {"future_field": 1}
     assert parse_event({"type": "brand.new", "x": 1}).data == {"type": "brand.new", "x": 1}
     assert isinstance(parse_event({"type": "session.started", "session_id": "s"}), SessionStarted)
+
+
+async def test_unpaced_session_gets_the_audio_at_once_with_chunk_texts_and_a_cut_on_interrupt(start_gateway):
+    gw = await start_gateway({"simulated": {"ms_per_char": 70, "stream_rtf": 1.0}})
+    s = await Session.connect(url(gw), sample_rate=16000, pacing="none", audio="numpy")
+    assert s.output["pacing"] == "none"
+    turn = await s.say("Short one. And a second sentence here.")
+    got = await collect_until_done(s, turn.turn_id)
+    audio = np.concatenate([e.data for e in got if isinstance(e, Audio)])
+    done = got[-1]
+    assert abs(len(audio) / 16 - done.played_ms) < 0.1  # every sample sent is counted, nothing else
+    assert [m.text for m in got if isinstance(m, Mark)] == ["Short one.", "And a second sentence here."]
+    # barge-in mid-turn: turn.done reports what was sent, cut; nothing of the turn comes after it
+    long = "A much longer reply that goes on and on, so that it is cut off before it ends. More words."
+    turn = await s.say(long)
+    seen, cut = [], None
+    async for ev in s.events():
+        seen.append(ev)
+        if isinstance(ev, Audio) and cut is None:
+            cut = len(seen)
+            await s.interrupt()
+        if isinstance(ev, TurnDone):
+            break
+    done = seen[-1]
+    assert done.interrupted and done.played_ms < 3000 and long.startswith(done.played_text) and done.played_text != long
+    sent = sum(len(e.data) for e in seen if isinstance(e, Audio)) / 16
+    assert abs(sent - done.played_ms) < 0.1
+    with pytest.raises(ValueError):
+        await Session.connect(url(gw), pacing="fast")
+    await s.close()

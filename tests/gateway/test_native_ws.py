@@ -19,7 +19,7 @@ async def test_two_turn_conversation_receives_paced_audio_in_every_format(start_
     gw = await start_gateway()
     c = await Client.connect(gw)
     started = await c.start(output={"encoding": encoding, "sample_rate": rate})
-    assert started["output"] == {"encoding": encoding, "sample_rate": rate, "frame_ms": 20}
+    assert started["output"] == {"encoding": encoding, "sample_rate": rate, "frame_ms": 20, "pacing": "realtime"}
     assert started["session_id"]
     await c.send({"type": "text", "turn_id": "t1", "text": "Hello there. How are ", "final": False})
     await c.send({"type": "text", "turn_id": "t1", "text": "you today?", "final": True})

@@ -53,7 +53,8 @@ class Mark(Event):
     type: ClassVar[str] = "mark"
     turn_id: str = ""
     chunk: int = 0
-    played_ms: float = 0.0
+    played_ms: float = 0.0  # the turn's audio played (pacing "none": sent) up to the end of this chunk
+    text: str | None = None  # the chunk's text as the agent wrote it (gateways before it: None)
 
 
 @dataclass
@@ -146,7 +147,8 @@ class Reconnected(Event):
 
 @dataclass
 class Audio(Event):
-    """One 20 ms frame of the session's audio (only on /v1/ws), in the negotiated encoding."""
+    """One binary message of the session's audio (only on /v1/ws), in the negotiated encoding: a 20 ms
+    frame with pacing "realtime", a piece of any length (at most 200 ms) with pacing "none"."""
 
     type: ClassVar[str] = "audio"
     data: Any = b""  # bytes, or a numpy array when the session was opened with audio="numpy"

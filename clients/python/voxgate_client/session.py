@@ -110,16 +110,23 @@ class Session:
     @classmethod
     async def connect(cls, url: str, *, api_key: str | None = None, voice: str | None = None, language: str | None = None,
                       instruct: str | None = None, encoding: str = "pcm16", sample_rate: int = 24000, audio: str = "bytes",
-                      max_queued_events: int = 100_000, open_timeout: float = 10.0) -> "Session":
+                      pacing: str = "realtime", max_queued_events: int = 100_000, open_timeout: float = 10.0) -> "Session":
         """A native call on `/v1/ws`: this socket carries the text and receives the audio.
 
-        `audio`: "bytes" (each 20 ms frame as an `Audio` event with bytes), "numpy" (int16/uint8
-        arrays), or "drop" (frames are not queued; events only)."""
+        `audio`: "bytes" (each binary message as an `Audio` event with bytes), "numpy" (int16/uint8
+        arrays), or "drop" (frames are not queued; events only).
+        `pacing`: "realtime" (20 ms frames as they play) or "none" (audio as the engine makes it, in
+        pieces of any length, for a client that plays it itself; marks and `turn.done` then count the
+        audio *sent*)."""
         if audio not in ("bytes", "numpy", "drop"):
             raise ValueError("audio must be 'bytes', 'numpy' or 'drop'")
+        if pacing not in ("realtime", "none"):
+            raise ValueError("pacing must be 'realtime' or 'none'")
         if audio == "numpy" and E._np is None:
             raise RuntimeError("audio='numpy' needs numpy installed")
         start = {"type": "session.start", "output": {"encoding": encoding, "sample_rate": sample_rate}}
+        if pacing != "realtime":  # the default: a gateway older than pacing is not asked for it
+            start["output"]["pacing"] = pacing
         for key, value in (("voice", voice), ("language", language), ("instruct", instruct)):
             if value is not None:
                 start[key] = value
