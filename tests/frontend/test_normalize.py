@@ -14,7 +14,7 @@ from tts.frontend import FrontendOptions, apply_lexicon, detect_language, normal
 from tts.frontend.cli import normalize_main
 
 CASES_PATH = Path(__file__).with_name("cases.tsv")
-HELDOUT_PATHS = [Path(__file__).with_name("cases_heldout.tsv"), Path(__file__).with_name("cases_heldout2.tsv")]
+HELDOUT_PATHS = [Path(__file__).with_name(f"cases_heldout{n}.tsv") for n in ("", "2", "3")]
 
 
 def load_cases(path: Path = CASES_PATH) -> list[tuple[str, str, str, str]]:
@@ -172,6 +172,14 @@ def test_markdown_and_emoji_are_not_spoken():
     out = prepare_text("**Важно:** оплатите до 5 марта 😊\n- пункт 1\n# Итог", "ru").text
     assert out == "Важно: оплатите до пятого марта\nпункт один\nИтог"
     assert prepare_text("Use `pip` and *really* check 5*3 🎉.", "en").text == "Use pip and really check five times three."
+
+
+def test_years_in_headings_and_list_items_are_read_as_years():
+    out = prepare_text("# 2024 Roadmap\n- 1998: founded in Ohio\n- 2013 — first office\n1250 people signed up.", "en").text
+    assert out == "twenty twenty-four Roadmap\nnineteen ninety-eight: founded in Ohio\ntwenty thirteen — first office\n" \
+                  "one thousand two hundred fifty people signed up."
+    assert normalize("From 1990 to 2010 prices doubled.", "en") == "From nineteen ninety to twenty ten prices doubled."
+    assert normalize("From 1500 to 2000 people came.", "en") == "From one thousand five hundred to two thousand people came."
 
 
 def test_a_chunk_without_letters_takes_the_fallback_language():

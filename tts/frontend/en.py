@@ -119,7 +119,31 @@ def _dates(s: str) -> str:
                   flags=re.IGNORECASE)
 
 
-_YEAR_WORDS = r"in|since|by|from|until|till|before|after|of|year|born|circa|c\.|during|around|early|late|mid|to"
+_YEAR = r"(1[1-9]\d\d|20\d\d)(?![\d,.]?\d)"
+# After these a four-digit number is a year unless a unit or percent follows: "during 1968 protests spread".
+_SURE_YEAR_WORDS = (r"since|until|till|during|circa|c\.|born|before|after|year|early|late|mid|copyright|©|spring|summer"
+                    r"|fall|autumn|winter|" + "|".join(_MONTHS))
+# After these it is a year unless a count follows: "in 1990 we moved", "by 2030", but "in 1250 meters", "of 2000 users".
+_YEAR_WORDS = r"in|by|from|of|to|for|around|through|throughout"
+# Words ending in s that are not plurals: a count ("1250 votes") is a plural noun or a unit.
+_NOT_PLURAL = frozenset("was has is this his its as us thus plus always perhaps towards afterwards across unless less "
+                        "besides whereas yes whereas does goes alas".split())
+_IRREGULAR_PLURALS = frozenset("people men women children persons folks feet teeth mice geese staff cattle".split())
+
+
+def _counted_after(s: str, end: int, n: int, strict: bool) -> bool:
+    """Whether what follows the number at s[:end] makes it a count: a unit or %, or (unless `strict` is off for a
+    likely year, 1900-2099) a plural noun in lowercase."""
+    rest = s[end:]
+    if re.match(rf"\s*(?:%|(?:{_UNIT_RE})(?![A-Za-z]))", rest):
+        return True
+    m = re.match(r"\s+([a-z]+)\b", rest)
+    if not m:
+        return False
+    word = m.group(1)
+    plural = word in _IRREGULAR_PLURALS or (len(word) > 3 and word.endswith("s") and word not in _NOT_PLURAL
+                                              and not word.endswith(("ss", "us", "is")))
+    return plural and (strict or not 1900 <= n <= 2099)
 
 
 def _years(s: str) -> str:
@@ -130,15 +154,31 @@ def _years(s: str) -> str:
         lambda m: f"{year(int(m.group(1)))} to {year(int(m.group(2)))}",
         s,
     )
-    s = re.sub(
-        r"(?i)\b(between)\s+(1[1-9]\d\d|20\d\d)\s+and\s+(1[1-9]\d\d|20\d\d)\b",
-        lambda m: f"{m.group(1)} {year(int(m.group(2)))} and {year(int(m.group(3)))}", s,
-    )
-    s = re.sub(
-        rf"(?i)\b({_YEAR_WORDS})\s+(1[1-9]\d\d|20\d\d)(?![\d,.]\d|\s*(?:%|[a-z]))",
-        lambda m: f"{m.group(1)} {year(int(m.group(2)))}",
-        s,
-    )
+
+    def pair(m: re.Match) -> str:  # "from 1990 to 2000 prices doubled", "between 2010 and 2015"; a count in both
+        a, b = int(m.group(2)), int(m.group(4))
+        if _counted_after(s, m.end(), b, strict=not (1900 <= a <= 2099 and 1900 <= b <= 2099)):
+            return f"{m.group(1)} {cardinal(a)} {m.group(3)} {cardinal(b)}"  # "from 1500 to 2000 people"
+        return f"{m.group(1)} {year(a)} {m.group(3)} {year(b)}"
+
+    s = re.sub(rf"(?i)\b(between|from)\s+{_YEAR}\s+(and|to|until|through)\s+{_YEAR}", pair, s)
+
+    def after_word(m: re.Match) -> str:
+        sure = re.fullmatch(_SURE_YEAR_WORDS, m.group(1), re.IGNORECASE) is not None
+        n = int(m.group(2))
+        if (re.match(r"\s*%", s[m.end():]) if sure else _counted_after(s, m.end(), n, strict=False)):
+            return m.group(0)
+        return f"{m.group(1)} {year(n)}"
+
+    s = re.sub(rf"(?i)(?<![\w.])({_SURE_YEAR_WORDS}|{_YEAR_WORDS})\s+{_YEAR}", after_word, s)
+
+    # at the start of a sentence, a heading or a list item, unless a count follows: "1990 was a good year",
+    # "2024 Roadmap", "1998: founded"; but "1250 people signed up"
+    def at_start(m: re.Match) -> str:
+        n = int(m.group(1))
+        return m.group(0) if _counted_after(s, m.end(), n, strict=True) else year(n)
+
+    s = re.sub(rf"(?:(?<=^)|(?<=\n)|(?<=[.!?]\s)){_YEAR}", at_start, s)
     # a bare four-digit number ending a clause is most often a year: "The year was 1999."
     s = re.sub(r"(?<![\d,.$£€#\w])(1[5-9]\d\d|20\d\d)(?=\s*(?:[.!?;]|$))", lambda m: year(int(m.group(1))), s)
     return re.sub(r"(?<![\w'])'(\d\d)\b(?!s)", lambda m: _two_digit_year(m.group(1)), s)  # '98

@@ -300,7 +300,7 @@ def _amount(num: str, case: str, unit: str | None, mult: str | None) -> str:
         mult_lemma = _MULT[mult.rstrip(".")]
         g = gender_of(mult_lemma)
         if frac:
-            if frac == "5":
+            if frac == "5" and n:  # "0,5 млн": no half of nothing, ноль целых пять десятых
                 head = ("полторы" if g == "femn" else "полтора") if n == 1 else f"{cardinal(n, case, g)} с половиной"
             else:
                 head = decimal(whole, frac, case)
@@ -515,7 +515,7 @@ def _ranges(s: str) -> str:
 def _decimals(s: str) -> str:
     def dec(m: re.Match) -> str:
         case = _count_case(s, m.start()) if _prep_cases(s, m.start()) else "nomn"
-        if m.group(2) == "5":
+        if m.group(2) == "5" and int(m.group(1)):  # "2,5 рубля": два с половиной; "0,5" stays ноль целых пять десятых
             noun = _noun_after(s, m.end())
             readings = noun_readings(noun) if noun else ()
             if readings and not is_adjective(noun):
