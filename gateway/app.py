@@ -261,6 +261,10 @@ def serve_main(args) -> int:
         overrides["engine"]["model_dir"] = args.model_dir
     if getattr(args, "vocoder", None):
         overrides["engine"]["vocoder"] = args.vocoder
+    # a pod learns its own address only at start (Kubernetes: --advertise-url http://$(POD_IP):8080)
+    cluster = {key: getattr(args, key, None) for key in ("advertise_url", "node_id") if getattr(args, key, None)}
+    if cluster:
+        overrides["cluster"] = cluster
     if getattr(args, "model", None) == "tiny":  # gateway/cli.py made the tiny checkpoint and set args.model_dir
         overrides["engine"].update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
     try:

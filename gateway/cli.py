@@ -22,6 +22,8 @@ def _add_serve(sub) -> None:
     p.add_argument("--model-dir", help="override engine.model_dir (Qwen3-TTS checkpoint)")
     p.add_argument("--model", choices=["tiny"], help="'tiny': make (once) and serve a tiny random Qwen3 checkpoint")
     p.add_argument("--vocoder", choices=VOCODERS, help="override engine.vocoder (auto: the fastest available, logged)")
+    p.add_argument("--advertise-url", help="override cluster.advertise_url (how other nodes reach this one)")
+    p.add_argument("--node-id", help="override cluster.node_id")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run_serve)
 
@@ -223,10 +225,29 @@ def _run_normalize(args) -> int:
     return normalize_main(args)
 
 
+# ------------------------------------------------------------------ drain
+def _add_drain(sub) -> None:
+    p = sub.add_parser("drain", help="preStop hook: start a gateway's drain (SIGTERM) and wait while calls remain")
+    p.add_argument("--pid", type=int, default=1, help="the gateway's process (default: %(default)s, a container's main process)")
+    p.add_argument("--port", type=int, default=8080, help="its HTTP port, where /readyz reports the calls it holds")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--timeout", type=float, default=3660.0, help="give up after this many seconds (default: %(default)s)")
+    p.add_argument("--poll", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.set_defaults(handler=_run_drain)
+
+
+def _run_drain(args) -> int:
+    from gateway.prestop import drain_and_wait
+
+    drain_and_wait(args.pid, args.port, args.host, args.timeout, args.poll)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_serve, _add_synth, _add_clone_tools, _add_make_tiny_model, _add_bench, _add_export_vocoder, _add_loadtest, _add_normalize):
+    for add in (_add_serve, _add_synth, _add_clone_tools, _add_make_tiny_model, _add_bench, _add_export_vocoder, _add_loadtest, _add_normalize,
+                _add_drain):
         add(sub)
     return parser
 

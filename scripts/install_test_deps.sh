@@ -24,6 +24,12 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v haproxy >/dev/null 
       || echo "install_test_deps: could not install redis-server/haproxy/coturn; cluster tests will be skipped"
   fi
 fi
+# checkov scans deploy/kubernetes (tests/deploy); its own venv, because its pins would downgrade the project's
+# (networkx, packaging). Without it that one test skips.
+if [ ! -x .venv-checkov/bin/checkov ]; then
+  (.venv/bin/python -m venv .venv-checkov && .venv-checkov/bin/pip install -q "checkov==3.3.30") >/dev/null 2>&1 \
+    || echo "install_test_deps: could not install checkov; the policy scan will be skipped"
+fi
 if [ -x scripts/install_reference.sh ]; then
   scripts/install_reference.sh || echo "install_test_deps: official qwen-tts unavailable; live parity tests will be skipped"
 fi

@@ -18,7 +18,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILES = [ROOT / "docker" / "Dockerfile.gpu", ROOT / "docker" / "Dockerfile.cpu"]
+DOCKERFILES = [ROOT / "docker" / "Dockerfile.gpu", ROOT / "docker" / "Dockerfile.cpu",
+               ROOT / "docker" / "Dockerfile.gateway", ROOT / "docker" / "Dockerfile.engine"]
+PORTS = {"Dockerfile.engine": 8081}  # the engine's HTTP port (/healthz, /readyz, /metrics); the rest serve on 8080
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -70,20 +72,29 @@ def test_every_copy_source_exists_in_the_build_context(dockerfile):
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_entrypoint_is_a_real_voxgate_subcommand_with_a_loadable_config(dockerfile, monkeypatch):
     from gateway.cli import build_parser
-    from gateway.config import load_config
+    from gateway.config import ConfigError, load_config
 
     steps = instructions(dockerfile)
     entry = exec_form([a for w, a in steps if w == "ENTRYPOINT"][-1])
     cmd = exec_form([a for w, a in steps if w == "CMD"][-1])
     assert entry == ["voxgate"]
+    if cmd[0] == "engine" and "engine" not in build_parser()._subparsers._group_actions[0].choices:
+        pytest.skip("this voxgate has no `voxgate engine` subcommand yet (issue 21)")
     args = build_parser().parse_args(cmd)  # SystemExit here = not a real subcommand or flag
-    assert args.command == "serve"
+    assert args.command in ("serve", "engine")
     copied = {exec_form(a)[-1].lstrip("./") for w, a in steps if w == "COPY"}
     assert any(args.config.startswith(c.rstrip("/")) for c in copied), f"{args.config} is not copied into the image"
     monkeypatch.setenv("VOXGATE_MODEL_DIR", "/models")
-    cfg = load_config(str(ROOT / args.config), {})
-    assert cfg.server.host == "0.0.0.0" and cfg.server.port == 8080
-    assert cfg.engine.vocoder_cache == "/cache/vocoder"
+    try:
+        cfg = load_config(str(ROOT / args.config), {})
+    except ConfigError as exc:
+        if "unknown key" in str(exc) and ("cluster" in str(exc) or "endpoints" in str(exc)):
+            pytest.skip(f"the split's config sections are not in this voxgate yet (issues 21/22): {exc}")
+        raise
+    if args.command == "serve":
+        assert cfg.server.host == "0.0.0.0" and cfg.server.port == 8080
+    if cfg.engine.kind != "remote":
+        assert cfg.engine.vocoder_cache == "/cache/vocoder"
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -91,8 +102,18 @@ def test_images_run_as_a_numeric_non_root_user_with_health_check_and_volumes(doc
     steps = dict(instructions(dockerfile))
     assert steps["USER"].split(":")[0].isdigit() and steps["USER"].split(":")[0] != "0"
     health = steps["HEALTHCHECK"]
-    assert "/readyz" in health and ":8080" in health
-    assert set(json.loads(steps["VOLUME"])) == {"/models", "/cache"}
+    assert "/readyz" in health and f":{PORTS.get(dockerfile.name, 8080)}" in health
+    if dockerfile.name == "Dockerfile.gateway":  # no weights, no cache: the gateway never runs a model
+        assert "VOLUME" not in steps
+    else:
+        assert set(json.loads(steps["VOLUME"])) == {"/models", "/cache"}
+
+
+def test_the_gateway_image_has_no_cuda_and_the_engine_image_keeps_the_ngc_base():
+    gateway = (ROOT / "docker" / "Dockerfile.gateway").read_text()
+    assert "download.pytorch.org/whl/cpu" in gateway and "nvcr.io" not in gateway and "onnxruntime-gpu" not in gateway
+    engine = (ROOT / "docker" / "Dockerfile.engine").read_text()
+    assert "nvcr.io/nvidia/pytorch:25.01-py3" in engine and "-c /tmp/keep-torch.txt" in engine
 
 
 def test_gpu_image_keeps_the_base_torch_and_names_its_tensorrt():

@@ -1,0 +1,59 @@
+"""`voxgate drain`: a Kubernetes preStop hook for a gateway pod. It starts the drain (SIGTERM to the
+server process, which turns /readyz to 503 so the Service and the ingress stop sending new calls) and
+then waits while calls remain, reading the session count from the server's own /readyz.
+
+The kubelet sends its own SIGTERM only when the hook returns, and kills the pod at the end of
+terminationGracePeriodSeconds either way; so the hook returns when the calls are gone, when the server
+has exited, or at --timeout, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+
+
+def session_count(url: str, timeout: float = 3.0) -> int | None:
+    """Sessions the gateway holds (its /readyz body answers 503 while draining), or None when it is gone."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as exc:  # 503: draining, which is what we asked for
+        body = exc.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return None
+    try:
+        return int(json.loads(body).get("sessions", 0))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def drain_and_wait(pid: int, port: int, host: str = "127.0.0.1", timeout_s: float = 3660.0,
+                   poll_s: float = 1.0, log=print) -> str:
+    """Why it returned: "no_calls", "exited" or "timeout"."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return "exited"
+    url = f"http://{host}:{port}/readyz"
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        count = session_count(url)
+        if count is None:
+            log("voxgate drain: the gateway has exited")
+            return "exited"
+        if count == 0:
+            log("voxgate drain: no calls left")
+            return "no_calls"
+        if count != last:
+            log(f"voxgate drain: {count} call(s) still open")
+            last = count
+        if time.monotonic() >= deadline:
+            log(f"voxgate drain: {count} call(s) still open after {timeout_s:.0f} s; giving up")
+            return "timeout"
+        time.sleep(poll_s)
