@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -27,14 +28,8 @@ import urllib.request
 
 import websockets
 
+from bench.capacity_client import TURN_TEXTS, ClientStats
 from bench.loadtest.servers import cpu_seconds, free_port
-
-TURN_TEXTS = [
-    "Thank you for calling, your order has shipped and should arrive on Tuesday.",
-    "I can help with that, could you please confirm the last four digits of the card?",
-    "Your appointment is booked for ten thirty tomorrow morning at the main office.",
-    "The balance on your account is forty two dollars and fifteen cents as of today.",
-]
 
 CONFIG = """
 server: {{host: 127.0.0.1, port: {port}, max_sessions: 5000, limits: {{idle_timeout_s: 600}}}}
@@ -90,44 +85,109 @@ def counter_sum(text: str, name: str, label_filter: str = "") -> float:
     return sum(v for k, v in metric_values(text, name).items() if not k.startswith(name + "_created") and label_filter in k)
 
 
-async def caller(url: str, stop: asyncio.Event, stats: dict, rng: random.Random) -> None:
-    async with websockets.connect(url, max_size=None, compression=None) as ws:
-        await ws.send(json.dumps({"type": "session.start", "output": {"encoding": "mulaw", "sample_rate": 8000}}))
-        await asyncio.sleep(rng.random())  # spread the turn starts
-        n = 0
-        while not stop.is_set():
-            n += 1
-            await ws.send(json.dumps({"type": "text", "turn_id": f"t{n}", "text": rng.choice(TURN_TEXTS), "final": True}))
-            while True:
-                msg = await ws.recv()
-                if isinstance(msg, bytes):
-                    stats["frames"] += 1
-                    continue
-                m = json.loads(msg)
-                if m["type"] == "turn.done":
-                    stats["turns"] += 1
-                    break
-                if m["type"] == "error":
-                    stats["errors"] += 1
-            await asyncio.sleep(1.0)
-        await ws.send(json.dumps({"type": "session.end"}))
+async def ws_caller(url: str, stop: asyncio.Event, stats: ClientStats, rng: random.Random) -> None:
+    """The old client (`--client websockets`): a coroutine and the `websockets` library per call."""
+    try:
+        async with websockets.connect(url, max_size=None, compression=None) as ws:
+            stats.connected += 1
+            await ws.send(json.dumps({"type": "session.start", "output": {"encoding": "mulaw", "sample_rate": 8000}}))
+            await asyncio.sleep(rng.random())  # spread the turn starts
+            n = 0
+            while not stop.is_set():
+                n += 1
+                await ws.send(json.dumps({"type": "text", "turn_id": f"t{n}", "text": rng.choice(TURN_TEXTS), "final": True}))
+                while True:
+                    msg = await ws.recv()
+                    if isinstance(msg, bytes):
+                        stats.frames += 1
+                        continue
+                    m = json.loads(msg)
+                    if m["type"] == "turn.done":
+                        stats.turns += 1
+                        break
+                    if m["type"] == "error":
+                        stats.error(str(m.get("code")))
+                await asyncio.sleep(1.0)
+            await ws.send(json.dumps({"type": "session.end"}))
+    except (OSError, websockets.WebSocketException):
+        if not stop.is_set():
+            stats.disconnects += 1
 
 
-async def run_level(port: int, pid: int, n: int, window: float, warmup: float) -> dict:
-    url = f"ws://127.0.0.1:{port}/v1/ws"
-    stop = asyncio.Event()
-    stats = {"frames": 0, "turns": 0, "errors": 0}
-    rng = random.Random(n)
-    tasks = []
-    for _ in range(n):
-        tasks.append(asyncio.create_task(caller(url, stop, stats, rng)))
-        await asyncio.sleep(0.005)
+class LoadHandle:
+    """The callers of one level: `counters()` (frames, client CPU seconds, …) and `end()`."""
+
+    def __init__(self, counters, end):
+        self.counters, self.end = counters, end
+
+
+async def start_load(client: str, port: int, n: int, read_interval_ms: float = 20.0) -> LoadHandle:
+    """N callers, 5 ms apart: `lean` in a process of its own (bench/capacity_client.py), `websockets` in this one."""
+    if client == "websockets":
+        stop, stats, rng = asyncio.Event(), ClientStats(), random.Random(n)
+        tasks = []
+        for _ in range(n):
+            tasks.append(asyncio.create_task(ws_caller(f"ws://127.0.0.1:{port}/v1/ws", stop, stats, rng)))
+            await asyncio.sleep(0.005)
+
+        async def ws_counters() -> dict:
+            return {**dataclasses.asdict(stats), "cpu_s": time.process_time()}
+
+        async def ws_end() -> dict:
+            stop.set()
+            await asyncio.wait(tasks, timeout=15)
+            return await ws_counters()
+        return LoadHandle(ws_counters, ws_end)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.capacity_client", "--port", str(port), "--sessions", str(n),
+                                                "--seed", str(n), "--read-interval-ms", str(read_interval_ms), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+
+    async def ask(cmd: bytes) -> dict:
+        proc.stdin.write(cmd + b"\n")
+        await proc.stdin.drain()
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        if not line:
+            raise RuntimeError(f"the load client exited ({await proc.wait()})")
+        return json.loads(line)
+
+    async def lean_end() -> dict:
+        final = await ask(b"stop")
+        await proc.wait()
+        return final
+    await asyncio.sleep(n * 0.005)  # its own ramp: 5 ms between connects
+    return LoadHandle(lambda: ask(b"stats"), lean_end)
+
+
+def _sum_metrics(texts: list[str]) -> str:
+    """Several nodes' /metrics as one: the same series added up (histogram buckets and counters both add)."""
+    totals: dict[str, float] = {}
+    for text in texts:
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                try:
+                    totals[key] = totals.get(key, 0.0) + float(value)
+                except ValueError:
+                    pass
+    return "\n".join(f"{k} {v!r}" for k, v in totals.items())
+
+
+def cpu_total(pids: list[int]) -> float:
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
+async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: float, warmup: float, client: str = "lean") -> dict:
+    """One level: N callers on `port`; `nodes` are the gateway processes behind it, (own metrics port, pid)."""
+    load = await start_load(client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "20")))
     await asyncio.sleep(warmup)
-    before, f0, t0, c0 = scrape(port), stats["frames"], time.monotonic(), cpu_seconds(pid)
+    pids = [pid for _, pid in nodes]
+
+    async def snapshot():
+        counters = await load.counters()
+        return _sum_metrics([scrape(mport) for mport, _ in nodes]), counters["frames"], time.monotonic(), cpu_total(pids), counters["cpu_s"]
+    before, f0, t0, c0, k0 = await snapshot()
     await asyncio.sleep(window)
-    after, f1, t1, c1 = scrape(port), stats["frames"], time.monotonic(), cpu_seconds(pid)
-    stop.set()
-    await asyncio.wait(tasks, timeout=15)
+    after, f1, t1, c1, k1 = await snapshot()
+    stats = await load.end()
     p50, p99, over, ticks = lateness_quantiles(before, after)
     underruns = counter_sum(after, "voxgate_underruns_total") - counter_sum(before, "voxgate_underruns_total")
     # engine/text: audio came late; clock: our own clock stalled (a skipped tick is a gap at every talking call);
@@ -140,8 +200,12 @@ async def run_level(port: int, pid: int, n: int, window: float, warmup: float) -
             by_cause[cause.group(1)] = by_cause.get(cause.group(1), 0) + int(value - b.get(key, 0.0))
     skipped = counter_sum(after, "voxgate_clock_skipped_ticks_total") - counter_sum(before, "voxgate_clock_skipped_ticks_total")
     dropped = counter_sum(after, "voxgate_frames_dropped_total") - counter_sum(before, "voxgate_frames_dropped_total")
+    frames, secs = f1 - f0, t1 - t0
     return {
         "sessions": n,
+        "workers": len(nodes),
+        "client": client,
+        "connected": stats["connected"],
         "ticks": ticks,
         "lateness_p50_ms": round(p50, 2),
         "lateness_p99_ms": round(p99, 2),
@@ -150,11 +214,15 @@ async def run_level(port: int, pid: int, n: int, window: float, warmup: float) -
         "underruns": int(underruns),
         "underruns_by_cause": by_cause,
         "frames_dropped": int(dropped),
-        "frames_per_s_received": round((f1 - f0) / (t1 - t0), 1),
-        "server_cpu_pct": round(100 * (c1 - c0) / (t1 - t0), 1),
-        "server_cpu_us_per_frame": round(1e6 * (c1 - c0) / max(f1 - f0, 1), 1),
+        "frames_per_s_received": round(frames / secs, 1),
+        "server_cpu_pct": round(100 * (c1 - c0) / secs, 1),  # all workers together: 100 = one core
+        "server_cpu_us_per_frame": round(1e6 * (c1 - c0) / max(frames, 1), 1),
+        "client_cpu_pct": round(100 * (k1 - k0) / secs, 1),  # this process (the load client); near 100 = it is the limit
+        "client_cpu_us_per_frame": round(1e6 * (k1 - k0) / max(frames, 1), 1),
         "errors": stats["errors"],
-        "holds": p99 <= 20.0 and underruns == 0 and skipped == 0,
+        "error_codes": stats["error_codes"],
+        "disconnects": stats["disconnects"],
+        "holds": p99 <= 20.0 and underruns == 0 and skipped == 0 and stats["connected"] == n,
     }
 
 
@@ -163,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--levels", default="50,100,200,300")
     ap.add_argument("--window", type=float, default=15.0)
     ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--client", default="lean", choices=["lean", "websockets"],
+                    help="lean: bench/capacity_client.py (default); websockets: the old coroutine-per-call client")
     ap.add_argument("--json-output")
     args = ap.parse_args(argv)
     port = free_port()
@@ -179,12 +249,12 @@ def main(argv: list[str] | None = None) -> int:
             except OSError:
                 time.sleep(0.1)
         rows = []
-        print(f"{'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} {'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'holds':>6}", flush=True)
+        print(f"{'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} {'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'client %':>8} {'holds':>6}", flush=True)
         for level in [int(x) for x in args.levels.split(",")]:
-            row = asyncio.run(run_level(port, server.pid, level, args.window, args.warmup))
+            row = asyncio.run(run_level(port, [(port, server.pid)], level, args.window, args.warmup, args.client))
             rows.append(row)
             print(f"{row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
-                  f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} {row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {str(row['holds']):>6}", flush=True)
+                  f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} {row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['client_cpu_pct']:>8} {str(row['holds']):>6}", flush=True)
             time.sleep(2)
         for row in rows:
             if row["underruns_by_cause"]:

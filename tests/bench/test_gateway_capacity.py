@@ -11,9 +11,9 @@ def test_a_small_level_reports_pacing_cpu_and_underruns_by_cause(tmp_path, capsy
     out = tmp_path / "capacity.json"
     assert gateway_capacity.main(["--levels", "4", "--window", "2", "--warmup", "1.5", "--json-output", str(out)]) == 0
     (row,) = json.loads(out.read_text())["levels"]
-    assert row["sessions"] == 4 and row["errors"] == 0
+    assert row["sessions"] == 4 and row["errors"] == 0 and row["connected"] == 4 and row["client"] == "lean"
     assert row["frames_per_s_received"] > 50  # four paced calls talk most of the time: 50 frames/s each
     assert row["ticks"] >= 50 and 0 <= row["lateness_p50_ms"] <= row["lateness_p99_ms"]
-    assert row["server_cpu_us_per_frame"] > 0
+    assert row["server_cpu_us_per_frame"] > 0 and row["client_cpu_us_per_frame"] > 0 and row["workers"] == 1
     assert sum(row["underruns_by_cause"].values()) == row["underruns"]
     assert "holds up to" in capsys.readouterr().out
