@@ -63,3 +63,70 @@ def test_the_watch_sees_a_sync():
         t = torch.arange(4)
         int(t[1]), t[t > 1]
     assert len(watch.hits) == 2
+
+
+def test_admission_a_step_and_release_move_no_data_between_host_and_device(tmp_path):
+    """The calls that would copy between host and device on a GPU (tts.qwen3.transfers): none in
+    admission (fresh and resumed rows), the step, compaction and release, except the step's one
+    planned copy into its pinned output buffer."""
+    from tts.qwen3.tiny import make_tiny_model
+    from tts.qwen3.transfers import HostDeviceCalls
+
+    make_tiny_model(str(tmp_path), seed=4)
+    ck = Checkpoint.load(str(tmp_path))
+    batch = TalkerBatch(ck.model, 4, 160, use_cuda_graphs=False)
+    prompts = [build_prompt(ck.model.talker, ck.config, ck.tokenizer, t, speaker="ryan", language="en")
+               for t in ("Hello world.", "Short", "Another one.")]
+    sampled = dict(temperature=0.9, top_k=50, top_p=0.8, greedy=False, repetition_penalty=1.05)
+    greedy = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True, repetition_penalty=1.0)
+    pred = dict(temperature=0.9, top_k=50, top_p=1.0, greedy=False)
+    with HostDeviceCalls(host_buffers=[batch.host_out]) as calls:
+        batch.admit([0, 1], prompts[:2], [sampled, greedy], [pred, pred])
+        for _ in range(3):
+            batch.launch(2)
+            codes = batch.read(2)[:1, : batch.groups].copy()
+        batch.admit([2], prompts[2:], [sampled], [pred], resumes=[(int(codes[0, 0]), codes)])
+        batch.launch(3)
+        batch.read(3)
+        batch.release(1)
+        batch.move(2, 1)
+        batch.launch(2)
+        batch.read(2)
+    assert calls.hits == []
+    assert calls.planned == 5  # one copy per launched step
+
+
+def test_the_transfer_watch_sees_each_kind_of_call():
+    from tts.qwen3.transfers import HostDeviceCalls
+
+    t = torch.zeros(4, 3)
+    with HostDeviceCalls() as calls:
+        t[1, 2] = 3.0  # a scalar into one element: a synchronising copy on CUDA
+        t[1] = 0.0  # a row: a device fill (not counted)
+        t[:, 0] = 1.0
+        t[torch.tensor([0, 1])] = 2.0
+        torch.tensor([1, 2], device="cpu")
+        torch.as_tensor([1.0], device=t.device)
+        torch.tensor([1, 2])  # host data staying on the host (not counted)
+        t[0, 0].item(), t.tolist(), t.numpy(), t.cpu(), bool(t[0, 0]), int(t[0, 0]), float(t[0, 0])
+        t.to("cpu"), t.to(t.device), t.to(torch.float64)  # the last is a cast (not counted)
+        t.to(t.device, non_blocking=True)  # (not counted: on CUDA the source must also be pinned)
+    assert len(calls.hits) == 12, calls.hits
+    assert calls.hits[0].startswith("t[(1, 2)] = 3.0") and "test_host_syncs.py" in calls.hits[0]
+
+
+def test_the_sync_watch_counts_host_to_device_copies(monkeypatch):
+    """On CPU nothing is a device; with `meta` counted as one, the copies from host memory show."""
+    from tts.qwen3 import syncs
+
+    monkeypatch.setattr(syncs, "NOT_DEVICES", ("cpu",))
+    dev = torch.zeros(3, device="meta")
+    host = torch.ones(3)
+    with syncs.watching(syncs.SyncTally()) as watch:
+        dev.copy_(host)  # blocking
+        dev.copy_(host, non_blocking=True)  # pageable: the driver copies it synchronously
+        host.to("meta")
+        dev.copy_(dev)  # device to device (not counted)
+    assert watch.count == 3, watch.hits
+    assert [h.split(" ", 1)[1] for h in watch.hits] == ["host->device", "host->device from pageable memory",
+                                                         "host->device"]

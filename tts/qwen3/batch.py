@@ -15,16 +15,26 @@ replayed. Graphs run one sampling layout that serves every request's settings (s
 `SamplingRows.general`), so no request re-captures in traffic.
 
 The step's results go to a host buffer with one non-blocking copy; `read` is the one wait.
+Admission and release write no Python scalar into a device element: per-row values travel in one
+staged, non-blocking copy (`tts.qwen3.staging`), the rest are device fills.
+
+Graphs read the text-track buffer by address, so under graphs it never grows once a graph exists:
+`reserve_trailing` sizes it for the longest text the engine reads before `capture_all`, and a longer
+prompt keeps what fits (no recapture in traffic). Captures run inside `capture_gate.capture()`; the
+engine's other threads that touch CUDA (the vocoder lane, voice cloning) run inside `use()`, so
+nothing else calls into CUDA while a stream is capturing (tts.qwen3.gate).
 """
 
 from __future__ import annotations
 
 import torch
 
+from tts.qwen3.gate import CaptureGate
 from tts.qwen3.generate import TalkerSampling, decode_frame, predict_codes, prefill, talker_step
 from tts.qwen3.model import Qwen3TTSModel
 from tts.qwen3.prompt import Prompt
-from tts.qwen3.sampling import SamplingRows
+from tts.qwen3.sampling import SamplingRows, eos_mask
+from tts.qwen3.staging import Staged
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512)
 KV_BUCKET = 128  # cache columns are read in multiples of this (and the longest bucket: max_seq_len)
@@ -55,7 +65,7 @@ class TalkerBatch:
         self.frame = torch.zeros(b, dtype=torch.long, device=dev)  # frames generated (text-track index)
         self.active = torch.zeros(b, dtype=torch.bool, device=dev)
         # Text track per frame: the non-streaming layout only ever adds tts_pad; streaming prompts keep
-        # their remaining text here (rows of up to `trailing_capacity`).
+        # their remaining text here (rows of up to `trailing_capacity`; see `reserve_trailing`).
         self.trailing_capacity = 1
         self.trailing = torch.zeros(b, 1, d, dtype=self.dtype, device=dev)
         self.trailing_len = torch.zeros(b, dtype=torch.long, device=dev)
@@ -68,7 +78,8 @@ class TalkerBatch:
         general = self.use_cuda_graphs
         self.cb0 = TalkerSampling(SamplingRows.filled(b, dev, repetition_penalty=1.05, general=general),
                                   torch.zeros(b, v, dtype=torch.bool, device=dev),
-                                  torch.zeros(b, dtype=torch.long, device=dev), suppress, cfg.talker.codec_eos_token_id)
+                                  torch.zeros(b, dtype=torch.long, device=dev), suppress, cfg.talker.codec_eos_token_id,
+                                  eos_col=eos_mask(v, cfg.talker.codec_eos_token_id, dev))
         self.pred_rows = SamplingRows.filled(b, dev, general=general)
         self.out = torch.zeros(b, self.groups + 1, dtype=torch.long, device=dev)  # codes + next codebook-0 token
         cuda = dev.type == "cuda"
@@ -82,6 +93,8 @@ class TalkerBatch:
         self.host_active = [False] * max_batch
         self.host_wide = [False] * max_batch  # the row needs the whole-vocabulary sampling layout
         self._graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}  # (batch, kv_len, wide)
+        self.capture_gate = CaptureGate()  # a capture is exclusive of the engine's other CUDA threads
+        self.captures = 0  # graphs captured so far (a capture in traffic is a multi-second stall)
         self._pool = None
         self._stream = None  # CUDA: the stream warm-up and capture run on, and replays go to
         self.sdpa_backends: dict = {}  # (batch bucket, kv bucket) -> backend pinned at capture (CUDA)
@@ -90,15 +103,23 @@ class TalkerBatch:
         self.last_launch_s = 0.0  # time spent issuing the last step (the rest of `step` is the host sync)
 
     # -- admission ------------------------------------------------------
-    def ensure_trailing(self, length: int) -> None:
-        if length > self.trailing_capacity:
-            grown = torch.zeros(self.max_batch, length, self.trailing.shape[-1], dtype=self.dtype, device=self.device)
-            grown[:, : self.trailing_capacity] = self.trailing
-            self.trailing, self.trailing_capacity = grown, length
-            if self._graphs:  # captured graphs read the old buffer: capture again (streaming-text prompts
-                # longer than `reserve_trailing` at start; the engine reserves enough to avoid this)
-                self._graphs.clear()
-                self.capture_all()
+    def reserve_trailing(self, length: int) -> None:
+        """Room for `length` text-track rows per slot. Under graphs, call it before any capture (the
+        engine: the longest text a request can read, `min(max_frames, max_seq_len)`)."""
+        if length <= self.trailing_capacity:
+            return
+        if self._graphs:
+            raise RuntimeError("the text track cannot grow under captured graphs: reserve it before capture_all()")
+        grown = torch.zeros(self.max_batch, length, self.trailing.shape[-1], dtype=self.dtype, device=self.device)
+        grown[:, : self.trailing_capacity] = self.trailing
+        self.trailing, self.trailing_capacity = grown, length
+
+    def _text_rows(self, n: int) -> int:
+        """How many of a prompt's n text-track rows the batch holds: eager grows to fit; with graphs the
+        buffer is fixed and rows past it are dropped (frames that far are never generated: see above)."""
+        if n > self.trailing_capacity and not self._graphs:
+            self.reserve_trailing(n)
+        return min(n, self.trailing_capacity)
 
     @torch.inference_mode()
     def admit(self, slots: list[int], prompts: list[Prompt], talker_settings: list[dict], predictor_settings: list[dict],
@@ -109,30 +130,46 @@ class TalkerBatch:
         preemption: its prompt already holds its n frames, and its sampler state is rebuilt from them.
         """
         dev = self.device
-        idx = torch.tensor(slots, dtype=torch.long, device=dev)
         lengths = [p.prefill.shape[0] for p in prompts]
         t = min(-(-max(lengths) // PREFILL_BUCKET) * PREFILL_BUCKET, self.max_seq_len)
         embeds = torch.zeros(len(slots), t, self.hidden.shape[-1], dtype=self.dtype, device=dev)
         for i, p in enumerate(prompts):
             embeds[i, : lengths[i]] = p.prefill.to(self.dtype)
-        self.ensure_trailing(max(p.trailing_text.shape[0] for p in prompts))
+        texts = [self._text_rows(p.trailing_text.shape[0]) for p in prompts]
         keys = (self.cb0.rows.shape_key, self.pred_rows.shape_key)
-        for slot, p, ts, ps in zip(slots, prompts, talker_settings, predictor_settings):
-            self.cb0.rows.set_row(slot, **ts)
-            self.pred_rows.set_row(slot, **ps)
-            n = p.trailing_text.shape[0]
+        # every per-row host value of this admission, in one staged copy
+        staged = Staged()
+        at_slots, at_lengths, at_texts = staged.add(slots), staged.add(lengths), staged.add(texts)
+        at_cb0 = [staged.add(c) for c in self.cb0.rows.columns(talker_settings)]
+        at_pred = [staged.add(c) for c in self.pred_rows.columns(predictor_settings)]
+        back = [(slot, r) for slot, r in zip(slots, resumes or []) if r is not None]
+        if back:  # resumed rows: next codebook-0 token, tokens generated, frames; the tokens seen so far
+            at_code0 = staged.add(int(r[0]) for _, r in back)
+            at_gen = staged.add(len(r[1]) + 1 for _, r in back)
+            at_frame = staged.add(len(r[1]) for _, r in back)
+            at_rslots = staged.add(slot for slot, _ in back)
+            seen_pairs = [(slot, int(tok)) for slot, (nxt, codes) in back for tok in [*codes[:, 0], nxt]]
+            at_seen_rows = staged.add(slot for slot, _ in seen_pairs)
+            at_seen_toks = staged.add(tok for _, tok in seen_pairs)
+        vals = staged.send(dev)
+        idx, length_t = vals[at_slots].long(), vals[at_lengths].long()
+        self.cb0.rows.write(idx, torch.stack([vals[c] for c in at_cb0]))
+        self.pred_rows.write(idx, torch.stack([vals[c] for c in at_pred]))
+        for ts, ps in zip(talker_settings, predictor_settings):
+            self.cb0.rows.note(**ts)
+            self.pred_rows.note(**ps)
+        for slot, p, n in zip(slots, prompts, texts):
             if n:
-                self.trailing[slot, :n] = p.trailing_text.to(self.dtype)
-            self.trailing_len[slot] = n
+                self.trailing[slot, :n] = p.trailing_text[:n].to(self.dtype)
+        self.trailing_len.index_copy_(0, idx, vals[at_texts].long())
         if (self.cb0.rows.shape_key, self.pred_rows.shape_key) != keys and self._graphs:
             raise RuntimeError("sampling layout changed under captured graphs")  # `general` rows never change
         self.pad.copy_(prompts[0].pad.to(self.dtype))
         self.cb0.seen[idx] = False
         self.cb0.generated[idx] = 0
-        length_t = torch.tensor(lengths, dtype=torch.long, device=dev)
         hidden, logits = prefill(self.model.talker, embeds, length_t, rows=idx)
         sub = TalkerSampling(self.cb0.rows.index(idx), self.cb0.seen[idx], self.cb0.generated[idx], self.cb0.suppress,
-                             self.cb0.eos_id, self.cb0.min_new_tokens)
+                             self.cb0.eos_id, self.cb0.min_new_tokens, self.cb0.eos_col)
         tok = sub.next_token(logits, self.generator)
         self.cb0.seen[idx] = sub.seen
         self.cb0.generated[idx] = sub.generated
@@ -140,23 +177,20 @@ class TalkerBatch:
         self.code0[idx] = tok
         self.pos[idx] = length_t
         self.frame[idx] = 0
-        for slot, resume in zip(slots, resumes or []):
-            if resume is None:
-                continue
-            next_code0, codes = resume
-            seen = torch.tensor(list(codes[:, 0]) + [next_code0], dtype=torch.long, device=dev)
-            self.code0[slot] = next_code0
-            self.cb0.seen[slot] = False
-            self.cb0.seen[slot, seen] = True
-            self.cb0.generated[slot] = len(codes) + 1
-            self.frame[slot] = len(codes)
+        if back:  # a resumed row's sampler state, rebuilt from its codes
+            ridx = vals[at_rslots].long()
+            self.code0.index_copy_(0, ridx, vals[at_code0].long())
+            self.cb0.generated.index_copy_(0, ridx, vals[at_gen].long())
+            self.frame.index_copy_(0, ridx, vals[at_frame].long())
+            self.cb0.seen[ridx] = False
+            self.cb0.seen[vals[at_seen_rows].long(), vals[at_seen_toks].long()] = True
         self.active[idx] = True
         for slot, n, ts, ps in zip(slots, lengths, talker_settings, predictor_settings):
             self.host_pos[slot], self.host_active[slot] = n, True
             self.host_wide[slot] = self.cb0.rows.needs_wide(ts["top_k"]) or self.pred_rows.needs_wide(ps["top_k"])
 
     def release(self, slot: int) -> None:
-        self.active[slot] = False
+        self.active.narrow(0, slot, 1).fill_(False)  # a device fill: `active[slot] = False` copies from the host
         self.host_active[slot] = False
 
     def kv_len_for(self, n: int) -> int:
@@ -179,7 +213,7 @@ class TalkerBatch:
         for t in (self.hidden, self.code0, self.pos, self.frame, self.active, self.trailing, self.trailing_len,
                   self.cb0.seen, self.cb0.generated, *self.cb0.rows.tensors(), *self.pred_rows.tensors()):
             t[dst].copy_(t[src])
-        self.active[src] = False
+        self.active.narrow(0, src, 1).fill_(False)
         self.host_pos[dst], self.host_active[dst] = self.host_pos[src], self.host_active[src]
         self.host_wide[dst] = self.host_wide[src]
         self.host_active[src] = False
@@ -203,7 +237,7 @@ class TalkerBatch:
         if wide:
             rows0, rows_p = rows0.wide(), rows_p.wide()
         cb0 = TalkerSampling(rows0, self.cb0.seen[:n], self.cb0.generated[:n], self.cb0.suppress,
-                             self.cb0.eos_id, self.cb0.min_new_tokens)
+                             self.cb0.eos_id, self.cb0.min_new_tokens, self.cb0.eos_col)
         pos = self.pos[:n]
         gen = self.generator if not self.use_cuda_graphs else None
         if self.stage_marks is None:
@@ -237,7 +271,7 @@ class TalkerBatch:
         self.last_kv_len = kv_len
         t0 = time.perf_counter()
         if self.use_cuda_graphs:
-            graph = self._graphs.get((n, kv_len, wide)) or self._capture(n, kv_len, wide)
+            graph = self._graphs.get((n, kv_len, wide)) or self._capture_gated(n, kv_len, wide)
             main = torch.cuda.current_stream()
             self._stream.wait_stream(main)  # admissions (prefill) ran on the main stream
             with torch.cuda.stream(self._stream):
@@ -271,6 +305,11 @@ class TalkerBatch:
         self.launch(n_rows)
         return torch.from_numpy(self.read(n_rows).copy())
 
+    def _capture_gated(self, n: int, kv_len: int, wide: bool = False) -> "torch.cuda.CUDAGraph":
+        """A graph missing at launch (benches that capture some buckets only): captured now, gated."""
+        with self.capture_gate.capture():
+            return self._capture(n, kv_len, wide)
+
     def _capture(self, n: int, kv_len: int, wide: bool = False) -> "torch.cuda.CUDAGraph":
         # Warm up on the capture stream (allocator, kernels, SDPA plans), then capture on that same
         # stream. Capturing runs the step once for slots 0..n-1: snapshot and restore the state the step
@@ -296,6 +335,7 @@ class TalkerBatch:
                 t.copy_(v)
         s.synchronize()
         self._graphs[(n, kv_len, wide)] = graph
+        self.captures += 1
         return graph
 
     def _mutable(self) -> list[torch.Tensor]:
@@ -306,7 +346,7 @@ class TalkerBatch:
         first-request latency); returns how many exist."""
         if not self.use_cuda_graphs:
             return 0
-        with torch.inference_mode():
+        with torch.inference_mode(), self.capture_gate.capture():
             for b in self.buckets:
                 if max_rows is not None and b > self.bucket_for(max_rows):
                     break

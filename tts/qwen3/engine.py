@@ -249,6 +249,10 @@ class Qwen3Engine(Engine):
             picked, _ = choose(shape, self._batch.buckets, self._batch.kv_buckets, self._batch.dtype, s.device)
             self._batch.sdpa_backends = picked
             log.info("SDPA backend per (batch, kv_len): %s", picked)
+        if self._batch.use_cuda_graphs and self._ckpt.config.tts_model_type == "base":
+            # streaming-text prompts (Base): graphs read the text track by address, so it is sized once, for
+            # the longest text a request can read (one row per frame), before any capture
+            self._batch.reserve_trailing(min(s.max_frames, s.max_seq_len))
         graphs = self._batch.capture_all()
         if cuda:
             torch.cuda.synchronize()
@@ -359,7 +363,8 @@ class Qwen3Engine(Engine):
         """`add_voice`, blocking (the CLI, benches, or an executor thread)."""
         if self._clones is None:
             raise EngineError("unsupported_voice", "this checkpoint is not a Base model: it cannot clone voices")
-        cv = self._clones.add(voice)
+        with self._capture_gate():  # cloning runs on this thread's CUDA stream: never during a graph capture
+            cv = self._clones.add(voice)
         if cv.clone.icl and self._vocoder is not None and self._lane is not None:
             # prime the vocoder row now, on the lane, so the voice's first call does not pay the reference decode
             t0 = time.perf_counter()
@@ -633,10 +638,16 @@ class Qwen3Engine(Engine):
         def run():
             from tts.qwen3.syncs import watching
 
-            with watching(tally), self._lane_stream_ctx():
+            with self._capture_gate(), watching(tally), self._lane_stream_ctx():
                 return fn(*args)
 
         return self._lane.submit(run)
+
+    def _capture_gate(self):
+        """Held by work on other threads that calls into CUDA: a graph capture holds it (tts.qwen3.batch)."""
+        import contextlib
+
+        return self._batch.capture_gate.use() if self._batch is not None else contextlib.nullcontext()
 
     def _lane_stream_ctx(self):
         import contextlib

@@ -17,7 +17,7 @@ import torch
 
 from tts.qwen3.model import Qwen3TTSModel, Talker
 from tts.qwen3.prompt import Prompt
-from tts.qwen3.sampling import SamplingRows, sample, talker_logits
+from tts.qwen3.sampling import SamplingRows, eos_mask, sample, talker_logits
 
 
 def prefill(talker: Talker, embeds: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor | None = None
@@ -67,9 +67,11 @@ class TalkerSampling:
     suppress: torch.Tensor  # [V] bool
     eos_id: int
     min_new_tokens: int = 2
+    eos_col: torch.Tensor | None = None  # [V] bool `eos_mask`, built once (the batch's step passes it)
 
     def next_token(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        processed = talker_logits(logits, self.seen, self.rows.repetition_penalty, self.suppress, self.eos_id,
+        eos = self.eos_id if self.eos_col is None else self.eos_col
+        processed = talker_logits(logits, self.seen, self.rows.repetition_penalty, self.suppress, eos,
                                   self.generated >= self.min_new_tokens)
         tok = sample(processed, self.rows, generator)
         self.seen.scatter_(1, tok.view(-1, 1), True)
@@ -123,7 +125,8 @@ def new_talker_sampling(model: Qwen3TTSModel, batch: int, s: GenerationSettings,
                                repetition_penalty=1.0 if s.greedy else s.repetition_penalty)
     return TalkerSampling(rows, torch.zeros(batch, v, dtype=torch.bool, device=device),
                           torch.zeros(batch, dtype=torch.long, device=device), suppress,
-                          cfg.talker.codec_eos_token_id, s.min_new_tokens)
+                          cfg.talker.codec_eos_token_id, s.min_new_tokens,
+                          eos_mask(v, cfg.talker.codec_eos_token_id, device))
 
 
 @torch.inference_mode()

@@ -79,14 +79,31 @@ class SamplingRows:
         return self._like(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
                           greedy=self.greedy[idx], repetition_penalty=rp)
 
-    def set_row(self, row: int, *, temperature: float, top_k: int, top_p: float, greedy: bool,
-                repetition_penalty: float | None = None) -> None:
-        self.temperature[row] = temperature
-        self.top_k[row] = top_k
-        self.top_p[row] = top_p
-        self.greedy[row] = greedy
-        if self.repetition_penalty is not None and repetition_penalty is not None:
-            self.repetition_penalty[row] = repetition_penalty
+    def columns(self, settings: list[dict]) -> list[list[float]]:
+        """The host values of rows with these settings, one list per tensor in `tensors()` order (a
+        missing repetition_penalty is NaN: that row keeps its value). For `write`, after one staged copy."""
+        cols = [[s["temperature"] for s in settings], [s["top_k"] for s in settings],
+                [s["top_p"] for s in settings], [bool(s["greedy"]) for s in settings]]
+        if self.repetition_penalty is not None:
+            cols.append([s.get("repetition_penalty") if s.get("repetition_penalty") is not None else float("nan")
+                         for s in settings])
+        return cols
+
+    def write(self, idx: torch.Tensor, values: torch.Tensor) -> None:
+        """Rows `idx` [n] (device, long) take `values` [len(columns), n] (device, float64): kernels only."""
+        self.temperature.index_copy_(0, idx, values[0].to(self.temperature.dtype))
+        self.top_k.index_copy_(0, idx, values[1].to(self.top_k.dtype))
+        self.top_p.index_copy_(0, idx, values[2].to(self.top_p.dtype))
+        self.greedy.index_copy_(0, idx, values[3] != 0)
+        if self.repetition_penalty is not None:
+            rp = values[4]
+            kept = torch.where(rp.isnan(), self.repetition_penalty.index_select(0, idx).to(rp.dtype), rp)
+            self.repetition_penalty.index_copy_(0, idx, kept.to(self.repetition_penalty.dtype))
+        self._k_index = None
+
+    def note(self, *, temperature: float, top_k: int, top_p: float, greedy: bool,
+             repetition_penalty: float | None = None) -> None:
+        """Fold one row's settings into the host-side summaries (what `write` cannot see)."""
         self._k_index = None
         if self.fixed:
             return
@@ -95,6 +112,21 @@ class SamplingRows:
         if not greedy:
             self.kmax = None if (top_k <= 0 or self.kmax is None) else max(self.kmax, top_k)
             self.top_p_on = self.top_p_on or top_p < 1.0
+
+    def set_rows(self, rows: list[int], settings: list[dict]) -> None:
+        """Rows take these settings: one staged host->device copy, no per-element writes."""
+        from tts.qwen3.staging import Staged
+
+        staged = Staged()
+        at_rows = staged.add(rows)
+        at_cols = [staged.add(c) for c in self.columns(settings)]
+        dev = staged.send(self.temperature.device)
+        self.write(dev[at_rows].long(), torch.stack([dev[c] for c in at_cols]))
+        for s in settings:
+            self.note(**s)
+
+    def set_row(self, row: int, **settings) -> None:
+        self.set_rows([row], [settings])
 
     def k_index(self, kmax: int) -> torch.Tensor:
         """Each row's k (top_k, or kmax when off) as a [B, 1] gather index; computed once per object,
@@ -118,14 +150,20 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: 
     return torch.where(seen, penalised, logits)
 
 
+def eos_mask(vocab: int, eos_id: int, device) -> torch.Tensor:
+    """[V] bool, True at the end-of-speech token. Built by a kernel: `mask[eos_id] = True` on a CUDA
+    tensor would copy the scalar from the host and synchronise (and fail inside a graph capture)."""
+    return torch.arange(vocab, device=device) == eos_id
+
+
 def talker_logits(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor, suppress: torch.Tensor,
-                  eos_id: int, eos_allowed: torch.Tensor) -> torch.Tensor:
-    """The official processors for codebook 0. seen [B, V] bool, suppress [V] bool, eos_allowed [B] bool."""
+                  eos_id: int | torch.Tensor, eos_allowed: torch.Tensor) -> torch.Tensor:
+    """The official processors for codebook 0. seen [B, V] bool, suppress [V] bool, eos_allowed [B] bool;
+    `eos_id`: the token, or its `eos_mask` built once (what the engine's step passes)."""
     # masked_fill with Python scalars keeps this capturable in a CUDA graph (no host->device copies)
     logits = apply_repetition_penalty(logits.float(), seen, penalty)
     logits = logits.masked_fill(suppress.view(1, -1), float("-inf"))
-    eos_col = torch.zeros_like(suppress)
-    eos_col[eos_id] = True
+    eos_col = eos_id if isinstance(eos_id, torch.Tensor) else eos_mask(suppress.shape[0], eos_id, suppress.device)
     return logits.masked_fill(eos_col.view(1, -1) & ~eos_allowed.view(-1, 1), float("-inf"))
 
 

@@ -7,13 +7,18 @@ runs and counts the ones that wait for a device value —
 * ops whose output shape depends on the data (`nonzero`, boolean-mask indexing, `unique`, ...);
 * blocking copies from a device to host memory (`.cpu()`, `.numpy()` of a CUDA tensor, `copy_`
   into a CPU tensor without `non_blocking`);
+* copies from host memory to a device that make the host wait: without `non_blocking` (a stream
+  synchronise, what `set_sync_debug_mode` reports; a Python scalar written into one element of a
+  CUDA tensor is one of these) or from pageable memory (the driver copies it synchronously);
 
 and `wait_for(event)` counts the one explicit wait of the engine's step (an event after the
 non-blocking copy of the step's results). On CPU nothing really waits, but the same ops run, so
 the same count comes out: it is the number of syncs that loop would make on a GPU. Ops replayed
 inside a CUDA graph are not dispatched, and a graph cannot contain a sync anyway.
 
-On CUDA, `cuda_sync_warnings` adds the driver's own view (`torch.cuda.set_sync_debug_mode`).
+On CPU there is one device, so the copies in either direction are not seen here: the Python-level
+`tts.qwen3.transfers.HostDeviceCalls` catches the calls that make them. On CUDA,
+`cuda_sync_warnings` adds the driver's own view (`torch.cuda.set_sync_debug_mode`).
 The watch costs a Python call per op: engines run it when asked (`EngineSettings.watch_syncs`),
 benches on a short level of their own.
 """
@@ -35,8 +40,18 @@ def _is_cpu(t) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == "cpu"
 
 
+NOT_DEVICES = ("cpu", "meta")  # device types that are not a device (tests may count meta as one)
+
+
 def _on_device(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta")
+    return isinstance(t, torch.Tensor) and t.device.type not in NOT_DEVICES
+
+
+def _pinned(t: torch.Tensor) -> bool:
+    try:
+        return t.is_pinned()
+    except RuntimeError:  # no accelerator in this build: nothing is pinned
+        return False
 
 
 class SyncTally:
@@ -81,7 +96,18 @@ class HostSyncWatch(TorchDispatchMode):
         elif name == "copy_" and len(args) > 1 and _is_cpu(args[0]) and _on_device(args[1]) \
                 and not (kwargs.get("non_blocking", False) or (len(args) > 2 and args[2])):
             self.tally.add(f"{func} device->host")
+        elif name == "copy_" and len(args) > 1 and _on_device(args[0]) and _is_cpu(args[1]):
+            self._host_to_device(func, args[1], kwargs.get("non_blocking", False) or (len(args) > 2 and args[2]))
+        elif name == "_to_copy" and args and _is_cpu(args[0]) and kwargs.get("device") is not None \
+                and torch.device(kwargs["device"]).type not in NOT_DEVICES:
+            self._host_to_device(func, args[0], kwargs.get("non_blocking", False))
         return func(*args, **kwargs)
+
+    def _host_to_device(self, func, src: torch.Tensor, non_blocking: bool) -> None:
+        if not non_blocking:
+            self.tally.add(f"{func} host->device" + (" (a scalar)" if src.dim() == 0 else ""))
+        elif not _pinned(src):
+            self.tally.add(f"{func} host->device from pageable memory")
 
 
 _local = threading.local()
