@@ -16,11 +16,12 @@ from aiortc.rtcrtpsender import RTCRtpSender
 class ClientPeer:
     """Offers recvonly audio plus one data channel; records frames and events with arrival times."""
 
-    def __init__(self, base_url: str, codecs: list[str] | None = None, token: str | None = None):
+    def __init__(self, base_url: str, codecs: list[str] | None = None, token: str | None = None,
+                 configuration: RTCConfiguration | None = None):
         self.base_url = base_url
         self.codecs = codecs  # e.g. ["PCMU"] to offer only that
         self.token = token
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.pc = RTCPeerConnection(configuration or RTCConfiguration(iceServers=[]))
         self.events: asyncio.Queue = asyncio.Queue()
         self.all_events: list[dict] = []
         self.frames: list[tuple[float, np.ndarray, int, str]] = []  # (arrival, int16 samples, rate, layout)
