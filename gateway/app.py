@@ -41,6 +41,7 @@ from aiohttp import web
 
 from gateway import protocol as P
 from gateway.agent import agent
+from gateway.cluster.plane import ClusterUnavailable
 from gateway.config import Config, ConfigError, load_config
 from gateway.core import CallCore
 from gateway.core.voice_store import VoiceStore
@@ -200,14 +201,37 @@ class Gateway:
         self.port = site._server.sockets[0].getsockname()[1]
         for fn in self._on_start:
             await fn()
+        if self.core.cluster is not None:  # joins the plane once its ports are known; Redis unreachable refuses the start
+            if self.audiosocket is not None:
+                self.core.cluster.audiosocket = f"{self.audiosocket.host}:{self.audiosocket.port}"
+            try:
+                await self.core.cluster.start(host or self.config.server.host, self.port)
+                self.voices.plane = self.core.cluster
+                try:
+                    await self.voices.share_local()
+                except ClusterUnavailable as exc:
+                    raise ValueError(f"cluster: the shared voices could not be read: {exc}") from None
+                self.core.cluster.on_heartbeat.append(self.voices.sync)
+            except BaseException:
+                await self.stop()
+                raise
         self.core.accepting = True
         return self.port
 
     async def drain(self, timeout: float | None = None) -> None:
-        """Stop accepting, let open turns finish (up to the timeout), then close everything with 1001."""
-        self.core.accepting = False
+        """Stop accepting, let open turns finish (up to the timeout), then close everything with 1001.
+
+        In a cluster the node is marked draining in Redis (/readyz turns 503, balancers stop sending it new calls)
+        and its calls themselves may finish: their late or reconnecting legs still reach it, directly or
+        forwarded by another node; only new calls are refused."""
         timeout = self.config.server.limits.drain_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        if self.core.cluster is not None:
+            self.core.draining = True
+            await self.core.cluster.set_draining()
+            while time.monotonic() < deadline and len(self.calls):
+                await asyncio.sleep(0.05)
+        self.core.accepting = False
         while time.monotonic() < deadline and any(s.active_turns for s in self.sessions.values()):
             await asyncio.sleep(0.05)
         for session in list(self.sessions.values()):
@@ -220,6 +244,11 @@ class Gateway:
         for fn in self._on_stop:
             await fn()
         await self.core.voice.close()
+        if self.core.cluster is not None:
+            from gateway.cluster import forward
+
+            await forward.close(self.core)
+            await self.core.cluster.close()
         await self.core.clock.stop()
         if self._runner:
             await self._runner.cleanup()

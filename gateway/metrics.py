@@ -44,6 +44,9 @@ class GatewayMetrics:
         self.engine_active.set_function(lambda: engine_stats().get("active", 0))
         self.engine_audio = Gauge("voxgate_engine_audio_seconds", "Audio seconds produced by the engine", registry=r)
         self.engine_audio.set_function(lambda: engine_stats().get("audio_seconds", 0.0))
+        # the call plane (gateway/cluster/): legs spliced to the node that owns their call, and Redis failures
+        self.cluster_forwards = Counter("voxgate_cluster_forwards_total", "Legs forwarded one hop to the node that owns their call", ["door"], registry=r)
+        self.cluster_redis_errors = Counter("voxgate_cluster_redis_errors_total", "Redis requests that failed (the plane was unavailable)", registry=r)
         # the caller's voice (gateway/core/caller_voice.py)
         self.voice_barge_ins = Counter("voxgate_voice_barge_ins_total", "Turns interrupted by the caller's voice", registry=r)
         self.voice_false_interruptions = Counter(

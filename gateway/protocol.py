@@ -44,6 +44,7 @@ STT_ERROR = "stt_error"  # the transcription server failed one utterance (the ca
 VAD_UNAVAILABLE = "vad_unavailable"  # barge_in asked for a detector whose package is not installed
 UNSUPPORTED_SPEED = "unsupported_speed"  # OpenAI speech: a `speed` the engine cannot honour
 RATE_LIMITED = "rate_limited"  # per-IP caps: too many connections open, or opened too fast (HTTP 429 / close 1013)
+CLUSTER_UNAVAILABLE = "cluster_unavailable"  # cluster.redis_url set and Redis unreachable: new calls and joins refused (HTTP 503 / close 1013)
 FORBIDDEN_ORIGIN = "forbidden_origin"  # a browser page whose Origin is not in server.allowed_origins (HTTP 403)
 NOT_FOUND = "not_found"  # HTTP 404: no route or no file by that path
 METHOD_NOT_ALLOWED = "method_not_allowed"  # HTTP 405: the route exists, not for this method (Allow names those it takes)

@@ -12,6 +12,7 @@ from typing import Awaitable, Callable
 
 from audio.encode import OutputFormat
 from gateway import protocol as P
+from gateway.cluster.plane import ClusterPlane
 from gateway.config import Config
 from gateway.core.caller_voice import VoiceHub
 from gateway.core.calls import CallRegistry
@@ -42,6 +43,9 @@ class CallCore:
         self.sessions = self.registry.sessions  # session id -> Session, every open session
         self.calls = CallRegistry(self)
         self.accepting = False  # False before start and while draining: legs refuse new calls
+        self.draining = False  # cluster mode: new calls are refused, legs of this node's calls still join
+        # the call plane (cluster.redis_url): None in one process, as always
+        self.cluster = ClusterPlane(config, self.metrics) if config.cluster.enabled else None
         self.user_text_handler: UserTextHandler | None = None
         # the doors' locks, shared by the HTTP port and the AudioSocket port (gateway/security/)
         limits = config.server.limits
@@ -50,6 +54,9 @@ class CallCore:
         self.tokens = SessionTokens(config.server.api_keys, config.server.token_ttl_s)
         # the caller's voice: VAD pools shared by every call, barge-in by voice, STT (gateway/core/caller_voice.py)
         self.voice = VoiceHub(config, self.metrics, on_user_text=self._user_text_from_voice)
+        if self.cluster is not None:
+            self.cluster.live_call_ids = self.calls.ids
+            self.cluster.local_peers = self.peers.open_counts
 
     def new_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat,
                     session_id: str | None = None, unpaced: bool = False) -> Session:

@@ -74,6 +74,10 @@ class CallRegistry:
     def __len__(self) -> int:
         return len({id(c) for c in self._calls.values()})
 
+    def ids(self) -> list[str]:
+        """Every id of every live call (the call plane keeps their claims alive)."""
+        return [i for i, c in self._calls.items() if not c.session.closed]
+
     def get(self, call_id: str) -> Call | None:
         """The live call known by this id (a call whose session just closed is gone already)."""
         call = self._calls.get(call_id)
@@ -112,6 +116,7 @@ class CallRegistry:
         if call is not None and call.control is not None:
             raise P.ProtocolError(P.CALL_BUSY, f"call {call_id!r} already has a control socket")
         if call is None:
+            self._refuse_new_while_draining()
             session = self.core.new_session("control", voice, language or "auto", instruct, TELEPHONY_PCM)
             call = self._new_call([call_id], session)
             timeout = self.core.config.telephony.unknown_call_timeout_s
@@ -157,6 +162,7 @@ class CallRegistry:
         if call is not None and call.media_state != "waiting":
             raise P.ProtocolError(P.CALL_BUSY, f"call {call.call_id!r} already has a media leg")
         if call is None:
+            self._refuse_new_while_draining()
             session = self.core.new_session(kind, voice, language or "auto", None, output)
             call = self._new_call(ids, session, inbound_rate)
         else:
@@ -189,6 +195,11 @@ class CallRegistry:
             await session.close()
 
     # ------------------------------------------------------------ internals
+    def _refuse_new_while_draining(self) -> None:
+        """A draining node of a cluster finishes its calls (their late legs still join) but starts none."""
+        if self.core.draining:
+            raise P.ProtocolError(P.SHUTTING_DOWN, "this gateway is draining: it finishes its calls and starts no new ones")
+
     def _listen(self, call: Call) -> None:
         """The caller's voice: detection and barge-in on the call's inbound audio (AudioSocket's buffer is ours to pause)."""
         self.core.voice.attach(call.session, call.inbound, call.barge_in, owns_buffer=call.media_kind == "audiosocket")
@@ -210,6 +221,8 @@ class CallRegistry:
         for i in call.aliases:
             if self._calls.get(i) is call:
                 del self._calls[i]
+        if self.core.cluster is not None:
+            self.core.cluster.release(call.aliases)
         call.inbound.close()
         media, control = call.media, call.control
         if media is not None and call.media_state == "connected":

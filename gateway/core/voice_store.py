@@ -19,6 +19,7 @@ import shutil
 import time
 
 from audio.reference import ReferenceAudioError, load_reference
+from gateway.cluster.plane import ClusterUnavailable
 from gateway.config import Config, VoiceConfig
 from tts import Engine, EngineError, VoiceClone
 
@@ -45,6 +46,7 @@ class VoiceStore:
         self.dir = config.server.voices_dir
         self.uploaded: set[str] = set()
         self._lock = asyncio.Lock()
+        self.plane = None  # the call plane (cluster.redis_url): uploads are kept in Redis, shared by every node
 
     # ------------------------------------------------------------ start
     async def start(self) -> None:
@@ -122,6 +124,12 @@ class VoiceStore:
                 raise VoiceError(exc.code, exc.message, 422 if exc.code == "unsupported_voice" else 400) from None
             meta = {"ref_text": ref_text, "x_vector_only": x_vector_only, "language": language,
                     "created": time.time(), "ref_seconds": round(ref.duration_s, 3), "sha256": ref.sha256}
+            if self.plane is not None:  # every node of the plane takes it from Redis (docs/cluster.md)
+                try:
+                    await self.plane.voice_put(name, {"wav": audio, "meta": json.dumps(meta)})
+                except ClusterUnavailable as exc:
+                    self.engine.remove_voice(name)
+                    raise VoiceError("cluster_unavailable", f"the voice could not be shared with the other nodes ({exc}); try again", 503) from None
             path = self._persist(name, audio, meta)
             self.config.voices[name] = self._voice_config(path or "<memory>", meta)
             self.uploaded.add(name)
@@ -151,12 +159,58 @@ class VoiceStore:
             if name not in self.uploaded:
                 raise VoiceError("voice_readonly", f"voice {name!r} comes from the config; edit the config to remove it",
                                  409)
+            if self.plane is not None:
+                try:
+                    await self.plane.voice_delete(name)
+                except ClusterUnavailable as exc:
+                    raise VoiceError("cluster_unavailable", f"the voice could not be deleted on every node ({exc}); try again", 503) from None
             self.engine.remove_voice(name)
             del self.config.voices[name]
             self.uploaded.discard(name)
             if self.dir:
                 shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
         log.info("voice %r deleted", name)
+
+    # ------------------------------------------------------------ the plane's shared uploads
+    async def share_local(self) -> None:
+        """On joining the plane: uploads this node kept on disk from before go to Redis (a voice there wins)."""
+        shared = await self.plane.voice_names()
+        for name in sorted(self.uploaded - shared):
+            v = self.config.voices[name]
+            with open(v.ref_audio, "rb") as f:
+                audio = f.read()
+            meta = {"ref_text": v.ref_text, "x_vector_only": v.x_vector_only, "language": v.language, "created": time.time()}
+            await self.plane.voice_put(name, {"wav": audio, "meta": json.dumps(meta)})
+        await self.sync()
+
+    async def sync(self) -> None:
+        """Make this node's uploaded voices the plane's: take those added on other nodes, drop those deleted there.
+        Runs on every heartbeat and before `GET /v1/voices` answers."""
+        shared = await self.plane.voice_names()
+        async with self._lock:
+            for name in sorted(shared - self.uploaded):
+                if name in self.config.voices:
+                    continue  # a configured voice of that name wins on this node
+                fields = await self.plane.voice_get(name)
+                if not fields or "wav" not in fields:
+                    continue
+                meta = json.loads(fields.get("meta") or b"{}")
+                try:
+                    await self.engine.add_voice(VoiceClone(name, fields["wav"], meta.get("ref_text"), bool(meta.get("x_vector_only"))))
+                except EngineError as exc:
+                    log.error("shared voice %r not usable here: %s", name, exc.message)
+                    continue
+                path = self._persist(name, fields["wav"], meta)
+                self.config.voices[name] = self._voice_config(path or "<redis>", meta)
+                self.uploaded.add(name)
+                log.info("voice %r taken from the plane", name)
+            for name in sorted(self.uploaded - shared):
+                self.engine.remove_voice(name)
+                self.config.voices.pop(name, None)
+                self.uploaded.discard(name)
+                if self.dir:
+                    shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+                log.info("voice %r deleted on another node", name)
 
     def _aliases(self) -> set[str]:
         return {a.lower() for v in self.config.voices.values() for a in v.aliases}

@@ -20,7 +20,9 @@ from aiohttp import web
 
 from gateway import protocol as P
 from gateway.core import CallCore
-from gateway.security.peers import CAP, client_address
+from gateway.cluster.forward import HOP_HEADER, HOP_KEY, hop_sender
+from gateway.cluster.plane import ClusterUnavailable
+from gateway.security.peers import CAP, RATE, client_address
 
 
 def origin_allowed(allowed: list[str], origin: str, host: str | None) -> bool:
@@ -61,8 +63,16 @@ def cors_headers(core: CallCore):
 def guard_middleware(core: CallCore):
     config = core.config
 
+    plane = core.cluster
+    limits = config.server.limits
+
     @web.middleware
     async def guard(request: web.Request, handler):
+        if plane is not None and HOP_HEADER in request.headers:
+            sender = hop_sender(plane.secret, request.headers[HOP_HEADER], request.path)
+            if sender is not None:  # another node of the plane forwards a leg it checked already (docs/cluster.md)
+                request[HOP_KEY] = sender
+                return await handler(request)
         origin = request.headers.get("Origin")
         if origin is not None and not origin_allowed(config.server.allowed_origins, origin, request.host):
             core.metrics.connections_refused.labels(reason="origin").inc()
@@ -76,10 +86,22 @@ def guard_middleware(core: CallCore):
         refused = core.peers.open(address)
         if refused is not None:
             return await _refuse(core, request, refused)
+        shared = False  # counted plane-wide too
+        if plane is not None and core.peers.enabled and address is not None:
+            try:
+                refused = await plane.peer_open(address, limits.max_connections_per_ip, limits.connections_per_ip_per_s)
+                shared = refused is None
+            except ClusterUnavailable:
+                refused = None  # without Redis each node holds its own caps
+            if refused is not None:
+                core.peers.close(address)
+                return await _refuse(core, request, {"cap": CAP, "rate": RATE}[refused])
         try:
             return await handler(request)
         finally:
             core.peers.close(address)
+            if shared:
+                plane.peer_close(address)
 
     return guard
 

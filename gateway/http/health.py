@@ -1,4 +1,5 @@
-"""GET /healthz (alive), /readyz (ready for calls: 503 while draining or full), /metrics (Prometheus)."""
+"""GET /healthz (alive), /readyz (ready for calls: 503 while draining, full, or the call plane's Redis is
+unreachable, with the reason), /metrics (Prometheus)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ def routes(core: CallCore) -> list[web.RouteDef]:
 
     async def readyz(request: web.Request) -> web.Response:
         engine_health = registry_engine_health(core.engine)
-        ready = core.accepting and not core.registry.full() and engine_health is None
+        plane = core.cluster
+        cluster_problem = None if plane is None else ("draining" if core.draining else plane.problem)
+        ready = core.accepting and not core.draining and not core.registry.full() and engine_health is None and cluster_problem is None
         body = {"ready": ready, "sessions": len(core.sessions), "engine": core.engine_kind}
         if engine_health:
             body["engine_health"] = engine_health
+        if plane is not None:  # which node, and why the plane cannot take calls here (Redis down, draining)
+            body["cluster"] = {"node_id": plane.node_id, "calls": len(core.calls), "problem": cluster_problem}
+        if not ready:
+            body["reason"] = (engine_health and "engine: " + str(engine_health)) or cluster_problem or \
+                ("full" if core.registry.full() else "not accepting calls (starting or draining)")
         return web.json_response(body, status=200 if ready else 503)
 
     async def metrics(request: web.Request) -> web.Response:

@@ -34,7 +34,8 @@ from audio.containers import FORMATS, ContainerError, container_encoder, contain
 from gateway import protocol as P
 from gateway.core import CallCore
 from gateway.core.headless import HeadlessError
-from gateway.legs.accept import authorized
+from gateway.cluster.plane import ClusterUnavailable
+from gateway.legs.accept import admit, authorized
 from tts import CODEC_FRAME_SAMPLES, SAMPLE_RATE
 
 log = logging.getLogger("voxgate.openai_speech")
@@ -165,8 +166,11 @@ class OpenAISpeech:
     async def speech(self, request: web.Request) -> web.StreamResponse:
         core = self.core
         try:
-            if not authorized(core, request, spend=True):
-                raise _unauthorized()
+            try:
+                if await admit(core, request) is not None:
+                    raise _unauthorized()
+            except ClusterUnavailable as exc:
+                raise SpeechError(503, P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly") from None
             if not core.accepting:
                 raise SpeechError(503, P.SHUTTING_DOWN, "the gateway is draining and takes no new requests")
             req = parse_speech_request(await _read_json(request))

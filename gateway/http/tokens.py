@@ -14,7 +14,8 @@ from aiohttp import web
 
 from gateway import protocol as P
 from gateway.core import CallCore
-from gateway.legs.accept import is_api_key, presented_credential
+from gateway.cluster.plane import ClusterUnavailable
+from gateway.legs.accept import is_api_key, presented_credential, unavailable_response
 
 MAX_BODY_BYTES = 1024
 
@@ -40,6 +41,12 @@ def routes(core: CallCore) -> list[web.RouteDef]:
                 if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0):
                     return web.json_response(P.error_event(P.BAD_MESSAGE, "ttl_s must be a positive number of seconds"), status=400)
         token, expires = core.tokens.mint(ttl)
+        if core.cluster is not None:  # single use across the plane: the spending door takes it with GETDEL
+            try:
+                await core.cluster.token_minted(core.tokens.token_id(token), expires)
+            except ClusterUnavailable as exc:
+                core.metrics.errors.labels(code=P.CLUSTER_UNAVAILABLE).inc()
+                return unavailable_response(exc)
         return web.json_response({"token": token, "expires_at": expires, "expires_in": round(expires - time.time(), 3)},
                                  headers={"Cache-Control": "no-store"})
 

@@ -9,7 +9,8 @@ from aiohttp import web
 from gateway import protocol as P
 from gateway.core import CallCore
 from gateway.core.voice_store import VoiceError, VoiceStore
-from gateway.legs.accept import authorized, unauthorized_response
+from gateway.cluster.plane import ClusterUnavailable
+from gateway.legs.accept import admit, unauthorized_response, unavailable_response
 
 LANGUAGES = ["auto", "en", "ru", "de", "fr", "es", "it", "pt", "zh", "ja", "ko"]
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
@@ -44,12 +45,20 @@ def routes(core: CallCore, store: VoiceStore) -> list[web.RouteDef]:
     config = core.config
 
     async def list_voices(request: web.Request) -> web.Response:
+        if store.plane is not None:  # the same list on every node: the plane's uploads, read now
+            try:
+                await store.sync()
+            except ClusterUnavailable:
+                pass  # this node's last view of them
         return web.json_response({"default": config.default_voice_name, "voices": store.listing(),
                                   "languages": LANGUAGES, "can_clone": core.engine.can_clone})
 
     async def add_voice(request: web.Request) -> web.Response:
-        if not authorized(core, request, spend=True):
-            return unauthorized_response()
+        try:
+            if await admit(core, request) is not None:
+                return unauthorized_response()
+        except ClusterUnavailable as exc:
+            return unavailable_response(exc)
         try:
             form = await _read_form(request, config.server.voice_upload_max_bytes)
             text = lambda key: form.get(key, b"").decode("utf-8", "replace").strip()  # noqa: E731
@@ -66,8 +75,11 @@ def routes(core: CallCore, store: VoiceStore) -> list[web.RouteDef]:
         return web.json_response(info, status=201)
 
     async def delete_voice(request: web.Request) -> web.Response:
-        if not authorized(core, request, spend=True):
-            return unauthorized_response()
+        try:
+            if await admit(core, request) is not None:
+                return unauthorized_response()
+        except ClusterUnavailable as exc:
+            return unavailable_response(exc)
         try:
             await store.remove(request.match_info["name"])
         except VoiceError as err:

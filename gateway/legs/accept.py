@@ -13,6 +13,8 @@ import logging
 from aiohttp import WSCloseCode, web
 
 from gateway import protocol as P
+from gateway.cluster.forward import forward_by_path, is_hop
+from gateway.cluster.plane import ClusterUnavailable
 from gateway.core import CallCore
 from gateway.security.tokens import TokenError
 
@@ -29,8 +31,9 @@ def is_api_key(core: CallCore, credential: str) -> bool:
 
 
 def auth_problem(core: CallCore, request: web.Request, spend: bool = False) -> str | None:
-    """None when the request may pass (no keys configured, an API key, or a good session token), else why not."""
-    if not core.config.server.api_keys:
+    """None when the request may pass (no keys configured, an API key, or a good session token, or a leg
+    another node of the plane forwards, having checked it), else why not."""
+    if not core.config.server.api_keys or is_hop(request):
         return None
     return credential_problem(core, presented_credential(request), spend)
 
@@ -53,6 +56,26 @@ def authorized(core: CallCore, request: web.Request, spend: bool = False) -> boo
     return auth_problem(core, request, spend) is None
 
 
+async def admit(core: CallCore, request: web.Request, credential: str | None = None) -> str | None:
+    """`auth_problem(spend=True)` for a door that opens a session; in a cluster a token is also spent plane-wide
+    (an atomic GETDEL in Redis: a second use is refused on every node). Raises ClusterUnavailable when Redis
+    cannot say. `credential`: one presented another way (HTTP Basic's password)."""
+    if not core.config.server.api_keys or is_hop(request):
+        return None
+    credential = presented_credential(request) if credential is None else credential
+    problem = credential_problem(core, credential, spend=True)
+    if problem is None and core.cluster is not None and core.tokens.looks_like_token(credential):
+        if not await core.cluster.token_spend(core.tokens.token_id(credential)):
+            core.metrics.connections_refused.labels(reason="token").inc()
+            return "the token was already used; a token opens one session"
+    return problem
+
+
+def unavailable_response(exc: ClusterUnavailable) -> web.Response:
+    return web.json_response(P.error_event(P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly"),
+                             status=503, headers={"Retry-After": "1"})
+
+
 def unauthorized_response(message: str = UNAUTHORIZED_MESSAGE) -> web.Response:
     return web.json_response(P.error_event(P.UNAUTHORIZED, message), status=401)
 
@@ -63,15 +86,27 @@ def websocket_response(core: CallCore) -> web.WebSocketResponse:
     return web.WebSocketResponse(heartbeat=limits.ping_interval_s, max_msg_size=limits.max_message_bytes * 4, compress=False)
 
 
-async def accept_ws(core: CallCore, request: web.Request) -> tuple[web.StreamResponse, bool]:
-    """Auth, upgrade and the draining check shared by client sockets.
-    Returns (response, accepted); a refused socket is already answered."""
-    problem = auth_problem(core, request, spend=True)
+async def accept_ws(core: CallCore, request: web.Request, joins_calls: bool = False, door: str | None = None,
+                    call_ids: list[str] | None = None) -> tuple[web.StreamResponse, bool]:
+    """Auth, upgrade and the draining check shared by client sockets (`joins_calls`: a draining node of a
+    cluster still takes it, for the legs of its own calls; the call registry refuses new calls).
+    In a cluster, a leg whose `call_ids` (from its path) belong to another node is forwarded there.
+    Returns (response, accepted); a refused or forwarded socket is already answered."""
+    try:
+        problem = await admit(core, request)
+    except ClusterUnavailable as exc:
+        core.metrics.errors.labels(code=P.CLUSTER_UNAVAILABLE).inc()
+        return unavailable_response(exc), False
     if problem is not None:
         return unauthorized_response(problem), False
+    if door is not None and call_ids:
+        limits = core.config.server.limits
+        forwarded = await forward_by_path(core, request, door, call_ids, {"heartbeat": limits.ping_interval_s})
+        if forwarded is not None:
+            return forwarded, False
     ws = websocket_response(core)
     await ws.prepare(request)
-    if not core.accepting:
+    if not core.accepting or (core.draining and not joins_calls):
         await ws.send_json(P.error_event(P.SHUTTING_DOWN, "the gateway is not accepting calls"))
         await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
         return ws, False

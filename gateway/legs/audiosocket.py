@@ -100,10 +100,12 @@ class AudioSocketServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self.port: int | None = None
+        self.host: str | None = None
         self.allow = parse_networks(core.config.telephony.audiosocket_allow)
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._handle, host, port)
+        self.host = host
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("AudioSocket server listening on %s:%d", host, self.port)
         return self.port

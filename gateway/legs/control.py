@@ -17,6 +17,7 @@ from gateway import protocol as P
 from gateway.core import CallCore
 from gateway.core.backpressure import allow_event_backlog, drop_if_stuck
 from gateway.core.calls import Call, normalize_call_id
+from gateway.cluster.forward import ReplayingSocket, forward_after_peek
 from gateway.legs.accept import accept_ws, close_code
 from gateway.legs.host import LegHost
 
@@ -58,9 +59,22 @@ class ControlEndpoint:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         gw = self.core
-        ws, accepted = await accept_ws(gw, request)
+        path_id = request.match_info.get("call_id")
+        ws, accepted = await accept_ws(gw, request, joins_calls=True, door="control", call_ids=[path_id] if path_id else None)
         if not accepted:
             return ws
+        limits = gw.config.server.limits
+        if gw.cluster is not None and not path_id:  # the call is named by call.attach: read it, then serve here or forward
+            sock = await forward_after_peek(gw, request, ws, "control", attach_ids, limits.idle_timeout_s, native_errors=True)
+            if sock is None:
+                return ws
+            ws = sock  # replays what was read; the handler still returns the real response below
+        response = ws if not isinstance(ws, ReplayingSocket) else ws._ws
+        await self._serve(request, ws)
+        return response
+
+    async def _serve(self, request: web.Request, ws) -> None:
+        gw = self.core
         limits = gw.config.server.limits
         leg = ControlLeg(ws, request)
         call: Call | None = None
@@ -105,7 +119,6 @@ class ControlEndpoint:
                 await self.registry.detach_control(call, leg)
             if not ws.closed:
                 await ws.close(code=close_code(gw))
-        return ws
 
     async def _on_message(self, raw: str, leg: ControlLeg, call: Call | None, path_id: str | None = None) -> Call | None:
         m = P.parse_message(raw, self.core.config.server.limits.max_message_bytes)
@@ -133,6 +146,18 @@ class ControlEndpoint:
             return
         self.core.metrics.errors.labels(code=exc.code).inc()
         await leg.send_event(exc.event())  # never waits on a client that stops reading
+
+
+def attach_ids(msg) -> list[str]:
+    """The call a control socket's first message attaches to ([] when it is not a call.attach: served here)."""
+    if msg.type != WSMsgType.TEXT:
+        return []
+    try:
+        m = P.loads_json(msg.data)
+    except ValueError:
+        return []
+    ok = isinstance(m, dict) and m.get("type") == "call.attach" and isinstance(m.get("call_id"), str)
+    return [m["call_id"]] if ok else []
 
 
 def install(core: CallCore, host: LegHost) -> ControlEndpoint:

@@ -26,6 +26,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from audio.playout import PlayoutEvent
 from gateway import protocol as P
+from gateway.cluster.forward import forward_after_peek, forward_by_path, is_hop
 from gateway.core import CallCore
 from gateway.core.backpressure import drop_if_stuck, frame_must_skip
 from gateway.core.calls import TELEPHONY_PCM, Call
@@ -176,7 +177,9 @@ class TwilioEndpoint:
         return f"{scheme}://{request.host}{request.path_qs}"
 
     def refusal(self, request: web.Request) -> str | None:
-        """None when the upgrade may go on, else why it is refused."""
+        """None when the upgrade may go on, else why it is refused (a leg forwarded by a node of the plane was checked there)."""
+        if is_hop(request):
+            return None
         got = request.headers.get("X-Twilio-Signature")
         if self.refuse_all:
             return "unsigned Twilio streams are refused while server.api_keys is set (configure telephony.twilio_auth_token_env)"
@@ -197,12 +200,22 @@ class TwilioEndpoint:
             # the query string is left out of the log: it may carry a credential
             log.warning("twilio: refused a stream to %s: %s", request.path, refusal)
             return web.json_response(P.error_event(P.UNAUTHORIZED, refusal), status=403)
+        path_id = request.match_info.get("call_id")
+        if path_id and gw.cluster is not None:  # another node may own the call: one hop there
+            forwarded = await forward_by_path(gw, request, "twilio", [path_id], {"heartbeat": gw.config.server.limits.ping_interval_s})
+            if forwarded is not None:
+                return forwarded
         ws = websocket_response(gw)
         await ws.prepare(request)
         if not gw.accepting:
             await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
             return ws
-        stream = _TwilioStream(self, ws, request)
+        sock = ws
+        if gw.cluster is not None and not path_id:  # the call is named by `start`: read it, then serve here or forward
+            sock = await forward_after_peek(gw, request, ws, "twilio", start_ids, START_TIMEOUT_S)
+            if sock is None:
+                return ws
+        stream = _TwilioStream(self, sock, request)
         self.registry.track(ws.close)
         await run_media_stream(gw, stream, ws, "Twilio", log)
         return ws
@@ -314,6 +327,19 @@ class _StreamEnds(P.ProtocolError):
 
 def _name(event) -> str:
     return {wire.Media: "media", wire.Dtmf: "dtmf", wire.Mark: "mark"}.get(type(event), "?")
+
+
+def start_ids(msg) -> list[str] | None:
+    """The call ids in a Twilio stream's opening messages: None after `connected` (read on), [] when it is not Twilio's."""
+    if msg.type != WSMsgType.TEXT:
+        return []
+    try:
+        event = wire.decode(msg.data)
+    except (wire.DecodeError, P.ProtocolError):
+        return []
+    if isinstance(event, wire.Connected):
+        return None
+    return event.call_ids if isinstance(event, wire.Start) else []
 
 
 def install(core: CallCore, host: LegHost) -> TwilioEndpoint:

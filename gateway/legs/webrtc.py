@@ -46,8 +46,9 @@ from gateway import protocol as P
 from gateway.core import CallCore, Session
 from gateway.core.caller_voice import session_settings
 from gateway.core.inbound import InboundAudio
-from gateway.legs.accept import UNAUTHORIZED_MESSAGE, auth_problem, authorized
+from gateway.cluster.plane import ClusterUnavailable
 from gateway.http.static_files import StaticFiles
+from gateway.legs.accept import UNAUTHORIZED_MESSAGE, admit, authorized
 from gateway.legs.host import LegHost
 from gateway.security.turn import turn_credentials
 
@@ -408,7 +409,10 @@ class WebrtcTransport:
 
     async def offer(self, request: web.Request) -> web.Response:
         gw = self.core
-        problem = auth_problem(gw, request, spend=True)
+        try:
+            problem = await admit(gw, request)
+        except ClusterUnavailable as exc:
+            return _error(503, P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly")
         if problem is not None:
             return _error(401, P.UNAUTHORIZED, problem)
         if not gw.accepting:

@@ -43,10 +43,12 @@ from audio.pcm import float_to_int16, int16_to_float
 from audio.playout import PlayoutEvent
 from audio.resample import FrameFifo, StreamResampler
 from gateway import protocol as P
+from gateway.cluster.forward import forward_after_peek, forward_by_path
 from gateway.core import CallCore
 from gateway.core.backpressure import frame_must_skip, send_would_wait
 from gateway.core.calls import TELEPHONY_PCM, Call
-from gateway.legs.accept import authorized, credential_problem, run_media_stream
+from gateway.cluster.plane import ClusterUnavailable
+from gateway.legs.accept import admit, run_media_stream, unavailable_response
 from gateway.legs.host import LegHost
 from gateway.wire.events import (
     Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused, WireAudio,
@@ -268,26 +270,34 @@ class WireEndpoint:
         """`{path}/{call_id}` names the call in the path (a balancer hashes on it); `?call_id=` and the far end's ids still work."""
         return [web.get(self.spec.path, self.handle), web.get(self.spec.path + "/{call_id}", self.handle)]
 
-    def authorized(self, request: web.Request) -> bool:
+    async def authorized(self, request: web.Request) -> bool:
         """API keys as elsewhere; far ends that cannot send a bearer use `?token=` or HTTP Basic with the key as password."""
-        if authorized(self.core, request, spend=True):
-            return True
         header = request.headers.get("Authorization", "")
         if header.startswith("Basic "):
             try:
                 password = base64.b64decode(header[6:], validate=True).decode().partition(":")[2]
             except (binascii.Error, ValueError):
                 return False
-            return credential_problem(self.core, password, spend=True) is None  # an API key or a session token
-        return False
+            return await admit(self.core, request, password) is None  # an API key or a session token
+        return await admit(self.core, request) is None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         gw = self.core
-        if not self.authorized(request):
+        try:
+            allowed = await self.authorized(request)
+        except ClusterUnavailable as exc:
+            gw.metrics.errors.labels(code=P.CLUSTER_UNAVAILABLE).inc()
+            return unavailable_response(exc)
+        if not allowed:
             gw.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
             return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong API key (?token=, Bearer, or Basic with the key as password)"),
                                      status=401)
         limits = gw.config.server.limits
+        known = request.match_info.get("call_id") or request.query.get("call_id")
+        if known and gw.cluster is not None:  # another node may own the call: one hop there
+            forwarded = await forward_by_path(gw, request, self.spec.kind, [known], {"heartbeat": limits.ping_interval_s})
+            if forwarded is not None:
+                return forwarded
         protocols = (self.spec.subprotocol,) if self.spec.subprotocol else ()
         ws = web.WebSocketResponse(protocols=protocols, heartbeat=limits.ping_interval_s, compress=False,
                                    max_msg_size=max(MAX_MESSAGE_BYTES, limits.max_message_bytes * 4))
@@ -295,10 +305,34 @@ class WireEndpoint:
         if not gw.accepting:
             await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
             return ws
-        stream = _WireStream(self, ws, request)
+        sock = ws
+        if gw.cluster is not None and not known:  # the far end's opening message names the call
+            sock = await forward_after_peek(gw, request, ws, self.spec.kind, self._start_ids(request), START_TIMEOUT_S)
+            if sock is None:
+                return ws
+        stream = _WireStream(self, sock, request)
         self.registry.track(ws.close)
         await run_media_stream(gw, stream, ws, self.spec.kind, log)
         return ws
+
+
+    def _start_ids(self, request: web.Request):
+        """Reads opening messages with a spare wire: the call ids of its start, None before it, [] if it fails."""
+        wire = self.spec.make_wire(request.query)
+
+        def ids_of(msg) -> list[str] | None:
+            if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+                return []
+            try:
+                events = list(wire.decode(msg.data))
+            except Exception:  # the real wire reports it, once the leg is served here
+                return []
+            started = next((e for e in events if isinstance(e, Started)), None)
+            if started is not None:
+                return list(started.call_ids)
+            return None if all(isinstance(e, Notice) for e in events) else []
+
+        return ids_of
 
 
 class _WireStream:

@@ -102,6 +102,10 @@ class PeerLimits:
         if peer is not None and peer.open > 0:
             peer.open -= 1
 
+    def open_counts(self) -> dict[str, int]:
+        """Every address with connections open now (the call plane publishes them for plane-wide caps)."""
+        return {address: peer.open for address, peer in self._peers.items() if peer.open > 0}
+
     def open_count(self, address: str) -> int:
         peer = self._peers.get(address)
         return peer.open if peer else 0

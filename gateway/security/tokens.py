@@ -5,6 +5,8 @@
 HMAC-SHA256 over it with a key derived from the API keys (so gateways sharing keys accept each other's
 tokens, and rotating the keys voids every token). The first door that opens a session with a token spends
 it; ids spent are remembered until they expire (bounded: a full memory refuses tokens rather than forget).
+In a cluster (cluster.redis_url) each minted id is also kept in Redis until it expires and the spending door
+takes it with an atomic GETDEL, so a token opens one session in the whole plane (gateway/legs/accept.py).
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ class SessionTokens:
     def _sign(self, payload: str) -> str:
         return _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest())
 
-    def check(self, token: str, spend: bool) -> None:
-        """Raises TokenError unless the token is ours, unexpired and unspent; `spend` uses it up."""
+    def check(self, token: str, spend: bool) -> str:
+        """Raises TokenError unless the token is ours, unexpired and unspent; `spend` uses it up. Returns its id."""
         body = token[len(PREFIX):] if token.startswith(PREFIX) else ""
         payload, _, signature = body.partition(".")
         if not payload or not hmac.compare_digest(signature.encode(), self._sign(payload).encode()):
@@ -77,6 +79,12 @@ class SessionTokens:
                 if len(self._spent) >= MAX_SPENT:
                     raise TokenError("too many tokens in use; try again shortly")
             self._spent[token_id] = expires
+        return token_id
+
+    @staticmethod
+    def token_id(token: str) -> str:
+        """The id of a token `check` accepted (the key it is spent by across a cluster)."""
+        return str(json.loads(_unb64(token[len(PREFIX):].partition(".")[0]))["id"])
 
     def _forget_expired(self, now: float) -> None:
         for token_id, expires in list(self._spent.items()):

@@ -1,0 +1,256 @@
+"""The one-hop forward: a leg that lands on a node that does not own its call is spliced to the owner.
+
+The door decides where a call lives once it knows the call's ids: from the path (`/v1/twilio/{call_id}`,
+before the upgrade) or from the leg's opening messages (Twilio's `start`, `call.attach`, a wire's start:
+read here, then replayed to whoever serves the leg). The owner is told with a signed `X-Voxgate-Hop`
+header that this node already checked the leg (auth, tokens, Origin, per-IP caps), so it checks nothing
+twice and never forwards again. Messages then pass both ways untouched, text as text and binary as
+binary, and a close on either side closes the other with the same code: the far end notices nothing.
+No audio passes through Redis; the hop is one WebSocket (or, for AudioSocket, one TCP stream) per leg.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import time
+from collections import deque
+from typing import Callable
+
+import aiohttp
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from gateway import protocol as P
+from gateway.cluster.plane import ClusterUnavailable, Owner
+from gateway.core.calls import normalize_call_id
+
+log = logging.getLogger("voxgate.cluster")
+
+HOP_HEADER = "X-Voxgate-Hop"
+HOP_MAX_AGE_S = 60.0
+HOP_KEY = "voxgate.hop"  # request key: the forwarding node's id, set by the guard for a valid hop
+CONNECT_TIMEOUT_S = 2.0
+PEEK_MESSAGES = 3  # opening messages read to learn a call's ids (Twilio: connected, start)
+MAX_HOP_MESSAGE = 4 * 2**20
+_CLOSING = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
+
+
+# ------------------------------------------------------------ the hop's signature
+def hop_value(secret: bytes, node_id: str, path: str, now: float | None = None) -> str:
+    stamp = str(int(time.time() if now is None else now))
+    mac = hmac.new(secret, f"{node_id};{stamp};{path}".encode(), hashlib.sha256).hexdigest()
+    return f"{node_id};{stamp};{mac}"
+
+
+def hop_sender(secret: bytes, value: str | None, path: str, now: float | None = None) -> str | None:
+    """The node that forwarded this request, when its header is genuine and fresh; else None."""
+    if not value or not secret:
+        return None
+    node_id, _, rest = value.partition(";")
+    stamp, _, mac = rest.partition(";")
+    try:
+        age = (time.time() if now is None else now) - int(stamp)
+    except ValueError:
+        return None
+    want = hmac.new(secret, f"{node_id};{stamp};{path}".encode(), hashlib.sha256).hexdigest()
+    return node_id if abs(age) <= HOP_MAX_AGE_S and hmac.compare_digest(mac.encode(), want.encode()) else None
+
+
+def is_hop(request: web.BaseRequest) -> bool:
+    return request.get(HOP_KEY) is not None
+
+
+# ------------------------------------------------------------ where a call lives
+async def owner_elsewhere(core, request: web.BaseRequest | None, ids: list[str]) -> Owner | None:
+    """None: serve the leg here (the call lives here, or is now claimed for this node); else its owner.
+
+    Raises ClusterUnavailable when Redis cannot say (a call already live here needs no Redis)."""
+    ids = [normalize_call_id(i) for i in ids if i]
+    if not ids or any(core.calls.get(i) is not None for i in ids):
+        return None
+    if request is not None and is_hop(request):
+        try:  # the forwarding node found us as the owner; keep the claim (it may have just expired)
+            await core.cluster.claim(ids)
+        except ClusterUnavailable:
+            pass
+        return None
+    return await core.cluster.claim(ids)
+
+
+def ws_url(owner: Owner, path_qs: str) -> str:
+    base = owner.url.rstrip("/")
+    return ("wss://" + base[8:] if base.startswith("https://") else "ws://" + base.removeprefix("http://")) + path_qs
+
+
+async def connect_owner(core, request: web.BaseRequest, owner: Owner, ids: list[str]) -> aiohttp.ClientWebSocketResponse | None:
+    """The hop to the owner, or None when this node should serve the leg itself (the owner is gone and its
+    claim passed to us: the call is then one that never existed, as anywhere else)."""
+    plane = core.cluster
+    for _ in range(2):
+        if owner.url:
+            headers = {HOP_HEADER: hop_value(plane.secret, plane.node_id, request.path), "Host": request.host,
+                       "X-Forwarded-For": ", ".join(filter(None, [request.headers.get("X-Forwarded-For"), request.remote])),
+                       "X-Forwarded-Proto": request.scheme}
+            protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+            try:
+                return await _http(core).ws_connect(ws_url(owner, request.path_qs), headers=headers, protocols=protocols,
+                                                    compress=0, max_msg_size=MAX_HOP_MESSAGE, autoping=True,
+                                                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0))
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                log.warning("cluster: owner %s of call %s unreachable (%s); taking the call over", owner.node_id, ids[0], exc)
+        owner = await plane.take_over(ids, owner.node_id)
+        if owner is None:
+            return None
+    return None
+
+
+def _http(core) -> aiohttp.ClientSession:
+    plane = core.cluster
+    if getattr(plane, "http", None) is None:
+        plane.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S))
+    return plane.http
+
+
+async def close(core) -> None:
+    session = getattr(core.cluster, "http", None)
+    if session is not None:
+        core.cluster.http = None
+        await session.close()
+
+
+# ------------------------------------------------------------ the splice
+async def splice(down: web.WebSocketResponse, up: aiohttp.ClientWebSocketResponse, first: list = ()) -> None:
+    """Pass messages both ways until one side closes; then close the other with its code."""
+    for msg in first:
+        await _relay(msg, up)
+
+    async def one_way(src, dst) -> None:
+        while True:
+            msg = await src.receive()
+            if msg.type in _CLOSING:
+                return
+            await _relay(msg, dst)
+
+    to_owner = asyncio.ensure_future(one_way(down, up))
+    from_owner = asyncio.ensure_future(one_way(up, down))
+    try:
+        done, _ = await asyncio.wait({to_owner, from_owner}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (to_owner, from_owner):
+            task.cancel()
+        await asyncio.gather(to_owner, from_owner, return_exceptions=True)
+    if from_owner in done:  # the owner closed: the far end gets the owner's code
+        code = up.close_code if up.close_code not in (None, 1005, 1006) else WSCloseCode.GOING_AWAY
+        if not down.closed:
+            await down.close(code=code)
+        await up.close()
+    else:
+        code = down.close_code if down.close_code not in (None, 1005, 1006) else WSCloseCode.OK
+        await up.close(code=code)
+        if not down.closed:
+            await down.close(code=code)
+
+
+async def _relay(msg, dst) -> None:
+    if msg.type == WSMsgType.TEXT:
+        await dst.send_str(msg.data)
+    elif msg.type == WSMsgType.BINARY:
+        await dst.send_bytes(msg.data)
+
+
+class ReplayingSocket:
+    """A prepared WebSocket whose first `receive()`s return the messages the door already read."""
+
+    def __init__(self, ws: web.WebSocketResponse, first: list):
+        self._ws = ws
+        self._first = deque(first)
+
+    async def receive(self, timeout: float | None = None):
+        if self._first:
+            return self._first.popleft()
+        return await self._ws.receive(timeout)
+
+    def __getattr__(self, name):
+        return getattr(self._ws, name)
+
+
+# ------------------------------------------------------------ the doors
+def unavailable_event(exc: ClusterUnavailable) -> dict:
+    return P.error_event(P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly")
+
+
+async def forward_by_path(core, request: web.Request, door: str, ids: list[str], ws_kwargs: dict | None = None) -> web.StreamResponse | None:
+    """A door whose call ids are known before the upgrade: the finished forwarded response, a refusal, or None
+    (serve it here)."""
+    if core.cluster is None or not ids or is_hop(request):
+        return None
+    try:
+        owner = await owner_elsewhere(core, request, ids)
+        if owner is None:
+            return None
+        up = await connect_owner(core, request, owner, ids)
+    except ClusterUnavailable as exc:
+        core.metrics.errors.labels(code=P.CLUSTER_UNAVAILABLE).inc()
+        return web.json_response(unavailable_event(exc), status=503, headers={"Retry-After": "1"})
+    if up is None:
+        return None
+    kwargs = dict(ws_kwargs or {})
+    kwargs["protocols"] = (up.protocol,) if up.protocol else ()
+    down = web.WebSocketResponse(compress=False, max_msg_size=MAX_HOP_MESSAGE, **kwargs)
+    await down.prepare(request)
+    await _spliced(core, door, down, up, [])
+    return down
+
+
+async def forward_after_peek(core, request: web.Request, ws: web.WebSocketResponse, door: str,
+                             ids_of: Callable[[object], list[str] | None], timeout: float, native_errors: bool = False):
+    """A door whose call ids come in its opening messages: reads up to a few, then serves the leg here (returns a
+    socket that replays them) or forwards it to the owner (returns None: the leg is over)."""
+    if core.cluster is None or is_hop(request):
+        return ws
+    first, ids = [], []
+    try:
+        async with asyncio.timeout(timeout):
+            while len(first) < PEEK_MESSAGES:
+                msg = await ws.receive()
+                first.append(msg)
+                if msg.type in _CLOSING:
+                    break
+                found = ids_of(msg)
+                if found is not None:
+                    ids = found
+                    break
+    except TimeoutError:
+        pass
+    if not ids:
+        return ReplayingSocket(ws, first)
+    try:
+        owner = await owner_elsewhere(core, request, ids)
+        up = None if owner is None else await connect_owner(core, request, owner, ids)
+    except ClusterUnavailable as exc:
+        core.metrics.errors.labels(code=P.CLUSTER_UNAVAILABLE).inc()
+        log.info("cluster: %s leg for %s refused: %s", door, ids[0], exc)
+        if native_errors:
+            await ws.send_json(unavailable_event(exc))
+        await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
+        return None
+    except P.ProtocolError:  # an id that is not one: the leg's own code says so
+        return ReplayingSocket(ws, first)
+    if up is None:
+        return ReplayingSocket(ws, first)
+    await _spliced(core, door, ws, up, first)
+    return None
+
+
+async def _spliced(core, door: str, down, up, first: list) -> None:
+    core.metrics.cluster_forwards.labels(door=door).inc()
+    core.calls.track(down.close)  # a shutdown closes forwarded legs too
+    try:
+        await splice(down, up, first)
+    except (ConnectionError, aiohttp.ClientError) as exc:
+        log.info("cluster: %s forward ended: %s", door, exc)
+        if not down.closed:
+            await down.close(code=WSCloseCode.GOING_AWAY)
+        await up.close()
