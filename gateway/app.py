@@ -82,7 +82,8 @@ def engine_choice(config: Config) -> EngineChoice:
                                     os.path.join(os.path.expanduser("~"), ".cache", "voxgate", "voices"))
     return EngineChoice(kind=e.kind, model_dir=e.model_dir, device=e.device, dtype=e.dtype, max_batch=e.max_batch,
                         max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache,
-                        voice_cache_dir=voice_cache, simulated=simulated)
+                        voice_cache_dir=voice_cache, simulated=simulated, endpoints=list(e.endpoints),
+                        connect_timeout_s=e.connect_timeout_s)
 
 
 class Gateway:
@@ -90,9 +91,16 @@ class Gateway:
 
     def __init__(self, config: Config, engine: Engine | None = None, legs: Iterable[Leg] = LEGS):
         self.config = config
+        self.supervisor = None  # engine.isolate: the engine child process
         if engine is None:
+            choice = engine_choice(config)
+            if config.engine.isolate:
+                from gateway.engine_supervisor import EngineSupervisor
+
+                self.supervisor = EngineSupervisor(config)
+                choice = EngineChoice(kind="remote", endpoints=[self.supervisor.endpoint], connect_timeout_s=0)
             try:
-                engine = build_engine(engine_choice(config))
+                engine = build_engine(choice)
             except ValueError as exc:
                 raise ValueError(f"{config.source}: {exc}") from exc
         self.engine = engine
@@ -187,7 +195,16 @@ class Gateway:
 
             await asyncio.to_thread(warm_up)
         self.core.voice.check()  # a barge_in detector that cannot load is a start-up error
+        if self.supervisor is not None:
+            await self.supervisor.start()
         await self.engine.start()
+        if self.supervisor is not None:
+            try:
+                await self.supervisor.wait_ready(self.engine, self.config.engine.isolate_start_timeout_s)
+            except BaseException:
+                await self.engine.close()
+                await self.supervisor.stop()
+                raise
         try:
             await self.voices.start()  # a cloned voice that cannot be prepared refuses the start, naming it
         except BaseException:
@@ -254,6 +271,8 @@ class Gateway:
             await self._runner.cleanup()
             self._runner = None
         await self.engine.close()
+        if self.supervisor is not None:
+            await self.supervisor.stop(self.config.server.limits.drain_timeout_s + 5)
 
 
 # ---------------------------------------------------------------- serve command
@@ -294,6 +313,8 @@ def serve_main(args) -> int:
     cluster = {key: getattr(args, key, None) for key in ("advertise_url", "node_id") if getattr(args, key, None)}
     if cluster:
         overrides["cluster"] = cluster
+    if getattr(args, "isolate_engine", False):
+        overrides["engine"]["isolate"] = True
     if getattr(args, "model", None) == "tiny":  # gateway/cli.py made the tiny checkpoint and set args.model_dir
         overrides["engine"].update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
     try:

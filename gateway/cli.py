@@ -24,6 +24,8 @@ def _add_serve(sub) -> None:
     p.add_argument("--vocoder", choices=VOCODERS, help="override engine.vocoder (auto: the fastest available, logged)")
     p.add_argument("--advertise-url", help="override cluster.advertise_url (how other nodes reach this one)")
     p.add_argument("--node-id", help="override cluster.node_id")
+    p.add_argument("--isolate-engine", action="store_true", help="run the engine as a supervised child process "
+                                                                 "(engine.isolate: true)")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run_serve)
 
@@ -36,6 +38,33 @@ def _run_serve(args) -> int:
 
         args.model_dir = ensure_tiny_model()
     return serve_main(args)
+
+
+# ------------------------------------------------------------------ engine
+def _add_engine(sub) -> None:
+    p = sub.add_parser("engine", help="serve one engine to gateways over a socket (engine.kind: remote connects to it)")
+    p.add_argument("--config", default="configs/default.yaml", help="YAML config: its engine, simulated and voices "
+                                                                    "sections (default: %(default)s)")
+    p.add_argument("--listen", required=True, help="tcp://HOST:PORT (needs VOXGATE_ENGINE_SECRET) or ipc://PATH")
+    p.add_argument("--http-port", type=int, default=None, help="/healthz, /readyz and /metrics on this port (0: a free one)")
+    p.add_argument("--http-host", default=None, help="default: the --listen host (tcp), 127.0.0.1 (ipc)")
+    p.add_argument("--heartbeat-s", type=float, default=2.0, help="a gateway silent this long is gone: its streams "
+                                                                  "are freed (default: %(default)s)")
+    p.add_argument("--model-dir", help="override engine.model_dir (Qwen3-TTS checkpoint)")
+    p.add_argument("--model", choices=["tiny"], help="'tiny': make (once) and serve a tiny random Qwen3 checkpoint")
+    p.add_argument("--vocoder", choices=VOCODERS, help="override engine.vocoder")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(handler=_run_engine)
+
+
+def _run_engine(args) -> int:
+    from gateway.engine_service import engine_main
+
+    if args.model == "tiny":
+        from tts.qwen3.tools import ensure_tiny_model
+
+        args.model_dir = ensure_tiny_model()
+    return engine_main(args)
 
 
 # ------------------------------------------------------------------ synth
@@ -246,7 +275,7 @@ def _run_drain(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_serve, _add_synth, _add_clone_tools, _add_make_tiny_model, _add_bench, _add_export_vocoder, _add_loadtest, _add_normalize,
+    for add in (_add_serve, _add_engine, _add_synth, _add_clone_tools, _add_make_tiny_model, _add_bench, _add_export_vocoder, _add_loadtest, _add_normalize,
                 _add_drain):
         add(sub)
     return parser

@@ -31,6 +31,15 @@ def _is_origin(text: str) -> bool:
     return bool(sep and scheme and rest) and "/" not in rest.rstrip("/") and " " not in text
 
 
+def _is_engine_endpoint(text: str) -> bool:
+    import re
+
+    if text.startswith("ipc://"):
+        return len(text) > len("ipc://")
+    m = re.fullmatch(r"tcp://(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})", text)
+    return bool(m) and int(m.group(2)) <= 65535
+
+
 def _are_networks(entries: list[str]) -> bool:
     from gateway.security.peers import parse_networks
 
@@ -112,9 +121,25 @@ class EngineConfig:
     stall_timeout_s: float = 10.0  # a text chunk with no audio from the engine for this long fails with engine_error
     voice_cache: str | None = None  # cloned voices' x-vectors and reference codes (default: server.voices_dir/cache,
     # else ~/.cache/voxgate/voices)
+    # kind remote: engine processes (`voxgate engine`) to place requests on; tcp:// needs VOXGATE_ENGINE_SECRET
+    endpoints: list[str] = field(default_factory=list)  # tcp://HOST:PORT | ipc://PATH
+    connect_timeout_s: float = 5.0  # remote: how long the start waits for a first engine (then it serves without)
+    # the engine in its own process on this box: `voxgate engine` as a supervised child on an ipc:// socket
+    isolate: bool = False
+    isolate_start_timeout_s: float = 600.0  # isolate: how long the start waits for the child to load
 
     def validate(self, check) -> None:
-        check(self.kind in ("auto", "qwen3", "simulated", "espeak"), "kind", "must be auto, qwen3, simulated or espeak")
+        check(self.kind in ("auto", "qwen3", "simulated", "espeak", "remote"), "kind",
+              "must be auto, qwen3, simulated, espeak or remote")
+        check(self.kind != "remote" or bool(self.endpoints), "endpoints", "must list at least one engine for kind: remote")
+        check(self.kind == "remote" or not self.endpoints, "endpoints", "are only for kind: remote")
+        check(all(isinstance(e, str) and _is_engine_endpoint(e) for e in self.endpoints), "endpoints",
+              "entries must be tcp://HOST:PORT or ipc://PATH")
+        check(len(set(self.endpoints)) == len(self.endpoints), "endpoints", "lists an engine twice")
+        check(not (self.isolate and self.kind == "remote"), "isolate",
+              "runs a local engine (qwen3, simulated, espeak) as a child; kind: remote connects to engines instead")
+        check(self.connect_timeout_s >= 0, "connect_timeout_s", "must be >= 0")
+        check(self.isolate_start_timeout_s > 0, "isolate_start_timeout_s", "must be > 0")
         check(self.stall_timeout_s > 0, "stall_timeout_s", "must be > 0")
         check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
         check(self.max_batch >= 1, "max_batch", "must be >= 1")

@@ -102,6 +102,18 @@ class PcmChunk:
 _END = object()
 
 
+class _Sink:
+    """Stands in for a forwarded stream's queue (`SynthesisStream.forward`)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def put_nowait(self, item) -> None:
+        self.fn(None if item is _END else item)
+
+
 class SynthesisStream:
     """Async iterator over a request's `PcmChunk`s.
 
@@ -150,6 +162,14 @@ class SynthesisStream:
     @property
     def done(self) -> bool:
         return self._done
+
+    def forward(self, sink) -> None:
+        """Hand every item to `sink(item)` instead of the iterator: each `PcmChunk`, an exception when the
+        stream fails, then `None` at its end. The engine service reads thousands of streams this way without a
+        task each; a forwarded stream is not iterated."""
+        pending, self._queue = self._queue, _Sink(sink)
+        while not pending.empty():
+            self._queue.put_nowait(pending.get_nowait())
 
     # -- engine side ---------------------------------------------------
     def _deliver(self, chunk: PcmChunk) -> None:

@@ -15,7 +15,7 @@ from tts.engine import Engine
 
 log = logging.getLogger("voxgate.tts")
 
-KINDS = ("auto", "qwen3", "simulated", "espeak")
+KINDS = ("auto", "qwen3", "simulated", "espeak", "remote")
 
 
 @dataclass
@@ -32,6 +32,8 @@ class EngineChoice:
     vocoder_cache: str | None = None  # qwen3: ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
     voice_cache_dir: str | None = None  # qwen3 Base: cloned voices' parts on disk (x-vector, reference codes)
     simulated: dict = field(default_factory=dict)  # tts.simulated.SimulatedSettings fields
+    endpoints: list[str] = field(default_factory=list)  # remote: engine processes (tcp://HOST:PORT | ipc://PATH)
+    connect_timeout_s: float = 5.0  # remote: start() waits this long for a first engine (then serves without one)
 
 
 def resolve_engine_kind(kind: str, model_dir: str | None) -> str:
@@ -83,4 +85,14 @@ def build_engine(choice: EngineChoice) -> Engine:
             vocoder_cache=choice.vocoder_cache,
             voice_cache_dir=choice.voice_cache_dir,
         ))
+    if kind == "remote":
+        try:
+            from tts.service.remote import RemoteEngine
+            from tts.service.transport import secret_from_env
+        except ImportError as exc:
+            raise ValueError(f"engine.kind remote needs the service extra (pip install 'voxgate[service]'): {exc}") from None
+        if not choice.endpoints:
+            raise ValueError("engine.endpoints must list at least one engine for engine.kind: remote")
+        return RemoteEngine(choice.endpoints, secret=secret_from_env(choice.endpoints),
+                            connect_timeout_s=choice.connect_timeout_s)
     raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")

@@ -1,0 +1,108 @@
+"""The engine wire (tts/service/wire.py) and its server's door: typed messages, versions, bad input, the secret.
+
+A raw ZeroMQ DEALER plays a gateway (or a stranger) against a real EngineServer on loopback tcp://.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import numpy as np
+import pytest
+
+zmq = pytest.importorskip("zmq")
+
+from tts.service import wire as W  # noqa: E402
+from tts.service.remote import RemoteEngine  # noqa: E402
+from tts.service.server import EngineServer  # noqa: E402
+from tts.service.transport import EndpointError, Transport, secret_from_env  # noqa: E402
+from tts.simulated import SimulatedEngine  # noqa: E402
+
+SECRET = b"wire-test-secret-0123456789"
+
+
+def test_messages_round_trip_and_pcm_travels_as_raw_frames():
+    pcm = np.linspace(-1, 1, 1920, dtype=np.float32)
+    frames = W.encode(W.Packets(chunks=[W.Chunk(7, 3, False, 1)]), [W.pcm_part(pcm)])
+    assert len(frames) == 2 and bytes(frames[1]) == pcm.tobytes()  # the samples themselves, not in the header
+    msg = W.decode_from_engine([frames[0], bytes(frames[1])])
+    assert msg.chunks == [W.Chunk(7, 3, False, 1)]
+    back = W.pcm_from(bytes(frames[1]))
+    assert np.array_equal(back, pcm) and back.flags.writeable
+
+
+def test_unknown_types_bad_fields_and_garbage_get_stable_codes_and_new_fields_are_ignored():
+    def code(raw: bytes) -> str:
+        with pytest.raises(W.WireError) as e:
+            W.decode_from_gateway([raw])
+        return e.value.code
+
+    assert code(msgspec.msgpack.encode({"t": "turn_open", "turn": 1})) == W.UNKNOWN_TYPE
+    assert code(msgspec.msgpack.encode({"t": "ops", "submit": [{"sid": "x"}]})) == W.BAD_MESSAGE
+    assert code(b"\xc1 not msgpack") == W.BAD_MESSAGE
+    assert W.decode_from_gateway([msgspec.msgpack.encode({"t": "ping", "added_later": 1})]) == W.Ping()
+
+
+def test_tcp_needs_the_secret_and_endpoints_are_checked():
+    with pytest.raises(EndpointError, match="VOXGATE_ENGINE_SECRET"):
+        secret_from_env(["tcp://10.0.0.1:7000"], env={})
+    with pytest.raises(EndpointError, match="too short"):
+        secret_from_env(["tcp://10.0.0.1:7000"], env={"VOXGATE_ENGINE_SECRET": "short"})
+    assert secret_from_env(["ipc:///run/voxgate/engine.sock"], env={}) is None
+    with pytest.raises(ValueError):
+        RemoteEngine(["http://engine:7000"])
+
+
+@pytest.fixture
+async def server():
+    engine = SimulatedEngine()
+    await engine.start()
+    srv = EngineServer(engine, "tcp://127.0.0.1:0", secret=SECRET, heartbeat_s=1.0)
+    await srv.start()
+    yield srv
+    await srv.close()
+    await engine.close()
+
+
+async def _exchange(sock, msg_frames: list, timeout: float = 5.0):
+    await sock.send_multipart(msg_frames)
+    return W.decode_from_engine(await asyncio.wait_for(sock.recv_multipart(), timeout))
+
+
+async def test_the_engine_answers_strangers_bad_messages_and_old_versions_and_keeps_serving(server):
+    transport = Transport()
+    sock = transport.client_socket(server.endpoint, SECRET)
+    try:
+        await asyncio.sleep(0.2)  # the handshake
+        reply = await _exchange(sock, W.encode(W.Ops()))
+        assert isinstance(reply, W.Error) and reply.code == W.NO_HELLO
+        reply = await _exchange(sock, W.encode(W.Hello(v=W.VERSION + 1, gateway="g")))
+        assert isinstance(reply, W.Refused) and reply.code == W.VERSION_MISMATCH
+        reply = await _exchange(sock, [msgspec.msgpack.encode({"t": "turn_open", "turn": 1})])
+        assert isinstance(reply, W.Error) and reply.code == W.UNKNOWN_TYPE
+        reply = await _exchange(sock, W.encode(W.Hello(v=W.VERSION, gateway="g")))
+        assert isinstance(reply, W.Welcome) and reply.engine == "simulated" and reply.heartbeat_s == 1.0
+        await sock.send_multipart(W.encode(W.Ops(submit=[W.Submit(sid=1, text="Hi there.", due_in=0.0),
+                                                         W.Submit(sid=1, text="Same sid.", due_in=0.0),
+                                                         W.Submit(sid=2, text="Bad time.", due_in=float("nan"))])))
+        failed, chunks = {}, []
+        while 1 not in {c.sid for c in chunks if c.last}:
+            msg = W.decode_from_engine(await asyncio.wait_for(sock.recv_multipart(), 5))
+            if isinstance(msg, W.Packets):
+                failed.update({f.sid: f.code for f in msg.failed})
+                chunks += msg.chunks
+        assert failed == {1: W.BAD_MESSAGE, 2: W.BAD_MESSAGE}  # the duplicate and the NaN; sid 1 itself played
+    finally:
+        sock.close(linger=0)
+        transport.close()
+
+
+async def test_a_gateway_with_another_secret_cannot_connect(server):
+    remote = RemoteEngine([server.endpoint], secret=b"not-the-secret-at-all-000", connect_timeout_s=1.0)
+    await remote.start()
+    try:
+        assert remote.health() is not None and "VOXGATE_ENGINE_SECRET" in remote.health()
+        assert server.gateways == 0
+    finally:
+        await remote.close()

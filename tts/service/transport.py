@@ -1,0 +1,162 @@
+"""Sockets of the engine service: endpoints, and CURVE security for tcp:// (docs/engine-protocol.md).
+
+tcp:// endpoints are always encrypted and mutually authenticated with ZeroMQ's
+CURVE (Curve25519 keys, as in CurveZMQ): both key pairs derive from the shared
+secret in `VOXGATE_ENGINE_SECRET`, so a peer without the secret can neither
+read the stream nor complete the handshake. ipc:// sockets are guarded by the
+file system (the socket's folder); the secret is not needed there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+
+import zmq
+import zmq.asyncio
+from zmq.utils import z85
+
+from tts.service.wire import SECRET_ENV
+
+_TCP = re.compile(r"tcp://(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+|\*):(\d{1,5})")
+MAX_MESSAGE_BYTES = 64 * 2**20  # a cloned voice's reference recording is the largest message
+
+
+class EndpointError(ValueError):
+    pass
+
+
+def send_now(sock, frames: list, copy: bool = True, on_error=None) -> BaseException | None:
+    """Send without waiting on an asyncio socket: the error of a send that failed at once (EAGAIN while not
+    connected, EHOSTUNREACH for a ROUTER peer that is gone), else None. A send that had to wait and then failed
+    calls `on_error(exc)` later."""
+    try:
+        fut = sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy)
+    except zmq.ZMQError as exc:
+        return exc
+    if fut.done():
+        return None if fut.cancelled() else fut.exception()
+
+    def done(f) -> None:
+        if not f.cancelled() and f.exception() is not None and on_error is not None:
+            on_error(f.exception())
+
+    fut.add_done_callback(done)
+    return None
+
+
+def check_endpoint(endpoint: str) -> str:
+    """`tcp://HOST:PORT` or `ipc://PATH`; ValueError otherwise."""
+    if endpoint.startswith("ipc://"):
+        if len(endpoint) <= len("ipc://"):
+            raise EndpointError(f"{endpoint!r}: ipc:// needs a path")
+        return endpoint
+    m = _TCP.fullmatch(endpoint)
+    if not m or not 0 <= int(m.group(2)) <= 65535:
+        raise EndpointError(f"{endpoint!r}: expected tcp://HOST:PORT or ipc://PATH")
+    return endpoint
+
+
+def needs_secret(endpoint: str) -> bool:
+    return endpoint.startswith("tcp://")
+
+
+def secret_from_env(endpoints: list[str], env: dict | None = None) -> bytes | None:
+    """The shared secret when any endpoint is tcp:// (EndpointError when it is missing or too short)."""
+    env = os.environ if env is None else env
+    value = env.get(SECRET_ENV, "")
+    if not any(needs_secret(e) for e in endpoints):
+        return value.encode() if value else None
+    if len(value) < 16:
+        raise EndpointError(f"tcp:// engine endpoints need the shared secret in {SECRET_ENV} "
+                            f"(at least 16 characters; {'it is unset' if not value else 'it is too short'})")
+    return value.encode()
+
+
+def _keypair(secret: bytes, role: bytes) -> tuple[bytes, bytes]:
+    """(public, secret) z85 CURVE keys derived from the shared secret for one role (server | client)."""
+    raw = hashlib.sha256(b"voxgate-engine-curve-v1/" + role + b"/" + secret).digest()
+    private = z85.encode(raw)
+    return zmq.curve_public(private), private
+
+
+class _ClientKeyCheck:
+    """ZAP callback: only the client key derived from the shared secret may connect."""
+
+    def __init__(self, public: bytes):
+        self.public = public
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key == self.public
+
+
+class Transport:
+    """One process's ZeroMQ context and (for tcp:// servers) its authenticator thread."""
+
+    def __init__(self) -> None:
+        self._sync = zmq.Context()
+        self.context = zmq.asyncio.Context.shadow(self._sync.underlying)
+        self._auth = None
+        self._lock = threading.Lock()
+
+    def _authenticator(self, client_public: bytes) -> None:
+        with self._lock:
+            if self._auth is None:
+                from zmq.auth.thread import ThreadAuthenticator
+
+                self._auth = ThreadAuthenticator(self._sync, log=None)
+                self._auth.start()
+                self._auth.configure_curve_callback("*", _ClientKeyCheck(client_public))
+
+    def server_socket(self, endpoint: str, secret: bytes | None) -> zmq.asyncio.Socket:
+        """A bound ROUTER. tcp:// requires the secret."""
+        check_endpoint(endpoint)
+        sock = self.context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gateway that is gone raises: its streams are freed
+        sock.setsockopt(zmq.SNDHWM, 0)  # never drop audio silently; a gateway that stops reading is expired
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        if needs_secret(endpoint):
+            if not secret:
+                raise EndpointError(f"{endpoint}: a tcp:// engine needs the shared secret in {SECRET_ENV}")
+            server_public, server_private = _keypair(secret, b"server")
+            client_public, _ = _keypair(secret, b"client")
+            self._authenticator(client_public)
+            sock.curve_server = True
+            sock.curve_publickey, sock.curve_secretkey = server_public, server_private
+        elif endpoint.startswith("ipc://"):
+            folder = os.path.dirname(endpoint[len("ipc://"):])
+            if folder:
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+        sock.bind(endpoint)
+        return sock
+
+    def client_socket(self, endpoint: str, secret: bytes | None) -> zmq.asyncio.Socket:
+        """A DEALER connecting to one engine (it reconnects by itself; sends fail while it is down)."""
+        check_endpoint(endpoint)
+        sock = self.context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # queue nothing for an engine that is not connected
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        if needs_secret(endpoint):
+            if not secret:
+                raise EndpointError(f"{endpoint}: tcp:// engine endpoints need the shared secret in {SECRET_ENV}")
+            server_public, _ = _keypair(secret, b"server")
+            client_public, client_private = _keypair(secret, b"client")
+            sock.curve_serverkey = server_public
+            sock.curve_publickey, sock.curve_secretkey = client_public, client_private
+        sock.connect(endpoint)
+        return sock
+
+    def close(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        self._sync.destroy(linger=0)  # the asyncio context is a shadow of this one: one termination
