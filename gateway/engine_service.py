@@ -16,7 +16,7 @@ import logging
 import signal
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gateway.config import Config, ConfigError, load_config
@@ -24,6 +24,8 @@ from gateway.runtime_stats import RuntimeCollector
 from tts import EngineError, VoiceClone, build_engine
 
 log = logging.getLogger("voxgate.engine")
+
+STEP_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.5, 1.0)
 
 
 def _engine_choice(config: Config):
@@ -40,6 +42,20 @@ class EngineMetrics:
         self.registry = CollectorRegistry()
         self.registry.register(self)
         self.registry.register(RuntimeCollector())
+        # every step's duration where the engine keeps them (qwen3: `recent_step_s`), read at each scrape
+        self.step_seconds = Histogram("voxgate_engine_step_seconds", "Duration of each engine step (one batched frame)",
+                                      buckets=STEP_BUCKETS, registry=self.registry)
+        self._steps_seen = 0
+
+    def _observe_steps(self) -> None:
+        recent = getattr(self.server.engine, "recent_step_s", None)
+        if recent is None:
+            return
+        total = int(self.server.engine.stats().get("steps", 0) or 0)
+        fresh = min(total - self._steps_seen, len(recent))
+        for seconds in list(recent)[len(recent) - fresh:] if fresh > 0 else ():
+            self.step_seconds.observe(seconds)
+        self._steps_seen = total
 
     def describe(self):
         return []
@@ -52,7 +68,8 @@ class EngineMetrics:
         info.add_metric([engine.name, str(getattr(engine, "vocoder_name", None) or "none"), srv.engine_id], 1.0)
         yield info
         gauges = {
-            "voxgate_engine_active_requests": ("Requests the engine is running (its batch)", stats.get("active", 0)),
+            "voxgate_engine_active_requests": ("Requests the engine is running", stats.get("active", 0)),
+            "voxgate_engine_batch_size": ("Streams in the engine's batch now (its active requests)", stats.get("active", 0)),
             "voxgate_engine_queue_depth": ("Requests waiting for a slot", stats.get("queued", 0)),
             "voxgate_engine_slots": ("Requests it runs at once (max_batch; 0: no fixed limit)", srv.slots),
             "voxgate_engine_gateways": ("Gateways connected", srv.gateways),
@@ -93,7 +110,23 @@ class EngineMetrics:
         yield family
 
     def render(self) -> bytes:
+        self._observe_steps()
         return generate_latest(self.registry)
+
+
+def metric_names() -> set[str]:
+    """The metric families `voxgate engine` exports (deploy tests check dashboards against them)."""
+    from tts import EngineChoice
+
+    class _Idle:  # an EngineServer's face, without a socket
+        engine, engine_id, gateways, open_streams, slots, draining = build_engine(EngineChoice("simulated")), "-", 0, 0, 0, False
+        counters = {k: 0 for k in ("completed", "failed", "cancelled", "refused", "expired", "messages_in",
+                                   "messages_out", "pcm_bytes_out")}
+
+        def ready(self):
+            return None
+
+    return {m.name for m in EngineMetrics(_Idle()).registry.collect()}
 
 
 def http_routes(server, metrics: EngineMetrics) -> list[web.RouteDef]:

@@ -194,12 +194,10 @@ def gateway_metric_names() -> set[str]:
 
 
 def engine_metric_names() -> set[str] | None:
-    """Families the engine service exports on its /metrics, or None before issue 21 lands."""
-    try:
-        from gateway.engine_service import metrics as engine_metrics  # noqa: F401  (name fixed when 21 lands)
-    except ImportError:
-        return None
-    return None
+    """Families the engine service (`voxgate engine`) exports on its /metrics."""
+    from gateway.engine_service import metric_names
+
+    return metric_names()
 
 
 def exported(name: str, names: set[str]) -> bool:
