@@ -276,6 +276,18 @@ class ClusterPlane:
         text = {k.decode(): v.decode() for k, v in info.items()}
         return Owner(node_id, text.get("url") or None, text.get("audiosocket") or None, text.get("draining") == "1")
 
+    def keep(self, ids: Iterable[str]) -> None:
+        """Claim more ids of a live call of ours now, not at the next heartbeat (fire and forget)."""
+        keys = [self.key("call", i) for i in ids]
+        if keys and self._redis is not None:
+            asyncio.get_running_loop().create_task(self._keep(keys))
+
+    async def _keep(self, keys: list[str]) -> None:
+        try:
+            await self._scripts["refresh"](keys=keys, args=[self.node_id, self.ttl_ms])
+        except Exception as exc:
+            log.info("cluster: claiming %d more call ids failed (%s); the heartbeat retries", len(keys), _why(exc))
+
     def release(self, ids: Iterable[str]) -> None:
         """The call ended: its ids are free (fire and forget; a failure leaves them to expire within the TTL)."""
         keys = [self.key("call", i) for i in ids]

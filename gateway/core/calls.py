@@ -173,6 +173,8 @@ class CallRegistry:
                 if self.get(i) is None:
                     self._calls[i] = call
                     call.aliases.add(i)
+            if self.core.cluster is not None:  # the media leg's own ids (callSid, streamSid) are this call's too
+                self.core.cluster.keep(ids)
         call.media, call.media_kind, call.media_state = leg, kind, "connected"
         call.session.attach_media(leg)
         self.core.play(call.session)
