@@ -186,8 +186,10 @@ async def test_the_rendered_topology_runs_on_loopback_and_a_call_plays(tmp_path)
         wait_http(f"http://127.0.0.1:{lb_port}/v1/models", lb, lb_log, timeout=20)
 
         legs = await asyncio.gather(*(play_a_call(f"ws://127.0.0.1:{lb_port}", c) for c in CALLS))
-        per_gateway = [metric(http_get(f"http://{h}:{p}/metrics")[1].decode(), "voxgate_sessions_active") for _, h, p, _, _ in gateways]
+        scraped = [http_get(f"http://{h}:{p}/metrics")[1].decode() for _, h, p, _, _ in gateways]
+        per_gateway = [metric(text, "voxgate_sessions_active") for text in scraped]
         assert sum(per_gateway) == len(CALLS), f"legs of a call landed apart: sessions per gateway {per_gateway}"
+        assert sum(metric(text, "voxgate_cluster_forwards_total") for text in scraped) == 0, "a leg needed a forward"
         assert all(n > 0 for n in per_gateway), f"the hash sent every call to one gateway: {per_gateway}"
         for control, tw in legs:
             await tw.stop()

@@ -17,7 +17,7 @@ from pathlib import Path
 import websockets
 
 ROOT = Path(__file__).resolve().parents[2]
-LONG = " ".join(f"Sentence number {i} keeps this turn going while the pod drains." for i in range(6))
+LONG = " ".join(f"Sentence number {i} keeps this turn going while the pod drains." for i in range(4))
 
 
 def free_port() -> int:

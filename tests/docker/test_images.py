@@ -44,6 +44,13 @@ def exec_form(args: str) -> list[str]:
     return json.loads(args) if args.startswith("[") else shlex.split(args)
 
 
+def env_names(tree) -> list[str]:
+    """Every env var a config names (`*_env` keys): the secrets it reads at start."""
+    if isinstance(tree, dict):
+        return [n for k, v in tree.items() for n in ([v] if k.endswith("_env") and isinstance(v, str) else env_names(v))]
+    return [n for v in tree for n in env_names(v)] if isinstance(tree, list) else []
+
+
 def dockerignored(rel: str) -> bool:
     patterns = [p.strip() for p in (ROOT / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")]
     parts = rel.split("/")
@@ -85,6 +92,8 @@ def test_entrypoint_is_a_real_voxgate_subcommand_with_a_loadable_config(dockerfi
     copied = {exec_form(a)[-1].lstrip("./") for w, a in steps if w == "COPY"}
     assert any(args.config.startswith(c.rstrip("/")) for c in copied), f"{args.config} is not copied into the image"
     monkeypatch.setenv("VOXGATE_MODEL_DIR", "/models")
+    for name in env_names(yaml.safe_load((ROOT / args.config).read_text())):  # secrets the orchestrator passes in
+        monkeypatch.setenv(name, "stand-in-secret-0123456789abcdef")
     try:
         cfg = load_config(str(ROOT / args.config), {})
     except ConfigError as exc:
