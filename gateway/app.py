@@ -246,7 +246,7 @@ class Gateway:
         if self.core.cluster is not None:
             self.core.draining = True
             await self.core.cluster.set_draining()
-            while time.monotonic() < deadline and len(self.calls):
+            while time.monotonic() < deadline and (len(self.calls) or self.core.cluster.forwarded_legs):
                 await asyncio.sleep(0.05)
         self.core.accepting = False
         while time.monotonic() < deadline and any(s.active_turns for s in self.sessions.values()):

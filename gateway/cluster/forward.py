@@ -247,6 +247,7 @@ async def forward_after_peek(core, request: web.Request, ws: web.WebSocketRespon
 async def _spliced(core, door: str, down, up, first: list) -> None:
     core.metrics.cluster_forwards.labels(door=door).inc()
     core.calls.track(down.close)  # a shutdown closes forwarded legs too
+    core.cluster.forwarded_legs += 1  # a draining node waits for these as for its own calls
     try:
         await splice(down, up, first)
     except (ConnectionError, aiohttp.ClientError) as exc:
@@ -254,3 +255,5 @@ async def _spliced(core, door: str, down, up, first: list) -> None:
         if not down.closed:
             await down.close(code=WSCloseCode.GOING_AWAY)
         await up.close()
+    finally:
+        core.cluster.forwarded_legs -= 1

@@ -132,6 +132,8 @@ class ClusterPlane:
         self.local_peers: Callable[[], dict[str, int]] = dict  # address -> open connections here (set by CallCore)
         self.on_heartbeat: list[Callable[[], object]] = []  # async jobs run after each beat (the voice sync)
         self._reported_peers: set[str] = set()
+        self.forwarded_legs = 0  # legs this node splices to their calls' owners now
+        self.http = None  # the forward's aiohttp client session (gateway/cluster/forward.py)
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
