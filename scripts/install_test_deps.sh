@@ -30,6 +30,8 @@ if [ ! -x .venv-checkov/bin/checkov ]; then
   (.venv/bin/python -m venv .venv-checkov && .venv-checkov/bin/pip install -q "checkov==3.3.30") >/dev/null 2>&1 \
     || echo "install_test_deps: could not install checkov; the policy scan will be skipped"
 fi
+# the real Pipecat and LiveKit Agents for tests/plugins, in a venv of their own (.venv-plugins)
+scripts/install_plugin_deps.sh || echo "install_test_deps: no plugin venv; Pipecat/LiveKit plugin tests will be skipped"
 if [ -x scripts/install_reference.sh ]; then
   scripts/install_reference.sh || echo "install_test_deps: official qwen-tts unavailable; live parity tests will be skipped"
 fi

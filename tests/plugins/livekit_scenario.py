@@ -1,0 +1,100 @@
+"""LiveKit Agents' TTS API against a voxgate on loopback; run by tests/plugins/test_livekit.py in the plugin venv.
+
+    python livekit_scenario.py URL MODES [TTS] [TEXT]   MODES: stream,synthesize,cancel   TTS: voxgate | openai
+
+`stream` pushes an LLM-like token stream (a token every 25 ms) into `tts.stream()`; `synthesize`
+speaks the whole text at once; `cancel` closes the stream after its first audio (what an
+AgentSession does on barge-in; always the three default sentences). Prints one JSON object, a result per mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import time
+
+import aiohttp
+from livekit.agents import tokenize, tts
+from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+
+TEXT = ("Hello there, and thank you for calling the support line today. "
+        "I can see your order was shipped yesterday afternoon from our warehouse. "
+        "It should arrive at your door by Friday at the latest.")
+TOKEN_S = 0.025
+
+
+def make_tts(url: str, kind: str, mode: str):
+    if kind == "voxgate":
+        from livekit.plugins import voxgate
+
+        return voxgate.TTS(url=url, voice="default")
+    from livekit.plugins import openai
+
+    inner = openai.TTS(base_url=f"{url}/v1", api_key="none", voice="alloy")
+    # openai.TTS cannot stream(): LiveKit's own answer is a StreamAdapter (one request per sentence)
+    return tts.StreamAdapter(tts=inner, sentence_tokenizer=tokenize.blingfire.SentenceTokenizer()) if mode != "synthesize" else inner
+
+
+async def sessions_active(url: str) -> float:
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as r:
+        m = re.search(r"^voxgate_sessions_active (\S+)$", await r.text(), re.M)
+        return float(m.group(1)) if m else -1.0
+
+
+async def run(url: str, mode: str, kind: str, text: str) -> dict:
+    engine = make_tts(url, kind, mode)
+    frames, words = [], []
+    first = last = None
+    t0 = time.monotonic()
+
+    def take(ev) -> None:
+        nonlocal first, last
+        now = time.monotonic() - t0
+        first = now if first is None else first
+        last = now
+        frames.append(ev.frame.samples_per_channel / ev.frame.sample_rate)
+        words.extend(str(w) for w in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []) or [])
+
+    result: dict = {"text": text, "capabilities": {"streaming": engine.capabilities.streaming,
+                                                    "aligned_transcript": engine.capabilities.aligned_transcript}}
+    if mode == "synthesize":
+        async for ev in engine.synthesize(text):
+            take(ev)
+    else:
+        stream = engine.stream()
+
+        async def push() -> None:
+            for tok in re.findall(r"\S+\s*", text):
+                stream.push_text(tok)
+                await asyncio.sleep(TOKEN_S)
+            stream.end_input()
+
+        pusher = asyncio.create_task(push())
+        async for ev in stream:
+            take(ev)
+            if mode == "cancel" and sum(frames) >= 0.5:
+                break
+        if mode == "cancel":
+            pusher.cancel()
+            await stream.aclose()
+            result["closed_at"] = time.monotonic() - t0
+            await asyncio.sleep(0.3)
+            result["sessions_active_after_cancel"] = await sessions_active(url)
+        else:
+            await pusher
+    await engine.aclose()
+    result.update({"first_audio_s": first, "last_audio_s": last, "audio_ms": round(sum(frames) * 1000, 1),
+                   "frames": len(frames), "words": words})
+    return result
+
+
+async def main(url: str, modes: list[str], kind: str, text: str) -> dict:
+    return {mode: await run(url, mode, kind, TEXT if mode == "cancel" else text) for mode in modes}
+
+
+if __name__ == "__main__":
+    url, modes = sys.argv[1], sys.argv[2].split(",")
+    kind = sys.argv[3] if len(sys.argv) > 3 else "voxgate"
+    print(json.dumps(asyncio.run(main(url, modes, kind, sys.argv[4] if len(sys.argv) > 4 else TEXT))))

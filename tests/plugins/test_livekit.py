@@ -1,0 +1,25 @@
+"""livekit-plugins-voxgate through LiveKit Agents' TTS API against a real voxgate (tests/plugins/livekit_scenario.py)."""
+
+from tests.plugins.conftest import plugin_venv, run_scenario
+
+livekit_venv = plugin_venv("livekit.plugins.voxgate")
+
+SHORT = "Hello there, thanks for calling. Your order shipped yesterday. It arrives on Friday."
+ENGINE = {"simulated": {"ms_per_char": 35, "stream_rtf": 0.5}}
+
+
+async def test_stream_synthesize_and_cancel(start_gateway, livekit_venv):
+    gw = await start_gateway(ENGINE)
+    url = f"http://127.0.0.1:{gw.port}"
+    out = await run_scenario("livekit_scenario.py", url, "stream,synthesize,cancel", "voxgate", SHORT)
+
+    for mode in ("stream", "synthesize"):
+        r = out[mode]
+        assert r["capabilities"] == {"streaming": True, "aligned_transcript": True}
+        assert r["audio_ms"] > 2000, mode
+        assert "".join(r["words"]).split() == SHORT.split(), mode  # the aligned transcript covers the text
+
+    cancel = out["cancel"]
+    assert 0 < cancel["audio_ms"] < 2000  # the reply was cut short
+    assert cancel["sessions_active_after_cancel"] == 0  # closing the stream ended its voxgate session
+    assert len(gw.core.sessions) == 0

@@ -1,0 +1,29 @@
+"""voxgate-pipecat in a real Pipecat pipeline against a real voxgate (tests/plugins/pipecat_scenario.py)."""
+
+from tests.plugins.conftest import plugin_venv, run_scenario
+
+pipecat_venv = plugin_venv("voxgate_pipecat")
+
+SHORT = "Hello there, thanks for calling. Your order shipped yesterday. It arrives on Friday."
+# Audio is made at half real time, so the engine is still speaking when the pipeline barges in.
+ENGINE = {"simulated": {"ms_per_char": 35, "stream_rtf": 0.5}}
+
+
+async def test_token_stream_becomes_audio_and_word_frames_that_join_to_the_text(start_gateway, pipecat_venv):
+    gw = await start_gateway(ENGINE)
+    out = await run_scenario("pipecat_scenario.py", f"http://127.0.0.1:{gw.port}", "stream,interrupt", "voxgate", SHORT)
+
+    stream = out["stream"]
+    assert stream["started"] == 1 and stream["stopped"] == 1  # one TTSStartedFrame / TTSStoppedFrame for the reply
+    assert stream["audio_ms"] > 2000 and stream["played_ms"] >= stream["audio_ms"] - 40
+    assert " ".join(stream["tts_texts"]).split() == SHORT.split()  # TTSTextFrames, word by word, as they played
+    assert stream["context"].split() == SHORT.split()
+
+    cut = out["interrupt"]
+    assert cut["played_at_interrupt_ms"] >= 1000
+    assert cut["audio_frames_after_interrupt"] == 0  # the service stops at once
+    assert cut["played_frames_after_interrupt"] == 0  # and nothing of the reply plays afterwards
+    assert cut["gateway_turns_interrupted"] >= 1  # voxgate was told (interrupt), not left synthesising
+    text = cut["text"]
+    assert cut["context"], "the words played before the barge-in belong in the context"
+    assert text.startswith(cut["context"]) and len(cut["context"]) < len(text) // 2  # the cut text, not the reply
