@@ -2,13 +2,21 @@
 
 Starts `voxgate serve` as a subprocess with the SimulatedEngine at RTF 0.1 per
 stream and a shared capacity far above the load (so the engine is never the
-bottleneck), drives N native-protocol sessions from this process (each speaks
+bottleneck), drives N native-protocol sessions from a client process (each speaks
 a turn of ~5 s, pauses 1 s like a caller, repeats), and reads the server's own
 numbers from /metrics: how late each 20 ms clock tick ran (p50/p99, from the
 histogram), ticks dropped after stalls, and underruns. A level "holds" when the
 tick lateness p99 stays within one frame (20 ms) and there are no underruns.
+The callers come from bench/capacity_client.py, a process of its own that
+costs ~10 µs a frame, so one core drives 1,000+ calls.
 
     python -m bench.gateway_capacity --levels 50,100,200,300 --window 15
+    python -m bench.gateway_capacity --workers 1,2 --levels 300,600 --window 15
+
+`--workers 1,2` runs `voxgate serve --workers N` (N processes on one port,
+SO_REUSEPORT, beside a redis-server the bench starts) for each N with the same
+client, reads every worker's own /metrics and CPU, and prints the runs side by
+side: sessions held, p99 lateness, server CPU per frame.
 """
 
 from __future__ import annotations
@@ -20,9 +28,12 @@ import json
 import os
 import random
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -226,6 +237,92 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
     }
 
 
+class Gateways:
+    """The server side of a run: one `voxgate serve`, or `voxgate serve --workers N` (beside a redis-server of its own)."""
+
+    def __init__(self, workers: int | None, redis_url: str | None = None):
+        self.port = free_port()
+        self.nodes: list[tuple[int, int]] = []  # (own HTTP port: its /metrics, pid), one per gateway process
+        cfg = CONFIG.format(port=self.port) + (f"cluster: {{redis_url: '{redis_url}'}}\n" if workers else "")
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            f.write(cfg)
+            self.cfg_path = f.name
+        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", self.cfg_path, "--log-level", "WARNING"]
+        if workers:
+            cmd += ["--workers", str(workers)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if workers else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        if workers:
+            while len(self.nodes) < workers:  # each worker prints its own address once it serves
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"voxgate serve --workers {workers} exited ({self.proc.wait()})")
+                m = re.search(r"own address http://[^:]+:(\d+) \(pid (\d+)\)", line)
+                if m:
+                    self.nodes.append((int(m.group(1)), int(m.group(2))))
+            threading.Thread(target=self.proc.stdout.read, daemon=True).start()  # keep the pipe drained
+        else:
+            self.nodes = [(self.port, self.proc.pid)]
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        os.unlink(self.cfg_path)
+
+
+class RedisServer:
+    def __init__(self):
+        if shutil.which("redis-server") is None:
+            raise SystemExit("--workers needs redis-server (the workers are nodes of one call plane): apt-get install redis-server")
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="voxgate-bench-redis-")
+        self.proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
+                                      "--dir", self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+HEADER = (f"{'workers':>7} {'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} "
+          f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'client %':>8} {'holds':>6}")
+
+
+def print_row(row: dict) -> None:
+    print(f"{row['workers']:>7} {row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
+          f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} "
+          f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['client_cpu_pct']:>8} {str(row['holds']):>6}", flush=True)
+
+
+def side_by_side(rows: list[dict], worker_counts: list[int]) -> None:
+    """Per level: each worker count's sessions held, p99 and CPU per frame, and the CPU per frame against the first."""
+    print("\nside by side (same port, same client): p99 ms / server µs per frame / holds")
+    print(f"{'sessions':>8} " + " ".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>26}" for w in worker_counts) + f" {'µs/frame vs first':>18}")
+    for level in sorted({r["sessions"] for r in rows}):
+        by_w = {r["workers"]: r for r in rows if r["sessions"] == level}
+        cells = [f"{by_w[w]['lateness_p99_ms']:>8} / {by_w[w]['server_cpu_us_per_frame']:>6} / {str(by_w[w]['holds']):>5}" if w in by_w else f"{'-':>26}"
+                 for w in worker_counts]
+        first, last = by_w.get(worker_counts[0]), by_w.get(worker_counts[-1])
+        ratio = f"{100 * (last['server_cpu_us_per_frame'] / first['server_cpu_us_per_frame'] - 1):+.1f} %" if first and last and len(worker_counts) > 1 else ""
+        print(f"{level:>8} " + " ".join(f"{c:>26}" for c in cells) + f" {ratio:>18}")
+    for w in worker_counts:
+        held = [r["sessions"] for r in rows if r["workers"] == w and r["holds"]]
+        print(f"{w} worker{'s' if w > 1 else ''}: holds up to {max(held) if held else 0} paced sessions")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", default="50,100,200,300")
@@ -233,41 +330,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--client", default="lean", choices=["lean", "websockets"],
                     help="lean: bench/capacity_client.py (default); websockets: the old coroutine-per-call client")
+    ap.add_argument("--workers", help="comma-separated worker counts (e.g. 1,2): `voxgate serve --workers N` behind one port, "
+                                      "beside a redis-server this bench starts; default: one plain `voxgate serve`")
     ap.add_argument("--json-output")
     args = ap.parse_args(argv)
-    port = free_port()
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(CONFIG.format(port=port))
-        cfg_path = f.name
-    server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", cfg_path, "--log-level", "WARNING"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    levels = [int(x) for x in args.levels.split(",")]
+    worker_counts = [int(x) for x in args.workers.split(",")] if args.workers else [None]
+    redis = RedisServer() if args.workers else None
+    rows = []
     try:
-        for _ in range(100):
+        print(HEADER, flush=True)
+        for workers in worker_counts:
+            gateways = Gateways(workers, redis.url if redis else None)
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        rows = []
-        print(f"{'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} {'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'client %':>8} {'holds':>6}", flush=True)
-        for level in [int(x) for x in args.levels.split(",")]:
-            row = asyncio.run(run_level(port, [(port, server.pid)], level, args.window, args.warmup, args.client))
-            rows.append(row)
-            print(f"{row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
-                  f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} {row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['client_cpu_pct']:>8} {str(row['holds']):>6}", flush=True)
-            time.sleep(2)
-        for row in rows:
-            if row["underruns_by_cause"]:
-                print(f"underruns at {row['sessions']} by cause: " + ", ".join(f"{k} {v}" for k, v in row["underruns_by_cause"].items()))
+                for level in levels:
+                    row = asyncio.run(run_level(gateways.port, gateways.nodes, level, args.window, args.warmup, args.client))
+                    rows.append(row)
+                    print_row(row)
+                    if level != levels[-1]:
+                        time.sleep(2)  # let the last level's calls end before the next starts
+            finally:
+                gateways.close()
+    finally:
+        if redis:
+            redis.close()
+    for row in rows:
+        if row["underruns_by_cause"]:
+            print(f"underruns at {row['sessions']} ({row['workers']} workers) by cause: " + ", ".join(f"{k} {v}" for k, v in row["underruns_by_cause"].items()))
+    if args.workers:
+        side_by_side(rows, worker_counts)
+    else:
         held = [r["sessions"] for r in rows if r["holds"]]
         print(f"holds up to {max(held) if held else 0} paced sessions (cpu count {os.cpu_count()})")
-        if args.json_output:
-            with open(args.json_output, "w") as f:
-                json.dump({"levels": rows, "cpu_count": os.cpu_count()}, f, indent=2)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        os.unlink(cfg_path)
+    if args.json_output:
+        with open(args.json_output, "w") as f:
+            json.dump({"levels": rows, "cpu_count": os.cpu_count(), "workers": worker_counts if args.workers else None}, f, indent=2)
     return 0
 
 

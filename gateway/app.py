@@ -110,6 +110,8 @@ class Gateway:
         self.core = CallCore(config, engine, kind, vocoder)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.reuse_port = False  # `serve --workers`: the port is shared with the other workers (SO_REUSEPORT)
+        self.extra_sockets: list = []  # more bound sockets to serve on (a worker's own address)
         self._on_start: list[Callable[[], Awaitable[None]]] = []
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         # the guard (Origin allowlist, per-IP caps) runs before every route and upgrade; aiohttp's own refusals
@@ -213,9 +215,12 @@ class Gateway:
         self.core.clock.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host or self.config.server.host, self.config.server.port if port is None else port)
+        site = web.TCPSite(self._runner, host or self.config.server.host, self.config.server.port if port is None else port,
+                           reuse_port=self.reuse_port or None)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
+        for sock in self.extra_sockets:
+            await web.SockSite(self._runner, sock).start()
         for fn in self._on_start:
             await fn()
         if self.core.cluster is not None:  # joins the plane once its ports are known; Redis unreachable refuses the start
@@ -276,8 +281,11 @@ class Gateway:
 
 
 # ---------------------------------------------------------------- serve command
-async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = None) -> None:
+async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = None,
+                      setup: Callable[[Gateway], None] | None = None) -> None:
     gateway = Gateway(config)
+    if setup:  # before start: e.g. a worker of `serve --workers` shares its ports (gateway/workers.py)
+        setup(gateway)
     await gateway.start()
     print(f"voxgate listening on {gateway.url}  (engine: {gateway.engine_kind}; native WS at ws://{config.server.host}:{gateway.port}/v1/ws)", flush=True)
     # Objects made at start-up never need collecting: keep them out of every GC pass (long GC pauses stall the clock).
@@ -323,7 +331,7 @@ def serve_main(args) -> int:
         print(f"voxgate: {exc}")
         return 2
     try:
-        asyncio.run(run_gateway(config))
+        asyncio.run(run_gateway(config, getattr(args, "on_ready", None), getattr(args, "setup_gateway", None)))
     except (ValueError, OSError, EngineError) as exc:
         print(f"voxgate: cannot start: {exc}")
         return 1

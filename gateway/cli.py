@@ -26,6 +26,8 @@ def _add_serve(sub) -> None:
     p.add_argument("--node-id", help="override cluster.node_id")
     p.add_argument("--isolate-engine", action="store_true", help="run the engine as a supervised child process "
                                                                  "(engine.isolate: true)")
+    p.add_argument("--workers", type=int, help="N gateway processes sharing the port (SO_REUSEPORT), one node each; "
+                                               "needs cluster.redis_url (gateway/workers.py)")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run_serve)
 
@@ -37,6 +39,10 @@ def _run_serve(args) -> int:
         from tts.qwen3.tools import ensure_tiny_model  # model tools are tts internals: only the CLI reaches them
 
         args.model_dir = ensure_tiny_model()
+    if args.workers is not None:
+        from gateway.workers import serve_workers
+
+        return serve_workers(args, args.workers)
     return serve_main(args)
 
 

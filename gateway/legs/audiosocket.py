@@ -103,8 +103,8 @@ class AudioSocketServer:
         self.host: str | None = None
         self.allow = parse_networks(core.config.telephony.audiosocket_allow)
 
-    async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._handle, host, port)
+    async def start(self, host: str, port: int, reuse_port: bool = False) -> int:
+        self._server = await asyncio.start_server(self._handle, host, port, reuse_port=reuse_port or None)
         self.host = host
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("AudioSocket server listening on %s:%d", host, self.port)
@@ -269,7 +269,8 @@ def install(core: CallCore, host: LegHost) -> AudioSocketServer | None:
     server = AudioSocketServer(core)
 
     async def start() -> None:
-        await server.start(tel.audiosocket_host or core.config.server.host, tel.audiosocket_port)
+        # `serve --workers`: every worker listens on the one AudioSocket port (SO_REUSEPORT)
+        await server.start(tel.audiosocket_host or core.config.server.host, tel.audiosocket_port, getattr(host, "reuse_port", False))
 
     host.on_start(start)
     host.on_stop(server.stop)

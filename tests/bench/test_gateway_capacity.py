@@ -17,3 +17,22 @@ def test_a_small_level_reports_pacing_cpu_and_underruns_by_cause(tmp_path, capsy
     assert row["server_cpu_us_per_frame"] > 0 and row["client_cpu_us_per_frame"] > 0 and row["workers"] == 1
     assert sum(row["underruns_by_cause"].values()) == row["underruns"]
     assert "holds up to" in capsys.readouterr().out
+
+
+def test_workers_one_and_two_behind_one_port_side_by_side(tmp_path, capsys):
+    import shutil
+
+    import pytest
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (scripts/install_test_deps.sh installs it)")
+    out = tmp_path / "workers.json"
+    assert gateway_capacity.main(["--workers", "1,2", "--levels", "6", "--window", "2", "--warmup", "1.5", "--json-output", str(out)]) == 0
+    rows = json.loads(out.read_text())["levels"]
+    assert [r["workers"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["connected"] == 6 and row["errors"] == 0 and row["frames_per_s_received"] > 75
+        assert row["ticks"] >= 50 * row["workers"]  # every worker's clock is read: its own /metrics, not the shared port's
+        assert row["server_cpu_us_per_frame"] > 0
+    text = capsys.readouterr().out
+    assert "side by side" in text and "2 workers: holds up to" in text

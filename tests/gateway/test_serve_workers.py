@@ -1,0 +1,144 @@
+"""`voxgate serve --workers N`: real worker processes on one port (SO_REUSEPORT) beside a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import websockets
+
+HOST = "127.0.0.1"
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (scripts/install_test_deps.sh installs it)")
+    host = "127.0.0.23"
+    port = free_port(host)
+    proc = subprocess.Popen(["redis-server", "--bind", host, "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path_factory.mktemp("redis"))], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"redis://{host}:{port}/0"
+    proc.terminate()
+    proc.wait(10)
+
+
+def write_config(tmp_path, redis_url: str | None) -> str:
+    cluster = f"cluster: {{redis_url: '{redis_url}'}}\n" if redis_url else ""
+    path = tmp_path / "workers.yaml"
+    path.write_text(f"server: {{host: {HOST}, port: 0}}\nengine: {{kind: simulated}}\n"
+                    "simulated: {first_packet_ms: 20, capacity_x: 1000}\n" + cluster)
+    return str(path)
+
+
+def serve(config: str, workers: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", config, "--workers", str(workers), "--log-level", "WARNING"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def read_until(proc: subprocess.Popen, pattern: str, lines: list[str], timeout: float = 60.0) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError("serve exited:\n" + "".join(lines))
+        lines.append(line)
+        m = re.search(pattern, line)
+        if m:
+            return m
+    raise AssertionError(f"no {pattern!r} within {timeout} s:\n" + "".join(lines))
+
+
+def active_sessions(own_url: str) -> float:
+    text = urllib.request.urlopen(own_url + "/metrics", timeout=5).read().decode()
+    return float(re.search(r"^voxgate_sessions_active (\S+)$", text, re.M).group(1))
+
+
+def test_workers_without_redis_url_refuse_in_one_line(tmp_path):
+    proc = serve(write_config(tmp_path, None), 2)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert out.strip().count("\n") == 0 and "cluster.redis_url" in out and "--workers 2" in out
+
+
+async def _one_call(port: int, text: str) -> tuple[int, dict]:
+    async with websockets.connect(f"ws://{HOST}:{port}/v1/ws") as ws:
+        await ws.send(json.dumps({"type": "session.start", "output": {"encoding": "mulaw", "sample_rate": 8000}}))
+        await ws.send(json.dumps({"type": "text", "turn_id": "t1", "text": text, "final": True}))
+        frames = 0
+        while True:
+            msg = await asyncio.wait_for(ws.recv(), 20)
+            if isinstance(msg, bytes):
+                frames += 1
+                continue
+            event = json.loads(msg)
+            if event["type"] == "turn.done":
+                return frames, event
+
+
+def test_two_workers_both_serve_sessions_on_one_port(tmp_path, redis_url):
+    proc = serve(write_config(tmp_path, redis_url), 2)
+    lines: list[str] = []
+    try:
+        port = int(read_until(proc, r"2 workers sharing http://[^:]+:(\d+)", lines).group(1))
+        workers = {}
+        for _ in range(2):
+            m = read_until(proc, r"worker (\d+): node (\S+), own address (http://\S+) \(pid (\d+)\)", lines)
+            workers[int(m.group(1))] = (m.group(2).rstrip(","), m.group(3), int(m.group(4)))
+        assert sorted(workers) == [0, 1]
+        assert workers[0][0] != workers[1][0]  # each worker is its own node
+        assert workers[0][0].endswith("-w0") and workers[1][0].endswith("-w1")
+
+        async def calls_held_open(n: int) -> list[float]:
+            conns = [await websockets.connect(f"ws://{HOST}:{port}/v1/ws") for _ in range(n)]
+            for ws in conns:
+                await ws.send(json.dumps({"type": "session.start"}))
+                assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "session.started"
+            counts = [await asyncio.to_thread(active_sessions, w[1]) for w in workers.values()]
+            for ws in conns:
+                await ws.close()
+            return counts
+        counts = asyncio.run(calls_held_open(16))
+        # the kernel spread 16 connections over both (all on one: 2 in 65,536)
+        assert sum(counts) == 16 and min(counts) >= 1, counts
+        # and a call on the shared port plays through, whichever worker takes it
+        frames, done = asyncio.run(_one_call(port, "Hello from one of two workers."))
+        assert frames > 20 and done["interrupted"] is False
+
+        # a worker that dies is restarted; the other serves on meanwhile
+        os.kill(workers[0][2], signal.SIGKILL)
+        m = read_until(proc, r"worker 0: node (\S+), own address (http://\S+) \(pid (\d+)\)", lines, timeout=60)
+        assert int(m.group(3)) != workers[0][2]
+        frames, _ = asyncio.run(_one_call(port, "Still here."))
+        assert frames > 5
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    assert proc.returncode == 0
