@@ -111,6 +111,16 @@ def test_two_workers_both_serve_sessions_on_one_port(tmp_path, redis_url):
         assert sorted(workers) == [0, 1]
         assert workers[0][0] != workers[1][0]  # each worker is its own node
         assert workers[0][0].endswith("-w0") and workers[1][0].endswith("-w1")
+        # both joined the plane as nodes, each reachable at its own address (the forward's target)
+        import redis
+
+        r = redis.Redis.from_url(redis_url, decode_responses=True)
+        deadline = time.monotonic() + 10
+        while len(r.zrange("voxgate:nodes", 0, -1)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sorted(r.zrange("voxgate:nodes", 0, -1)) == sorted(w[0] for w in workers.values())
+        for node_id, own_url, _ in workers.values():
+            assert r.hget(f"voxgate:node:{node_id}", "url") == own_url
 
         async def calls_held_open(n: int) -> list[float]:
             conns = [await websockets.connect(f"ws://{HOST}:{port}/v1/ws") for _ in range(n)]
