@@ -6,9 +6,11 @@ soxr's HQ quality, then pads or trims to `ceil(n * 24000 / rate)` samples. The c
 encoder's codes must match the official ones exactly, so this module does the same
 steps in the same order: `load_reference` → `to_rate`. No normalisation, no trimming.
 
-Decoding is WAV only (PCM 8/16/24/32-bit, IEEE float 32/64, WAVE_FORMAT_EXTENSIBLE),
-with libsndfile's float scaling (integer / 2^(bits-1)); anything else is refused with
-`bad_audio` and a reason, as are silence and lengths outside the allowed range.
+WAV (PCM 8/16/24/32-bit, IEEE float 32/64, WAVE_FORMAT_EXTENSIBLE) is decoded here, with
+libsndfile's float scaling (integer / 2^(bits-1)): the parity path. MP3, M4A/AAC, Ogg/Opus,
+WebM/Opus and FLAC are decoded with PyAV (`audio.reference_formats`, the `speech` extra) at
+their native rate and then take the same steps. Anything else is refused with `bad_audio` and
+a reason, as are silence, non-finite samples and lengths outside the allowed range.
 """
 
 from __future__ import annotations
@@ -108,6 +110,22 @@ def decode_wav(data: bytes) -> tuple[np.ndarray, int]:
     return x.reshape(frames, channels), rate
 
 
+def decode_any(data: bytes, max_s: float = MAX_SECONDS) -> tuple[np.ndarray, int]:
+    """WAV here; the other formats through PyAV. (float32 [frames, channels], rate)."""
+    if data[:4] in (b"RIFF", b"RIFX"):
+        return decode_wav(data)
+    from audio.reference_formats import DecodeError, decode_compressed, sniff
+
+    found = sniff(data)
+    if found is None:
+        raise ReferenceAudioError("not a WAV file, nor MP3, M4A/AAC, Ogg/Opus, WebM/Opus or FLAC (its first bytes are "
+                                  "none of theirs)")
+    try:
+        return decode_compressed(data, *found, max_s=max_s)
+    except DecodeError as exc:
+        raise ReferenceAudioError(str(exc)) from None
+
+
 def load_reference(source: bytes | str, min_s: float = MIN_SECONDS, max_s: float = MAX_SECONDS) -> ReferenceAudio:
     """Decode and check a reference recording (bytes or a path): mono float32 at the native rate."""
     if isinstance(source, str):
@@ -120,7 +138,7 @@ def load_reference(source: bytes | str, min_s: float = MIN_SECONDS, max_s: float
         data = bytes(source)
     if not data:
         raise ReferenceAudioError("the file is empty")
-    frames, rate = decode_wav(data)
+    frames, rate = decode_any(data, max_s)
     mono = frames.T  # [channels, n], as librosa holds it
     mono = np.mean(mono, axis=0) if mono.shape[0] > 1 else mono[0]
     mono = np.ascontiguousarray(mono, dtype=np.float32)

@@ -1,7 +1,7 @@
 """Cloned voices of a running gateway: the config's (`voices.NAME.ref_audio`) and the uploaded ones.
 
 Uploaded voices (`POST /v1/voices`) persist in `server.voices_dir`, one folder per voice
-(`ref.wav` as uploaded + `voice.json`), and come back on the next start. Every voice is
+(the recording as uploaded, `ref.wav`, `ref.mp3`, … + `voice.json`), and come back on the next start. Every voice is
 registered with the engine through tts's public face (`Engine.add_voice`), which caches the
 prompt parts per recording and checkpoint, and joins `config.voices`, so `session.start`
 takes it by name on every leg. A reference is checked here (decodes, 1-30 s, not silent)
@@ -19,6 +19,7 @@ import shutil
 import time
 
 from audio.reference import ReferenceAudioError, load_reference
+from audio.reference_formats import file_extension
 from gateway.cluster.plane import ClusterUnavailable
 from gateway.config import Config, VoiceConfig
 from tts import Engine, EngineError, VoiceClone
@@ -80,7 +81,7 @@ class VoiceStore:
         if name in self.config.voices:
             log.warning("uploaded voice %r is shadowed by the config's voice of that name", name)
             return
-        ref = os.path.join(folder, "ref.wav")
+        ref = os.path.join(folder, os.path.basename(meta.get("ref_file") or "ref.wav"))  # uploads before formats: ref.wav
         with open(ref, "rb") as f:
             data = f.read()
         await self.engine.add_voice(VoiceClone(name, data, meta.get("ref_text"), bool(meta.get("x_vector_only"))))
@@ -123,7 +124,8 @@ class VoiceStore:
             except EngineError as exc:
                 raise VoiceError(exc.code, exc.message, 422 if exc.code == "unsupported_voice" else 400) from None
             meta = {"ref_text": ref_text, "x_vector_only": x_vector_only, "language": language,
-                    "created": time.time(), "ref_seconds": round(ref.duration_s, 3), "sha256": ref.sha256}
+                    "created": time.time(), "ref_seconds": round(ref.duration_s, 3), "sha256": ref.sha256,
+                    "ref_file": "ref." + file_extension(audio)}
             if self.plane is not None:  # every node of the plane takes it from Redis (docs/cluster.md)
                 try:
                     await self.plane.voice_put(name, {"wav": audio, "meta": json.dumps(meta)})
@@ -144,13 +146,14 @@ class VoiceStore:
         tmp = folder + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
-        with open(os.path.join(tmp, "ref.wav"), "wb") as f:
+        meta["ref_file"] = "ref." + file_extension(audio)  # named by its bytes (a shared voice's meta may lack it)
+        with open(os.path.join(tmp, meta["ref_file"]), "wb") as f:
             f.write(audio)
         with open(os.path.join(tmp, "voice.json"), "w", encoding="utf-8") as f:
             json.dump(meta, f, ensure_ascii=False, indent=2)
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)  # a crash leaves the old folder or the new one, never half of one
-        return os.path.join(folder, "ref.wav")
+        return os.path.join(folder, meta["ref_file"])
 
     async def remove(self, name: str) -> None:
         async with self._lock:

@@ -63,7 +63,7 @@ def routes(core: CallCore, store: VoiceStore) -> list[web.RouteDef]:
             form = await _read_form(request, config.server.voice_upload_max_bytes)
             text = lambda key: form.get(key, b"").decode("utf-8", "replace").strip()  # noqa: E731
             if "audio" not in form or not form["audio"]:
-                raise VoiceError("bad_message", "the audio field (the reference recording, WAV) is missing")
+                raise VoiceError("bad_message", "the audio field (the reference recording: WAV, MP3, M4A, Ogg, WebM or FLAC) is missing")
             flag = text("x_vector_only").lower()
             if flag not in _TRUE + _FALSE:
                 raise VoiceError("bad_message", f"x_vector_only must be true or false, not {flag!r}")

@@ -152,6 +152,42 @@ async def test_uploaded_voice_speaks_on_native_ws_and_twilio_and_survives_a_rest
         await again.stop()
 
 
+async def test_voices_cloned_from_mp3_and_webm_opus_speak_and_survive_a_restart(base_dir, tmp_path):
+    """A phone's MP3 and a browser's WebM/Opus recording (MediaRecorder's default), encoded from a known signal."""
+    pytest.importorskip("av", reason="PyAV (the speech extra) decodes and encodes MP3 and WebM/Opus")
+    from audio.reference import load_reference
+    from tests.voices.encoded_audio import encode
+
+    uploads = {"mp3": encode(speech_like(1.5, 44100, seed=3), "mp3"),
+               "webm": encode(speech_like(1.5, 48000, seed=4), "webm_opus")}
+    assert uploads["mp3"][:3] == b"ID3" or uploads["mp3"][0] == 0xFF
+    assert uploads["webm"][:4] == b"\x1a\x45\xdf\xa3"
+    voices_dir = tmp_path / "voices"
+    gw = await _gateway(base_dir, voices_dir)
+    try:
+        for ext, data in uploads.items():
+            form = aiohttp.FormData()
+            form.add_field("name", f"from_{ext}")
+            form.add_field("audio", data, filename=f"ref.{ext}", content_type="audio/" + ext)
+            form.add_field("ref_text", REF_TEXT)
+            status, info = await _post(gw, form)
+            assert status == 201 and info["kind"] == "clone_icl", info
+            assert info["ref_frames"] == -(-round(load_reference(data).duration_s * 24000) // 1920)
+            assert (voices_dir / f"from_{ext}" / f"ref.{ext}").read_bytes() == data  # kept as uploaded
+            done, pcm = await _native_call(gw, f"from_{ext}")
+            assert done["interrupted"] is False and done["played_ms"] >= 200 and np.abs(pcm).max() > 100
+    finally:
+        await gw.stop()
+    again = await _gateway(base_dir, voices_dir)
+    try:
+        listed = await _get(again)
+        assert listed["from_mp3"]["source"] == listed["from_webm"]["source"] == "uploaded"
+        done, pcm = await _native_call(again, "from_webm")
+        assert done["played_ms"] >= 200 and np.abs(pcm).max() > 100
+    finally:
+        await again.stop()
+
+
 async def test_bad_uploads_get_clear_errors_and_never_reach_the_engine(base_dir, ref_bytes, tmp_path, monkeypatch):
     gw = await _gateway(base_dir, tmp_path / "voices")
     calls = []
@@ -169,6 +205,7 @@ async def test_bad_uploads_get_clear_errors_and_never_reach_the_engine(base_dir,
             (_form("x", open(silent, "rb").read()), 400, "bad_audio", "silent"),
             (_form("x", open(short, "rb").read()), 400, "bad_audio", "at least 1 s"),
             (_form("x", b"GIF89a not a recording"), 400, "bad_audio", "not a WAV"),
+            (_form("x", b"OggS" + bytes(range(256)) * 4), 400, "bad_audio", "Ogg file cannot be decoded"),
             (_form("x", ref_bytes[:40]), 400, "bad_audio", "no data chunk"),
             (_form("x", ref_bytes + b"\0" * 200_000), 413, "too_large", "voice_upload_max_bytes"),
             (_form("x", ref_bytes, ref_text=None), 400, "bad_voice", "ref_text"),
