@@ -1,6 +1,6 @@
 """LiveKit Agents' TTS API against a voxgate on loopback; run by tests/plugins/test_livekit.py in the plugin venv.
 
-    python livekit_scenario.py URL MODES [TTS] [TEXT]   MODES: stream,synthesize,cancel   TTS: voxgate | openai
+    python livekit_scenario.py URL MODES [TTS] [TEXT]   MODES: stream,synthesize,cancel,reconnect   TTS: voxgate | openai
 
 `stream` pushes an LLM-like token stream (a token every 25 ms) into `tts.stream()`; `synthesize`
 speaks the whole text at once; `cancel` closes the stream after its first audio (what an
@@ -90,8 +90,33 @@ async def run(url: str, mode: str, kind: str, text: str) -> dict:
     return result
 
 
+async def run_reconnect(url: str, text: str) -> dict:
+    """Two streams on one TTS with the pooled session's socket cut between them: the second still speaks."""
+    from livekit.plugins import voxgate
+
+    engine = voxgate.TTS(url=url, voice="default")
+    results = []
+    for n in range(2):
+        stream = engine.stream()
+        stream.push_text(text)
+        stream.end_input()
+        seconds = 0.0
+        async for ev in stream:
+            seconds += ev.frame.samples_per_channel / ev.frame.sample_rate
+        results.append(round(seconds * 1000, 1))
+        if n == 0:
+            for session in list(engine._pool._connections):  # the network drops the idle pooled session
+                session._ws.transport.abort()
+            await asyncio.sleep(0.3)
+    await engine.aclose()
+    return {"audio_ms": results}
+
+
 async def main(url: str, modes: list[str], kind: str, text: str) -> dict:
-    return {mode: await run(url, mode, kind, TEXT if mode == "cancel" else text) for mode in modes}
+    out = {}
+    for mode in modes:
+        out[mode] = await run_reconnect(url, text) if mode == "reconnect" else await run(url, mode, kind, TEXT if mode == "cancel" else text)
+    return out
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """A real Pipecat pipeline against a voxgate on loopback; run by tests/plugins/test_pipecat.py in the plugin venv.
 
-    python pipecat_scenario.py URL MODES [TTS] [TEXT]   MODES: stream,interrupt (comma-separated)   TTS: voxgate | openai
+    python pipecat_scenario.py URL MODES [TTS] [TEXT]   MODES: stream,interrupt,reconnect (comma-separated)   TTS: voxgate | openai
 
 `stream` speaks TEXT (default: three sentences) to the end; `interrupt` barges in after one second
-of played audio (always the three default sentences). Prints one JSON object, a result per mode.
+of played audio (always the three default sentences); `reconnect` speaks TEXT twice with the
+service's socket cut in between. Prints one JSON object, a result per mode.
 
 Pipeline: an LLM-like token source (three sentences, a token every 25 ms) → the TTS service →
 a probe → a speaker (an output transport that plays in real time: it writes nowhere and sleeps
@@ -187,8 +188,55 @@ async def run(url: str, mode: str, kind: str, text: str = TEXT) -> dict:
     return result
 
 
+async def run_reconnect(url: str, text: str) -> dict:
+    """Two replies with the service's socket cut between them (as a network drop would): the second still speaks."""
+    t0 = [time.monotonic()]
+    tts = make_tts(url, "voxgate")
+    after_tts, after_speaker = Probe(t0), Probe(t0)
+    worker = PipelineWorker(Pipeline([tts, after_tts, Speaker(t0), after_speaker]),
+                            params=PipelineParams(audio_out_sample_rate=RATE), cancel_on_idle_timeout=False)
+    started = asyncio.Event()
+
+    @worker.event_handler("on_pipeline_started")
+    async def _started(worker, frame):
+        started.set()
+
+    sessions, marks = [], []
+
+    async def reply(n: int) -> None:
+        await worker.queue_frame(LLMFullResponseStartFrame())
+        for tok in tokens(text):
+            await worker.queue_frame(LLMTextFrame(tok))
+            await asyncio.sleep(TOKEN_S)
+        await worker.queue_frame(LLMFullResponseEndFrame())
+        while len(after_speaker.stopped) < n:
+            await asyncio.sleep(0.02)
+        marks.append((len(after_tts.audio), len(after_speaker.texts)))
+
+    async def drive():
+        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.sleep(0.3)
+        await reply(1)
+        sessions.append(tts._session.session_id)
+        tts._session._ws.transport.abort()  # the socket drops under the service
+        await asyncio.sleep(0.5)
+        await reply(2)
+        sessions.append(tts._session.session_id if tts._session else None)
+        await worker.queue_frame(EndFrame())
+
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    await asyncio.wait_for(asyncio.gather(runner.run(), drive()), 60)
+    (audio1, texts1), (audio2, texts2) = marks
+    return {"text": text, "sessions": sessions, "first_reply_audio_frames": audio1, "second_reply_audio_frames": audio2 - audio1,
+            "second_reply_texts": [t for _, t in after_speaker.texts[texts1:texts2]], "stopped": len(after_tts.stopped)}
+
+
 async def main(url: str, modes: list[str], kind: str, text: str) -> dict:
-    return {mode: await run(url, mode, kind, text if mode == "stream" else TEXT) for mode in modes}
+    out = {}
+    for mode in modes:
+        out[mode] = await run_reconnect(url, text) if mode == "reconnect" else await run(url, mode, kind, text if mode == "stream" else TEXT)
+    return out
 
 
 if __name__ == "__main__":

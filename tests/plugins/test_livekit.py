@@ -11,7 +11,7 @@ ENGINE = {"simulated": {"ms_per_char": 35, "stream_rtf": 0.5}}
 async def test_stream_synthesize_and_cancel(start_gateway, livekit_venv):
     gw = await start_gateway(ENGINE)
     url = f"http://127.0.0.1:{gw.port}"
-    out = await run_scenario("livekit_scenario.py", url, "stream,synthesize,cancel", "voxgate", SHORT)
+    out = await run_scenario("livekit_scenario.py", url, "stream,synthesize,cancel,reconnect", "voxgate", SHORT)
 
     for mode in ("stream", "synthesize"):
         r = out[mode]
@@ -22,4 +22,6 @@ async def test_stream_synthesize_and_cancel(start_gateway, livekit_venv):
     cancel = out["cancel"]
     assert 0 < cancel["audio_ms"] < 2000  # the reply was cut short
     assert cancel["sessions_active_after_cancel"] == 0  # closing the stream ended its voxgate session
+    first, second = out["reconnect"]["audio_ms"]
+    assert first > 2000 and abs(second - first) < 100  # a dropped pooled session is replaced, not used
     assert len(gw.core.sessions) == 0

@@ -11,7 +11,7 @@ ENGINE = {"simulated": {"ms_per_char": 35, "stream_rtf": 0.5}}
 
 async def test_token_stream_becomes_audio_and_word_frames_that_join_to_the_text(start_gateway, pipecat_venv):
     gw = await start_gateway(ENGINE)
-    out = await run_scenario("pipecat_scenario.py", f"http://127.0.0.1:{gw.port}", "stream,interrupt", "voxgate", SHORT)
+    out = await run_scenario("pipecat_scenario.py", f"http://127.0.0.1:{gw.port}", "stream,interrupt,reconnect", "voxgate", SHORT)
 
     stream = out["stream"]
     assert stream["started"] == 1 and stream["stopped"] == 1  # one TTSStartedFrame / TTSStoppedFrame for the reply
@@ -27,3 +27,8 @@ async def test_token_stream_becomes_audio_and_word_frames_that_join_to_the_text(
     text = cut["text"]
     assert cut["context"], "the words played before the barge-in belong in the context"
     assert text.startswith(cut["context"]) and len(cut["context"]) < len(text) // 2  # the cut text, not the reply
+
+    again = out["reconnect"]
+    assert again["first_reply_audio_frames"] > 0 and again["second_reply_audio_frames"] > 0  # spoke after the drop
+    assert again["sessions"][0] != again["sessions"][1]  # on a new voxgate session
+    assert " ".join(again["second_reply_texts"]).split() == SHORT.split()

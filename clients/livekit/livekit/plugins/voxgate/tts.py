@@ -133,6 +133,9 @@ class SynthesizeStream(tts.SynthesizeStream):
         output_emitter.initialize(request_id=request_id, sample_rate=self._tts.sample_rate, num_channels=1,
                                   mime_type="audio/pcm", stream=True)
         session = await self._tts._pool.get(timeout=self._conn_options.timeout)
+        while session.ended.is_set():  # a pooled session the gateway or the network ended meanwhile
+            self._tts._pool.remove(session)
+            session = await self._tts._pool.get(timeout=self._conn_options.timeout)
         clean = False
         try:
             turn = session.turn(request_id)
@@ -142,6 +145,9 @@ class SynthesizeStream(tts.SynthesizeStream):
                 await self._receive(session, request_id, output_emitter)
             finally:
                 await utils.aio.gracefully_cancel(sender)
+                if sender.done() and not sender.cancelled() and isinstance(sender.exception(), VoxgateError):
+                    # the socket dropped under the text: retryable (LiveKit retries while nothing was heard)
+                    raise APIConnectionError(f"voxgate: {sender.exception()}") from sender.exception()
             output_emitter.end_segment()
             clean = True
         finally:
