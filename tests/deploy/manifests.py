@@ -16,8 +16,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("gpu", "cpu-demo")
-# the overlays, and the gpu overlay with the Gateway API route instead of the Ingress
-VARIANTS = {"gpu": KUBE / "overlays" / "gpu", "cpu-demo": KUBE / "overlays" / "cpu-demo", "gpu+gateway-api": None}
+# the overlays, and the gpu overlay with each component (the Gateway API route instead of the Ingress,
+# a managed Redis instead of the StatefulSet)
+VARIANTS = {"gpu": "overlays/gpu", "cpu-demo": "overlays/cpu-demo",
+            "gpu+gateway-api": "components/gateway-api", "gpu+external-redis": "components/external-redis"}
 
 
 def kubectl() -> str:
@@ -29,13 +31,13 @@ def kubectl() -> str:
 
 @functools.lru_cache(maxsize=None)
 def render_text(variant: str) -> str:
-    target = VARIANTS[variant]
+    target = KUBE / VARIANTS[variant]
     with tempfile.TemporaryDirectory() as tmp:
-        if target is None:  # a throwaway overlay: gpu + the gateway-api component
+        if target.parent.name == "components":  # a throwaway overlay: gpu + the component
             Path(tmp, "kustomization.yaml").write_text(yaml.safe_dump({
                 "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                 "resources": [os.path.relpath(KUBE / "overlays" / "gpu", tmp)],
-                "components": [os.path.relpath(KUBE / "components" / "gateway-api", tmp)]}))
+                "components": [os.path.relpath(target, tmp)]}))
             target = Path(tmp)
         out = subprocess.run([kubectl(), "kustomize", str(target)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, f"kubectl kustomize {variant} failed:\n{out.stderr}"

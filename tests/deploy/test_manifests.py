@@ -84,6 +84,13 @@ def test_the_gateway_api_variant_routes_with_an_httproute_instead_of_the_ingress
     assert route["spec"]["rules"][0]["backendRefs"][0] == {"name": "voxgate-gateway", "port": 8080}
 
 
+def test_the_external_redis_variant_aliases_the_service_and_runs_no_redis_pod():
+    docs = render("gpu+external-redis")
+    assert not find(docs, "StatefulSet", "voxgate-redis")
+    service = one(docs, "Service", "voxgate-redis")
+    assert service["spec"]["type"] == "ExternalName" and "selector" not in service["spec"]
+
+
 def test_network_policy_lets_only_gateways_reach_engines_and_redis():
     docs = render("gpu")
     deny = one(docs, "NetworkPolicy", "voxgate-default-deny")
