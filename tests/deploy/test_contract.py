@@ -83,6 +83,9 @@ def test_gateway_config_and_command_line_are_voxgates_own(variant, tmp_path, mon
     assert cfg.cluster.redis_url.split("//")[1].split(":")[0] == redis["metadata"]["name"]
     assert int(cfg.cluster.redis_url.rsplit(":", 1)[1].split("/")[0]) == redis["spec"]["ports"][0]["port"]
     assert cfg.webrtc.turn_secret_env in {e["name"] for e in c["env"]}
+    writable = [m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")]
+    for path in (cfg.server.voices_dir, cfg.server.log_dir, cfg.telephony.record_inbound_dir):
+        assert path is None or any(Path(path).is_relative_to(w) for w in writable), f"{path} is not on a writable volume"
     pre = c["lifecycle"]["preStop"]["exec"]["command"]
     assert pre[0] == "voxgate"
     drain = parse(pre[1:])
@@ -113,6 +116,10 @@ def test_engine_command_line_config_and_ports(variant, tmp_path, monkeypatch):
     if cfg.engine.kind == "qwen3":
         assert cfg.engine.model_dir == next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "models")
         assert Path(cfg.engine.vocoder_cache).parent == Path(next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "cache"))
+    writable = [m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")]
+    assert cfg.engine.voice_cache, "the default voice cache is under ~, on the read-only root filesystem"
+    for path in (cfg.engine.vocoder_cache, cfg.engine.voice_cache, cfg.server.voices_dir, cfg.server.log_dir):
+        assert path is None or any(Path(path).is_relative_to(w) for w in writable), f"{path} is not on a writable volume"
     args = parse(expand(c["args"], c))
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert args.listen == f"tcp://0.0.0.0:{ports['engine']}" and args.http_port == ports["http"]

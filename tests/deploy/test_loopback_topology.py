@@ -2,7 +2,8 @@
 `kubectl kustomize` renders for the cpu-demo overlay: one `voxgate engine`, two `voxgate serve`
 gateways, Redis (Debian's redis-server standing in for the Valkey pod) and HAProxy standing in for
 ingress-nginx, hashing on the same call-id pattern. Only addresses change (what cluster DNS and the
-downward API would give): names and 0.0.0.0 become 127.0.0.x and free ports. Twilio calls through
+downward API would give): names and 0.0.0.0 become 127.0.0.x and free ports, the /cache volume a
+folder. Twilio calls through
 the balancer play, both legs of each call land on one gateway, and every probe answers on the port
 the manifest names."""
 
@@ -149,7 +150,11 @@ async def test_the_rendered_topology_runs_on_loopback_and_a_call_plays(tmp_path)
                                            "--appendonly", "no", "--requirepass", SECRET])
         # the engine: its rendered command line, listening where its Service would point
         engine_cfg = tmp_path / "engine.yaml"
-        engine_cfg.write_text(config_file(docs, "engine.yaml"))
+        engine_data = yaml.safe_load(config_file(docs, "engine.yaml"))
+        for key in ("voice_cache", "vocoder_cache"):  # the pod's /cache volume is a folder here
+            if engine_data["engine"].get(key, "").startswith("/cache/"):
+                engine_data["engine"][key] = str(tmp_path / engine_data["engine"][key].lstrip("/"))
+        engine_cfg.write_text(yaml.safe_dump(engine_data))
         engine_port, engine_http = free_port(), free_port()
         args = replace_flag(en_c["args"], "--config", str(engine_cfg))
         args = replace_flag(args, "--listen", f"tcp://127.0.0.1:{engine_port}")
