@@ -171,3 +171,23 @@ async def test_a_slow_reader_gets_everything_in_order_and_interrupt_drops_what_w
     after = await _record(c, "turn.done", turn_id="next")
     assert after[0] == ("event", after[0][1]) and after[0][1]["type"] == "audio.start"  # no audio of `t` after its turn.done
     await c.close()
+
+
+async def test_unpaced_sessions_count_against_capacity_and_survive_an_engine_failure(start_gateway):
+    gw = await start_gateway({"server": {"max_sessions": 1}})
+    c = await Client.connect(gw)
+    await c.start(output={"pacing": "none"})
+    refused = await Client.connect(gw)  # the one slot is taken: refused at once, like any session
+    assert (await refused.until("error"))["code"] == "at_capacity"
+    await refused.close()
+
+    gw.core.engine.inject_fault("raise")  # the engine's next step fails: the chunk in it fails, the session goes on
+    await c.send({"type": "text", "turn_id": "t1", "text": "This chunk meets a failing engine.", "final": True})
+    err = await c.until("error")
+    assert err["code"] == "engine_error"
+    done = await c.until("turn.done", turn_id="t1")
+    assert done["interrupted"] is False
+    await c.send({"type": "text", "turn_id": "t2", "text": "And this one speaks.", "final": True})
+    log = await _record(c, "turn.done", turn_id="t2")
+    assert sum(n for kind, n in log if kind == "audio") > 0 and log[-1][1]["played_text"] == "And this one speaks."
+    await c.close()

@@ -1,6 +1,6 @@
 """LiveKit Agents' TTS API against a voxgate on loopback; run by tests/plugins/test_livekit.py in the plugin venv.
 
-    python livekit_scenario.py URL MODES [TTS] [TEXT]   MODES: stream,synthesize,cancel,reconnect   TTS: voxgate | openai
+    python livekit_scenario.py URL MODES [TTS] [TEXT]   MODES: stream,synthesize,cancel,reconnect,agent   TTS: voxgate | openai
 
 `stream` pushes an LLM-like token stream (a token every 25 ms) into `tts.stream()`; `synthesize`
 speaks the whole text at once; `cancel` closes the stream after its first audio (what an
@@ -112,10 +112,51 @@ async def run_reconnect(url: str, text: str) -> dict:
     return {"audio_ms": results}
 
 
+async def run_agent(url: str, text: str) -> dict:
+    """`AgentSession(tts=voxgate.TTS(...))`, as an agent uses it: `say()` speaks into the session's audio output."""
+    from livekit import rtc
+    from livekit.agents import Agent, AgentSession
+    from livekit.agents.voice.io import AudioOutput, AudioOutputCapabilities
+    from livekit.plugins import voxgate
+
+    class Sink(AudioOutput):
+        """An audio output that takes every frame at once (no device): playback ends at each flush."""
+
+        def __init__(self):
+            super().__init__(label="sink", capabilities=AudioOutputCapabilities(pause=False))
+            self.played, self.segment = 0.0, 0.0
+
+        async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+            if self.segment == 0.0:
+                self.on_playback_started(created_at=time.time())
+            await super().capture_frame(frame)
+            self.segment += frame.samples_per_channel / frame.sample_rate
+            self.played += frame.samples_per_channel / frame.sample_rate
+
+        def flush(self) -> None:
+            super().flush()
+            self.on_playback_finished(playback_position=self.segment, interrupted=False)
+            self.segment = 0.0
+
+        def clear_buffer(self) -> None:
+            self.on_playback_finished(playback_position=self.segment, interrupted=True)
+            self.segment = 0.0
+
+    session = AgentSession(tts=voxgate.TTS(url=url, voice="default"))
+    sink = Sink()
+    session.output.audio = sink
+    await session.start(Agent(instructions="A test agent."))
+    await asyncio.wait_for(session.say(text).wait_for_playout(), 30)
+    history = [m.text_content for m in session.history.messages() if m.role == "assistant"]
+    await session.aclose()
+    return {"played_ms": round(sink.played * 1000, 1), "history": history}
+
+
 async def main(url: str, modes: list[str], kind: str, text: str) -> dict:
+    special = {"reconnect": run_reconnect, "agent": run_agent}
     out = {}
     for mode in modes:
-        out[mode] = await run_reconnect(url, text) if mode == "reconnect" else await run(url, mode, kind, TEXT if mode == "cancel" else text)
+        out[mode] = await special[mode](url, text) if mode in special else await run(url, mode, kind, TEXT if mode == "cancel" else text)
     return out
 
 

@@ -11,7 +11,7 @@ ENGINE = {"simulated": {"ms_per_char": 35, "stream_rtf": 0.5}}
 async def test_stream_synthesize_and_cancel(start_gateway, livekit_venv):
     gw = await start_gateway(ENGINE)
     url = f"http://127.0.0.1:{gw.port}"
-    out = await run_scenario("livekit_scenario.py", url, "stream,synthesize,cancel,reconnect", "voxgate", SHORT)
+    out = await run_scenario("livekit_scenario.py", url, "stream,synthesize,cancel,reconnect,agent", "voxgate", SHORT)
 
     for mode in ("stream", "synthesize"):
         r = out[mode]
@@ -24,4 +24,6 @@ async def test_stream_synthesize_and_cancel(start_gateway, livekit_venv):
     assert cancel["sessions_active_after_cancel"] == 0  # closing the stream ended its voxgate session
     first, second = out["reconnect"]["audio_ms"]
     assert first > 2000 and abs(second - first) < 100  # a dropped pooled session is replaced, not used
+    agent = out["agent"]  # AgentSession(tts=voxgate.TTS(...)).say(...), in place of the OpenAI plugin
+    assert agent["played_ms"] > 2000 and agent["history"] == [SHORT]
     assert len(gw.core.sessions) == 0
