@@ -556,14 +556,17 @@ def run_http(port: int, request: bytes) -> Outcome:
 
 
 
-# ---------------------------------------------------------------- the demo page and /static/
+# ---------------------------------------------------------------- the demo page and /static/ (and every route's path)
 # Names that have broken static file servers: past NAME_MAX (255) and PATH_MAX, encoded slashes and
 # backslashes, dot segments (raw and encoded), NUL bytes, the real files with something after them.
 STATIC_DIR = Path(__file__).resolve().parents[2] / "gateway" / "static"
 STATIC_BODIES = frozenset(p.read_bytes() for p in STATIC_DIR.iterdir() if p.is_file())
 MAX_REQUEST_LINE = 8190  # aiohttp's default: longer request lines are refused by its parser (400) before any route
 URL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/%?")
-STATIC_PREFIXES = ["/static/"] * 6 + ["/", "/static", "//static/", "/static//", "/static/./", "/STATIC/", "/v1/webrtc/config/"]
+STATIC_PREFIXES = ["/static/"] * 10 + ["/", "/static", "//static/", "/static//", "/static/./", "/STATIC/", "/v1/webrtc/config/",
+                                         # the same tails on the other routes: each must answer a coded 4xx too
+                                         "/v1/voices/", "/v1/twilio/", "/v1/control/", "/v1/asterisk/", "/v1/ws/", "/v1/tokens/",
+                                         "/v1/audio/speech/", "/healthz/", "/v1/"]
 STATIC_NAMES = ["demo.js", "demo.css", "index.html", "DEMO.JS", "demo.js/", "demo.js/x", "demo.js.", "demo.js~", ".", "..", "...",
                 "../../../../etc/passwd", "a/../demo.js", "./demo.js", "%2e%2e/%2e%2e/etc/passwd", ".%2e/", "%2e",
                 "..%2f..%2fetc%2fpasswd", "%2fetc%2fpasswd", "demo.js%2f", "%5c..%5c..%5cwindows", "..%5cdemo.js", "%00",
