@@ -191,3 +191,16 @@ async def test_unpaced_sessions_count_against_capacity_and_survive_an_engine_fai
     log = await _record(c, "turn.done", turn_id="t2")
     assert sum(n for kind, n in log if kind == "audio") > 0 and log[-1][1]["played_text"] == "And this one speaks."
     await c.close()
+
+
+async def test_session_end_with_drain_sends_the_rest_before_it_ends(start_gateway):
+    gw = await start_gateway({"simulated": {"ms_per_char": 70, "stream_rtf": 0.3}})
+    c = await Client.connect(gw)
+    started = await c.start(output={"encoding": "pcm16", "sample_rate": 8000, "pacing": "none"})
+    text = "A reply that is still being made when the agent hangs up politely."
+    await c.send({"type": "text", "turn_id": "t", "text": text, "final": True})
+    await c.send({"type": "session.end", "drain": True})
+    log = await _record(c, "session.ended")
+    done = next(m for kind, m in log if kind == "event" and m["type"] == "turn.done")
+    assert done["interrupted"] is False and done["played_text"] == text
+    assert abs(sum(n for kind, n in log if kind == "audio") / _bytes_per_ms(started) - done["played_ms"]) < 0.1

@@ -180,9 +180,8 @@ class VoxgateTTSService(TTSService):
                 yield TTSStoppedFrame(context_id=context_id)
                 return
         turn = self._turns.get(context_id)
-        if turn is None:
+        if turn is None:  # usage metrics: the base reports the whole streamed reply at its end
             turn = self._turns[context_id] = self._session.turn(context_id)
-            await self.start_tts_usage_metrics(text)
         try:
             await turn.say(text)
         except VoxgateError as exc:
