@@ -176,6 +176,56 @@ class ReplayingSocket:
         return getattr(self._ws, name)
 
 
+# ------------------------------------------------------------ AudioSocket: the same hop over TCP
+async def forward_tcp(core, owner: Owner, ids: list[str], first: bytes, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter, hop_kind: int) -> bool:
+    """Splice an AudioSocket connection to its owner's AudioSocket port: a signed hop frame, the far end's
+    handshake as read, then bytes both ways. False when the owner is gone and the call is now ours."""
+    plane = core.cluster
+    for _ in range(2):
+        if owner.audiosocket:
+            host, _, port = owner.audiosocket.rpartition(":")
+            try:
+                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+                break
+            except (OSError, asyncio.TimeoutError, ValueError) as exc:
+                log.warning("cluster: owner %s of call %s unreachable over AudioSocket (%s); taking the call over", owner.node_id, ids[0], exc)
+        owner = await plane.take_over(ids, owner.node_id)
+        if owner is None:
+            return False
+    else:
+        return False
+    hop = hop_value(plane.secret, plane.node_id, "audiosocket").encode()
+    up_writer.write(bytes([hop_kind]) + len(hop).to_bytes(2, "big") + hop + first)
+    core.metrics.cluster_forwards.labels(door="audiosocket").inc()
+    plane.forwarded_legs += 1
+
+    async def one_way(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        except (ConnectionError, OSError):
+            pass
+
+    tasks = [asyncio.ensure_future(one_way(reader, up_writer)), asyncio.ensure_future(one_way(up_reader, writer))]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for w in (up_writer, writer):
+            if not w.is_closing():
+                w.close()
+        plane.forwarded_legs -= 1
+    return True
+
+
+def tcp_hop_sender(core, payload: bytes) -> str | None:
+    return hop_sender(core.cluster.secret, payload.decode("ascii", "replace"), "audiosocket")
+
+
 # ------------------------------------------------------------ the doors
 def unavailable_event(exc: ClusterUnavailable) -> dict:
     return P.error_event(P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly")

@@ -22,6 +22,8 @@ import logging
 
 from audio.playout import PlayoutEvent
 from gateway import protocol as P
+from gateway.cluster.forward import forward_tcp, owner_elsewhere, tcp_hop_sender
+from gateway.cluster.plane import ClusterUnavailable
 from gateway.core import CallCore
 from gateway.core.backpressure import frame_must_skip
 from gateway.core.calls import TELEPHONY_PCM, Call
@@ -128,6 +130,19 @@ class AudioSocketServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         address = peer[0] if isinstance(peer, tuple) and peer else None
+        first = hop = None
+        if self.core.cluster is not None:  # a node of the plane forwarding a call's leg opens with a signed hop frame
+            try:
+                first = await _read_frame(reader, HANDSHAKE_TIMEOUT_S)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                writer.transport.abort()
+                return
+            if first[0] == wire.KIND_VOXGATE_HOP:
+                hop = tcp_hop_sender(self.core, first[1])
+                first = None
+        if hop is not None:  # checked (allow list, per-IP caps) by the node that forwards it
+            await self._serve(reader, writer, first, hop)
+            return
         refused = self._refusal(address)
         if refused is not None:
             self.core.metrics.connections_refused.labels(reason=refused).inc()
@@ -135,14 +150,14 @@ class AudioSocketServer:
             writer.transport.abort()  # no hangup frame: nothing is said to a peer we do not serve
             return
         try:
-            await self._serve(reader, writer)
+            await self._serve(reader, writer, first)
         finally:
             self.core.peers.close(address)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first=None, hop: str | None = None) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
-        conn = _Connection(self, reader, writer)
+        conn = _Connection(self, reader, writer, first, hop)
         self.registry.track(conn.hangup)
         try:
             await conn.run()
@@ -161,7 +176,10 @@ class AudioSocketServer:
 
 
 class _Connection:
-    def __init__(self, server: AudioSocketServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, server: AudioSocketServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 first: tuple[int, bytes] | None = None, hop: str | None = None):
+        self.first = first  # the handshake, when the cluster door read it already
+        self.hop = hop  # the node that forwarded this connection (then it is served here, never forwarded again)
         self.core = server.core
         self.registry = server.registry
         self.reader = reader
@@ -180,11 +198,13 @@ class _Connection:
 
     async def run(self) -> None:
         try:
-            kind, payload = await self._read(HANDSHAKE_TIMEOUT_S)
+            kind, payload = self.first or await self._read(HANDSHAKE_TIMEOUT_S)
             try:
                 call_id = wire.call_uuid(kind, payload)
             except P.ProtocolError as exc:
                 raise _Lost(exc.code, exc.message) from None
+            if self.core.cluster is not None and self.hop is None and await self._forwarded(call_id, wire.frame(kind, payload)):
+                return
             if not self.core.accepting:
                 raise _Lost(P.SHUTTING_DOWN, "the gateway is not accepting calls")
             leg = AudioSocketLeg(self.writer, self.core.metrics)
@@ -203,6 +223,19 @@ class _Connection:
             await self.error(exc.code, exc.message)
         except (asyncio.IncompleteReadError, ConnectionError):
             self.end_reason = "disconnected"  # abrupt close, possibly mid-message
+
+    async def _forwarded(self, call_id: str, handshake: bytes) -> bool:
+        """Another node owns the call: splice this connection to it (True), else serve it here."""
+        try:
+            owner = await owner_elsewhere(self.core, None, [call_id])
+            if owner is None:
+                return False
+            done = await forward_tcp(self.core, owner, [call_id], handshake, self.reader, self.writer, wire.KIND_VOXGATE_HOP)
+        except ClusterUnavailable as exc:
+            raise _Lost(P.CLUSTER_UNAVAILABLE, f"call {call_id}: the call plane is unavailable ({exc})") from None
+        if done:
+            self.end_reason = "forwarded"
+        return done
 
     async def _read(self, header_timeout: float) -> tuple[int, bytes]:
         try:
@@ -259,6 +292,11 @@ class _Connection:
         else:
             self.core.metrics.errors.labels(code=code).inc()
         log.info("audiosocket %s %s: %s: %s", self.peer, self.call.call_id if self.call else "(no call)", code, message)
+
+
+async def _read_frame(reader: asyncio.StreamReader, timeout: float) -> tuple[int, bytes]:
+    kind, length = wire.parse_header(await asyncio.wait_for(reader.readexactly(wire.HEADER_BYTES), timeout))
+    return kind, (await asyncio.wait_for(reader.readexactly(length), PAYLOAD_TIMEOUT_S) if length else b"")
 
 
 def install(core: CallCore, host: LegHost) -> AudioSocketServer | None:

@@ -22,6 +22,7 @@ KIND_UUID = 0x01
 KIND_DTMF = 0x03
 KIND_SLIN = 0x10  # signed linear 16-bit LE, 8 kHz, mono
 KIND_ERROR = 0xFF
+KIND_VOXGATE_HOP = 0xF7  # not Asterisk's: a node of a voxgate call plane opening a forwarded connection (docs/cluster.md)
 SLIN_HIGHER_RATES = range(0x11, 0x19)  # newer Asterisk: slin at 12..192 kHz (not supported here)
 ASTERISK_CALLER_HUNG_UP = 0x01  # error code in an 0xff frame
 HEADER_BYTES = 3

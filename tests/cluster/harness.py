@@ -82,6 +82,7 @@ class Node:
     def __init__(self, name: str, host: str, workdir: Path, config: dict):
         self.name, self.host, self.workdir = name, host, workdir
         self.port = free_port(host)
+        self.audiosocket_port = free_port(host)
         self.config = config
         self.proc: subprocess.Popen | None = None
         self.log = workdir / f"{name}.log"
@@ -97,6 +98,7 @@ class Node:
     def start(self, wait: bool = True) -> None:
         cfg = dict(self.config)
         cfg["server"] = {**cfg.get("server", {}), "host": self.host, "port": self.port}
+        cfg["telephony"] = {**cfg.get("telephony", {}), "audiosocket_port": self.audiosocket_port}
         cfg["cluster"] = {**cfg.get("cluster", {}), "node_id": self.name}
         path = self.workdir / f"{self.name}.yaml"
         path.write_text(yaml.safe_dump(cfg))
@@ -165,6 +167,11 @@ frontend by_call
   # the call id is the path's third segment (/v1/twilio/ID, /v1/control/ID): both legs of a call hash alike
   http-request set-header X-Call-Id %[path,field(4,/)]
   default_backend hashed_nodes
+listen audiosocket_round_robin
+  mode tcp
+  bind {host}:{audiosocket}
+  balance roundrobin
+{audiosocket_servers}
 backend rr_nodes
   balance roundrobin
 {rr_servers}
@@ -178,16 +185,19 @@ backend hashed_nodes
 class HAProxy:
     def __init__(self, workdir: Path, nodes: list[Node], host: str = "127.0.0.1"):
         self.host, self.workdir, self.nodes = host, workdir, nodes
-        self.rr_port, self.hash_port = free_port(host), free_port(host)
+        self.rr_port, self.hash_port, self.audiosocket_port = free_port(host), free_port(host), free_port(host)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         servers = "\n".join(f"  server {n.name} {n.host}:{n.port}" for n in self.nodes)
         cfg = self.workdir / "haproxy.cfg"
-        cfg.write_text(HAPROXY.format(host=self.host, rr=self.rr_port, hashed=self.hash_port, rr_servers=servers, hashed_servers=servers))
+        audiosocket = "\n".join(f"  server {n.name} {n.host}:{n.audiosocket_port}" for n in self.nodes)
+        cfg.write_text(HAPROXY.format(host=self.host, rr=self.rr_port, hashed=self.hash_port, audiosocket=self.audiosocket_port,
+                                      rr_servers=servers, hashed_servers=servers, audiosocket_servers=audiosocket))
         self.proc = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.host, self.rr_port, proc=self.proc)
         wait_port(self.host, self.hash_port, proc=self.proc)
+        wait_port(self.host, self.audiosocket_port, proc=self.proc)
 
     @property
     def rr(self) -> str:
