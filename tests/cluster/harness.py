@@ -54,6 +54,7 @@ class Redis:
     def __init__(self, workdir: Path, host: str = "127.0.0.1"):
         self.host, self.port, self.workdir = host, free_port(host), workdir
         self.proc: subprocess.Popen | None = None
+        self._client = None
 
     @property
     def url(self) -> str:
@@ -69,11 +70,17 @@ class Redis:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def client(self):
+        """One client for the test's own looks into Redis (reconnects after a restart)."""
         import redis
 
-        return redis.Redis(host=self.host, port=self.port, socket_timeout=2)
+        if self._client is None:
+            self._client = redis.Redis(host=self.host, port=self.port, socket_timeout=2)
+        return self._client
 
 
 class Node:

@@ -7,6 +7,7 @@ module; the tests that restart or kill things run last and bring up their own ex
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import signal
 import time
@@ -74,6 +75,7 @@ def plane(tmp_path_factory):
     p.haproxy.start()
     yield p
     p.stop()
+    gc.collect()  # sockets the tests left to the collector close now, not inside a later test
 
 
 # ---------------------------------------------------------------- one call's script, run the same everywhere
