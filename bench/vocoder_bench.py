@@ -110,6 +110,10 @@ def build_backends(decoder, names: list[str], max_batch: int, packets: list[int]
             out[name] = voc
         except (CodecError, ValueError) as e:
             print(f"{name}: skipped ({getattr(e, 'message', e)})")
+        except (RuntimeError, OSError, ImportError) as e:  # a GPU backend failing to build (CUDA, cuDNN,
+            # a provider library): that backend is left out, the others' timings stay
+            first = (str(e).splitlines() or [""])[0][:300]
+            print(f"{name}: skipped (failed to build: {type(e).__name__}: {first})")
     return out
 
 

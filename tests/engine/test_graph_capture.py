@@ -127,3 +127,58 @@ def test_users_of_the_gate_do_not_wait_for_each_other():
     for t in threads:
         t.join()
     assert not inside.broken
+
+
+def test_the_pin_covers_the_talkers_attention_only(ckpt):
+    """A backend pinned for the talker (one the CPU refuses stands for one that refuses a shape) leaves
+    the code predictor's causal attention to torch's own choice."""
+    from tts.qwen3.attention import talker_pinned
+    from tts.qwen3.generate import predict_codes, talker_step
+
+    batch = TalkerBatch(ckpt.model, 2, 128, use_cuda_graphs=False)
+    batch.admit([0], [_streaming_prompt(ckpt, 4)], [SAMPLED], [PRED])
+    talker = ckpt.model.talker
+    with torch.inference_mode(), talker_pinned(talker, "EFFICIENT_ATTENTION"):
+        codes = predict_codes(talker, batch.hidden[:1], batch.code0[:1], batch.pred_rows.slice(1))
+        with pytest.raises(RuntimeError):
+            talker_step(talker, codes, batch.pad.expand(1, -1), batch.pos[:1], kv_len=128)
+    assert all(layer.self_attn.sdpa_backend is None for layer in talker.model.layers)  # unpinned after
+
+
+def test_a_backend_that_refuses_the_step_is_dropped_before_capture(ckpt, caplog):
+    batch = TalkerBatch(ckpt.model, 2, 128, use_cuda_graphs=False, kv_step=64)
+    batch.admit([0], [_streaming_prompt(ckpt, 4)], [SAMPLED], [PRED])
+    batch.sdpa_backends = {(1, 64): "EFFICIENT_ATTENTION", (1, 128): "MATH"}
+    with torch.inference_mode():
+        assert batch._warm_up(1, 64, False) is None
+        assert batch._warm_up(1, 128, False) == "MATH"
+    assert batch.sdpa_backends == {(1, 64): None, (1, 128): "MATH"}
+    assert "EFFICIENT_ATTENTION refuses the step" in caplog.text
+
+
+def test_backends_are_timed_on_views_of_the_cache_and_within_the_deadline(ckpt, monkeypatch):
+    """`choose` times q as a view of the fused heads and K/V as views of the cache, and leaves the shapes
+    it has no time for to torch. CPU stands in for CUDA here: the timing itself is a stand-in."""
+    from tts.qwen3 import attention
+
+    shape = ckpt.config.talker
+    ckpt.model.setup_caches(4, 256)
+    kv = ckpt.model.talker.model.layers[0].self_attn.kv_cache
+    seen = []
+
+    def timed(name, q, k, v, mask, repeats=20):
+        fused = (shape.num_attention_heads + shape.num_key_value_heads) * shape.head_dim
+        seen.append((q.stride(0) == fused, k.untyped_storage().data_ptr() == kv.k_cache.untyped_storage().data_ptr(),
+                     k.stride() == kv.k_cache.stride()))
+        time.sleep(0.01)
+        return 0.001 if name == "MATH" else None
+
+    real_inputs = attention.decode_inputs
+    monkeypatch.setattr(attention, "time_backend", timed)
+    monkeypatch.setattr(attention, "decode_inputs", lambda *a: real_inputs(*a[:6], "cpu", a[7]))
+    picked, timings = attention.choose(shape, (1, 2, 4), (128, 256), torch.float32, "cuda",
+                                       cache=(kv.k_cache, kv.v_cache), deadline=time.monotonic() + 0.1)
+    assert seen and all(s == (True, True, True) for s in seen)
+    done = [key for key, name in picked.items() if name == "MATH"]
+    left = [key for key, t in timings.items() if t == {"skipped": "time budget spent"}]
+    assert done and left and len(done) + len(left) == 6 and all(picked[key] is None for key in left)

@@ -243,3 +243,24 @@ def test_config_refuses_an_unknown_vocoder_naming_the_key(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(str(cfg))
     assert "engine.vocoder" in str(e.value) and "onnxruntime" in str(e.value)
+
+
+def test_a_backend_failing_to_build_is_skipped_and_the_others_still_timed(monkeypatch):
+    """A GPU backend can fail to build with a RuntimeError (CUDA, cuDNN, a provider library): the bench
+    reports it and times the rest (gpu_check's phase (c) keeps its step timings). The failure is a
+    stand-in: no GPU backend can be built on this machine."""
+    import tts.qwen3.codec.vocoder as vocoder
+    from bench.gpu_vocoder import run
+
+    real = vocoder.build_vocoder
+
+    def build(kind, *a, **kw):
+        if kind == "onnxruntime":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(kind, *a, **kw)
+
+    monkeypatch.setattr(vocoder, "build_vocoder", build)
+    rows = run(budget_s=60, backends=("onnxruntime", "torch-eager"), batches=(1,), packets=(1,), reps=1,
+               device="cpu", shape="tiny")
+    assert [r["backend"] for r in rows if "skipped" in r] == ["onnxruntime"]
+    assert [r["backend"] for r in rows if "ms_per_step" in r] == ["torch-eager"]

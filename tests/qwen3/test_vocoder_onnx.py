@@ -207,3 +207,15 @@ def test_read_metadata_refuses_a_foreign_onnx_file(tmp_path):
     with pytest.raises(CodecError) as e:
         read_metadata(tmp_path / "other.onnx")
     assert e.value.code == "bad_onnx"
+
+
+def test_a_session_without_the_provider_asked_for_is_refused(session):
+    """onnxruntime falls back to CPU quietly when its CUDA provider cannot load: the vocoder checks the
+    session's own providers after building it (here a CPU session stands for that fallback)."""
+    from tts.qwen3.codec import CodecError
+    from tts.qwen3.codec.ort_vocoder import require_provider
+
+    require_provider(session, "CPUExecutionProvider")
+    with pytest.raises(CodecError, match="CUDAExecutionProvider did not load") as e:
+        require_provider(session, "CUDAExecutionProvider")
+    assert e.value.code == "vocoder_unavailable"

@@ -27,6 +27,8 @@ nothing else calls into CUDA while a stream is capturing (tts.qwen3.gate).
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from tts.qwen3.gate import CaptureGate
@@ -35,6 +37,8 @@ from tts.qwen3.model import Qwen3TTSModel
 from tts.qwen3.prompt import Prompt
 from tts.qwen3.sampling import SamplingRows, eos_mask
 from tts.qwen3.staging import Staged
+
+log = logging.getLogger("voxgate.qwen3")
 
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512)
 KV_BUCKET = 128  # cache columns are read in multiples of this (and the longest bucket: max_seq_len)
@@ -314,22 +318,20 @@ class TalkerBatch:
         # Warm up on the capture stream (allocator, kernels, SDPA plans), then capture on that same
         # stream. Capturing runs the step once for slots 0..n-1: snapshot and restore the state the step
         # mutates so capture has no effect.
-        from tts.qwen3.attention import pinned_sdpa
+        from tts.qwen3.attention import talker_pinned
 
         if self._stream is None:
             self._stream = torch.cuda.Stream()
         saved = [t.clone() for t in self._mutable()]
         s = self._stream
         s.wait_stream(torch.cuda.current_stream())
-        backend = self.sdpa_backends.get((n, kv_len))  # chosen by measurement (tts.qwen3.attention)
-        with torch.cuda.stream(s), pinned_sdpa(backend):
-            for _ in range(2):
-                self._step_rows(n, kv_len, wide)
+        with torch.cuda.stream(s):
+            backend = self._warm_up(n, kv_len, wide)
             s.synchronize()
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, stream=s):
+            with torch.cuda.graph(graph, pool=self._pool, stream=s), talker_pinned(self.model.talker, backend):
                 self._step_rows(n, kv_len, wide)
             for t, v in zip(self._mutable(), saved):
                 t.copy_(v)
@@ -337,6 +339,28 @@ class TalkerBatch:
         self._graphs[(n, kv_len, wide)] = graph
         self.captures += 1
         return graph
+
+    def _warm_up(self, n: int, kv_len: int, wide: bool) -> str | None:
+        """Two eager steps (allocator, kernels, SDPA plans) with the talker's attention under the backend
+        chosen for this shape (tts.qwen3.attention); returns the backend to capture under. One that
+        refuses the step's real tensors is dropped for torch's own choice here, before the capture,
+        where a refusal could not be undone. The step's state changes: the caller restores it."""
+        from tts.qwen3.attention import talker_pinned
+
+        backend = self.sdpa_backends.get((n, kv_len))
+        if backend is not None:
+            try:
+                with talker_pinned(self.model.talker, backend):
+                    for _ in range(2):
+                        self._step_rows(n, kv_len, wide)
+                return backend
+            except RuntimeError as e:  # "No available kernel" for these views / this mask
+                log.warning("SDPA %s refuses the step at batch %d, kv_len %d (%s): torch's choice instead",
+                            backend, n, kv_len, (str(e).splitlines() or [""])[0][:200])
+                self.sdpa_backends[(n, kv_len)] = None
+        for _ in range(2):
+            self._step_rows(n, kv_len, wide)
+        return None
 
     def _mutable(self) -> list[torch.Tensor]:
         return [self.hidden, self.code0, self.pos, self.frame, self.cb0.seen, self.cb0.generated]

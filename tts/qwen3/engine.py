@@ -246,7 +246,9 @@ class Qwen3Engine(Engine):
             from tts.qwen3.attention import choose
 
             shape = self._ckpt.config.talker
-            picked, _ = choose(shape, self._batch.buckets, self._batch.kv_buckets, self._batch.dtype, s.device)
+            kv = self._ckpt.model.talker.model.layers[0].self_attn.kv_cache  # timed on the step's own views
+            picked, _ = choose(shape, self._batch.buckets, self._batch.kv_buckets, self._batch.dtype, s.device,
+                               cache=(kv.k_cache, kv.v_cache))
             self._batch.sdpa_backends = picked
             log.info("SDPA backend per (batch, kv_len): %s", picked)
         if self._batch.use_cuda_graphs and self._ckpt.config.tts_model_type == "base":

@@ -61,6 +61,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
         self.kv_cache: KVCache | None = None
+        self.sdpa_backend: str | None = None  # the talker's pinned SDPA backend while a graph captures (attention.py)
         # Set by fuse(): one matmul for q, k and v, one norm for q and k heads. Buffers (not saved),
         # so `.to()` moves them along.
         self.register_buffer("qkv_weight", None, persistent=False)
@@ -102,7 +103,13 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, keys, values, is_causal=t > 1, enable_gqa=gqa)
             return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
         keys, values = self.kv_cache.update(rows, input_pos, k.transpose(1, 2), v, kv_len)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+        if self.sdpa_backend is None:
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+        else:
+            from tts.qwen3.attention import pinned_sdpa
+
+            with pinned_sdpa(self.sdpa_backend):
+                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 

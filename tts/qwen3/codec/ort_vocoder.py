@@ -7,6 +7,12 @@ tensors, outputs bind scratch tensors of max_batch rows (a call uses their
 first B rows: same addresses, only the shapes change), then one device copy
 writes the new state back. ONNX Runtime runs on a stream of its own that is
 ordered after, and before, the caller's current torch stream.
+
+The session is refused when the CUDA provider did not load (`require_provider`): onnxruntime falls
+back to CPU quietly (an onnxruntime-gpu built for another CUDA than torch's), and IO binding on
+device pointers would then fail at the first decode, in traffic. cuDNN's convolution algorithms are
+picked by heuristic, not by the provider's default exhaustive search, which runs again for every new
+batch size (in traffic: the vocoder's batch follows the streams due).
 """
 
 from __future__ import annotations
@@ -25,6 +31,14 @@ from tts.qwen3.codec.vocoder_base import Vocoder
 
 _TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _NUMPY = {torch.float32: np.float32, torch.float16: np.float16, torch.int64: np.int64}
+
+
+def require_provider(session, provider: str) -> None:
+    """Refuse a session that does not run on `provider` (it loaded another one instead)."""
+    got = session.get_providers()
+    if provider not in got:
+        raise CodecError("vocoder_unavailable", f"onnxruntime: {provider} did not load (the session runs on {got}; "
+                         f"an onnxruntime-gpu built for another CUDA than torch's {torch.version.cuda}?)")
 
 
 class OnnxRuntimeVocoder(Vocoder):
@@ -50,8 +64,10 @@ class OnnxRuntimeVocoder(Vocoder):
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
             self.device = torch.device("cuda", index)
             self._stream = torch.cuda.Stream(self.device)
-            provider = ("CUDAExecutionProvider", {"device_id": index, "user_compute_stream": str(self._stream.cuda_stream)})
+            provider = ("CUDAExecutionProvider", {"device_id": index, "user_compute_stream": str(self._stream.cuda_stream),
+                                                  "cudnn_conv_algo_search": "HEURISTIC"})
             self._session = ort.InferenceSession(str(onnx_path), opts, providers=[provider])
+            require_provider(self._session, "CUDAExecutionProvider")
             self._scratch = [torch.empty((self.max_batch, *shape), dtype=dtype, device=self.device) for shape, dtype in specs]
             self._frames_out = torch.empty(self.max_batch, dtype=torch.long, device=self.device)
         else:
