@@ -5,7 +5,9 @@ ingress-nginx, hashing on the same call-id pattern. Only addresses change (what 
 downward API would give): names and 0.0.0.0 become 127.0.0.x and free ports, the /cache volume a
 folder. Twilio calls through
 the balancer play, both legs of each call land on one gateway, and every probe answers on the port
-the manifest names."""
+the manifest names. Then a rollout: the rendered preStop hook drains the gateway holding a call; the
+balancer (checking /readyz like a Service) drops it, its call speaks on, a new call goes to the other
+gateway, and hook and gateway return once the call is over."""
 
 from __future__ import annotations
 
@@ -98,31 +100,41 @@ def haproxy_config(port: int, servers: list[tuple[str, str, int]]) -> str:
         "  http-request set-var(txn.call_id) path,field(4,/) if call_scoped",  # /v1/<door>/<call_id>
         "  default_backend gateways",
         "backend gateways", "  balance hash var(txn.call_id)", "  hash-type consistent",
+        "  option httpchk GET /readyz",  # the readiness probe: a draining gateway leaves the pool, as from a Service
     ]
-    lines += [f"  server {name} {host}:{p}" for name, host, p in servers]
+    lines += [f"  server {name} {host}:{p} check inter 300 fall 1 rise 1" for name, host, p in servers]
     return "\n".join(lines) + "\n"
 
 
-async def play_a_call(base: str, call_id: str) -> None:
+async def play_a_call(base: str, call_id: str) -> tuple[Control, TwilioClient]:
     control = Control(await websockets.connect(f"{base}/v1/control/{call_id}"))
     await control.attach(call_id)
     tw = TwilioClient(await websockets.connect(f"{base}/v1/twilio/{call_id}", compression=None), f"MZ{call_id[2:]}", call_id)
     await tw.start()
     assert (await control.expect("call.media", timeout=10))["state"] == "connected"
-    await control.send({"type": "text", "turn_id": "t1", "text": "Hello from the loopback cluster.", "final": True})
+    await play_a_turn(control, tw, "t1")
+    return control, tw
+
+
+async def play_a_turn(control: Control, tw: TwilioClient, turn_id: str) -> None:
+    await control.send({"type": "text", "turn_id": turn_id, "text": "Hello from the loopback cluster.", "final": True})
     frames = []
     while True:
         msg, _ = await tw.recv(timeout=15)
         if msg["event"] == "media":
             frames.append(base64.b64decode(msg["media"]["payload"]))
-        elif msg["event"] == "mark":
+        elif msg["event"] == "mark":  # echoed as Twilio does once the audio before it has played
             await tw.echo_mark(msg["mark"]["name"])
-            break
+            if msg["mark"]["name"].startswith(f"{turn_id}/"):  # an earlier turn's last marks may still be queued
+                break
     assert len(frames) >= 10 and all(len(f) == 160 for f in frames)
     assert max(np.abs(ulaw_decode(f).astype(int)).max() for f in frames) > 1000, "the call is silent"
-    done = await control.expect("turn.done", turn_id="t1", timeout=20)
+    done = await control.expect("turn.done", turn_id=turn_id, timeout=20)
     assert done["interrupted"] is False and done["played_ms"] >= 200
-    return control, tw
+
+
+def sessions(host: str, port: int) -> float:
+    return metric(http_get(f"http://{host}:{port}/metrics")[1].decode(), "voxgate_sessions_active")
 
 
 def metric(text: str, name: str) -> float:
@@ -211,6 +223,41 @@ async def test_the_rendered_topology_runs_on_loopback_and_a_call_plays(tmp_path)
         gateway_text = http_get(f"http://{gateways[0][1]}:{gateways[0][2]}/metrics")[1].decode()
         exported |= set(re.findall(r"^# TYPE (\w+) ", gateway_text, re.M))
         assert engine_side <= exported, f"the dashboard plots {sorted(engine_side - exported)}, which nothing exports"
+        # A rollout: one call is up; its gateway's preStop hook drains it. The pod leaves the pool at once,
+        # its call plays on to its end, a new call goes to the other gateway, the hook returns when the call
+        # is over and the gateway exits by itself.
+        base = f"ws://127.0.0.1:{lb_port}"
+        for _ in range(100):
+            if all(sessions(h, p) == 0 for _, h, p, _, _ in gateways):
+                break
+            await asyncio.sleep(0.1)
+        control, tw = await play_a_call(base, "CA" + "d" * 32)
+        (owner,) = [g for g in gateways if sessions(g[1], g[2]) == 1]
+        (other,) = [g for g in gateways if g is not owner]
+        _, o_host, o_port, o_proc, o_log = owner
+        prestop = gw_c["lifecycle"]["preStop"]["exec"]["command"]  # voxgate drain --pid 1 --port 8080 …
+        assert prestop[0] == "voxgate"
+        args = replace_flag(replace_flag(prestop[1:], "--pid", str(o_proc.pid)), "--port", str(o_port))
+        hook = subprocess.Popen([sys.executable, "-m", "gateway.cli", *args, "--host", o_host, "--poll", "0.1"],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(hook)
+        for _ in range(100):
+            if http_get(f"http://{o_host}:{o_port}/readyz")[0] == 503:
+                break
+            await asyncio.sleep(0.1)
+        assert http_get(f"http://{o_host}:{o_port}/readyz")[0] == 503
+        await asyncio.sleep(1.0)  # HAProxy's check (every 300 ms) takes the draining gateway out of the pool
+        await play_a_turn(control, tw, "t2")  # the draining gateway's call speaks on
+        assert hook.poll() is None, "the preStop hook returned while its gateway still held a call"
+        new_control, new_tw = await play_a_call(base, "CA" + "e" * 32)  # a new call: the other gateway takes it
+        assert sessions(other[1], other[2]) == 1 and o_proc.poll() is None
+        await tw.stop()
+        await control.close()
+        out, _ = await asyncio.to_thread(hook.communicate, timeout=30)
+        assert hook.returncode == 0 and "call(s) still open" in out, out
+        assert await asyncio.to_thread(o_proc.wait, 30) == 0, o_log.read_text()[-2000:]
+        await new_tw.stop()
+        await new_control.close()
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:
