@@ -171,7 +171,7 @@ class OpenAISpeech:
                     raise _unauthorized()
             except ClusterUnavailable as exc:
                 raise SpeechError(503, P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly") from None
-            if not core.accepting:
+            if not core.accepting or core.draining:
                 raise SpeechError(503, P.SHUTTING_DOWN, "the gateway is draining and takes no new requests")
             req = parse_speech_request(await _read_json(request))
             encoder = container_encoder(req.response_format, SAMPLE_RATE)

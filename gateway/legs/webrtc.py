@@ -415,7 +415,7 @@ class WebrtcTransport:
             return _error(503, P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly")
         if problem is not None:
             return _error(401, P.UNAUTHORIZED, problem)
-        if not gw.accepting:
+        if not gw.accepting or gw.draining:  # a draining node of a cluster finishes its calls, starts none
             return _error(503, P.SHUTTING_DOWN, "the gateway is not accepting calls")
         if request.content_length and request.content_length > MAX_OFFER_BYTES:
             return _error(413, P.TOO_LARGE, f"an offer may be at most {MAX_OFFER_BYTES} bytes")
