@@ -83,7 +83,12 @@ def engine_choice(config: Config) -> EngineChoice:
     return EngineChoice(kind=e.kind, model_dir=e.model_dir, device=e.device, dtype=e.dtype, max_batch=e.max_batch,
                         max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache,
                         voice_cache_dir=voice_cache, simulated=simulated, endpoints=list(e.endpoints),
-                        connect_timeout_s=e.connect_timeout_s)
+                        connect_timeout_s=e.connect_timeout_s, discover=engine_discovery(config))
+
+
+def engine_discovery(config: Config) -> bool:
+    """engine.kind remote with no endpoints in a cluster: the engines are the ones registered in Redis."""
+    return config.engine.kind == "remote" and not config.engine.endpoints and config.cluster.enabled
 
 
 class Gateway:
@@ -92,6 +97,7 @@ class Gateway:
     def __init__(self, config: Config, engine: Engine | None = None, legs: Iterable[Leg] = LEGS):
         self.config = config
         self.supervisor = None  # engine.isolate: the engine child process
+        self.engine_directory = None  # engine.kind remote found through the call plane (gateway/cluster/engines.py)
         if engine is None:
             choice = engine_choice(config)
             if config.engine.isolate:
@@ -199,6 +205,11 @@ class Gateway:
         self.core.voice.check()  # a barge_in detector that cannot load is a start-up error
         if self.supervisor is not None:
             await self.supervisor.start()
+        if engine_discovery(self.config) and hasattr(self.engine, "set_endpoints"):
+            from gateway.cluster.engines import EngineDirectory
+
+            self.engine_directory = EngineDirectory(self.config, self.engine.set_endpoints)
+            await self.engine_directory.start()  # the engines registered now; the start waits for one as with a list
         await self.engine.start()
         if self.supervisor is not None:
             try:
@@ -275,6 +286,8 @@ class Gateway:
         if self._runner:
             await self._runner.cleanup()
             self._runner = None
+        if self.engine_directory is not None:
+            await self.engine_directory.close()
         await self.engine.close()
         if self.supervisor is not None:
             await self.supervisor.stop(self.config.server.limits.drain_timeout_s + 5)

@@ -54,6 +54,8 @@ def _add_engine(sub) -> None:
     p.add_argument("--listen", required=True, help="tcp://HOST:PORT (needs VOXGATE_ENGINE_SECRET) or ipc://PATH")
     p.add_argument("--http-port", type=int, default=None, help="/healthz, /readyz and /metrics on this port (0: a free one)")
     p.add_argument("--http-host", default=None, help="default: the --listen host (tcp), 127.0.0.1 (ipc)")
+    p.add_argument("--advertise", default=None, help="with cluster.redis_url: the endpoint gateways reach this engine at, "
+                                                     "registered in Redis (default: --listen, when it names a host)")
     p.add_argument("--heartbeat-s", type=float, default=2.0, help="a gateway silent this long is gone: its streams "
                                                                   "are freed (default: %(default)s)")
     p.add_argument("--model-dir", help="override engine.model_dir (Qwen3-TTS checkpoint)")

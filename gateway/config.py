@@ -131,7 +131,6 @@ class EngineConfig:
     def validate(self, check) -> None:
         check(self.kind in ("auto", "qwen3", "simulated", "espeak", "remote"), "kind",
               "must be auto, qwen3, simulated, espeak or remote")
-        check(self.kind != "remote" or bool(self.endpoints), "endpoints", "must list at least one engine for kind: remote")
         check(self.kind == "remote" or not self.endpoints, "endpoints", "are only for kind: remote")
         check(all(isinstance(e, str) and _is_engine_endpoint(e) for e in self.endpoints), "endpoints",
               "entries must be tcp://HOST:PORT or ipc://PATH")
@@ -415,6 +414,9 @@ class Config:
 
     def validate(self, check) -> None:
         check(len(self.voices) >= 1, "voices", "must name at least one voice")
+        if self.engine.kind == "remote" and not self.engine.endpoints and not self.cluster.enabled:
+            raise ConfigError(f"{self.source}: engine.endpoints: must list at least one engine for kind: remote "
+                              "(or set cluster.redis_url: engines register themselves there)")
         if self.default_voice is not None:
             check(self.default_voice in self.voices, "default_voice", f"{self.default_voice!r} is not in voices")
         seen: dict[str, str] = {}

@@ -166,18 +166,39 @@ async def register_config_voices(engine, config: Config) -> None:
                 raise ValueError(f"{config.source}: voices.{name}: {exc.message}") from exc
 
 
+def advertised_endpoint(listen: str, advertise: str | None) -> str:
+    """Where gateways reach this engine: --advertise, else the --listen endpoint when it names a host."""
+    if advertise:
+        return advertise
+    host = listen[len("tcp://"):].rpartition(":")[0].strip("[]") if listen.startswith("tcp://") else "ipc"
+    if host in ("*", "", "0.0.0.0", "::"):
+        raise ValueError(f"--listen {listen} names no address gateways can reach; pass --advertise tcp://HOST:PORT to register in cluster.redis_url")
+    return listen
+
+
 async def run_engine(config: Config, listen: str, http_port: int | None, http_host: str | None = None,
-                     heartbeat_s: float = 2.0, ready=None) -> None:
+                     heartbeat_s: float = 2.0, ready=None, advertise: str | None = None) -> None:
     from tts.service import EngineServer, secret_from_env  # the service's public face (needs the service extra)
 
     engine = build_engine(_engine_choice(config))
     secret = secret_from_env([listen])
     await engine.start()
     runner = None
+    registration = None
     server = EngineServer(engine, listen, secret=secret, heartbeat_s=heartbeat_s)
     try:
         await register_config_voices(engine, config)
         await server.start()
+        if config.cluster.enabled:  # gateways with engine.kind remote and no endpoints find this engine in Redis
+            from gateway.cluster.engines import EngineRegistration
+
+            def load() -> dict:
+                stats = engine.stats()
+                return {"engine": engine.name, "active": stats.get("active", 0), "queued": stats.get("queued", 0),
+                        "draining": int(server.draining)}
+
+            registration = EngineRegistration(config, server.engine_id, advertised_endpoint(server.endpoint, advertise), load)
+            await registration.start()
         if http_port is not None:
             app = web.Application()
             app.add_routes(http_routes(server, EngineMetrics(server)))
@@ -205,6 +226,8 @@ async def run_engine(config: Config, listen: str, http_port: int | None, http_ho
         log.info("draining: %d streams may finish for up to %.0f s", server.open_streams, timeout)
         await server.drain(timeout)
     finally:
+        if registration is not None:
+            await registration.close()
         await server.close()
         if runner is not None:
             await runner.cleanup()
@@ -234,7 +257,8 @@ def engine_main(args) -> int:
         from tts.service import check_endpoint
 
         check_endpoint(args.listen)
-        asyncio.run(run_engine(config, args.listen, args.http_port, args.http_host, args.heartbeat_s))
+        asyncio.run(run_engine(config, args.listen, args.http_port, args.http_host, args.heartbeat_s,
+                               advertise=getattr(args, "advertise", None)))
     except ImportError as exc:
         print(f"voxgate engine: needs the service extra (pip install 'voxgate[service]'): {exc}")
         return 1

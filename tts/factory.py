@@ -33,6 +33,7 @@ class EngineChoice:
     voice_cache_dir: str | None = None  # qwen3 Base: cloned voices' parts on disk (x-vector, reference codes)
     simulated: dict = field(default_factory=dict)  # tts.simulated.SimulatedSettings fields
     endpoints: list[str] = field(default_factory=list)  # remote: engine processes (tcp://HOST:PORT | ipc://PATH)
+    discover: bool = False  # remote without endpoints: the caller names them later (RemoteEngine.set_endpoints)
     connect_timeout_s: float = 5.0  # remote: start() waits this long for a first engine (then serves without one)
 
 
@@ -91,8 +92,8 @@ def build_engine(choice: EngineChoice) -> Engine:
             from tts.service.transport import secret_from_env
         except ImportError as exc:
             raise ValueError(f"engine.kind remote needs the service extra (pip install 'voxgate[service]'): {exc}") from None
-        if not choice.endpoints:
+        if not choice.endpoints and not choice.discover:
             raise ValueError("engine.endpoints must list at least one engine for engine.kind: remote")
         return RemoteEngine(choice.endpoints, secret=secret_from_env(choice.endpoints),
-                            connect_timeout_s=choice.connect_timeout_s)
+                            connect_timeout_s=choice.connect_timeout_s, discovered=choice.discover)
     raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")

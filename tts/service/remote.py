@@ -43,9 +43,11 @@ def affinity_key(request: SynthesisRequest) -> str:
 class RemoteEngine(Engine):
     name = "remote"
 
-    def __init__(self, endpoints: list[str], secret: bytes | None = None, connect_timeout_s: float = 5.0):
-        if not endpoints:
+    def __init__(self, endpoints: list[str], secret: bytes | None = None, connect_timeout_s: float = 5.0,
+                 discovered: bool = False):
+        if not endpoints and not discovered:
             raise ValueError("a remote engine needs at least one endpoint")
+        self.discovered = discovered  # engines come and go through set_endpoints (the gateway's engine registry)
         for e in endpoints:
             check_endpoint(e)
         if len(set(endpoints)) != len(endpoints):
@@ -71,12 +73,37 @@ class RemoteEngine(Engine):
             link.on_up, link.on_down, link.on_refused = self._link_up, self._link_down, self._refused
             self.links.append(link)
             await link.start()
+        if not self.links:  # discovered: the registry names the engines as they register
+            return
         deadline = time.monotonic() + self.connect_timeout_s
         while not any(link.ready for link in self.links) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         if not any(link.ready for link in self.links):
             log.warning("no engine answered in %.1f s (%s); new sessions are refused with engine_unavailable until one does",
                         self.connect_timeout_s, "; ".join(f"{l.endpoint}: {l.why_down}" for l in self.links))
+
+    async def set_endpoints(self, endpoints: list[str]) -> None:
+        """The engines to use now (a registry found them): links to new ones open, links to gone ones close."""
+        for e in endpoints:
+            check_endpoint(e)
+        if self._transport is None:
+            self.endpoints = list(dict.fromkeys(endpoints))
+            return
+        wanted = set(endpoints)
+        for link in [l for l in self.links if l.endpoint not in wanted]:
+            self.links.remove(link)
+            self.endpoints.remove(link.endpoint)
+            log.info("engine %s left the registry", link.endpoint)
+            await link.close()
+        name = f"{socket.gethostname()}:{os.getpid()}"
+        for endpoint in dict.fromkeys(endpoints):
+            if endpoint not in self.endpoints:
+                link = EngineLink(endpoint, self._transport, self._secret, self.gateway_id, name)
+                link.on_up, link.on_down, link.on_refused = self._link_up, self._link_down, self._refused
+                self.links.append(link)
+                self.endpoints.append(endpoint)
+                log.info("engine %s found in the registry", endpoint)
+                await link.start()
 
     async def close(self) -> None:
         for task in list(self._replays):
@@ -232,7 +259,7 @@ class RemoteEngine(Engine):
         if any(link.serving for link in self.links):
             return None
         if not self.links:
-            return "the remote engine is not started"
+            return "no engine is registered in the call plane" if self.discovered else "the remote engine is not started"
         why = []
         for link in self.links:
             if not link.up:

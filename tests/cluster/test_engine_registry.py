@@ -1,0 +1,68 @@
+"""The engine registry in the call plane: a `voxgate engine` process registers itself in Redis with a TTL and
+its load; a gateway with `engine.kind: remote` and no `engine.endpoints` finds it there, speaks through it,
+and drops it within the TTL once the engine is killed. Real redis-server, real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import websockets
+import yaml
+
+from tests.cluster.harness import NEEDS, ROOT, Node, Redis, http_json, wait_until
+
+pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)")
+pytest.importorskip("zmq", reason="the engine service needs the service extra")
+
+TTL_S = 3.0
+
+
+async def test_engines_register_in_redis_and_gateways_find_them_there(tmp_path):
+    redis = Redis(tmp_path)
+    redis.start()
+    cluster = {"redis_url": redis.url, "claim_ttl_s": TTL_S}
+    engine_cfg = tmp_path / "engine.yaml"
+    engine_cfg.write_text(yaml.safe_dump({"engine": {"kind": "simulated"}, "cluster": cluster,
+                                          "simulated": {"first_packet_ms": 10, "capacity_x": 500, "ms_per_char": 20}}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    engine = subprocess.Popen([sys.executable, "-m", "gateway.cli", "engine", "--config", str(engine_cfg), "--listen",
+                               f"ipc://{tmp_path}/engine.sock", "--log-level", "WARNING"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gateway = Node("g1", "127.0.0.7", tmp_path, {"engine": {"kind": "remote"}, "cluster": cluster, "playout": {"prebuffer_ms": 40}})
+    try:
+        r = redis.client()
+        key = await wait_until(lambda: next(iter(r.scan_iter(match="voxgate:engine:*")), None), timeout=30)
+        entry = {k.decode(): v.decode() for k, v in r.hgetall(key).items()}
+        assert entry["endpoint"] == f"ipc://{tmp_path}/engine.sock" and entry["engine"] == "simulated"
+        assert {"active", "queued", "draining"} <= entry.keys() and 0 < r.pttl(key) <= TTL_S * 1000
+        gateway.start()  # no endpoint list anywhere: it finds the engine in Redis
+        async with websockets.connect(f"{gateway.ws}/v1/ws") as ws:
+            await ws.send(json.dumps({"type": "session.start"}))
+            assert json.loads(await ws.recv())["type"] == "session.started"
+            await ws.send(json.dumps({"type": "text", "turn_id": "t1", "text": "Hello from a registered engine.", "final": True}))
+            audio = 0
+            while True:
+                msg = await asyncio.wait_for(ws.recv(), 10)
+                if isinstance(msg, bytes):
+                    audio += len(msg)
+                elif json.loads(msg)["type"] == "turn.done":
+                    break
+        assert audio > 0
+        engine.send_signal(signal.SIGKILL)
+        t_kill = time.monotonic()
+        await wait_until(lambda: not r.exists(key), timeout=TTL_S + 2)  # its registration expires within the TTL
+        # the gateway's link saw the engine go at once; within a directory refresh it drops the engine too
+        await wait_until(lambda: "no engine is registered" in http_json(gateway.url + "/readyz")[1].get("reason", ""), timeout=TTL_S)
+        assert time.monotonic() - t_kill <= TTL_S + 3
+    finally:
+        engine.kill()
+        engine.wait()
+        gateway.stop()
+        redis.stop()
