@@ -98,6 +98,11 @@ def _add_synth(sub) -> None:
                    help="cloned voices: the non-streaming text layout (default: generate_voice_clone's streaming one)")
     p.add_argument("--out", required=True, help="the target speech (for in-context clones, without the reference)")
     p.add_argument("--codes-out", help="the generated frames only, [frames, 16] int64")
+    p.add_argument("--turn-mode", action="store_true",
+                   help="turn mode: feed the text word by word from an empty start into one streaming-layout "
+                        "generation (pauses while text is missing, end-of-speech held until the text is final)")
+    p.add_argument("--text-rate", type=float, default=None, metavar="TOKENS_PER_S",
+                   help="turn mode: words arrive at this rate (an LLM token per word); default: all at once")
     p.set_defaults(handler=_run_synth)
 
 

@@ -12,9 +12,11 @@ from tts.engine import (
     SamplingSettings,
     SynthesisRequest,
     SynthesisStream,
+    TurnStream,
     VoiceClone,
 )
 from tts.factory import EngineChoice, build_engine, resolve_engine_kind
+from tts.turn_words import TurnWords
 
 __all__ = [
     "EngineChoice",
@@ -28,5 +30,7 @@ __all__ = [
     "SamplingSettings",
     "SynthesisRequest",
     "SynthesisStream",
+    "TurnStream",
+    "TurnWords",
     "VoiceClone",
 ]

@@ -93,6 +93,7 @@ class PcmChunk:
     pcm: np.ndarray
     frame_index: int
     is_last: bool
+    text_end: int | None = None  # turn mode: the turn's text [0, text_end) is spoken once this chunk has played
 
     @property
     def duration_s(self) -> float:
@@ -193,6 +194,41 @@ class SynthesisStream:
             self._queue.put_nowait(_END)
 
 
+class TurnStream(SynthesisStream):
+    """Turn mode: one generation for a whole agent turn, fed text as it arrives (`append`, then
+    `finish`). The request's `text` is the first piece (may be empty). Chunks carry `text_end`.
+
+    The engine pauses the stream (no step, no cost) while its next text has not arrived, holds
+    end-of-speech until the text is finished, and ends the stream after the last word's audio.
+    """
+
+    def __init__(self, request: SynthesisRequest, engine: "Engine"):
+        super().__init__(request, engine)
+        self.text = request.text
+        self.finished = False
+        self.first_text_at = time.monotonic() if request.text.strip() else None
+
+    def append(self, text: str) -> None:
+        if self.finished:
+            raise EngineError("bad_request", "the turn's text is already finished")
+        if not isinstance(text, str):
+            raise EngineError("bad_request", "turn text must be a string")
+        if self.cancelled or self._done or not text:
+            return  # a cancelled turn (barge-in) drops late text silently
+        if self.first_text_at is None and text.strip():
+            self.first_text_at = time.monotonic()
+        self.text += text
+        self._engine._turn_append(self, text)
+
+    def finish(self) -> None:
+        """No more text: the stream runs to its natural end."""
+        if self.finished:
+            return
+        self.finished = True
+        if not (self.cancelled or self._done):
+            self._engine._turn_finish(self)
+
+
 class Engine(ABC):
     """A speech engine; see the module docstring."""
 
@@ -212,6 +248,18 @@ class Engine(ABC):
     def voices(self) -> list[str]:
         """Speaker names this engine can speak with (empty: any name works)."""
         return []
+
+    # Turn mode (DESIGN.md §3.1): engines that can feed one generation with a turn's text as it comes.
+    supports_turns: bool = False
+
+    def open_turn(self, request: SynthesisRequest) -> TurnStream:
+        """Open a turn; raises `EngineError('unsupported_mode', …)` where the engine (or the voice) has no
+        turn mode (the caller falls back to sentence mode), `overloaded` when full."""
+        raise EngineError("unsupported_mode", f"the {self.name} engine has no turn mode; use sentence mode")
+
+    def turn_supported(self, voice: str) -> str | None:
+        """None when `voice` can speak in turn mode here, else why not (the caller uses sentence mode)."""
+        return None if self.supports_turns else f"the {self.name} engine has no turn mode"
 
     # Cloned voices (Base checkpoints). Engines that cannot clone refuse with a stable code.
     can_clone: bool = False
@@ -244,4 +292,10 @@ class Engine(ABC):
         pass
 
     def _update_deadline(self, stream: SynthesisStream, deadline: float) -> None:
+        pass
+
+    def _turn_append(self, stream: TurnStream, text: str) -> None:
+        pass
+
+    def _turn_finish(self, stream: TurnStream) -> None:
         pass

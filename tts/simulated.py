@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tts.engine import CODEC_FRAME_SAMPLES, SAMPLE_RATE, Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream
+from tts.engine import (CODEC_FRAME_SAMPLES, SAMPLE_RATE, Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream,
+                        TurnStream)
 
 STEP_S = 0.01  # device model resolution
 STALL_S = 5.0  # requests waiting and no step for this long: the device counts as hung (health)
@@ -42,9 +43,9 @@ class SimulatedSettings:
 
 
 class _Job:
-    __slots__ = ("stream", "total", "generated", "emitted", "admitted_at", "deadline", "seq", "frame")
+    __slots__ = ("stream", "total", "generated", "emitted", "admitted_at", "deadline", "seq", "frame", "turn", "pauses")
 
-    def __init__(self, stream: SynthesisStream, total: int, seq: int):
+    def __init__(self, stream: SynthesisStream, total: int, seq: int, turn: bool = False):
         self.stream = stream
         self.total = total  # samples
         self.generated = 0.0  # samples the device has produced
@@ -53,6 +54,16 @@ class _Job:
         self.deadline = stream.request.deadline
         self.seq = seq
         self.frame = 0
+        self.turn = turn  # turn mode: `total` grows as words arrive; ends only once the text is finished
+        self.pauses = 0
+
+    @property
+    def waiting_for_text(self) -> bool:
+        return self.turn and not self.stream.finished and self.generated >= self.total
+
+    @property
+    def complete(self) -> bool:
+        return self.generated >= self.total and not (self.turn and not self.stream.finished)
 
 
 _TONE_PERIOD = 10 * SAMPLE_RATE  # every component below repeats exactly every 10 s
@@ -165,19 +176,57 @@ class SimulatedEngine(Engine):
                 pass
 
     def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
+        return self._open(SynthesisStream(request, self), turn=False)
+
+    def _open(self, stream: SynthesisStream, turn: bool) -> SynthesisStream:
         if self._dead:
             raise EngineError("engine_unavailable", self._dead)
         if len(self._jobs) >= self.settings.max_queued:
             raise EngineError("overloaded", f"engine queue full ({self.settings.max_queued} requests)")
-        stream = SynthesisStream(request, self)
-        total = int(round(len(request.text.strip()) * self.settings.ms_per_char * SAMPLE_RATE / 1000))
         self._seq += 1
-        job = _Job(stream, total, self._seq)
+        job = _Job(stream, 0, self._seq, turn)
+        job.total = self._samples(stream)
         self._jobs.append(job)
         self._by_stream[id(stream)] = job
         self.requests += 1
         self._wake.set()
         return stream
+
+    # ------------------------------------------------------------ turn mode
+    supports_turns = True
+
+    def open_turn(self, request: SynthesisRequest) -> TurnStream:
+        """A turn: audio for each whole word as it arrives (the unfinished last word waits, as the Qwen3
+        turn tokenizer holds it); a stream waiting for text takes no device time."""
+        return self._open(TurnStream(request, self), turn=True)
+
+    @property
+    def _samples_per_char(self) -> float:
+        return self.settings.ms_per_char * SAMPLE_RATE / 1000
+
+    def _samples(self, stream: SynthesisStream) -> int:
+        text = stream.request.text if not isinstance(stream, TurnStream) else stream.text
+        if isinstance(stream, TurnStream) and not stream.finished:
+            cut = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t"))
+            text = text[:cut] if cut >= 0 else ""  # whole words only
+        return int(round(len(text.strip()) * self._samples_per_char))
+
+    def _turn_append(self, stream: TurnStream, text: str = "") -> None:
+        job = self._by_stream.get(id(stream))
+        if job is not None:
+            job.total = self._samples(stream)
+            self._wake.set()
+
+    def _turn_finish(self, stream: TurnStream) -> None:
+        self._turn_append(stream)
+
+    def _text_end(self, job: _Job) -> int | None:
+        if not job.turn:
+            return None
+        text = job.stream.text
+        lead = len(text) - len(text.lstrip())
+        spoken = lead + int(job.emitted / self._samples_per_char + 1e-6)
+        return len(text) if job.complete and job.emitted >= job.total else min(spoken, len(text))
 
     async def add_voice(self, voice) -> dict:
         """Accepts a cloned voice (checked as a Base engine checks it) and keeps speaking its own tone."""
@@ -248,6 +297,10 @@ class SimulatedEngine(Engine):
         for job in sorted(self._jobs, key=key):
             if budget < 1.0:  # less than a sample left (float rounding)
                 break
+            if job.turn and job.total == 0 and not job.stream.finished:
+                continue  # no whole word yet: nothing to start
+            if job.waiting_for_text:
+                continue  # paused: no step, no cost
             if job.admitted_at is None:
                 job.admitted_at = now
             take = min(per_stream, budget, job.total - job.generated)
@@ -261,9 +314,11 @@ class SimulatedEngine(Engine):
         s = self.settings
         if now - job.admitted_at < s.first_packet_ms / 1000.0:
             return
-        done = job.generated >= job.total
+        done = job.complete
         packet = (s.first_packet_audio_ms if job.emitted == 0 else s.packet_ms) * SAMPLE_RATE / 1000
         ready = int(job.generated) - job.emitted
+        if job.waiting_for_text and ready > 0:
+            packet = min(packet, ready)  # paused for text: hand over what is made
         while ready >= packet or (done and (ready > 0 or job.emitted == 0 or job.emitted < job.total)):
             n = min(ready, int(packet)) if not done else ready
             pcm = tone(job.emitted, n, job.stream.request.request_id)
@@ -276,7 +331,7 @@ class SimulatedEngine(Engine):
             if last:
                 self._jobs.remove(job)
                 self._by_stream.pop(id(job.stream), None)
-            job.stream._deliver(PcmChunk(pcm, frame, last))
+            job.stream._deliver(PcmChunk(pcm, frame, last, self._text_end(job)))
             if last:
                 return
             packet = s.packet_ms * SAMPLE_RATE / 1000

@@ -109,11 +109,23 @@ def codec_prefix(config: ModelConfig, language: str, speaker: str | None) -> lis
     return [t.codec_think_id, t.codec_think_bos_id, lang_id, t.codec_think_eos_id]
 
 
+@dataclass
+class VoiceHead:
+    """The prompt before any target text: the instruction (VoiceDesign), role tokens and the codec
+    control track summed with the text track's pads and `tts_bos`; then what the text-carrying part
+    needs. Shared by the whole-text prompts and turn mode (tts.qwen3.turn)."""
+
+    parts: list  # [L_i, D] tensors, in order
+    bos_codec: torch.Tensor  # [1, D]: codec_bos, the codec track's first text-carrying position
+    pad: torch.Tensor  # [D] tts_pad
+    eos: torch.Tensor  # [D] tts_eos
+    clone: ClonePrompt | None
+
+
 @torch.no_grad()
-def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, text: str, *,
-                 speaker: str | None = None, language: str | None = "auto", instruct: str | None = None,
-                 xvector: torch.Tensor | None = None, clone: ClonePrompt | None = None,
-                 streaming_text: bool = False) -> Prompt:
+def voice_head(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, *, speaker: str | None = None,
+               language: str | None = "auto", instruct: str | None = None, xvector: torch.Tensor | None = None,
+               clone: ClonePrompt | None = None, role_ids: list[int] | None = None) -> VoiceHead:
     t = config.talker
     device = talker.codec_head.weight.device
     lang = language_name(config, language)
@@ -134,16 +146,12 @@ def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, 
     def ids(seq: list[int]) -> torch.Tensor:
         return torch.tensor(seq, dtype=torch.long, device=device)
 
-    tokens = tokenizer.encode(assistant_text(text))
-    if len(tokens) < 9:
-        raise PromptError("bad_text", "text is empty after tokenisation")
-    body = tokens[3:-5]  # the text between the role tokens and the closing template
     bos_e, eos_e, pad_e = talker.embed_text(ids([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
-
     parts: list[torch.Tensor] = []
     if instruct:
         parts.append(talker.embed_text(ids(tokenizer.encode(instruct_text(instruct)))))
-    parts.append(talker.embed_text(ids(tokens[:3])))  # <|im_start|>assistant\n
+    role = role_ids if role_ids is not None else tokenizer.encode(assistant_text(""))[:3]
+    parts.append(talker.embed_text(ids(role)))  # <|im_start|>assistant\n
 
     codec = talker.embed_codec(ids(codec_prefix(config, lang, spk)))
     speaker_rows = []
@@ -155,7 +163,32 @@ def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, 
     n = codec.shape[0]
     text_track = torch.cat([pad_e.expand(n - 2, -1), bos_e.view(1, -1)])
     parts.append(text_track + codec[:-1])
-    bos_codec = codec[-1:]
+    return VoiceHead(parts=parts, bos_codec=codec[-1:], pad=pad_e, eos=eos_e, clone=clone)
+
+
+def text_tokens(tokenizer: TextTokenizer, text: str) -> list[int]:
+    """The whole turn's ids; the target text is [3:-5] (between the role tokens and the closing template)."""
+    tokens = tokenizer.encode(assistant_text(text))
+    if len(tokens) < 9:
+        raise PromptError("bad_text", "text is empty after tokenisation")
+    return tokens
+
+
+@torch.no_grad()
+def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, text: str, *,
+                 speaker: str | None = None, language: str | None = "auto", instruct: str | None = None,
+                 xvector: torch.Tensor | None = None, clone: ClonePrompt | None = None,
+                 streaming_text: bool = False) -> Prompt:
+    t = config.talker
+    device = talker.codec_head.weight.device
+    tokens = text_tokens(tokenizer, text)
+    body = tokens[3:-5]
+    head = voice_head(talker, config, tokenizer, speaker=speaker, language=language, instruct=instruct,
+                      xvector=xvector, clone=clone, role_ids=tokens[:3])
+    parts, bos_codec, pad_e, eos_e = list(head.parts), head.bos_codec, head.pad, head.eos
+
+    def ids(seq: list[int]) -> torch.Tensor:
+        return torch.tensor(seq, dtype=torch.long, device=device)
 
     if clone is not None and clone.icl:
         return _icl_prompt(talker, config, parts, clone, body, pad_e, eos_e, bos_codec, streaming_text, ids)

@@ -82,6 +82,15 @@ class TextTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
 
+    def pre_tokenizer(self):
+        """text -> the end offsets of its pre-tokeniser pieces (BPE encodes each piece on its own)."""
+        pre = self._tok.pre_tokenizer
+
+        def split(text: str) -> list[int]:
+            return [end for _, (_, end) in pre.pre_tokenize_str(text)]
+
+        return split
+
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 

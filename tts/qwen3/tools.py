@@ -24,7 +24,7 @@ def synth_main(args) -> int:
 
     from tts.qwen3.checkpoint import Checkpoint
     from tts.qwen3.config import ConfigError
-    from tts.qwen3.generate import GenerationSettings, generate_codes
+    from tts.qwen3.generate import generate_codes
     from tts.qwen3.prompt import PromptError, build_prompt
 
     t_start = time.perf_counter()
@@ -65,6 +65,11 @@ def synth_main(args) -> int:
     if cfg.tts_model_type == "custom_voice" and not speaker:
         speaker = sorted(cfg.talker.spk_id)[0]
         print(f"speaker: {speaker} (default; --speaker to choose)", file=sys.stderr)
+    if getattr(args, "turn_mode", False):
+        return _synth_turn(args, ckpt, text, speaker, language, clone, t_start)
+    if getattr(args, "text_rate", None) is not None:
+        print("voxgate synth: bad_args: --text-rate needs --turn-mode", file=sys.stderr)
+        return 2
     try:
         # cloned voices default to generate_voice_clone's layout (streaming text), the rest to the CustomVoice one
         streaming = (not args.non_streaming_text) if clone is not None else args.streaming_text
@@ -78,36 +83,16 @@ def synth_main(args) -> int:
     if max_frames < 1:
         print("voxgate synth: bad_args: --max-frames must be at least 1", file=sys.stderr)
         return 2
-    greedy = bool(args.greedy) or not gen.do_sample
-    settings = GenerationSettings(
-        greedy=greedy, temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
-        repetition_penalty=1.0 if args.greedy else gen.repetition_penalty,
-        subtalker_greedy=bool(args.greedy) or not gen.subtalker_dosample, subtalker_temperature=gen.subtalker_temperature,
-        subtalker_top_k=gen.subtalker_top_k, subtalker_top_p=gen.subtalker_top_p, max_frames=max_frames, seed=args.seed)
+    settings = _settings(args, gen, max_frames)
     if args.seed is not None:
         torch.manual_seed(args.seed)
     t_loaded = time.perf_counter()
     result = generate_codes(ckpt.model, prompt, settings)
     t_gen = time.perf_counter()
     codes = result.codes
-    if len(codes):
-        from tts.qwen3.codec import CodecError
-        from tts.qwen3.codec.vocoder import build_vocoder
-
-        try:
-            vocoder = build_vocoder(getattr(args, "vocoder", "torch"), ckpt.codec, max_batch=1)
-        except CodecError as e:
-            print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
-            return 2
-        joint = codes if clone is None or not clone.icl else torch.cat([clone.ref_codes.cpu(), codes])
-        with torch.inference_mode():
-            pcm = vocoder.decode(joint.unsqueeze(0).to(vocoder.device))[0].float().cpu().numpy()
-        if joint is not codes:  # ICL: the official output is the joint decode minus the reference's share
-            from tts.qwen3.prompt import icl_trim
-
-            pcm = pcm[icl_trim(len(clone.ref_codes), len(joint), len(pcm)):]
-    else:
-        pcm = np.zeros(0, dtype=np.float32)
+    pcm = _decode(args, ckpt, clone, codes)
+    if pcm is None:
+        return 2
     t_dec = time.perf_counter()
     write_wav(args.out, pcm, 24000)
     if args.codes_out:
@@ -119,6 +104,88 @@ def synth_main(args) -> int:
           f"decode {t_dec - t_gen:.2f} s, RTF {wall / audio_s if audio_s else float('nan'):.3f} -> {args.out}",
           file=sys.stderr)
     return 0
+
+
+def _settings(args, gen, max_frames: int):
+    from tts.qwen3.generate import GenerationSettings
+
+    greedy = bool(args.greedy) or not gen.do_sample
+    return GenerationSettings(
+        greedy=greedy, temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
+        repetition_penalty=1.0 if args.greedy else gen.repetition_penalty,
+        subtalker_greedy=bool(args.greedy) or not gen.subtalker_dosample, subtalker_temperature=gen.subtalker_temperature,
+        subtalker_top_k=gen.subtalker_top_k, subtalker_top_p=gen.subtalker_top_p, max_frames=max_frames, seed=args.seed)
+
+
+def _synth_turn(args, ckpt, text, speaker, language, clone, t_start) -> int:
+    """`synth --turn-mode`: the text word by word into a TurnGenerator, paced by `--text-rate`."""
+    import torch
+
+    from tts.qwen3.prompt import PromptError, voice_head
+    from tts.qwen3.turn import TurnError, TurnGenerator, run_paced, words
+
+    if args.text_rate is not None and not args.text_rate > 0:
+        print("voxgate synth: bad_args: --text-rate must be a positive number of tokens per second", file=sys.stderr)
+        return 2
+    if args.max_frames is not None and args.max_frames < 1:
+        print("voxgate synth: bad_args: --max-frames must be at least 1", file=sys.stderr)
+        return 2
+    cfg = ckpt.config
+    try:
+        head = voice_head(ckpt.model.talker, cfg, ckpt.tokenizer, speaker=speaker, language=language,
+                          instruct=None if clone is not None else args.instruct, clone=clone)
+        gen = TurnGenerator(ckpt.model, ckpt.tokenizer, head, _settings(args, ckpt.generation, 0),
+                            max_positions=ckpt.generation.max_new_tokens + 512)
+    except (PromptError, TurnError) as e:
+        print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
+        return 2
+    pieces = words(text)
+    if not pieces:
+        print("voxgate synth: bad_text: the text is empty", file=sys.stderr)
+        return 2
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    t_loaded = time.perf_counter()
+    run = run_paced(gen, pieces, args.text_rate, max_frames=args.max_frames)
+    t_gen = time.perf_counter()
+    pcm = _decode(args, ckpt, clone, run.codes)
+    if pcm is None:
+        return 2
+    write_wav(args.out, pcm, 24000)
+    if args.codes_out:
+        np.save(args.codes_out, run.codes.numpy().astype(np.int64))
+    first = f"{run.first_frame_s * 1e3:.0f} ms" if run.first_frame_s is not None else "none"
+    print(f"turn mode: frames {len(run.codes)} ({', '.join(gen.stats.ended_by) or 'max-frames'}), "
+          f"{gen.stats.segments} segment(s), audio {len(pcm) / 24000:.2f} s; {len(pieces)} words at "
+          f"{args.text_rate or 'once'}/s, first frame {first} after the first word, {run.pauses} pauses "
+          f"({run.paused_s:.2f} s waiting for text); load {t_loaded - t_start:.2f} s, generate {t_gen - t_loaded:.2f} s "
+          f"-> {args.out}", file=sys.stderr)
+    return 0
+
+
+def _decode(args, ckpt, clone, codes):
+    """Codes -> float32 PCM (None after printing the error)."""
+    import torch
+
+    if len(codes):
+        from tts.qwen3.codec import CodecError
+        from tts.qwen3.codec.vocoder import build_vocoder
+
+        try:
+            vocoder = build_vocoder(getattr(args, "vocoder", "torch"), ckpt.codec, max_batch=1)
+        except CodecError as e:
+            print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
+            return None
+        joint = codes if clone is None or not clone.icl else torch.cat([clone.ref_codes.cpu(), codes])
+        with torch.inference_mode():
+            pcm = vocoder.decode(joint.unsqueeze(0).to(vocoder.device))[0].float().cpu().numpy()
+        if joint is not codes:  # ICL: the official output is the joint decode minus the reference's share
+            from tts.qwen3.prompt import icl_trim
+
+            pcm = pcm[icl_trim(len(clone.ref_codes), len(joint), len(pcm)):]
+    else:
+        pcm = np.zeros(0, dtype=np.float32)
+    return pcm
 
 
 def make_tiny_model_main(args) -> int:
