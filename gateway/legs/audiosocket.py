@@ -35,6 +35,7 @@ log = logging.getLogger("voxgate.audiosocket")
 
 HANDSHAKE_TIMEOUT_S = 5.0
 PAYLOAD_TIMEOUT_S = 2.0  # a header promised this payload; it must follow promptly
+HOP_FRAME_TIMEOUT_S = 1.0  # a peer outside audiosocket_allow gets this long to show it is a node of the call plane
 MAX_BAD_FRAMES_IN_A_ROW = 3  # unknown types back to back: the framing is lost
 # Asterisk plays each frame on arrival (no buffer to clear on barge-in), so the socket's own backlog is all that
 # still plays after a `clear`: 160 ms, well under the frame cap of the WebSocket legs.
@@ -130,34 +131,42 @@ class AudioSocketServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         address = peer[0] if isinstance(peer, tuple) and peer else None
-        first = hop = None
-        if self.core.cluster is not None:  # a node of the plane forwarding a call's leg opens with a signed hop frame
-            try:
-                first = await _read_frame(reader, HANDSHAKE_TIMEOUT_S)
-            except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                writer.transport.abort()
-                return
-            if first[0] == wire.KIND_VOXGATE_HOP:
-                hop = tcp_hop_sender(self.core, first[1])
-                first = None
-        if hop is not None:  # checked (allow list, per-IP caps) by the node that forwards it
-            await self._serve(reader, writer, first, hop)
-            return
         refused = self._refusal(address)
         if refused is not None:
-            self.core.metrics.connections_refused.labels(reason=refused).inc()
-            log.info("audiosocket: refused %s (%s)", address, refused)
-            writer.transport.abort()  # no hangup frame: nothing is said to a peer we do not serve
+            # a node of the call plane forwarding a leg (its signed hop frame comes first) was checked where it landed
+            hop = await self._hop_frame(reader) if self.core.cluster is not None else None
+            if hop is None:
+                self.core.metrics.connections_refused.labels(reason=refused).inc()
+                log.info("audiosocket: refused %s (%s)", address, refused)
+                writer.transport.abort()  # no hangup frame: nothing is said to a peer we do not serve
+                return
+            await self._serve(reader, writer, hop=hop)
             return
-        try:
-            await self._serve(reader, writer, first)
-        finally:
-            self.core.peers.close(address)
+        counted = True
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first=None, hop: str | None = None) -> None:
+        def uncount() -> None:  # a forwarded leg counts where it landed, not here
+            nonlocal counted
+            if counted:
+                counted = False
+                self.core.peers.close(address)
+
+        try:
+            await self._serve(reader, writer, on_hop=uncount)
+        finally:
+            uncount()
+
+    async def _hop_frame(self, reader: asyncio.StreamReader) -> str | None:
+        try:
+            kind, payload = await _read_frame(reader, HOP_FRAME_TIMEOUT_S)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, P.ProtocolError):
+            return None
+        return tcp_hop_sender(self.core, payload) if kind == wire.KIND_VOXGATE_HOP else None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hop: str | None = None,
+                     on_hop=None) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
-        conn = _Connection(self, reader, writer, first, hop)
+        conn = _Connection(self, reader, writer, hop, on_hop)
         self.registry.track(conn.hangup)
         try:
             await conn.run()
@@ -177,9 +186,9 @@ class AudioSocketServer:
 
 class _Connection:
     def __init__(self, server: AudioSocketServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 first: tuple[int, bytes] | None = None, hop: str | None = None):
-        self.first = first  # the handshake, when the cluster door read it already
+                 hop: str | None = None, on_hop=None):
         self.hop = hop  # the node that forwarded this connection (then it is served here, never forwarded again)
+        self.on_hop = on_hop
         self.core = server.core
         self.registry = server.registry
         self.reader = reader
@@ -198,7 +207,14 @@ class _Connection:
 
     async def run(self) -> None:
         try:
-            kind, payload = self.first or await self._read(HANDSHAKE_TIMEOUT_S)
+            kind, payload = await self._read(HANDSHAKE_TIMEOUT_S)
+            if kind == wire.KIND_VOXGATE_HOP and self.core.cluster is not None and self.hop is None:
+                self.hop = tcp_hop_sender(self.core, payload)  # a node of the plane forwards a leg it checked
+                if self.hop is None:
+                    raise _Lost(P.UNAUTHORIZED, "a hop frame that does not verify")
+                if self.on_hop is not None:
+                    self.on_hop()
+                kind, payload = await self._read(HANDSHAKE_TIMEOUT_S)
             try:
                 call_id = wire.call_uuid(kind, payload)
             except P.ProtocolError as exc:
