@@ -519,6 +519,10 @@ def bench_main(args) -> int:
         from bench.clone_bench import clone_bench
 
         result = asyncio.run(clone_bench(args))
+    elif getattr(args, "remote", False):
+        from bench.remote_bench import remote_bench
+
+        result = asyncio.run(remote_bench(args))
     else:
         result = asyncio.run(_bench(args))
     if args.json_output:

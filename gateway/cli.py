@@ -182,6 +182,11 @@ def _add_bench(sub) -> None:
     p.add_argument("--slo-first-audio-ms", type=float, default=250.0, help="poisson: a level passes with first audio "
                                                                              "p95 under this and every stream keeping up")
     p.add_argument("--serial", action="store_true", help="no vocoder lane (vocoder and talker take turns)")
+    p.add_argument("--remote", action="store_true", help="in-process against the same engine as its own process "
+                                                         "(tts.service), interleaved, at --concurrency (default 1,16)")
+    p.add_argument("--remote-transport", default="tcp", choices=["tcp", "ipc"], help="with --remote: loopback tcp:// "
+                                                                                     "with CURVE, or ipc://")
+    p.add_argument("--remote-repeats", type=int, default=2, help="with --remote: interleaved rounds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ref-audio", help="a cloned voice's cost before first audio (first use vs cached), this reference WAV")
     p.add_argument("--ref-text", help="with --ref-audio: its transcript (in-context mode)")

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -55,6 +56,8 @@ class EngineProcess:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/readyz", timeout=1) as r:
                 return json.loads(r.read())
+        except urllib.error.HTTPError as exc:  # 503: not ready, with its reason
+            return json.loads(exc.read())
         except OSError:
             return None
 

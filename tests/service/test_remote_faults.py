@@ -163,3 +163,48 @@ async def _is_ready_quiet(port: int) -> bool:
         return await _is_ready(port)
     except aiohttp.ClientError:
         return False
+
+
+async def test_sigterm_drains_the_engine_running_streams_finish_new_ones_go_elsewhere_then_it_exits(engines):
+    from tts import EngineError, SynthesisRequest
+    from tts.service.remote import RemoteEngine
+
+    fast = {"first_packet_ms": 0, "capacity_x": 50, "ms_per_char": 20, "stream_rtf": 0.5, "packet_ms": 80}
+    a, b = engines("a", simulated=fast), engines("b", simulated=fast)
+    await asyncio.gather(a.wait_ready(), b.wait_ready())
+    remote = RemoteEngine([a.endpoint, b.endpoint], secret=SECRET.encode(), connect_timeout_s=10)
+    await remote.start()
+    try:
+        assert await wait_for(lambda: _all_serving(remote), 10)
+        running = remote.synthesize(SynthesisRequest(text="x" * 300, tag="s1/t/0"))  # 6 s of audio, made in 3 s
+        it = aiter(running)
+        await asyncio.wait_for(anext(it), 10)
+        holder, other = (a, b) if running._placement[0].endpoint == a.endpoint else (b, a)
+        holder.proc.terminate()  # SIGTERM
+        assert await wait_for(lambda: _draining(holder), 5)
+        later = remote.synthesize(SynthesisRequest(text="x" * 20, tag="s1/t/1"))  # same session: not the draining one
+        chunks = [c async for c in later]
+        assert chunks[-1].is_last and await asyncio.to_thread(other.metric, 'voxgate_engine_requests_total{outcome="completed"}') == 1
+        rest = [c async for c in it]  # the running stream finished on the draining engine
+        assert rest and rest[-1].is_last
+        assert await asyncio.to_thread(holder.proc.wait, 10) == 0
+        other.kill(signal.SIGKILL)
+        with pytest.raises(EngineError) as refused:
+            await wait_for(lambda: _refused(remote), 5)
+            remote.synthesize(SynthesisRequest(text="anyone?"))
+        assert refused.value.code == "engine_unavailable"
+    finally:
+        await remote.close()
+
+
+async def _all_serving(remote) -> bool:
+    return all(link.serving for link in remote.links)
+
+
+async def _draining(e) -> bool:
+    body = await asyncio.to_thread(e.ready)
+    return bool(body) and not body["ready"] and "draining" in body.get("reason", "")
+
+
+async def _refused(remote) -> bool:
+    return remote.health() is not None

@@ -56,7 +56,8 @@ class EngineLink:
         self.streams: dict[int, SynthesisStream] = {}
         self.placed_since_load = 0  # streams placed here since the last report (placement counts them)
         self.last_heard = 0.0
-        self.counters = {"connects": 0, "disconnects": 0, "messages_out": 0, "messages_in": 0, "failed_over": 0}
+        self.counters = {"connects": 0, "disconnects": 0, "messages_out": 0, "messages_in": 0, "failed_over": 0,
+                         "packets_in": 0, "ops_out": 0}
         self.on_up: Callable[["EngineLink"], None] | None = None
         self.on_down: Callable[["EngineLink", str], None] | None = None
         self.on_refused: Callable[["EngineLink", SynthesisStream, str, str], bool] | None = None
@@ -164,6 +165,7 @@ class EngineLink:
             sub.due_in = sub.due_in - now
         deadlines = [(sid, dl - now) for sid, dl in self._deadlines.items() if sid in self.streams]
         msg = W.Ops(submit=self._submits, cancel=self._cancels, deadline=deadlines)
+        self.counters["ops_out"] += 1
         submitted = [s.sid for s in self._submits]
         self._submits, self._cancels, self._deadlines = [], [], {}
         if not self._send(msg):
@@ -217,6 +219,7 @@ class EngineLink:
 
     def _handle(self, msg, frames: list) -> None:
         if isinstance(msg, W.Packets):
+            self.counters["packets_in"] += 1
             self._packets(msg, frames)
         elif isinstance(msg, W.Beat):
             self._set_load(msg.load)

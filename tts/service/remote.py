@@ -279,7 +279,7 @@ class RemoteEngine(Engine):
                      "engines_serving": sum(1 for l in self.links if l.serving),
                      "audio_seconds": sum(l.load.stats.get("audio_s", l.load.stats.get("audio_seconds", 0.0)) for l in up),
                      **self.counters}
-        for name in ("connects", "disconnects", "messages_out", "messages_in", "failed_over"):
+        for name in ("connects", "disconnects", "messages_out", "messages_in", "failed_over", "packets_in", "ops_out"):
             out[f"link_{name}"] = sum(l.counters[name] for l in self.links)
         return out
 
