@@ -1,0 +1,106 @@
+"""What the Qwen3 engine's parts share: its settings, one request's state (`Job`), request checks."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+
+from tts.engine import CODEC_FRAME_SAMPLES, EngineError, SamplingSettings, SynthesisRequest, SynthesisStream
+
+
+FRAME_S = CODEC_FRAME_SAMPLES / 24000
+
+
+@dataclass
+class EngineSettings:
+    model_dir: str | None = None
+    random_weights: str | None = None  # "0.6b" | "1.7b": released shape, random weights (benches)
+    device: str = "cuda"
+    dtype: str = "bfloat16"
+    codec_dtype: str = "float32"
+    max_batch: int = 64
+    max_queued: int = 1024
+    max_seq_len: int = 1024  # KV cache columns per slot: prompt + frames
+    max_frames: int = 900  # hard cap per request (72 s)
+    frames_base: int = 24  # cap from text: base + per_token * text tokens
+    frames_per_token: float = 8.0
+    ignore_eos: bool = False  # benches: fixed lengths
+    packet_ramp: tuple[int, ...] = (1, 2, 4)  # frames per packet; 4 (320 ms) measured best per frame
+    vocoder_rows: int = 0  # rows vocoded per step at most (0: no limit)
+    preempt_slack_s: float = 3.0  # with every slot taken, a stream this far from running dry yields its
+    # slot to a deadline at least this much earlier and resumes later by re-prefilling its frames (0: never)
+    use_cuda_graphs: bool | None = None  # None: on CUDA
+    vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
+    vocoder_cache: str | None = None  # ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
+    default_speaker: str | None = None
+    voice_cache_dir: str | None = None  # Base: cloned voices' parts (x-vector, reference codes) on disk
+    seed: int = 0
+    pipeline: bool = True  # vocoder on its own lane (thread; CUDA stream), overlapping the talker steps
+    serial_vocoder_rows: int = -1  # with the pipeline: steps holding at most this many streams wait for their
+    # vocoder pass instead of overlapping it (-1: 1 on CPU, where a lone stream is faster serial; 0 on CUDA)
+    live_lengths: bool = True  # decode attention over the longest live length's bucket, not max_seq_len
+    kv_bucket: int = 256  # cache columns are read in multiples of this (graphs: one per bucket)
+    prefill_budget_tokens: int = 0  # prompt positions prefilled per step at most (0: 1024 on CUDA, 256 on CPU);
+    # the request at the head always gets in, so a long prompt is never starved
+    compact: bool = True  # move streams down into free lower slots so the batch bucket follows live streams
+    watch_syncs: bool = False  # count host syncs by watching every op (tts.qwen3.syncs; slower)
+    pin_sdpa: bool = True  # CUDA: time the SDPA backends per shape at start and pin the fastest
+    cpu_threads: int = 0  # CPU: torch intra-op threads (0: the cores shared by the worker and the vocoder
+    # lane, i.e. half of them with the pipeline; -1: leave torch's setting alone)
+
+
+@dataclass(eq=False)  # jobs compare by identity
+class Job:
+    stream: SynthesisStream
+    request: SynthesisRequest
+    seq: int
+    deadline: float
+    cancelled: bool = False
+    slot: int | None = None
+    cap: int = 0
+    generated: int = 0
+    vocoded: int = 0  # frames decoded to PCM
+    delivered: int = 0  # frames handed to the stream
+    packets: int = 0
+    generating: bool = True
+    pending: list = field(default_factory=list)  # codes not yet vocoded
+    pcm: list = field(default_factory=list)  # PCM not yet delivered
+    codes: list = field(default_factory=list)  # every frame so far (to resume after preemption)
+    admitted_at: float = 0.0
+    prompt: object = None  # tts.qwen3.prompt.Prompt, kept to resume
+    next_code0: int = -1  # the codebook-0 token already sampled for the next frame
+    codec_state: object = None  # future of the stream's vocoder state row while it has no slot
+    preempted: int = 0
+    finished: bool = False  # its last chunk was handed to the vocoder lane
+    est_len: int | None = None  # prompt positions, estimated for the prefill budget
+
+    @property
+    def priority(self) -> float:
+        """When this stream's audio runs out: its deadline plus the audio already handed to the vocoder
+        (the worker's own count, so the order does not depend on how far the vocoder lane has got)."""
+        return self.deadline + self.vocoded * FRAME_S
+
+
+def check_deadline(deadline: object) -> None:
+    # the worker sorts by it: a non-number there would kill the worker thread for every stream
+    if isinstance(deadline, bool) or not isinstance(deadline, numbers.Real) or not math.isfinite(deadline):
+        raise EngineError("bad_message", f"deadline must be a finite time.monotonic() instant, got {deadline!r}")
+
+
+def check_sampling(s: SamplingSettings) -> None:
+    """Per-request settings land in device rows shared by the whole batch (and top-k's width is sticky):
+    a bad value there would fail every stream at every step, so it is refused up front."""
+    def real(v: object) -> bool:
+        return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+    ok = (isinstance(s.greedy, bool) and isinstance(s.top_k, numbers.Integral) and not isinstance(s.top_k, bool)
+          and real(s.temperature) and real(s.top_p) and real(s.repetition_penalty)
+          and s.temperature >= 0 and 0 < s.top_p <= 1 and s.repetition_penalty > 0)
+    if not ok:
+        raise EngineError("bad_message", "sampling needs temperature >= 0, an integer top_k, 0 < top_p <= 1, "
+                                         f"repetition_penalty > 0 and a bool greedy; got {s}")
+
+
+class WorkerDeath(BaseException):
+    """An injected fault that ends the worker thread, as an error no `except Exception` catches would."""
