@@ -14,10 +14,12 @@ import signal
 import sys
 
 
-async def serve(settings: dict, listen: str, heartbeat_s: float) -> None:
+async def serve(settings: dict, listen: str, heartbeat_s: float, favour: bool = True) -> None:
     from tts.qwen3.engine import EngineSettings, Qwen3Engine
-    from tts.service import EngineServer, secret_from_env
+    from tts.service import EngineServer, favour_the_loop, secret_from_env
 
+    if favour:
+        favour_the_loop()
     fields = EngineSettings.__dataclass_fields__
     s = EngineSettings(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in settings.items() if k in fields})
     engine = Qwen3Engine(s)
@@ -40,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settings", required=True, help="EngineSettings fields as JSON")
     p.add_argument("--listen", required=True)
     p.add_argument("--heartbeat-s", type=float, default=2.0)
+    p.add_argument("--default-switch-interval", action="store_true", help="keep Python's 5 ms GIL switch interval")
     args = p.parse_args(argv)
-    asyncio.run(serve(json.loads(args.settings), args.listen, args.heartbeat_s))
+    asyncio.run(serve(json.loads(args.settings), args.listen, args.heartbeat_s, not args.default_switch_interval))
     return 0
 
 

@@ -53,10 +53,11 @@ async def _settled(remote, beat_s: float) -> dict:
     return _link_counts(remote)
 
 
-def _spawn(settings, listen: str, heartbeat_s: float, env: dict) -> tuple[subprocess.Popen, str]:
+def _spawn(settings, listen: str, heartbeat_s: float, env: dict, default_switch: bool) -> tuple[subprocess.Popen, str]:
     data = {k: v for k, v in dataclasses.asdict(settings).items()}
     proc = subprocess.Popen([sys.executable, "-m", "bench.engine_child", "--settings", json.dumps(data), "--listen", listen,
-                             "--heartbeat-s", str(heartbeat_s)], stdout=subprocess.PIPE, text=True, env=env)
+                             "--heartbeat-s", str(heartbeat_s)] + (["--default-switch-interval"] if default_switch else []),
+                            stdout=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline().split()
     if not line or line[0] != "ready":
         proc.kill()
@@ -82,7 +83,8 @@ async def remote_bench(args) -> dict:
         listen = f"ipc://{tmp}/engine.sock"
     secret = env.get("VOXGATE_ENGINE_SECRET", "").encode() or None
     beat_s = 0.4
-    proc, endpoint = _spawn(settings, listen, beat_s, env)
+    default_switch = getattr(args, "remote_switch_interval", "fast") == "default"
+    proc, endpoint = _spawn(settings, listen, beat_s, env, default_switch)
     local = Qwen3Engine(settings)
     await local.start()
     remote = RemoteEngine([endpoint], secret=secret, connect_timeout_s=60)
@@ -133,5 +135,6 @@ async def remote_bench(args) -> dict:
               f"{summary[str(c)]['added_first_audio_p50_ms_per_repeat']} ms")
     return {"engine": {"source": args.model_dir or args.random_weights, "device": settings.device,
                        "dtype": settings.dtype, "max_batch": settings.max_batch, "frames": args.frames,
-                       "transport": args.remote_transport},
+                       "transport": args.remote_transport,
+                       "engine_switch_interval": "python default (5 ms)" if default_switch else "0.5 ms"},
             "runs": runs, "summary": summary}

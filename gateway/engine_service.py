@@ -178,8 +178,9 @@ def advertised_endpoint(listen: str, advertise: str | None) -> str:
 
 async def run_engine(config: Config, listen: str, http_port: int | None, http_host: str | None = None,
                      heartbeat_s: float = 2.0, ready=None, advertise: str | None = None) -> None:
-    from tts.service import EngineServer, secret_from_env  # the service's public face (needs the service extra)
+    from tts.service import EngineServer, favour_the_loop, secret_from_env  # the service's face (service extra)
 
+    favour_the_loop()
     engine = build_engine(_engine_choice(config))
     secret = secret_from_env([listen])
     await engine.start()

@@ -84,6 +84,10 @@ def serve_workers(args, n: int) -> int:
     if config.telephony.audiosocket_port == 0:
         print("voxgate: --workers needs a fixed telephony.audiosocket_port (0 would give every worker a port of its own)")
         return 2
+    if (config.engine.isolate or getattr(args, "isolate_engine", False)) and n > 1:
+        print(f"voxgate: --workers {n} with engine.isolate would start {n} engines (one per worker): run one "
+              "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
+        return 2
     host = config.server.host
     try:
         # Held (bound, never listening) while the workers live: port 0 becomes one port all of them share.

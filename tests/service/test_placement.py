@@ -190,3 +190,22 @@ async def test_a_cloned_voice_reaches_every_engine_also_one_that_connects_later(
             if node.server:
                 await node.server.close()
             await node.engine.close()
+
+
+async def test_a_stuck_engine_is_taken_out_of_placement_until_it_recovers(cluster):
+    a, b = Node(), Node()
+    remote = await cluster(a, b)
+    s = remote.synthesize(req("s1"))
+    await first(s)
+    stuck, fine = (a, b) if a.streams else (b, a)
+    stuck.engine.stall_after_s = 0.3
+    stuck.engine.inject_fault("hang", seconds=2.0)  # its device makes no step for 2 s
+    link = next(l for l in remote.links if l.endpoint == stuck.endpoint)
+    assert await until(lambda: not link.serving, 5)  # its beats carry the engine's own health
+    assert "hung" in link.load.health or "no step" in link.load.health  # the engine's own words
+    moved = remote.synthesize(req("s1"))  # the session's next request: the healthy engine
+    await first(moved)
+    assert fine.streams == 1 and remote.health() is None
+    assert await until(lambda: link.serving, 10)  # the hang ends: placed on again
+    for x in (s, moved):
+        x.cancel()

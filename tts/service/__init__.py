@@ -9,8 +9,8 @@
 Needs the `service` extra (pyzmq, msgspec); `import tts` does not import this package.
 """
 
-from tts.service.server import EngineServer
+from tts.service.server import EngineServer, favour_the_loop
 from tts.service.transport import check_endpoint, secret_from_env
 from tts.service.wire import SECRET_ENV, VERSION
 
-__all__ = ["EngineServer", "check_endpoint", "secret_from_env", "SECRET_ENV", "VERSION"]
+__all__ = ["EngineServer", "favour_the_loop", "check_endpoint", "secret_from_env", "SECRET_ENV", "VERSION"]

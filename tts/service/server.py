@@ -378,5 +378,19 @@ class EngineServer:
                       streams=len(peer.streams) if peer else 0, stats=numeric)
 
 
+SWITCH_INTERVAL_S = 0.0005
+
+
+def favour_the_loop() -> None:
+    """For an engine process: hand the GIL on every 0.5 ms instead of every 5 ms.
+
+    The engine's worker and vocoder lane threads hold the GIL between their torch calls; the event loop that
+    moves requests in and packets out waits for it at every wake-up, so with the default switch interval a
+    request's first packet can wait several 5 ms turns in the engine process alone."""
+    import sys
+
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
 def host_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
