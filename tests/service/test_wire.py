@@ -106,3 +106,41 @@ async def test_a_gateway_with_another_secret_cannot_connect(server):
         assert server.gateways == 0
     finally:
         await remote.close()
+
+
+async def test_one_message_per_loop_turn_each_way_carries_every_streams_packets():
+    from tts import SynthesisRequest
+
+    engine = SimulatedEngine()  # defaults: 8 streams share one device; each step delivers to several of them
+    await engine.start()
+    steps_with_audio = 0
+    step = engine._step
+
+    def counting_step(now, dt):
+        nonlocal steps_with_audio
+        before = engine.audio_seconds
+        step(now, dt)
+        steps_with_audio += engine.audio_seconds > before
+
+    engine._step = counting_step
+    srv = EngineServer(engine, "tcp://127.0.0.1:0", secret=SECRET, heartbeat_s=1.0)
+    await srv.start()
+    remote = RemoteEngine([srv.endpoint], secret=SECRET)
+    await remote.start()
+    try:
+        link = remote.links[0]
+        ops0 = link.counters["ops_out"]
+        streams = [remote.synthesize(SynthesisRequest(text="x" * 40, tag=f"s{i}/t/0")) for i in range(8)]
+        assert link.counters["ops_out"] == ops0  # nothing sent yet: the loop turn's requests leave together
+        chunks = await asyncio.gather(*[_all(s) for s in streams])
+        assert link.counters["ops_out"] == ops0 + 1  # eight requests, one message
+        total = sum(len(c) for c in chunks)
+        assert link.counters["packets_in"] <= steps_with_audio < total  # one message per step, many packets each
+    finally:
+        await remote.close()
+        await srv.close()
+        await engine.close()
+
+
+async def _all(stream):
+    return [c async for c in stream]

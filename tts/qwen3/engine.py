@@ -53,7 +53,7 @@ from tts.qwen3.diagnostics import Diagnostics
 from tts.qwen3.jobs import FRAME_S, EngineSettings, Job, check_deadline, check_sampling
 from tts.qwen3.scheduler import Scheduler
 from tts.qwen3.step_loop import StepLoop
-from tts.qwen3.vocoder_lane import VocoderLane
+from tts.qwen3.vocoder_lane import ModeChooser, VocoderLane
 
 log = logging.getLogger("voxgate.qwen3")
 
@@ -84,7 +84,7 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         # and vocoder lane, the vocoder's PCM copy included) when `watch_syncs` is on; None otherwise.
         self.counters = {"steps": 0, "host_syncs": None, "frames": 0, "admitted": 0, "completed": 0, "failed": 0,
                          "cancelled": 0, "preempted": 0, "vocoder_calls": 0, "audio_s": 0.0, "compacted": 0,
-                         "prefill_deferred": 0, "vocoder_waited": 0, "vocoder_overlapped": 0}
+                         "prefill_deferred": 0, "vocoder_waited": 0, "vocoder_overlapped": 0, "vocoder_mode_switches": 0}
         self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}
         self.step_times: list | None = None  # (batch bucket, kv bucket, seconds, end perf_counter) per step
         self.prefill_times: list = []  # (requests, prompt positions, seconds, end) per admission, with step_times
@@ -103,6 +103,7 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         # the vocoder lane's per-step choice (vocoder_lane.VocoderLane._serial_step), resolved at load
         self._serial_rows = 0
         self._serial_mode: bool | None = None
+        self._chooser = ModeChooser()
         self._serial_threads: int | None = None  # CPU with automatic threads: the team sizes it switches between
         self._pipeline_threads: int | None = None
         self.recent_step_s: collections.deque = collections.deque(maxlen=4096)  # each step's seconds (/metrics)

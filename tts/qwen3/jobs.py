@@ -37,8 +37,8 @@ class EngineSettings:
     voice_cache_dir: str | None = None  # Base: cloned voices' parts (x-vector, reference codes) on disk
     seed: int = 0
     pipeline: bool = True  # vocoder on its own lane (thread; CUDA stream), overlapping the talker steps
-    serial_vocoder_rows: int = -1  # with the pipeline: steps holding at most this many streams wait for their
-    # vocoder pass instead of overlapping it (-1: 1 on CPU, where a lone stream is faster serial; 0 on CUDA)
+    serial_vocoder_rows: int = -1  # with the pipeline: steps holding at most this many streams may wait for
+    # their vocoder pass instead of overlapping it, whichever is measured faster (-1: 1 on CPU; 0 on CUDA: never)
     live_lengths: bool = True  # decode attention over the longest live length's bucket, not max_seq_len
     kv_bucket: int = 256  # cache columns are read in multiples of this (graphs: one per bucket)
     prefill_budget_tokens: int = 0  # prompt positions prefilled per step at most (0: 1024 on CUDA, 256 on CPU);

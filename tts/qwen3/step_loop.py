@@ -50,9 +50,10 @@ class StepLoop:
                     tally = self._tally
                     watch = watching(tally)
                     watch.__enter__()
-                self._busy_since = time.monotonic()
+                self._busy_since = t0 = time.monotonic()
                 self._iteration()
                 self._busy_since = None
+                self._note_iteration(time.monotonic() - t0)
         except BaseException as exc:  # noqa: BLE001 - the worker is ending: no stream may wait on it forever
             self._died = f"the engine worker stopped ({type(exc).__name__}: {exc})"
             log.error("%s; its requests fail and new ones are refused", self._died)

@@ -177,17 +177,26 @@ class VocoderLane:
     def _serial_step(self) -> bool:
         """Whether this step waits for its vocoder pass instead of overlapping it with the next talker step.
 
-        The lane pays off for a batch (a step costs max(talker, vocoder), not their sum) and costs a single
-        stream on few cores (two busy threads share the cores, each with half the intra-op threads). So a
-        step with at most `serial_vocoder_rows` streams held runs serially — and on CPU with every core's
-        intra-op threads, as the serial engine does — and a larger batch overlaps on the lane."""
+        The lane pays off for a batch (a step costs max(talker, vocoder), not their sum) and can cost a single
+        stream on few cores: two busy threads share the cores, each with half the intra-op threads. So a batch
+        of more than `serial_vocoder_rows` streams always overlaps, and a smaller one takes whichever way its
+        measured iterations say is faster (`ModeChooser`): on a quiet CPU the serial way with every core's
+        intra-op threads, as the serial engine; on a box whose cores are taken by others, where a team of
+        threads waits for its slowest member, the lane."""
         if self._lane is None:
             return True
-        serial = len(self._held) <= self._serial_rows
+        small = len(self._held) <= self._serial_rows
+        serial = small and self._chooser.serial()
         if serial != self._serial_mode:
             self._serial_mode = serial
+            self.counters["vocoder_mode_switches"] += 1
             self._set_cpu_threads(serial)
         return serial
+
+    def _note_iteration(self, seconds: float) -> None:
+        """The worker's iteration time, counted for the mode it ran in while the batch was small."""
+        if self._serial_mode is not None and self._lane is not None and 0 < len(self._held) <= self._serial_rows:
+            self._chooser.note(self._serial_mode, seconds)
 
     def _set_cpu_threads(self, serial: bool) -> None:
         """CPU with automatic threads: all cores while one thread is busy, half each while two are."""
@@ -241,3 +250,30 @@ def _deliver_all(deliveries: list) -> None:
     """On the event loop: every stream's chunk of one vocoder call."""
     for stream, chunk in deliveries:
         stream._deliver(chunk)
+
+
+class ModeChooser:
+    """Serial or overlapped vocoder for small batches, by measured iteration time (an EWMA per mode).
+
+    Each mode is tried first; then the cheaper one runs, and every `explore_every` iterations the other one
+    runs `explore_for` iterations so that its estimate follows the machine (a neighbour taking cores)."""
+
+    def __init__(self, explore_every: int = 400, explore_for: int = 12, alpha: float = 0.15):
+        self.cost: dict[bool, float | None] = {True: None, False: None}
+        self.seen = {True: 0, False: 0}
+        self.explore_every, self.explore_for, self.alpha = explore_every, explore_for, alpha
+        self._n = 0
+
+    def serial(self) -> bool:
+        for mode in (True, False):
+            if self.seen[mode] < self.explore_for:
+                return mode
+        best = self.cost[True] <= self.cost[False]
+        phase = self._n % self.explore_every
+        return (not best) if phase >= self.explore_every - self.explore_for else best
+
+    def note(self, serial: bool, seconds: float) -> None:
+        self._n += 1
+        self.seen[serial] += 1
+        c = self.cost[serial]
+        self.cost[serial] = seconds if c is None else c + self.alpha * (seconds - c)
