@@ -1,0 +1,74 @@
+"""Two in-process gateways sharing a real redis-server: the plane-wide per-IP rate, and an AudioSocket leg
+forwarded to an owner whose `audiosocket_allow` would refuse the forwarding node (the signed hop frame lets it in)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+import websockets
+
+from gateway.app import Gateway
+from gateway.config import load_config
+from tests.cluster.harness import NEEDS, Redis
+from tests.telephony.clients import AudioSocketClient, Control
+from tests.telephony.conftest import FAST, merge
+
+pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)")
+
+
+@pytest.fixture
+async def pair(tmp_path):
+    redis = Redis(tmp_path)
+    redis.start()
+    started = []
+
+    async def make(host: str, name: str, **extra) -> Gateway:
+        gw = Gateway(load_config(None, merge(FAST, {"server": {"host": host}, "cluster": {"redis_url": redis.url, "node_id": name,
+                                                                                           "claim_ttl_s": 3}, **extra})))
+        await gw.start(port=0)
+        started.append(gw)
+        return gw
+
+    yield make
+    for gw in started:
+        await gw.stop()
+    redis.stop()
+
+
+async def test_the_per_ip_rate_counts_every_node(pair):
+    limits = {"server": {"limits": {"connections_per_ip_per_s": 3}}}
+    g1, g2 = await pair("127.0.0.2", "a", **limits), await pair("127.0.0.3", "b", **limits)
+    answers = []
+    for gw in (g1, g2, g1, g2):  # four in well under a second, two on each node: each alone would take them
+        ws = await websockets.connect(f"ws://{gw.config.server.host}:{gw.port}/v1/ws", local_addr=("127.0.0.9", 0))
+        try:
+            await ws.send(json.dumps({"type": "session.start"}))
+        except websockets.ConnectionClosed:
+            pass  # refused: the event came first, then the close
+        answers.append(json.loads(await asyncio.wait_for(ws.recv(), 5)))
+        await ws.close()
+    assert [a["type"] for a in answers[:3]] == ["session.started"] * 3
+    assert answers[3]["type"] == "error" and answers[3]["code"] == "rate_limited"
+
+
+async def test_an_audiosocket_hop_passes_an_owner_that_would_refuse_the_forwarding_node(pair):
+    owner = await pair("127.0.0.2", "owner", telephony={"audiosocket_port": 0, "audiosocket_allow": ["10.0.0.0/8"]})
+    relay = await pair("127.0.0.3", "relay", telephony={"audiosocket_port": 0})
+    call = uuid.uuid4()
+    control = Control(await websockets.connect(f"ws://127.0.0.2:{owner.port}/v1/control"))
+    await control.attach(str(call))  # the call is the owner's
+    reader, writer = await asyncio.open_connection("127.0.0.2", owner.audiosocket.port)  # straight to it: refused
+    writer.write(bytes([0x01, 0, 16]) + call.bytes)
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    reader, writer = await asyncio.open_connection("127.0.0.3", relay.audiosocket.port)  # through the relay: let in
+    asterisk = AudioSocketClient(reader, writer, call)
+    asterisk.send(0x01, call.bytes)
+    assert (await control.expect("call.media", timeout=5))["leg"] == "audiosocket"
+    await control.send({"type": "text", "turn_id": "t1", "text": "Hello through the hop.", "final": True})
+    kind, payload, _ = await asterisk.read(5)
+    assert kind == 0x10 and len(payload) == 320
+    assert relay.metrics.cluster_forwards.labels(door="audiosocket")._value.get() == 1
+    asterisk.close()
