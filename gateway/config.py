@@ -182,8 +182,10 @@ class ChunkerConfig:
     max_chunk_chars: int = 250
     min_chunk_chars: int = 1
     min_first_chars: int = 10  # a fast first chunk shorter than this would play out before the next is ready
+    mode: str = "sentence"  # sentence: a generation per clause/sentence; turn: one per agent turn (session.start.mode)
 
     def validate(self, check) -> None:
+        check(self.mode in ("sentence", "turn"), "mode", "must be sentence or turn")
         check(self.first_chunk_words >= 0, "first_chunk_words", "must be >= 0")
         check(self.max_chunk_chars >= 20, "max_chunk_chars", "must be >= 20")
         check(self.min_chunk_chars >= 1, "min_chunk_chars", "must be >= 1")

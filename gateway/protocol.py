@@ -55,6 +55,16 @@ CLOSE_POLICY = 1008  # the peer broke the protocol in a way the connection canno
 CLOSE_TRY_AGAIN_LATER = 1013  # at capacity or draining: come back later
 
 
+SPEECH_MODES = ("sentence", "turn")
+
+
+def check_mode(mode) -> str | None:
+    """session.start.mode / call.attach.mode: None (the config's default) or one of SPEECH_MODES."""
+    if mode is not None and mode not in SPEECH_MODES:
+        raise ProtocolError(BAD_MESSAGE, f"mode must be one of {', '.join(SPEECH_MODES)}, not {mode!r}")
+    return mode
+
+
 class ProtocolError(Exception):
     def __init__(self, code: str, message: str):
         super().__init__(message)
@@ -85,6 +95,7 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("output", (dict,)),
         Field("input", (dict,)),  # the caller's audio as binary messages: {"encoding", "sample_rate"}
         Field("barge_in", (dict,)),  # per-session override of the config's barge_in section
+        Field("mode", (str,)),  # "sentence" | "turn" (default: the config's chunker.mode)
     ),
     "text": (
         Field("turn_id", (str, int), required=True),
@@ -100,6 +111,7 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("language", (str,)),
         Field("instruct", (str,)),
         Field("barge_in", (dict,)),
+        Field("mode", (str,)),
     ),
 }
 

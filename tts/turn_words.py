@@ -20,6 +20,7 @@ from typing import Callable
 _DIGIT = re.compile(r"\d")
 _ABBREVIATION = re.compile(r"^[^\W\d_]{1,3}\.$|\w\.\w")  # "Dr.", "т.", "e.g.", "U.S."
 _WORD = re.compile(r"\S+")
+MAX_HELD_WORDS = 6  # a run of numbers ("+7 999 123 45 67") is released after this many, held or not
 
 
 @dataclass
@@ -55,10 +56,12 @@ class TurnWords:
         if not words:
             return self._raw_done
         complete = words if self.raw[-1].isspace() else words[:-1]
-        cut = self._raw_done
+        cut, held = self._raw_done, 0
         for i, m in enumerate(complete):
-            if holds_next_word(m.group()):
+            if holds_next_word(m.group()) and held < MAX_HELD_WORDS:
+                held += 1
                 continue  # released together with the next whole word that does not hold
+            held = 0
             cut = words[i + 1].start() if i + 1 < len(words) else len(self.raw)
         return cut
 

@@ -106,7 +106,7 @@ class CallRegistry:
 
     # ------------------------------------------------------------ control side
     async def attach_control(self, call_id: str, leg: ControlLeg, voice: str | None = None, language: str | None = None,
-                             instruct: str | None = None, barge_in: dict | None = None) -> Call:
+                             instruct: str | None = None, barge_in: dict | None = None, mode: str | None = None) -> Call:
         """`call.attach`: joins the call, or creates it to wait for its media leg. Sends `call.attached`."""
         from gateway.core.caller_voice import session_settings
 
@@ -123,12 +123,14 @@ class CallRegistry:
             call.timers.append(asyncio.get_running_loop().call_later(timeout, self._unknown_call, call, timeout))
         call.control = leg
         call.session.attach_text(leg)
+        call.session.set_mode(mode)
         if settings is not None:
             call.barge_in = settings
             if call.media_state == "connected":
                 self._listen(call)
         # `voice` says which voice the call speaks with: the media leg's, when it came first.
-        call.session.emit({"type": "call.attached", "call_id": call_id, "session_id": call.session.session_id, "voice": call.session.voice_name})
+        call.session.emit({"type": "call.attached", "call_id": call_id, "session_id": call.session.session_id, "voice": call.session.voice_name,
+                           "mode": call.session.mode, **({"mode_note": call.session.mode_note} if call.session.mode_note else {})})
         if call.media_state == "connected":
             call.session.emit({"type": "call.media", "state": "connected", "leg": call.media_kind})
         await call.session.flush_events()

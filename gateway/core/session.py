@@ -36,12 +36,13 @@ from gateway.core.unpaced import UnpacedPlayout
 from gateway.core.playback import PROGRESS_MARK_MS, PlaybackConfirmations, SpokenChunk, played_text
 from gateway.config import Config, VoiceConfig
 from gateway.metrics import GatewayMetrics
-from tts import Engine, EngineError, SynthesisRequest, SynthesisStream
+from tts import Engine, EngineError, SynthesisRequest, SynthesisStream, TurnWords
 from tts.frontend import FrontendOptions, prepare_text, prepare_text_async
 
 log = logging.getLogger("voxgate.session")
 
 MAX_IN_FLIGHT = 2
+MODES = ("sentence", "turn")
 ENDED_TURNS_REMEMBERED = 256  # ended turn ids whose late text gets `turn_closed` (an agent's tokens in flight)
 
 
@@ -57,6 +58,13 @@ class _Turn:
     final: bool = False
     closed: bool = False  # playout told no more audio will come
     chars: int = 0
+    # turn mode: one engine stream for the whole turn (chunk 0), fed whole words as they come
+    words: TurnWords | None = None
+    unsent: str = ""  # released (normalised) text the engine stream has not been given yet
+    stream: object = None  # the turn's TurnStream, once opened
+    text_ready: asyncio.Event | None = None  # set when the first words (or final) arrive
+    text_marks: list = field(default_factory=list)  # (output samples of chunk 0 pushed, spoken text end)
+    language: str | None = None
 
 
 @dataclass
@@ -71,6 +79,7 @@ class _Job:
     task: asyncio.Task | None = None
     fed_at: float = 0.0  # loop time of the engine's last packet (the stall watchdog's reference)
     watchdog: asyncio.TimerHandle | None = None
+    out_samples: int = 0  # output samples this job's audio has made (pushed or held)
 
 
 class Session:
@@ -151,6 +160,26 @@ class Session:
         self.closed = False
         self._closed_event = asyncio.Event()
         self._close_callbacks: list[Callable[[], None]] = []
+        self.mode = "sentence"
+        self.mode_note: str | None = None  # why turn mode was asked for and not given
+        self.set_mode(getattr(config.chunker, "mode", "sentence"))
+
+    def set_mode(self, mode: str | None) -> str:
+        """`sentence` (the chunker: each clause or sentence its own generation) or `turn` (one generation
+        per turn, fed words as they come). Turn mode falls back to sentence mode where the engine or
+        the voice has none (`mode_note` says why). Applies to turns that start after the call."""
+        if mode is None:
+            return self.mode
+        if mode not in MODES:
+            raise P.ProtocolError(P.BAD_MESSAGE, f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode_note = None
+        if mode == "turn":
+            why = self.engine.turn_supported(self.voice.speaker or self.voice_name)
+            if why is not None:
+                self.mode_note = f"turn mode unavailable ({why}); speaking in sentence mode"
+                mode = "sentence"
+        self.mode = mode
+        return mode
 
     # ------------------------------------------------------------ legs
     def attach_text(self, leg: TextLeg) -> None:
@@ -217,10 +246,15 @@ class Session:
             c = self.config.chunker
             turn = _Turn(turn_id, Chunker(c.first_chunk_words, c.max_chunk_chars, c.min_chunk_chars, min_first_chars=c.min_first_chars))
             self._turns[turn_id] = turn
-            self.playout.open_utterance(turn_id)
+            self.playout.open_utterance(turn_id)  # audio.start.ttfa_ms counts from here: the first text piece
+            if self.mode == "turn":
+                self._open_turn_mode(turn)
         elif turn.final:
             raise P.ProtocolError(P.TURN_CLOSED, f"turn {turn_id!r} already received final text")
         turn.chars += len(text)
+        if turn.words is not None:
+            self._turn_text(turn, text, final)
+            return
         chunks = turn.chunker.push(text) if text else []
         if final:
             turn.final = True
@@ -229,6 +263,68 @@ class Session:
             self._queue_chunk(turn, chunk)
         self._pump()
         self._maybe_close_turn(turn)
+
+    # ------------------------------------------------------------ turn mode
+    def _open_turn_mode(self, turn: _Turn) -> None:
+        turn.words = TurnWords(self._normalize_words)
+        turn.text_ready = asyncio.Event()
+        turn.texts.append("")  # chunk 0 is the whole turn
+        turn.spoken.append(None)
+        self._pending.append((turn, 0))
+
+    def _normalize_words(self, text: str) -> str:
+        """Whole words (tts.turn_words) through the frontend: the engine speaks what a chunk would."""
+        prepared = prepare_text(text, self.language, self.frontend, self._last_language)
+        self._last_language = prepared.language
+        return prepared.text
+
+    def _turn_text(self, turn: _Turn, text: str, final: bool) -> None:
+        released = turn.words.append(text) if text else ""
+        if final:
+            turn.final = True
+            released += turn.words.finish()
+        turn.texts[0] = turn.words.raw
+        stream = turn.stream
+        if stream is not None and not stream.cancelled:
+            if released:
+                stream.append(released)
+            if final:
+                stream.finish()
+        else:
+            turn.unsent += released
+            if turn.language is None and released.strip():
+                turn.language = self._last_language
+        if (released.strip() or final) and turn.text_ready is not None:
+            turn.text_ready.set()
+        self._pump()
+
+    async def _open_turn_stream(self, job: _Job) -> None:
+        """The turn's engine stream, opened once its first words are out (or its text is final)."""
+        turn = job.turn
+        await turn.text_ready.wait()
+        language = turn.language or (self.language if self.language != "auto" else self._last_language)
+        request = SynthesisRequest(text="", voice=self.voice.speaker or self.voice_name, language=language,
+                                   instruct=self.instruct, deadline=self._next_deadline(),
+                                   tag=f"{self.session_id}/{turn.turn_id}/turn")
+        stream = self.engine.open_turn(request)
+        turn.stream = job.stream = stream
+        self.metrics.chunks.inc()
+        if turn.unsent:
+            stream.append(turn.unsent)
+            turn.unsent = ""
+        if turn.final:
+            stream.finish()
+
+    def _turn_played_text(self, turn: _Turn, chunk_played_ms: dict) -> str:
+        """Turn mode: the text the engine had consumed for the frames that played (its chunks' `text_end`)."""
+        heard = chunk_played_ms.get(0, 0.0) * self.output.sample_rate / 1000.0
+        slack = 1 + self.output.sample_rate / 10_000
+        end = 0
+        for samples, text_end in turn.text_marks:
+            if samples > heard + slack:
+                break
+            end = text_end
+        return turn.words.raw_text(end)
 
     def _queue_chunk(self, turn: _Turn, text: str) -> None:
         turn.texts.append(text)
@@ -275,7 +371,10 @@ class Session:
     async def _run_job(self, job: _Job) -> None:
         """Prepare one text chunk, submit it, and feed its audio to the playout in order."""
         try:
-            self._submit(job, await self._prepare(job.turn.texts[job.index]))
+            if job.turn.words is not None:
+                await self._open_turn_stream(job)
+            else:
+                self._submit(job, await self._prepare(job.turn.texts[job.index]))
             self._watch_stall(job)
             async for chunk in job.stream:
                 job.fed_at = asyncio.get_running_loop().time()
@@ -283,6 +382,8 @@ class Session:
                 if spoken is not None:  # where each engine packet starts, in output samples
                     spoken.frame_offsets.append(job.turn.pushed.get(job.index, 0) + sum(len(p) for p in job.held))
                 self._deliver(job, job.resampler.process(chunk.pcm))
+                if chunk.text_end is not None and job.turn.words is not None:
+                    job.turn.text_marks.append((job.out_samples, chunk.text_end))
             self._deliver(job, job.resampler.flush())
         except asyncio.CancelledError:
             return
@@ -320,6 +421,8 @@ class Session:
         if job.stream is None or job.stream.done:
             return
         loop, stall = asyncio.get_running_loop(), self.config.engine.stall_timeout_s
+        if job.turn.words is not None and not job.turn.final:
+            job.fed_at = loop.time()  # turn mode: a stream waiting for the agent's text is paused, not stalled
         if loop.time() - job.fed_at >= stall:
             job.stream.cancel(EngineError(P.ENGINE_ERROR, f"no audio from the engine for {stall:g} s (engine.stall_timeout_s)"))
         else:
@@ -328,6 +431,7 @@ class Session:
     def _deliver(self, job: _Job, pcm: np.ndarray) -> None:
         if not len(pcm) or job not in self._inflight:
             return
+        job.out_samples += len(pcm)
         if job is self._inflight[0]:
             self._push(job, pcm)
             deadline = None
@@ -439,7 +543,12 @@ class Session:
             # What played after the caller started to speak was talked over: not heard.
             done["caller_onset_ms"] = round(min(sent_ms, max(0.0, onset)), 1)
             chunk_played = _cut_played(chunk_played, min(played_ms, max(0.0, onset)))
-        done["played_text"] = self._played_text(turn, chunk_played) if turn else ""
+        if turn is None:
+            done["played_text"] = ""
+        elif turn.words is not None:
+            done["played_text"] = self._turn_played_text(turn, chunk_played)
+        else:
+            done["played_text"] = self._played_text(turn, chunk_played)
         self.emit(done)
         if self._draining and not self._turns and not self._confirmations.holding:
             asyncio.get_running_loop().create_task(self._finish_drain())
@@ -582,6 +691,9 @@ class Session:
         await self.close()
 
     def add_text_final(self, turn: _Turn) -> None:
+        if turn.words is not None:
+            self._turn_text(turn, "", True)
+            return
         turn.final = True
         for chunk in turn.chunker.flush():
             self._queue_chunk(turn, chunk)

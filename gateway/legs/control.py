@@ -129,7 +129,7 @@ class ControlEndpoint:
             if path_id is not None and normalize_call_id(m["call_id"]) != normalize_call_id(path_id):
                 raise P.ProtocolError(P.BAD_MESSAGE, f"call.attach names call {m['call_id']!r} but the path names {path_id!r}")
             return await self.registry.attach_control(m["call_id"], leg, m.get("voice"), m.get("language"), m.get("instruct"),
-                                                      barge_in=m.get("barge_in"))
+                                                      barge_in=m.get("barge_in"), mode=P.check_mode(m.get("mode")))
         if call is None:
             raise P.ProtocolError(P.NO_SESSION, "send call.attach first")
         if mtype == "session.start":

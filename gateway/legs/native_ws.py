@@ -200,7 +200,9 @@ class NativeWsEndpoint:
         caller_input = parse_input(m["input"]) if m.get("input") is not None else None
         barge_in = session_settings(self.core.config.barge_in, m.get("barge_in"))
         unpaced = pacing == "none"
+        mode = P.check_mode(m.get("mode"))
         session = self.core.new_session("ws", m.get("voice"), (m.get("language") or "auto"), m.get("instruct"), output, unpaced=unpaced)
+        session.set_mode(mode)
         leg = NativeWsLeg(ws, request, output, self.core.metrics)
         leg.clock_driven = not unpaced  # unpaced: the playout's sender task sends, not the shared clock
         if caller_input is not None:
@@ -220,6 +222,8 @@ class NativeWsEndpoint:
             "voice": session.voice_name,
             "language": (m.get("language") or "auto"),
             "output": {"encoding": output.encoding, "sample_rate": output.sample_rate, "frame_ms": output.frame_ms, "pacing": pacing},
+            "mode": session.mode,
+            **({"mode_note": session.mode_note} if session.mode_note else {}),
             **({"input": {"encoding": caller_input[0], "sample_rate": caller_input[1]},
                 "barge_in": {"mode": barge_in.mode if session.caller_voice is not None else "off", "min_speech_ms": barge_in.min_speech_ms}}
                if caller_input else {}),

@@ -290,7 +290,9 @@ class WebrtcCall:
             log.info("webrtc call %s: output %r ignored; the codec is %s", self.session_id, msg["output"], self.codec)
         language = msg.get("language") or "auto"
         barge_in = session_settings(self.core.config.barge_in, msg.get("barge_in"))
+        mode = P.check_mode(msg.get("mode"))
         session = self.core.new_session("webrtc", msg.get("voice"), language, msg.get("instruct"), self.output, session_id=self.session_id)
+        session.set_mode(mode)
         self.session = session
         session.attach_text(self)
         session.attach_media(self)

@@ -59,6 +59,12 @@ def test_the_unfinished_word_and_numbers_are_held(tok):
     assert tok.decode([t.id for t in tt.tokens]) == "Hello world costs 3 000 rubles"
 
 
+def test_a_long_run_of_numbers_is_released_without_a_word_after_it(tok):
+    tt = TurnText(tok)
+    tt.append("call 1 2 3 4 5 6 7 8 ")
+    assert tok.decode([t.id for t in tt.tokens]).startswith("call 1 2 3 4 5 6")
+
+
 def test_the_normaliser_sees_numbers_with_their_next_word(tok):
     seen = []
 
