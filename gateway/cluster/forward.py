@@ -108,13 +108,13 @@ async def connect_owner(core, request: web.BaseRequest, owner: Owner, ids: list[
 
 def _http(core) -> aiohttp.ClientSession:
     plane = core.cluster
-    if getattr(plane, "http", None) is None:
+    if plane.http is None:
         plane.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S))
     return plane.http
 
 
 async def close(core) -> None:
-    session = getattr(core.cluster, "http", None)
+    session = core.cluster.http
     if session is not None:
         core.cluster.http = None
         await session.close()

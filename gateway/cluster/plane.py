@@ -13,6 +13,7 @@ and everything already running goes on. Keys (all under `cluster.key_prefix`, de
     iprate:{addr}:{s} string new connections in second s PX 2 s
     voice:{name}     hash    wav, ref_text, x_vector_only, language, added   no TTL (deleted with the voice)
     voices           set     uploaded voice names       no TTL
+    voice-deleted:{name} string a deletion's tombstone  PX 7 days
     secret           string  node-to-node hop secret    no TTL (made once, SET NX)
 """
 
@@ -31,6 +32,7 @@ from gateway.config import Config
 
 log = logging.getLogger("voxgate.cluster")
 
+VOICE_TOMBSTONE_MS = 7 * 86400 * 1000  # a node away longer than this shares a voice deleted meanwhile again
 REDIS_TIMEOUT_S = 1.0  # a door waits at most this long on Redis before refusing with cluster_unavailable
 
 
@@ -104,10 +106,6 @@ def default_node_id(port: int) -> str:
     return f"{socket.gethostname()}:{port}"
 
 
-def redacted(url: str) -> str:
-    return url  # cluster.redis_url never holds a password (the config refuses one); kept as one place to change
-
-
 class ClusterPlane:
     """One node's view of the plane. `start` connects (or refuses the start), `close` leaves it."""
 
@@ -115,7 +113,7 @@ class ClusterPlane:
         self.config = config
         self.cc = config.cluster
         self.metrics = metrics
-        self.url = redacted(self.cc.redis_url or "")
+        self.url = self.cc.redis_url or ""  # never holds a password (the config refuses one): safe to log and show
         self.prefix = self.cc.key_prefix
         self.ttl_ms = int(self.cc.claim_ttl_s * 1000)
         self.node_id: str = self.cc.node_id or ""
@@ -338,13 +336,20 @@ class ClusterPlane:
         pipe = self._redis.pipeline(transaction=True)
         pipe.hset(self.key("voice", name), mapping=fields)
         pipe.sadd(self.key("voices"), name)
+        pipe.delete(self.key("voice-deleted", name))
         await self._call(pipe.execute())
 
     async def voice_delete(self, name: str) -> None:
+        """Deleted on purpose: a tombstone tells the other nodes to drop it (a voice merely missing, after a
+        Redis that lost its data, is shared again by the nodes that have it)."""
         pipe = self._redis.pipeline(transaction=True)
         pipe.delete(self.key("voice", name))
         pipe.srem(self.key("voices"), name)
+        pipe.set(self.key("voice-deleted", name), b"1", px=VOICE_TOMBSTONE_MS)
         await self._call(pipe.execute())
+
+    async def voice_deleted(self, name: str) -> bool:
+        return bool(await self._call(self._redis.exists(self.key("voice-deleted", name))))
 
     async def voice_names(self) -> set[str]:
         return {n.decode() for n in await self._call(self._redis.smembers(self.key("voices")))}

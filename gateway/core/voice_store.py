@@ -177,14 +177,20 @@ class VoiceStore:
     # ------------------------------------------------------------ the plane's shared uploads
     async def share_local(self) -> None:
         """On joining the plane: uploads this node kept on disk from before go to Redis (a voice there wins)."""
-        shared = await self.plane.voice_names()
-        for name in sorted(self.uploaded - shared):
-            v = self.config.voices[name]
+        await self.sync()
+
+    async def _share(self, name: str) -> bool:
+        """Put one of this node's uploads into the plane (False when its recording is not on this node's disk)."""
+        v = self.config.voices[name]
+        try:
             with open(v.ref_audio, "rb") as f:
                 audio = f.read()
-            meta = {"ref_text": v.ref_text, "x_vector_only": v.x_vector_only, "language": v.language, "created": time.time()}
-            await self.plane.voice_put(name, {"wav": audio, "meta": json.dumps(meta)})
-        await self.sync()
+        except OSError:
+            return False
+        meta = {"ref_text": v.ref_text, "x_vector_only": v.x_vector_only, "language": v.language, "created": time.time()}
+        await self.plane.voice_put(name, {"wav": audio, "meta": json.dumps(meta)})
+        log.info("voice %r shared with the plane", name)
+        return True
 
     async def sync(self) -> None:
         """Make this node's uploaded voices the plane's: take those added on other nodes, drop those deleted there.
@@ -208,6 +214,8 @@ class VoiceStore:
                 self.uploaded.add(name)
                 log.info("voice %r taken from the plane", name)
             for name in sorted(self.uploaded - shared):
+                if not await self.plane.voice_deleted(name) and await self._share(name):
+                    continue  # missing, not deleted (uploaded before the plane, or a Redis that lost its data): shared again
                 self.engine.remove_voice(name)
                 self.config.voices.pop(name, None)
                 self.uploaded.discard(name)

@@ -26,8 +26,8 @@ async def pair(tmp_path):
     started = []
 
     async def make(host: str, name: str, **extra) -> Gateway:
-        gw = Gateway(load_config(None, merge(FAST, {"server": {"host": host}, "cluster": {"redis_url": redis.url, "node_id": name,
-                                                                                           "claim_ttl_s": 3}, **extra})))
+        own = {"server": {"host": host}, "cluster": {"redis_url": redis.url, "node_id": name, "claim_ttl_s": 3}}
+        gw = Gateway(load_config(None, merge(merge(FAST, own), extra)))
         await gw.start(port=0)
         started.append(gw)
         return gw
@@ -72,3 +72,38 @@ async def test_an_audiosocket_hop_passes_an_owner_that_would_refuse_the_forwardi
     assert kind == 0x10 and len(payload) == 320
     assert relay.metrics.cluster_forwards.labels(door="audiosocket")._value.get() == 1
     asterisk.close()
+
+
+async def test_uploads_lost_with_a_redis_restart_are_shared_again_and_a_deletion_reaches_every_node(pair, tmp_path):
+    import aiohttp
+
+    from tests.cluster.harness import wait_until
+    from tests.cluster.test_plane import reference_wav
+
+    g1 = await pair("127.0.0.2", "keeper", server={"voices_dir": str(tmp_path / "voices")})
+    g2 = await pair("127.0.0.3", "other")
+    form = aiohttp.FormData()
+    form.add_field("name", "kept")
+    form.add_field("x_vector_only", "true")
+    form.add_field("audio", reference_wav(), filename="ref.wav", content_type="audio/wav")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"http://127.0.0.2:{g1.port}/v1/voices", data=form) as r:
+            assert r.status == 201, await r.text()
+
+        async def names(gw) -> set[str]:
+            async with http.get(f"http://{gw.config.server.host}:{gw.port}/v1/voices") as r:
+                return {v["name"] for v in (await r.json())["voices"]}
+
+        assert "kept" in await names(g2)
+        import redis as redis_lib
+
+        r = redis_lib.Redis.from_url(g1.config.cluster.redis_url)
+        r.flushall()  # what a restarted Redis without persistence holds: nothing
+        await wait_until(lambda: r.sismember("voxgate:voices", "kept"), timeout=5)  # the keeper shared it again
+        assert "kept" in await names(g2) and "kept" in await names(g1)
+        async with http.delete(f"http://127.0.0.3:{g2.port}/v1/voices/kept") as resp:  # deleted on purpose, elsewhere
+            assert resp.status == 200
+        assert "kept" not in await names(g1)  # the tombstone: the keeper drops it rather than share it again
+        await asyncio.sleep(1.2)  # a heartbeat later it stays gone
+        assert not r.sismember("voxgate:voices", "kept") and "kept" not in await names(g1)
+        r.close()
