@@ -39,7 +39,7 @@ class PlayoutEvent:
         return json.dumps({"type": self.type, "t": round(self.t, 6), "session": session_id, "turn_id": self.turn_id, **self.data})
 
 
-@dataclass
+@dataclass(slots=True)
 class Frame:
     pcm: np.ndarray  # float32, frame_samples long; a reused buffer, valid until the next tick
     kind: str  # audio | gap | latency | idle | paused
@@ -63,8 +63,11 @@ class _Utterance:
     underrun_cause: str = ""
     underrun_chunk: int | None = None
     gaps: dict = field(default_factory=lambda: {"micro": 0, "audible": 0})
-    # ["audio", chunk, pcm, offset] | ["mark", chunk, payload] | ["end"], in push order
+    # ("audio", chunk, pcm) | ("mark", chunk, payload) | ("end",), in push order. Tuples, not lists: the
+    # collector stops tracking a tuple of str, int and ndarray, so a buffered utterance adds nothing to the
+    # objects every full collection walks (a list per packet did, ~40 per call mid-turn).
     segments: deque = field(default_factory=deque)
+    head_offset: int = 0  # samples of the first audio segment already played
 
 
 class Playout:
@@ -92,6 +95,10 @@ class Playout:
         self._by_id: dict[str, _Utterance] = {}
         self._buffered = 0  # audio samples waiting, all utterances
         self._frame = np.zeros(self.frame_samples, dtype=np.float32)
+        # Every tick without audio returns this one read-only frame of zeros: no fill, no copy
+        self._silence = np.zeros(self.frame_samples, dtype=np.float32)
+        self._silence.flags.writeable = False
+        self._idle = Frame(self._silence, "idle")
         # Files are written by the writer thread (audio.filewriter): a slow disk never stalls a tick.
         self._log = LogFile(log_path) if log_path else None
         self._wav = None
@@ -121,14 +128,14 @@ class Playout:
         # Cleaned once per packet, so the 20 ms path never checks again: finite, within [-1, 1] (FrameEncoder relies on it).
         pcm = np.nan_to_num(np.asarray(pcm, dtype=np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
         np.clip(pcm, -1.0, 1.0, out=pcm)
-        utt.segments.append(["audio", chunk, pcm, 0])
+        utt.segments.append(("audio", chunk, pcm))
         self._buffered += len(pcm)
 
     def mark(self, turn_id: str, chunk: int, payload: dict | None = None) -> None:
         """Fires a `mark` event when everything pushed so far for the turn has played."""
         utt = self._by_id.get(turn_id)
         if utt is not None and not utt.closed:
-            utt.segments.append(["mark", chunk, payload or {}])
+            utt.segments.append(("mark", chunk, payload or {}))
 
     def close_utterance(self, turn_id: str) -> None:
         """No more audio for this turn; it ends once its buffered audio has played."""
@@ -136,7 +143,7 @@ class Playout:
         if utt is None or utt.closed:
             return
         utt.closed = True
-        utt.segments.append(["end"])
+        utt.segments.append(("end",))
 
     def flush(self) -> list[dict]:
         """Barge-in: drop all buffered audio, end the current and queued utterances as interrupted.
@@ -158,6 +165,11 @@ class Playout:
     @property
     def buffered_ms(self) -> float:
         return self._buffered * 1000.0 / self.sample_rate
+
+    @property
+    def has_utterance(self) -> bool:
+        """An utterance is open (playing, waiting for its prebuffer, or queued): the next tick may play audio."""
+        return bool(self._utterances)
 
     @property
     def current_turn(self) -> str | None:
@@ -221,16 +233,15 @@ class Playout:
         """One frame. `delivered=False`: the media leg will skip it (backpressure): its audio is consumed
         but not played, and the run of such frames is a gap with cause `network`."""
         self.ticks += 1
-        now = self.clock()
-        frame = self._frame
-        frame.fill(0.0)
         if not self._utterances:
-            return self._out(Frame(frame, "idle"))
+            return self._out(self._idle) if self._wav else self._idle
+        now = self.clock()
+        silence = self._silence
         utt = self._utterances[0]
         if self._paused_ticks and utt.started:
             self._paused_ticks -= 1
             self.paused_total_ms += self.frame_ms
-            return self._out(Frame(frame, "paused", utt.turn_id))
+            return self._out(Frame(silence, "paused", utt.turn_id))
         if not utt.started:
             avail = utt.pushed_samples
             if avail == 0:
@@ -241,11 +252,13 @@ class Playout:
                 if utt.segments and utt.segments[0][0] == "end":
                     # A turn that produced no audio at all (e.g. empty final text).
                     self._pop_end(utt, now)
-                    return self._out(Frame(frame, "latency", utt.turn_id))
+                    return self._out(Frame(silence, "latency", utt.turn_id))
             if avail < self.prebuffer_samples and not (utt.closed and avail > 0):
-                return self._out(Frame(frame, "latency", utt.turn_id))
+                return self._out(Frame(silence, "latency", utt.turn_id))
             utt.started = True
             self._emit("first_audio", now, utt.turn_id, ttfa_ms=round((now - utt.latency_from) * 1000.0, 1))
+        frame = self._frame
+        frame.fill(0.0)
         filled = self._fill(utt, frame, now, delivered)
         still_current = bool(self._utterances) and self._utterances[0] is utt  # False when the frame ended it
         if filled and still_current:
@@ -260,7 +273,7 @@ class Playout:
                 utt.underrun_chunk = utt.chunk
                 self._emit("underrun_start", now, utt.turn_id, chunk=utt.chunk, cause=utt.underrun_cause)
             utt.underrun_ticks += 1
-            return self._out(Frame(frame, "gap", utt.turn_id))
+            return self._out(Frame(silence, "gap", utt.turn_id))
         return self._out(Frame(frame, "audio", utt.turn_id))
 
     def close(self) -> None:
@@ -291,18 +304,21 @@ class Playout:
                     break
                 if utt.underrun_ticks:
                     self._end_underrun(utt, now)
-                chunk, pcm, offset = seg[1], seg[2], seg[3]
+                chunk, pcm, offset = seg[1], seg[2], utt.head_offset
                 n = min(self.frame_samples - pos, len(pcm) - offset)
                 frame[pos : pos + n] = pcm[offset : offset + n]
                 pos += n
-                seg[3] += n
+                offset += n
                 self._buffered -= n
                 utt.chunk = chunk
                 if delivered:  # a skipped frame's audio is gone, but nobody heard it
                     utt.played_samples += n
                     utt.chunk_played[chunk] = utt.chunk_played.get(chunk, 0) + n
-                if seg[3] == len(pcm):
+                if offset == len(pcm):
                     segs.popleft()
+                    utt.head_offset = 0
+                else:
+                    utt.head_offset = offset
             elif kind == "mark":
                 segs.popleft()
                 self._emit("mark", now, utt.turn_id, chunk=seg[1], played_ms=self._ms(utt.played_samples),

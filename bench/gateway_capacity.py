@@ -51,7 +51,7 @@ playout: {{prebuffer_ms: 60}}
 
 
 def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:  # an overloaded gateway answers late
         return r.read().decode()
 
 
@@ -212,6 +212,11 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
     skipped = counter_sum(after, "voxgate_clock_skipped_ticks_total") - counter_sum(before, "voxgate_clock_skipped_ticks_total")
     dropped = counter_sum(after, "voxgate_frames_dropped_total") - counter_sum(before, "voxgate_frames_dropped_total")
     frames, secs = f1 - f0, t1 - t0
+
+    def gc_delta(name: str, generation: int) -> float:
+        flt = f'generation="{generation}"'
+        return counter_sum(after, name, flt) - counter_sum(before, name, flt)
+    full_gcs = int(gc_delta("voxgate_gc_collections_total", 2))
     return {
         "sessions": n,
         "workers": len(nodes),
@@ -230,6 +235,10 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
         "server_cpu_us_per_frame": round(1e6 * (c1 - c0) / max(frames, 1), 1),
         "client_cpu_pct": round(100 * (k1 - k0) / secs, 1),  # this process (the load client); near 100 = it is the limit
         "client_cpu_us_per_frame": round(1e6 * (k1 - k0) / max(frames, 1), 1),
+        # full collections traverse every object the calls keep: their pauses stall the clock (all workers together)
+        "gc_full_collections": full_gcs,
+        "gc_full_pause_ms_mean": round(1000 * gc_delta("voxgate_gc_pause_seconds_total", 2) / max(full_gcs, 1), 1),
+        "gc_young_pause_ms_per_s": round(1000 * (gc_delta("voxgate_gc_pause_seconds_total", 0) + gc_delta("voxgate_gc_pause_seconds_total", 1)) / secs, 2),
         "errors": stats["errors"],
         "error_codes": stats["error_codes"],
         "disconnects": stats["disconnects"],
@@ -298,13 +307,14 @@ class RedisServer:
 
 
 HEADER = (f"{'workers':>7} {'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} "
-          f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'client %':>8} {'holds':>6}")
+          f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'client %':>8} {'full gc':>7} {'gc ms':>6} {'holds':>6}")
 
 
 def print_row(row: dict) -> None:
     print(f"{row['workers']:>7} {row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
           f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} "
-          f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['client_cpu_pct']:>8} {str(row['holds']):>6}", flush=True)
+          f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['client_cpu_pct']:>8} {row['gc_full_collections']:>7} "
+          f"{row['gc_full_pause_ms_mean']:>6} {str(row['holds']):>6}", flush=True)
 
 
 def side_by_side(rows: list[dict], worker_counts: list[int]) -> None:

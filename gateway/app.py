@@ -28,7 +28,6 @@ confirms marks: report each with `session.playback_confirmed(mark_id)`).
 from __future__ import annotations
 
 import asyncio
-import gc
 import importlib
 import logging
 import os
@@ -49,6 +48,7 @@ from gateway.http import health, openai_speech, tokens, voices
 from gateway.http.errors import coded_errors_middleware
 from gateway.http.guard import cors_headers, guard_middleware
 from gateway.http.log_filter import quiet_malformed_requests
+from gateway.runtime_stats import settle_gc
 from tts import Engine, EngineChoice, EngineError, build_engine, resolve_engine_kind
 
 log = logging.getLogger("voxgate.app")
@@ -301,9 +301,7 @@ async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = 
         setup(gateway)
     await gateway.start()
     print(f"voxgate listening on {gateway.url}  (engine: {gateway.engine_kind}; native WS at ws://{config.server.host}:{gateway.port}/v1/ws)", flush=True)
-    # Objects made at start-up never need collecting: keep them out of every GC pass (long GC pauses stall the clock).
-    gc.collect()
-    gc.freeze()
+    settle_gc()  # start-up's objects out of every GC pass, and thresholds for a server's heap (gateway/runtime_stats.py)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,6 +18,19 @@ import time
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+GC_THRESHOLDS_ENV = "VOXGATE_GC_THRESHOLDS"  # "g0,g1,g2": overrides GC_THRESHOLDS (for measuring)
+GC_THRESHOLDS = (700, 10, 10)  # CPython's defaults, until measured otherwise
+
+
+def settle_gc() -> tuple[int, int, int]:
+    """After start-up: collect once, freeze what is left (start-up objects never need collecting again, and
+    every full collection would walk them: a pause that stalls the shared clock), set the thresholds."""
+    gc.collect()
+    gc.freeze()
+    env = os.environ.get(GC_THRESHOLDS_ENV)
+    thresholds = tuple(int(x) for x in env.split(",")) if env else GC_THRESHOLDS
+    gc.set_threshold(*thresholds)
+    return gc.get_threshold()
 
 
 class _GcPauses:

@@ -241,3 +241,29 @@ def test_pause_holds_the_utterance_without_an_underrun_and_resume_goes_on():
     assert p.tick().kind == "audio"
     assert not [e for e in events if e.type.startswith("underrun")]
     assert p.paused_total_ms == 60
+
+
+def test_frames_without_audio_are_zeros_and_an_audio_frame_after_them_is_exact():
+    """Idle, latency, gap and paused ticks share one read-only frame of zeros (nothing filled per tick);
+    audio frames, including a partial last one, carry exactly what was pushed, zero-padded."""
+    p, clock, _ = make(prebuffer_ms=40.0)
+    idle = p.tick()
+    assert idle.kind == "idle" and not idle.pcm.any() and not idle.pcm.flags.writeable
+    p.open_utterance("t")
+    p.push("t", 0, audio(20, 0.5))
+    assert p.tick().kind == "latency" and not p.tick().pcm.any()  # below the 40 ms prebuffer
+    p.push("t", 0, audio(30, -0.25))  # 50 ms in all: 20 ms of 0.5, then 30 ms of -0.25
+    first = p.tick()
+    assert first.kind == "audio" and np.all(first.pcm == 0.5)
+    second = p.tick()
+    assert second.kind == "audio" and np.all(second.pcm == -0.25)
+    gap = p.tick()  # 10 ms left: a partial frame, the rest zeros
+    assert gap.kind == "audio" and np.all(gap.pcm[:80] == -0.25) and not gap.pcm[80:].any()
+    underrun = p.tick()
+    assert underrun.kind == "gap" and not underrun.pcm.any()
+    p.push("t", 0, audio(40, 0.75))
+    back = p.tick()
+    assert back.kind == "audio" and np.all(back.pcm == 0.75)  # the reused buffer holds no trace of the earlier audio
+    assert p.pause(100) and p.tick().kind == "paused" and not p.tick().pcm.any()
+    with pytest.raises(ValueError):
+        underrun.pcm[0] = 1.0  # no consumer can dirty the shared zeros

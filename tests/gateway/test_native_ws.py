@@ -393,3 +393,29 @@ async def test_a_client_that_stops_reading_never_stalls_other_calls(start_gatewa
     assert len(gw.sessions) == 1  # the stuck client's session was dropped, the bystander's goes on
     flooding.cancel()
     stuck.ws.transport.abort()
+
+
+async def test_frames_written_past_aiohttps_writer_arrive_whole_and_are_all_counted(start_gateway):
+    """The 20 ms path writes each binary frame straight to the socket (native_ws.send_audio): a strict client
+    (websockets) reads every frame whole between the events, and frames_sent counts each one once the call ends
+    (it is added to once a second per call)."""
+    import re
+
+    gw = await start_gateway()
+    c = await Client.connect(gw)
+    await c.start(output={"encoding": "mulaw", "sample_rate": 8000})
+    await c.send({"type": "text", "turn_id": "t", "text": "One turn long enough for more than a second of frames, " * 3, "final": True})
+    done = await c.until("turn.done")
+    await c.send({"type": "session.end"})
+    await c.until("session.ended")
+    assert len(c.frames) > 60 and all(len(f) == 160 for _, f in c.frames)  # a batch of 50 reported, and the rest
+    assert abs(len(c.frames) * 20 - done["played_ms"]) <= 20
+    await c.ws.close()
+    for _ in range(100):  # the handler reports the last frames as it ends
+        if not gw.sessions:
+            break
+        await asyncio.sleep(0.02)
+    async with aiohttp.ClientSession() as http:
+        metrics = await (await http.get(f"http://127.0.0.1:{gw.port}/metrics")).text()
+    sent = float(re.search(r'^voxgate_frames_sent_total\{leg="ws"\} (\S+)$', metrics, re.M).group(1))
+    assert sent == len(c.frames)
