@@ -183,10 +183,10 @@ async def run_engine(config: Config, listen: str, http_port: int | None, http_ho
     favour_the_loop()
     engine = build_engine(_engine_choice(config))
     secret = secret_from_env([listen])
+    server = EngineServer(engine, listen, secret=secret, heartbeat_s=heartbeat_s)  # its checks before the engine runs
     await engine.start()
     runner = None
     registration = None
-    server = EngineServer(engine, listen, secret=secret, heartbeat_s=heartbeat_s)
     try:
         await register_config_voices(engine, config)
         await server.start()
@@ -253,6 +253,9 @@ def engine_main(args) -> int:
     if config.engine.kind == "remote":
         print(f"voxgate engine: {config.source}: engine.kind: remote names other engines; `voxgate engine` serves "
               "a local one (qwen3, simulated, espeak or auto)")
+        return 2
+    if args.http_port is not None and not 0 <= args.http_port <= 65535:
+        print(f"voxgate engine: --http-port must be 0..65535 (got {args.http_port})")
         return 2
     try:
         from tts.service import check_endpoint

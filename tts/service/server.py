@@ -138,12 +138,13 @@ class EngineServer:
         self._tasks = []
         for peer in list(self._peers.values()):
             self._drop(peer, "server closed")
+        bound = self._sock is not None
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
         if self._own_transport:
             self._transport.close()
-        if self.listen.startswith("ipc://"):
+        if bound and self.listen.startswith("ipc://"):  # never the path of another engine it was refused
             try:
                 os.unlink(self.listen[len("ipc://"):])
             except OSError:

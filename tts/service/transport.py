@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
 import threading
 
 import zmq
@@ -82,6 +83,21 @@ def _keypair(secret: bytes, role: bytes) -> tuple[bytes, bytes]:
     return zmq.curve_public(private), private
 
 
+def _unix_socket_serves(path: str) -> bool:
+    """Whether a process accepts connections on this Unix socket path (a stale file left by a dead one: no)."""
+    if not os.path.exists(path):
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 class _ClientKeyCheck:
     """ZAP callback: only the client key derived from the shared secret may connect."""
 
@@ -119,19 +135,30 @@ class Transport:
         sock.setsockopt(zmq.SNDHWM, 0)  # never drop audio silently; a gateway that stops reading is expired
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        if needs_secret(endpoint):
-            if not secret:
-                raise EndpointError(f"{endpoint}: a tcp:// engine needs the shared secret in {SECRET_ENV}")
-            server_public, server_private = _keypair(secret, b"server")
-            client_public, _ = _keypair(secret, b"client")
-            self._authenticator(client_public)
-            sock.curve_server = True
-            sock.curve_publickey, sock.curve_secretkey = server_public, server_private
-        elif endpoint.startswith("ipc://"):
-            folder = os.path.dirname(endpoint[len("ipc://"):])
-            if folder:
-                os.makedirs(folder, mode=0o700, exist_ok=True)
-        sock.bind(endpoint)
+        try:
+            if needs_secret(endpoint):
+                if not secret:
+                    raise EndpointError(f"{endpoint}: a tcp:// engine needs the shared secret in {SECRET_ENV}")
+                server_public, server_private = _keypair(secret, b"server")
+                client_public, _ = _keypair(secret, b"client")
+                self._authenticator(client_public)
+                sock.curve_server = True
+                sock.curve_publickey, sock.curve_secretkey = server_public, server_private
+            elif endpoint.startswith("ipc://"):
+                path = endpoint[len("ipc://"):]
+                folder = os.path.dirname(path)
+                if folder:
+                    os.makedirs(folder, mode=0o700, exist_ok=True)
+                if _unix_socket_serves(path):  # ZeroMQ's bind would unlink it and orphan that process
+                    raise EndpointError(f"{endpoint}: another process serves on this socket (stop it first, "
+                                        "or listen on another path)")
+            sock.bind(endpoint)
+        except (zmq.ZMQError, OSError) as exc:
+            sock.close(linger=0)  # an open socket would keep the context's termination waiting for ever
+            raise EndpointError(f"{endpoint}: cannot listen there: {exc}") from exc
+        except BaseException:
+            sock.close(linger=0)
+            raise
         return sock
 
     def client_socket(self, endpoint: str, secret: bytes | None) -> zmq.asyncio.Socket:
