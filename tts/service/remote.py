@@ -78,7 +78,7 @@ class RemoteEngine(Engine):
         deadline = time.monotonic() + self.connect_timeout_s
         while not any(link.ready for link in self.links) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        if not any(link.ready for link in self.links):
+        if self.connect_timeout_s > 0 and not any(link.ready for link in self.links):  # 0: the caller waits itself
             log.warning("no engine answered in %.1f s (%s); new sessions are refused with engine_unavailable until one does",
                         self.connect_timeout_s, "; ".join(f"{l.endpoint}: {l.why_down}" for l in self.links))
 
