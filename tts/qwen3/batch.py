@@ -73,6 +73,7 @@ class TalkerBatch:
         self.trailing_capacity = 1
         self.trailing = torch.zeros(b, 1, d, dtype=self.dtype, device=dev)
         self.trailing_len = torch.zeros(b, dtype=torch.long, device=dev)
+        self.eos_at = torch.zeros(b, dtype=torch.long, device=dev)  # frame from which EOS may end a row (turn mode)
         self.pad = torch.zeros(d, dtype=self.dtype, device=dev)
         v = cfg.talker.vocab_size
         suppress = torch.zeros(v, dtype=torch.bool, device=dev)
@@ -171,6 +172,7 @@ class TalkerBatch:
         self.pad.copy_(prompts[0].pad.to(self.dtype))
         self.cb0.seen[idx] = False
         self.cb0.generated[idx] = 0
+        self.eos_at[idx] = 0
         hidden, logits = prefill(self.model.talker, embeds, length_t, rows=idx)
         sub = TalkerSampling(self.cb0.rows.index(idx), self.cb0.seen[idx], self.cb0.generated[idx], self.cb0.suppress,
                              self.cb0.eos_id, self.cb0.min_new_tokens, self.cb0.eos_col)
@@ -193,6 +195,26 @@ class TalkerBatch:
             self.host_pos[slot], self.host_active[slot] = n, True
             self.host_wide[slot] = self.cb0.rows.needs_wide(ts["top_k"]) or self.pred_rows.needs_wide(ps["top_k"])
 
+    # -- turn mode: a row's text track grows, the row pauses while its next text row is missing
+    def set_active(self, slot: int, on: bool) -> None:
+        self.active.narrow(0, slot, 1).fill_(on)
+        self.host_active[slot] = on
+
+    def set_eos_at(self, slot: int, frame: int) -> None:
+        self.eos_at.narrow(0, slot, 1).fill_(frame)
+
+    @torch.inference_mode()
+    def write_text(self, slot: int, start: int, rows: torch.Tensor) -> None:
+        """Text-track rows [k, D] at start..start+k-1 of `slot` (the caller keeps within `trailing_capacity`
+        under graphs; eager grows)."""
+        end = start + rows.shape[0]
+        if end > self.trailing_capacity and not self._graphs:
+            self.reserve_trailing(end)
+        if end > self.trailing_capacity:
+            raise RuntimeError(f"text track full ({self.trailing_capacity} rows)")
+        self.trailing[slot, start:end] = rows.to(self.dtype)
+        self.trailing_len.narrow(0, slot, 1).fill_(end)
+
     def release(self, slot: int) -> None:
         self.active.narrow(0, slot, 1).fill_(False)  # a device fill: `active[slot] = False` copies from the host
         self.host_active[slot] = False
@@ -214,7 +236,7 @@ class TalkerBatch:
                 kv = layer.self_attn.kv_cache
                 kv.k_cache[dst].copy_(kv.k_cache[src])
                 kv.v_cache[dst].copy_(kv.v_cache[src])
-        for t in (self.hidden, self.code0, self.pos, self.frame, self.active, self.trailing, self.trailing_len,
+        for t in (self.hidden, self.code0, self.pos, self.frame, self.active, self.trailing, self.trailing_len, self.eos_at,
                   self.cb0.seen, self.cb0.generated, *self.cb0.rows.tensors(), *self.pred_rows.tensors()):
             t[dst].copy_(t[src])
         self.active.narrow(0, src, 1).fill_(False)
@@ -240,8 +262,10 @@ class TalkerBatch:
         rows0, rows_p = self.cb0.rows.slice(n), self.pred_rows.slice(n)
         if wide:
             rows0, rows_p = rows0.wide(), rows_p.wide()
+        act = self.active[:n]
         cb0 = TalkerSampling(rows0, self.cb0.seen[:n], self.cb0.generated[:n], self.cb0.suppress,
-                             self.cb0.eos_id, self.cb0.min_new_tokens, self.cb0.eos_col)
+                             self.cb0.eos_id, self.cb0.min_new_tokens, self.cb0.eos_col,
+                             eos_ok=frame >= self.eos_at[:n], active=act)
         pos = self.pos[:n]
         gen = self.generator if not self.use_cuda_graphs else None
         if self.stage_marks is None:
@@ -255,9 +279,9 @@ class TalkerBatch:
             mark("talker_step")
             tok = cb0.next_token(logits, gen)
             mark("sampling")
-        act = self.active[:n]
-        self.hidden[:n] = hidden
-        self.code0[:n] = tok
+        # an inactive row (released, or a turn paused for its text) keeps its state for when it resumes
+        self.hidden[:n] = torch.where(act.view(n, 1), hidden, self.hidden[:n])
+        self.code0[:n] = torch.where(act, tok, self.code0[:n])
         self.pos[:n] = torch.where(act, pos + 1, pos)
         self.frame[:n] = torch.where(act, frame + 1, frame)
         self.out[:n, : self.groups] = codes

@@ -48,7 +48,7 @@ import logging
 import threading
 import time
 
-from tts.engine import Engine, EngineError, SynthesisRequest, SynthesisStream
+from tts.engine import Engine, EngineError, SynthesisRequest, SynthesisStream, TurnStream
 from tts.qwen3.diagnostics import Diagnostics
 from tts.qwen3.jobs import FRAME_S, EngineSettings, Job, check_deadline, check_sampling
 from tts.qwen3.scheduler import Scheduler
@@ -71,6 +71,7 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         self._cond = threading.Condition()
         self._queue: list[Job] = []
         self._jobs: dict[int, Job] = {}  # by stream id
+        self._turns_open = 0  # turn-mode requests ever opened (turn bookkeeping runs only once there is one)
         self._slots: dict[int, Job] = {}  # slot -> job whose talker row is generating
         self._held: dict[int, Job] = {}  # slot -> job owning it (generating, or vocoding its last frames)
         self._vstate = None  # the codec's streaming state, one row per slot
@@ -270,6 +271,50 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
             self._jobs[id(stream)] = job
             self._cond.notify()
         return stream
+
+    # -- turn mode (tts.qwen3.turn_feed): one stream per agent turn, fed text as it comes
+    @property
+    def supports_turns(self) -> bool:
+        return self._ckpt is None or self._ckpt.tokenizer is not None  # random-weight benches have no text
+
+    def open_turn(self, request: SynthesisRequest) -> TurnStream:
+        from tts.qwen3.turn_feed import TurnFeed
+
+        if self._died:
+            raise EngineError("engine_unavailable", self._died)
+        if self._ckpt is None or self._ckpt.tokenizer is None:
+            raise EngineError("unsupported_mode", "this engine has no text tokenizer (random weights): no turn mode")
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        check_deadline(request.deadline)
+        check_sampling(request.sampling)
+        stream = TurnStream(request, self)
+        with self._cond:
+            if len(self._queue) >= self.settings.max_queued:
+                raise EngineError("overloaded", f"engine queue is full ({self.settings.max_queued} requests waiting)")
+            job = Job(stream, request, next(self._seq), request.deadline)
+            job.turn = TurnFeed(self._ckpt.tokenizer)
+            if request.text:
+                job.turn.inbox.append(request.text)
+            self._queue.append(job)
+            self._jobs[id(stream)] = job
+            self._turns_open += 1
+            self._cond.notify()
+        return stream
+
+    def _turn_append(self, stream: TurnStream, text: str) -> None:
+        with self._cond:
+            job = self._jobs.get(id(stream))
+            if job is not None and job.turn is not None:
+                job.turn.inbox.append(text)
+                self._cond.notify()
+
+    def _turn_finish(self, stream: TurnStream) -> None:
+        with self._cond:
+            job = self._jobs.get(id(stream))
+            if job is not None and job.turn is not None:
+                job.turn.finish_asked = True
+                self._cond.notify()
 
     def voices(self) -> list[str]:
         if self._ckpt is None:

@@ -68,14 +68,22 @@ class TalkerSampling:
     eos_id: int
     min_new_tokens: int = 2
     eos_col: torch.Tensor | None = None  # [V] bool `eos_mask`, built once (the batch's step passes it)
+    eos_ok: torch.Tensor | None = None  # [B] bool: rows where end-of-speech may end the stream (turn mode holds it)
+    active: torch.Tensor | None = None  # [B] bool: rows whose sampler state this token updates (others: paused)
 
     def next_token(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         eos = self.eos_id if self.eos_col is None else self.eos_col
-        processed = talker_logits(logits, self.seen, self.rows.repetition_penalty, self.suppress, eos,
-                                  self.generated >= self.min_new_tokens)
+        allowed = self.generated >= self.min_new_tokens
+        if self.eos_ok is not None:
+            allowed = allowed & self.eos_ok
+        processed = talker_logits(logits, self.seen, self.rows.repetition_penalty, self.suppress, eos, allowed)
         tok = sample(processed, self.rows, generator)
-        self.seen.scatter_(1, tok.view(-1, 1), True)
-        self.generated += 1
+        if self.active is None:
+            self.seen.scatter_(1, tok.view(-1, 1), True)
+            self.generated += 1
+        else:
+            self.seen |= torch.zeros_like(self.seen).scatter_(1, tok.view(-1, 1), True) & self.active.view(-1, 1)
+            self.generated += self.active.long()
         return tok
 
 

@@ -74,6 +74,8 @@ class Job:
     preempted: int = 0
     finished: bool = False  # its last chunk was handed to the vocoder lane
     est_len: int | None = None  # prompt positions, estimated for the prefill budget
+    turn: object = None  # tts.qwen3.turn_feed.TurnFeed: turn mode (the text track grows while it runs)
+    paused: bool = False  # turn mode: its slot is held, its row does not step (no text for the next frame)
 
     @property
     def priority(self) -> float:

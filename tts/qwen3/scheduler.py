@@ -22,20 +22,25 @@ class Scheduler:
         if not n_free or not self._queue:
             return []
         budget = self.settings.prefill_budget_tokens or (1024 if self._batch.device.type == "cuda" else 256)
+        # a turn waits in the queue until its prefill's text is known (its first word, or more for a clone)
+        ready = [j for j in self._queue if j.turn is None or j.prompt is not None or self._turn_ready(j)]
         taken, used = 0, 0
-        for job in self._queue[:n_free]:
+        for job in ready[:n_free]:
             need = self._prompt_len_estimate(job)
             if taken and used + need > budget:
                 break
             taken, used = taken + 1, used + need
-        if taken < min(n_free, len(self._queue)):
-            self.counters["prefill_deferred"] += min(n_free, len(self._queue)) - taken
-        admit, self._queue = self._queue[:taken], self._queue[taken:]
+        if taken < min(n_free, len(ready)):
+            self.counters["prefill_deferred"] += min(n_free, len(ready)) - taken
+        admit = ready[:taken]
+        self._queue = [j for j in self._queue if j not in admit]
         return admit
 
     def _prompt_len_estimate(self, job: Job) -> int:
         if job.prompt is not None:  # resuming: prompt + its frames
             return job.prompt.prefill.shape[0] + len(job.codes)
+        if job.turn is not None:
+            return 16 + len(job.turn.body) + (job.turn.n_codec if job.turn.codec is not None else 1)
         if job.est_len is None:  # role/control tokens + the text's tokens (instruction included), once per job
             tok = self._ckpt.tokenizer
             text = job.request.text + (job.request.instruct or "")
@@ -68,7 +73,7 @@ class Scheduler:
         for i, head in enumerate(waiting):
             if i < self.settings.max_batch - len(self._held):
                 continue  # the heads before it and this one fit in the free slots
-            victims = [j for j in self._slots.values() if not j.cancelled and j.codes]
+            victims = [j for j in self._slots.values() if not j.cancelled and j.codes and j.turn is None]
             if not victims:
                 return
             victim = max(victims, key=lambda j: j.priority)

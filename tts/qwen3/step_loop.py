@@ -69,6 +69,8 @@ class StepLoop:
     def _iteration(self) -> None:
         with self._cond:
             self._drop_cancelled()
+            if self._turns_open:
+                self._turns_update()
             self._queue.sort(key=lambda j: (j.priority, j.seq))
             self._preempt_for_deadlines()
             if self.settings.compact:
@@ -86,6 +88,10 @@ class StepLoop:
                 self._vocode()
             elif self._lane is not None and self._voc_inflight is not None and not self._slots:
                 self._lane_join()  # nothing else to do: do not spin on the lock while the lane works
+            if not admit and not self._slots and self._turns_open:
+                with self._cond:  # only turns waiting for text: sleep until text (or anything) arrives
+                    if not any(j.pending or j.pcm for j in self._held.values()):
+                        self._cond.wait(0.05)
         except Exception as e:  # a device-level failure: fail what was in flight, keep serving
             log.exception("qwen3 worker step failed")
             self._fail_all_active(e)
@@ -118,10 +124,122 @@ class StepLoop:
         # Base: a cloned voice, in the official generate_voice_clone layout (streaming text)
         return {"clone": self._clones.get(request.voice), "streaming_text": True}
 
+    # -- turn mode (tts.qwen3.turn_feed) ------------------------------------------------
+    def _turn_ready(self, job: Job) -> bool:
+        """Under the lock: the turn's prefill text is known. Builds its voice head the first time."""
+        feed = job.turn
+        feed.drain()
+        if feed.codec is None:
+            if not (feed.body or feed.finished):
+                return False
+            try:
+                self._turn_head(job)
+            except EngineError as e:
+                job.cancelled = True
+                self._post(job.stream._fail, e)
+                return False
+        return feed.can_prefill()
+
+    def _turn_head(self, job: Job) -> None:
+        import torch
+
+        from tts.qwen3.prompt import PromptError, voice_head
+
+        feed, req, talker = job.turn, job.request, self._ckpt.model.talker
+        voice = self._voice(req)
+        voice.pop("streaming_text", None)
+        cv = voice.pop("clone", None)
+        clone = cv.clone if cv is not None else None
+        if cv is not None and clone.icl and self._vocoder is not None:
+            job.codec_state = self._primed(cv)
+        try:
+            head = voice_head(talker, self._ckpt.config, self._ckpt.tokenizer, language=req.language, clone=clone, **voice)
+        except PromptError as e:
+            raise EngineError(e.code, e.message) from None
+        with torch.inference_mode():
+            feed.head = torch.cat(head.parts)
+            if clone is not None and clone.icl:
+                feed.prefix = list(clone.ref_ids)
+                feed.codec = torch.cat([head.bos_codec, talker.embed_frame(clone.ref_codes.to(head.pad.device))])
+            else:
+                feed.codec = head.bos_codec
+        feed.pad = head.pad
+
+    def _turn_prompt(self, job: Job):
+        import torch
+
+        from tts.qwen3.prompt import Prompt
+
+        feed, cfg, talker = job.turn, self._ckpt.config, self._ckpt.model.talker
+        track = feed.track(cfg.tts_eos_token_id)
+        n_c = feed.n_codec
+        first = track[:n_c] + [cfg.tts_pad_token_id] * max(0, n_c - len(track))
+        dev = feed.head.device
+        with torch.inference_mode():
+            emb = talker.embed_text(torch.tensor(first + track[n_c:], dtype=torch.long, device=dev))
+        prefill = torch.cat([feed.head, emb[:n_c] + feed.codec])
+        feed.rows_written = len(track) - n_c if len(track) > n_c else 0
+        feed.eos_written = feed.finished
+        # room: positions of the slot, and text rows of the batch (fixed under CUDA graphs)
+        room = min(self.settings.max_seq_len - prefill.shape[0] - 1, self._batch.trailing_capacity
+                   if self._batch.use_cuda_graphs else self.settings.max_seq_len)
+        feed.limit = max(len(feed.body), int((room - self.settings.frames_base) / max(self.settings.frames_per_token, 1.0)))
+        return Prompt(prefill=prefill, trailing_text=emb[n_c:], pad=feed.pad, text_tokens=len(feed.body))
+
+    def _turn_cap(self, job: Job) -> int:
+        feed = job.turn
+        length = job.prompt.prefill.shape[0]
+        room = min(self.settings.max_frames, self.settings.max_seq_len - length - 1)
+        if not feed.finished:
+            return room
+        return max(1, min(room, int(self.settings.frames_base + self.settings.frames_per_token * len(feed.body))))
+
+    def _turns_update(self) -> None:
+        """Under the lock: new text into the turns' slots; pause the rows whose next text row is missing,
+        resume the ones whose text came; hold end-of-speech until `tts_eos` is in the track."""
+        import torch
+
+        cfg = self._ckpt.config
+        for slot, job in list(self._held.items()):
+            feed = job.turn
+            if feed is None or job.cancelled or not job.generating:
+                continue
+            feed.drain()
+            if feed.truncated and not getattr(feed, "warned", False):
+                feed.warned = True
+                log.warning("turn %s: the text is longer than its slot holds; %d tokens dropped",
+                            job.request.tag, feed.truncated)
+            track = feed.track(cfg.tts_eos_token_id)
+            n_c = feed.n_codec
+            rows = len(track) - n_c
+            if rows > feed.rows_written:
+                with torch.inference_mode():
+                    emb = self._ckpt.model.talker.embed_text(torch.tensor(track[n_c + feed.rows_written:],
+                                                                          dtype=torch.long, device=feed.head.device))
+                self._batch.write_text(slot, feed.rows_written, emb)
+                feed.rows_written = rows
+            if feed.finished and not feed.eos_written:
+                feed.eos_written = True
+            if feed.finished and job.cap != self._turn_cap(job):
+                job.cap = self._turn_cap(job)
+                self._batch.set_eos_at(slot, feed.eos_row())
+            waiting = not feed.eos_written and job.generated >= feed.rows_written
+            if waiting and not job.paused:
+                job.paused = True
+                self._batch.set_active(slot, False)
+                self._slots.pop(slot, None)
+                self.counters["turn_pauses"] = self.counters.get("turn_pauses", 0) + 1
+            elif not waiting and job.paused:
+                job.paused = False
+                self._batch.set_active(slot, True)
+                self._slots[slot] = job
+
     def _prompt(self, job: Job):
         from tts.qwen3.prompt import PromptError, build_prompt
 
         req = job.request
+        if job.turn is not None:
+            return self._turn_prompt(job)
         try:
             if self._ckpt.tokenizer is None:  # random-weight benches: a prompt of the right length, no text
                 return self._bench_prompt(req.text)
@@ -184,6 +302,8 @@ class StepLoop:
                     length = prompt.prefill.shape[0]
                     cap = int(self.settings.frames_base + self.settings.frames_per_token * prompt.text_tokens)
                     cap = min(cap, self.settings.max_frames, self.settings.max_seq_len - length - 1)
+                    if job.turn is not None:
+                        cap = self._turn_cap(job)
                     if cap < 1:
                         raise EngineError("text_too_long", f"text needs {length} prompt positions; the engine "
                                                            f"holds {self.settings.max_seq_len} per request")
@@ -222,6 +342,12 @@ class StepLoop:
         if fresh and self._vstate is not None:
             self._on_lane(self._vstate.reset, fresh)
         self._batch.admit(slots, prompts, tset, pset, resumes)
+        for job, slot in zip(ready, slots):
+            if job.turn is not None:  # end-of-speech held until tts_eos; paused at once if its text ran out
+                self._batch.set_eos_at(slot, job.turn.eos_row())
+        if any(job.turn is not None for job in ready):
+            with self._cond:
+                self._turns_update()
         if self._batch.device.type == "cuda" and self.trace is not None:
             torch.cuda.synchronize()
         if self.step_times is not None:

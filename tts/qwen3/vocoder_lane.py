@@ -144,7 +144,9 @@ class VocoderLane:
             live = [j for j in self._held.values() if not j.cancelled and not j.finished]
             owners = {slot: id(job) for slot, job in self._held.items() if not job.cancelled}
         # a stream is decoded once its pending frames make its next packet (1, 2, 4 ...), or at its end
-        todo = sorted((j for j in live if j.pending and (len(j.pending) >= self._packet_target(j) or not j.generating)),
+        # (a turn paused for its text hands over what it has: the caller would hear a gap otherwise)
+        todo = sorted((j for j in live if j.pending and (len(j.pending) >= self._packet_target(j) or not j.generating
+                                                         or j.paused)),
                       key=lambda j: (j.priority, j.seq))
         if self.settings.vocoder_rows:
             todo = todo[: self.settings.vocoder_rows]
@@ -231,7 +233,8 @@ class VocoderLane:
             pcm = next(it) if frames else np.zeros(0, dtype=np.float32)
             if job.cancelled:
                 continue
-            deliveries.append((job.stream, PcmChunk(pcm, job.delivered, last)))
+            text_end = job.turn.text_end(job.delivered + len(frames)) if job.turn is not None else None
+            deliveries.append((job.stream, PcmChunk(pcm, job.delivered, last, text_end)))
             job.delivered += len(frames)
             with self._cond:
                 self.counters["audio_s"] += len(frames) * FRAME_S
