@@ -83,6 +83,8 @@ def _settings(args, max_batch: int):
                        max_batch=max_batch, max_queued=100_000, pipeline=not getattr(args, "serial", False))
     longest = max(len(t) for t in TEXTS.values())
     s.vocoder = getattr(args, "vocoder", None) or s.vocoder
+    if getattr(args, "serial_vocoder_rows", None) is not None:
+        s.serial_vocoder_rows = args.serial_vocoder_rows
     if args.frames:
         s.frames_base, s.frames_per_token, s.max_frames, s.ignore_eos = args.frames, 0.0, args.frames, True
         s.max_seq_len = longest + 64 + args.frames + 8  # a token per character at worst (tiny byte BPE)

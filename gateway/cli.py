@@ -182,6 +182,8 @@ def _add_bench(sub) -> None:
     p.add_argument("--slo-first-audio-ms", type=float, default=250.0, help="poisson: a level passes with first audio "
                                                                              "p95 under this and every stream keeping up")
     p.add_argument("--serial", action="store_true", help="no vocoder lane (vocoder and talker take turns)")
+    p.add_argument("--serial-vocoder-rows", type=int, default=None, help="batches of at most N streams take the "
+                   "vocoder way measured faster, serial or on the lane (0: always the lane; default: the engine's)")
     p.add_argument("--remote", action="store_true", help="in-process against the same engine as its own process "
                                                          "(tts.service), interleaved, at --concurrency (default 1,16)")
     p.add_argument("--remote-transport", default="tcp", choices=["tcp", "ipc"], help="with --remote: loopback tcp:// "

@@ -161,13 +161,13 @@ class VocoderLane:
             tasks.append((job, job.slot, frames, last))
         if not tasks:
             return
+        serial = self._serial_step(len(self._held))  # the batch as it stood this step, before the releases below
         with self._cond:  # a finished stream's slot is free from now: its vocoder row's next user is reset
             for job, _, _, last in tasks:  # on the lane after this work, so the slot need not wait for it
                 if last:
                     self._release(job)
         if self._ckpt.codec is None and any(f for _, _, f, _ in tasks):
             raise EngineError("internal", "this checkpoint has no codec decoder")
-        serial = self._serial_step()
         fut = self._on_lane(self._decode_and_deliver, tasks, owners)
         if serial:  # few streams: the worker waits for this decode (no talker work beside it)
             self.counters["vocoder_waited"] += 1
@@ -176,7 +176,7 @@ class VocoderLane:
             self.counters["vocoder_overlapped"] += 1
             self._voc_inflight = fut
 
-    def _serial_step(self) -> bool:
+    def _serial_step(self, held: int) -> bool:
         """Whether this step waits for its vocoder pass instead of overlapping it with the next talker step.
 
         The lane pays off for a batch (a step costs max(talker, vocoder), not their sum) and can cost a single
@@ -187,7 +187,7 @@ class VocoderLane:
         threads waits for its slowest member, the lane."""
         if self._lane is None:
             return True
-        small = len(self._held) <= self._serial_rows
+        small = 0 < held <= self._serial_rows
         serial = small and self._chooser.serial()
         if serial != self._serial_mode:
             self._serial_mode = serial
