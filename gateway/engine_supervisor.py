@@ -66,7 +66,9 @@ class EngineSupervisor:
                 "--heartbeat-s", str(self.heartbeat_s)]
 
     async def _spawn(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(*self.argv(), preexec_fn=_die_with_parent)
+        # its own session: a terminal's Ctrl-C reaches the gateway only, which drains its calls (they still need
+        # the engine) and then stops the child itself
+        self.proc = await asyncio.create_subprocess_exec(*self.argv(), preexec_fn=_die_with_parent, start_new_session=True)
         self._started_at = time.monotonic()
         log.info("engine child started (pid %d) on %s", self.proc.pid, self.endpoint)
 
