@@ -195,10 +195,21 @@ def _add_bench(sub) -> None:
     p.add_argument("--ref-audio", help="a cloned voice's cost before first audio (first use vs cached), this reference WAV")
     p.add_argument("--ref-text", help="with --ref-audio: its transcript (in-context mode)")
     p.add_argument("--x-vector-only", action="store_true", help="with --ref-audio: x-vector-only mode")
+    p.add_argument("--turn-mode", action="store_true", help="turn mode against sentence mode on the same agent turns, "
+                                                            "fed word by word at --llm-rate (bench/turn_bench.py)")
+    p.add_argument("--llm-rate", type=float, default=None, metavar="TOKENS_PER_S",
+                   help="with --turn-mode: the simulated LLM's rate (a word per token)")
+    p.add_argument("--turn-repeats", type=int, default=2, help="with --turn-mode: rounds over the turns")
+    p.add_argument("--turn-frames-per-token", type=float, default=None,
+                   help="with --turn-mode: frame cap per text token (4 + this; random tiny weights never end by EOS)")
     p.set_defaults(handler=_run_bench)
 
 
 def _run_bench(args) -> int:
+    if args.turn_mode:
+        from bench.turn_bench import turn_bench_main
+
+        return turn_bench_main(args)
     from bench.engine_bench import bench_main
 
     return bench_main(args)
