@@ -17,6 +17,7 @@ import os
 import time
 from typing import Awaitable, Callable
 
+from gateway.cluster.plane import start_refusal
 from gateway.config import Config
 
 log = logging.getLogger("voxgate.cluster")
@@ -46,7 +47,7 @@ class EngineRegistration:
             await self._beat()
         except Exception as exc:
             await self._redis.aclose()
-            raise ValueError(f"cluster.redis_url {self.config.cluster.redis_url} is unreachable: {exc}") from None
+            raise ValueError(start_refusal(self.config.cluster.redis_url, exc, self.config.cluster.password_env)) from None
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="engine-registration")
         log.info("engine %s registered at %s as %s", self.engine_id, self.config.cluster.redis_url, self.endpoint)
 
@@ -97,7 +98,7 @@ class EngineDirectory:
             await self.refresh()
         except Exception as exc:
             await self._redis.aclose()
-            raise ValueError(f"cluster.redis_url {self.config.cluster.redis_url} is unreachable: {exc}") from None
+            raise ValueError(start_refusal(self.config.cluster.redis_url, exc, self.config.cluster.password_env)) from None
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="engine-directory")
 
     async def refresh(self) -> None:

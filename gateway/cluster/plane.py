@@ -157,7 +157,7 @@ class ClusterPlane:
             await self._beat()
         except Exception as exc:
             await self._redis.aclose()
-            raise ValueError(f"cluster.redis_url {self.url} is unreachable: {_why(exc)}") from None
+            raise ValueError(start_refusal(self.url, exc, self.cc.password_env)) from None
         self.problem = None
         self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_loop(), name="cluster-heartbeat")
         log.info("cluster: node %s (%s) joined the plane at %s", self.node_id, self.advertise_url, self.url)
@@ -362,3 +362,19 @@ class ClusterPlane:
 def _why(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:200]
+
+
+_LOGIN_REFUSED = ("NOAUTH", "HELLO must be called", "Authentication required", "invalid password",
+                  "invalid username-password", "WRONGPASS")
+
+
+def start_refusal(url: str, exc: BaseException, password_env: str | None) -> str:
+    """The start's one line when Redis cannot be used: a refused login says which setting to look at."""
+    why = _why(exc)
+    if type(exc).__name__ in ("AuthenticationError", "AuthenticationWrongNumberOfArgsError") or any(
+            s.lower() in why.lower() for s in _LOGIN_REFUSED):
+        if not password_env:
+            return (f"cluster.redis_url {url} wants a password: name the environment variable that holds it in "
+                    "cluster.password_env")
+        return f"cluster.redis_url {url} refused the password in {password_env} ({why})"
+    return f"cluster.redis_url {url} is unreachable: {why}"
