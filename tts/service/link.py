@@ -21,7 +21,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from tts.engine import EngineError, PcmChunk, SynthesisStream
+from tts.engine import EngineError, PcmChunk, SynthesisStream, TurnStream
 from tts.service import wire as W
 from tts.service.transport import Transport, send_now
 
@@ -68,6 +68,8 @@ class EngineLink:
         self._submits: list[W.Submit] = []
         self._cancels: list[int] = []
         self._deadlines: dict[int, float] = {}
+        self._texts: list[tuple[int, str]] = []  # turn mode: pieces for streams already sent
+        self._finishes: list[int] = []
         self._flush_scheduled = False
         self._calls: dict[int, asyncio.Future] = {}
         self._call_ids = itertools.count(1)
@@ -120,12 +122,32 @@ class EngineLink:
         sid = next(self._sids)
         self.streams[sid] = stream
         self.placed_since_load += 1
+        turn = isinstance(stream, TurnStream)  # a turn placed again after a refusal carries all its text so far
         self._submits.append(W.Submit(
-            sid=sid, text=r.text, due_in=r.deadline, voice=r.voice, language=r.language, instruct=r.instruct,
-            sampling=W.Sampling(s.temperature, s.top_k, s.top_p, s.repetition_penalty, s.greedy, s.seed),
-            request_id=r.request_id, tag=r.tag))  # due_in holds the absolute deadline until the flush
+            sid=sid, text=stream.text if turn else r.text, due_in=r.deadline, voice=r.voice, language=r.language,
+            instruct=r.instruct, sampling=W.Sampling(s.temperature, s.top_k, s.top_p, s.repetition_penalty, s.greedy,
+                                                     s.seed),
+            request_id=r.request_id, tag=r.tag, turn=turn))  # due_in holds the absolute deadline until the flush
+        if turn and stream.finished:
+            self._finishes.append(sid)
         self._schedule()
         return sid
+
+    def append_text(self, sid: int, text: str) -> None:
+        """Turn mode: a piece for stream `sid` (into its submit while that is not sent yet)."""
+        if sid not in self.streams:
+            return
+        for sub in self._submits:
+            if sub.sid == sid:
+                sub.text += text
+                return
+        self._texts.append((sid, text))
+        self._schedule()
+
+    def finish_turn(self, sid: int) -> None:
+        if sid in self.streams:
+            self._finishes.append(sid)
+            self._schedule()
 
     def cancel(self, sid: int) -> None:
         if self.streams.pop(sid, None) is None:
@@ -158,16 +180,18 @@ class EngineLink:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if not (self._submits or self._cancels or self._deadlines):
+        if not (self._submits or self._cancels or self._deadlines or self._texts or self._finishes):
             return
         now = time.monotonic()
         for sub in self._submits:
             sub.due_in = sub.due_in - now
         deadlines = [(sid, dl - now) for sid, dl in self._deadlines.items() if sid in self.streams]
-        msg = W.Ops(submit=self._submits, cancel=self._cancels, deadline=deadlines)
+        live = self.streams
+        msg = W.Ops(submit=self._submits, cancel=self._cancels, deadline=deadlines,
+                    text=[(sid, t) for sid, t in self._texts if sid in live], finish=[sid for sid in self._finishes if sid in live])
         self.counters["ops_out"] += 1
         submitted = [s.sid for s in self._submits]
-        self._submits, self._cancels, self._deadlines = [], [], {}
+        self._submits, self._cancels, self._deadlines, self._texts, self._finishes = [], [], {}, [], []
         if not self._send(msg):
             for sid in submitted:  # never reached the engine
                 stream = self.streams.pop(sid, None)
@@ -260,14 +284,15 @@ class EngineLink:
         self.placed_since_load = 0
 
     def _packets(self, msg: W.Packets, frames: list) -> None:
-        for c in msg.chunks:
+        ends = msg.text_ends if len(msg.text_ends) == len(msg.chunks) else None
+        for i, c in enumerate(msg.chunks):
             stream = self.streams.get(c.sid)
             if stream is None:
                 continue  # cancelled here meanwhile
             pcm = W.pcm_from(frames[c.part]) if c.part > 0 else _EMPTY
             if c.last:
                 del self.streams[c.sid]
-            stream._deliver(PcmChunk(pcm, c.frame_index, c.last))
+            stream._deliver(PcmChunk(pcm, c.frame_index, c.last, ends[i] if ends is not None and ends[i] >= 0 else None))
         for f in msg.failed:
             stream = self.streams.pop(f.sid, None)
             if stream is None:

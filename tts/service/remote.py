@@ -25,7 +25,7 @@ import socket
 import time
 import uuid
 
-from tts.engine import Engine, EngineError, SynthesisRequest, SynthesisStream, VoiceClone
+from tts.engine import Engine, EngineError, SynthesisRequest, SynthesisStream, TurnStream, VoiceClone
 from tts.service import wire as W
 from tts.service.link import EngineLink
 from tts.service.transport import Transport, check_endpoint
@@ -122,8 +122,32 @@ class RemoteEngine(Engine):
         stream._placement = (link, link.submit(stream), {link})  # on the stream: nothing to clean up when it ends
         return stream
 
-    def _choose(self, key: str, tried: set) -> EngineLink:
-        serving = [link for link in self.links if link.serving and link not in tried]
+    # turn mode: over the wire where the engines say so (Welcome.features "turns")
+    @property
+    def supports_turns(self) -> bool:
+        return any(link.serving and W.TURNS in (link.welcome.features if link.welcome else []) for link in self.links)
+
+    def open_turn(self, request: SynthesisRequest) -> TurnStream:
+        if not self.supports_turns:
+            raise EngineError("unsupported_mode", "no connected engine takes turn-mode streams; use sentence mode")
+        stream = TurnStream(request, self)
+        link = self._choose(affinity_key(request), set(), turns=True)
+        stream._placement = (link, link.submit(stream), {link})
+        return stream
+
+    def _turn_append(self, stream: TurnStream, text: str) -> None:
+        where = getattr(stream, "_placement", None)
+        if where is not None and not stream.done:
+            where[0].append_text(where[1], text)
+
+    def _turn_finish(self, stream: TurnStream) -> None:
+        where = getattr(stream, "_placement", None)
+        if where is not None and not stream.done:
+            where[0].finish_turn(where[1])
+
+    def _choose(self, key: str, tried: set, turns: bool = False) -> EngineLink:
+        serving = [link for link in self.links if link.serving and link not in tried
+                   and (not turns or W.TURNS in (link.welcome.features if link.welcome else []))]
         candidates = [link for link in serving if not link.full()]
         if not candidates:
             if serving or tried:
@@ -154,7 +178,7 @@ class RemoteEngine(Engine):
             return False
         tried = where[2] | {link}
         try:
-            other = self._choose(affinity_key(stream.request), tried)
+            other = self._choose(affinity_key(stream.request), tried, turns=isinstance(stream, TurnStream))
         except EngineError:
             return False
         log.info("engine %s refused %s (%s): trying %s", link.endpoint, stream.request.tag or "a request", code, other.endpoint)

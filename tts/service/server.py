@@ -21,7 +21,7 @@ import uuid
 
 import zmq
 
-from tts.engine import Engine, EngineError, PcmChunk, SamplingSettings, SynthesisRequest, VoiceClone
+from tts.engine import Engine, EngineError, PcmChunk, SamplingSettings, SynthesisRequest, TurnStream, VoiceClone
 from tts.service import wire as W
 from tts.service.transport import Transport, send_now
 
@@ -198,7 +198,8 @@ class EngineServer:
         self._send(rid, W.Welcome(
             v=W.VERSION, engine=self.engine.name, engine_id=self.engine_id, sample_rate=self.engine.sample_rate,
             heartbeat_s=self.heartbeat_s, can_clone=bool(self.engine.can_clone), voices=list(self.engine.voices()),
-            vocoder=getattr(self.engine, "vocoder_name", None), load=self._load(peer)))
+            vocoder=getattr(self.engine, "vocoder_name", None), load=self._load(peer),
+            features=[W.TURNS] if self.engine.supports_turns else []))
 
     def _ops(self, peer: _Peer, msg: W.Ops) -> None:
         now = time.monotonic()
@@ -209,6 +210,14 @@ class EngineServer:
                 stream.cancel()
         for sub in msg.submit:
             self._submit(peer, sub, now)
+        for sid, piece in msg.text:
+            stream = peer.streams.get(sid)
+            if isinstance(stream, TurnStream) and not stream.finished:
+                stream.append(piece)
+        for sid in msg.finish:
+            stream = peer.streams.get(sid)
+            if isinstance(stream, TurnStream):
+                stream.finish()
         for sid, due_in in msg.deadline:
             stream = peer.streams.get(sid)
             if stream is not None and math.isfinite(due_in):
@@ -234,7 +243,7 @@ class EngineServer:
             sampling=SamplingSettings(s.temperature, s.top_k, s.top_p, s.repetition_penalty, s.greedy, s.seed),
             deadline=now + sub.due_in, request_id=sub.request_id or sub.sid, tag=sub.tag)
         try:
-            stream = self.engine.synthesize(request)
+            stream = self.engine.open_turn(request) if sub.turn else self.engine.synthesize(request)
         except EngineError as exc:
             self._refuse(peer, sub.sid, exc.code, exc.message)
             return
@@ -314,10 +323,12 @@ class EngineServer:
                 else:
                     chunks.append(W.Chunk(sid, chunk.frame_index, chunk.is_last, -1))
             failed = peer.failed
+            ends = [-1 if c.text_end is None else c.text_end for _, c in peer.chunks]
+            text_ends = ends if any(e >= 0 for e in ends) else []
             peer.chunks, peer.failed = [], []
             self.counters["packets_out"] += len(chunks)
             self.counters["pcm_bytes_out"] += sum(len(p) for p in parts)
-            self._send(peer.rid, W.Packets(chunks=chunks, failed=failed), parts)
+            self._send(peer.rid, W.Packets(chunks=chunks, failed=failed, text_ends=text_ends), parts)
 
     def _send(self, rid: bytes, msg, parts: list | None = None) -> None:
         if self._sock is None:

@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 
 VERSION = 1
+TURNS = "turns"  # Welcome.features: the engine takes turn-mode streams (Submit.turn, Ops.text / Ops.finish)
 SECRET_ENV = "VOXGATE_ENGINE_SECRET"  # the shared secret that authenticates tcp:// peers (CURVE keys derive from it)
 
 # Stable codes of the service itself (request codes are the engine's: overloaded, unknown_voice, ...).
@@ -59,6 +60,7 @@ class Submit(msgspec.Struct, omit_defaults=True):
     sampling: Sampling = msgspec.field(default_factory=Sampling)
     request_id: int = 0
     tag: str = ""
+    turn: bool = False  # turn mode (feature "turns"): `text` is the first piece; Ops.text appends, Ops.finish ends it
 
 
 class Chunk(msgspec.Struct, array_like=True):
@@ -106,6 +108,8 @@ class Ops(_Msg, tag="ops"):
     submit: list[Submit] = []
     cancel: list[int] = []
     deadline: list[tuple[int, float]] = []  # (sid, due_in)
+    text: list[tuple[int, str]] = []  # turn mode: (sid, piece) in order, after this message's submits
+    finish: list[int] = []  # turn mode: these turns' text is complete (after this message's text)
 
 
 class Ping(_Msg, tag="ping"):
@@ -151,6 +155,9 @@ class Packets(_Msg, tag="packets"):
 
     chunks: list[Chunk] = []
     failed: list[Failure] = []
+    # turn mode, parallel to `chunks` when any has one: the turn's text [0, n) is spoken once that packet
+    # has played (-1: a packet of a sentence-mode stream)
+    text_ends: list[int] = []
 
 
 class Beat(_Msg, tag="beat"):
