@@ -39,9 +39,11 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def child_config(config: Config) -> dict:
-    """The config the child loads: the gateway's own, with the engine local (not isolated again)."""
+    """The config the child loads: the gateway's own, with the engine local (not isolated again) and out of any
+    call plane (a private ipc:// engine in the plane's engine registry would draw other gateways' calls)."""
     data = dataclasses.asdict(config)
     data.pop("source", None)
+    data.pop("cluster", None)
     data["engine"]["isolate"] = False
     return data
 

@@ -66,3 +66,20 @@ async def test_engines_register_in_redis_and_gateways_find_them_there(tmp_path):
         engine.wait()
         gateway.stop()
         redis.stop()
+
+
+async def test_an_isolated_engine_stays_private_to_its_gateway(tmp_path, start_gateway):
+    """engine.isolate's child serves its own gateway on a private ipc:// socket: it never registers in the plane
+    (a gateway elsewhere that finds engines in Redis would send its calls to an endpoint that is not its own)."""
+    redis = Redis(tmp_path)
+    redis.start()
+    try:
+        gw = await start_gateway({"engine": {"kind": "simulated", "isolate": True},
+                                  "cluster": {"redis_url": redis.url, "claim_ttl_s": TTL_S}})
+        assert gw.supervisor is not None and (await asyncio.to_thread(http_json, f"http://127.0.0.1:{gw.port}/readyz"))[0] == 200
+        r = redis.client()
+        assert r.exists(f"voxgate:node:{gw.core.cluster.node_id}")  # the gateway itself is in the plane
+        await asyncio.sleep(TTL_S / 3 + 0.5)  # past a registration beat of the child, had it one
+        assert list(r.scan_iter(match="voxgate:engine*")) == []
+    finally:
+        redis.stop()
