@@ -130,7 +130,7 @@ class StepLoop:
         feed = job.turn
         feed.drain()
         if feed.codec is None:
-            if not (feed.body or feed.finished):
+            if not feed.has_text():
                 return False
             try:
                 self._turn_head(job)
@@ -164,6 +164,12 @@ class StepLoop:
             else:
                 feed.codec = head.bos_codec
         feed.pad = head.pad
+        # body tokens a segment may take: its prompt and frame cap fit the slot (and, under graphs, the text rows)
+        room = self.settings.max_seq_len - (feed.head.shape[0] + feed.n_codec) - 1
+        if self._batch.use_cuda_graphs:
+            room = min(room, self._batch.trailing_capacity)
+        feed.limit = max(1, int((room - self.settings.frames_base) / max(self.settings.frames_per_token, 1.0)))
+        feed.fill()
 
     def _turn_prompt(self, job: Job):
         import torch
@@ -180,19 +186,30 @@ class StepLoop:
         prefill = torch.cat([feed.head, emb[:n_c] + feed.codec])
         feed.rows_written = len(track) - n_c if len(track) > n_c else 0
         feed.eos_written = feed.finished
-        # room: positions of the slot, and text rows of the batch (fixed under CUDA graphs)
-        room = min(self.settings.max_seq_len - prefill.shape[0] - 1, self._batch.trailing_capacity
-                   if self._batch.use_cuda_graphs else self.settings.max_seq_len)
-        feed.limit = max(len(feed.body), int((room - self.settings.frames_base) / max(self.settings.frames_per_token, 1.0)))
         return Prompt(prefill=prefill, trailing_text=emb[n_c:], pad=feed.pad, text_tokens=len(feed.body))
 
     def _turn_cap(self, job: Job) -> int:
+        """The stream's frame count at which this segment ends at the latest."""
         feed = job.turn
         length = job.prompt.prefill.shape[0]
         room = min(self.settings.max_frames, self.settings.max_seq_len - length - 1)
-        if not feed.finished:
-            return room
-        return max(1, min(room, int(self.settings.frames_base + self.settings.frames_per_token * len(feed.body))))
+        if feed.finished:
+            room = max(1, min(room, int(self.settings.frames_base + self.settings.frames_per_token * len(feed.body))))
+        return feed.frame0 + room
+
+    def _next_segment(self, slot: int, job: Job) -> None:
+        """Under the lock: a cut turn's segment ended; the stream continues with a fresh prompt (re-queued,
+        its vocoder row kept, as a preempted stream's is)."""
+        job.turn.next_segment(job.generated)
+        self._batch.release(slot)
+        del self._slots[slot]
+        if self._vstate is not None:
+            job.codec_state = self._on_lane(self._vstate.select, [slot])
+        if self._held.get(slot) is job:
+            del self._held[slot]
+        job.slot, job.prompt, job.paused = None, None, False
+        self.counters["turn_segments"] = self.counters.get("turn_segments", 0) + 1
+        self._queue.append(job)
 
     def _turns_update(self) -> None:
         """Under the lock: new text into the turns' slots; pause the rows whose next text row is missing,
@@ -205,10 +222,6 @@ class StepLoop:
             if feed is None or job.cancelled or not job.generating:
                 continue
             feed.drain()
-            if feed.truncated and not getattr(feed, "warned", False):
-                feed.warned = True
-                log.warning("turn %s: the text is longer than its slot holds; %d tokens dropped",
-                            job.request.tag, feed.truncated)
             track = feed.track(cfg.tts_eos_token_id)
             n_c = feed.n_codec
             rows = len(track) - n_c
@@ -223,7 +236,7 @@ class StepLoop:
             if feed.finished and job.cap != self._turn_cap(job):
                 job.cap = self._turn_cap(job)
                 self._batch.set_eos_at(slot, feed.eos_row())
-            waiting = not feed.eos_written and job.generated >= feed.rows_written
+            waiting = not feed.eos_written and job.generated - feed.frame0 >= feed.rows_written
             if waiting and not job.paused:
                 job.paused = True
                 self._batch.set_active(slot, False)
@@ -383,7 +396,12 @@ class StepLoop:
                 job.next_code0 = int(out[slot, groups])
                 job.generated += 1
                 self.counters["frames"] += 1
+                if job.turn is not None:
+                    job.turn.note_frame(job.generated)
                 ended = (out[slot, groups] == eos and not self.settings.ignore_eos) or job.generated >= job.cap
+                if ended and job.turn is not None and job.turn.has_next_segment():
+                    self._next_segment(slot, job)
+                    continue
                 if ended:
                     job.generating = False
                     self._batch.release(slot)
