@@ -32,6 +32,21 @@ def session_count(url: str, timeout: float = 3.0) -> int | None:
         return None
 
 
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, exited but not yet reaped by its parent, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
 def drain_and_wait(pid: int, port: int, host: str = "127.0.0.1", timeout_s: float = 3660.0,
                    poll_s: float = 1.0, log=print) -> str:
     """Why it returned: "no_calls", "exited" or "timeout"."""
@@ -42,11 +57,21 @@ def drain_and_wait(pid: int, port: int, host: str = "127.0.0.1", timeout_s: floa
     url = f"http://{host}:{port}/readyz"
     deadline = time.monotonic() + timeout_s
     last = None
+    unread = False
     while True:
         count = session_count(url)
-        if count is None:
+        if count is None and not alive(pid):
             log("voxgate drain: the gateway has exited")
             return "exited"
+        if count is None:  # a wrong --port/--host, or the server closing: the process is the truth then
+            if not unread:
+                log(f"voxgate drain: cannot read {url} (is --port/--host right?); waiting while process {pid} lives")
+                unread = True
+            if time.monotonic() >= deadline:
+                log(f"voxgate drain: process {pid} still running after {timeout_s:.0f} s; giving up")
+                return "timeout"
+            time.sleep(poll_s)
+            continue
         if count == 0:
             log("voxgate drain: no calls left")
             return "no_calls"

@@ -85,3 +85,48 @@ async def test_the_prestop_hook_starts_the_drain_and_waits_while_a_call_speaks(t
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+async def test_a_hook_that_cannot_read_readyz_waits_while_the_gateway_lives(tmp_path):
+    """--port pointing nowhere (or a gateway bound elsewhere) is not "the gateway has exited": the hook keeps
+    the pod while the process lives, so its call still plays to the end."""
+    port = free_port()
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text("server:\n  host: 127.0.0.1\n  limits:\n    drain_timeout_s: 30\nengine:\n  kind: simulated\n"
+                   "simulated:\n  first_packet_ms: 20\n  ms_per_char: 12\n")
+    server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    hook = None
+    try:
+        for _ in range(400):
+            try:
+                if readyz(port)[0] == 200:
+                    break
+            except OSError:
+                pass
+            await asyncio.sleep(0.05)
+        async with websockets.connect(f"ws://127.0.0.1:{port}/v1/ws") as ws:
+            await ws.send(json.dumps({"type": "session.start"}))
+            await ws.send(json.dumps({"type": "text", "turn_id": "t", "text": LONG, "final": True}))
+            while True:
+                m = await ws.recv()
+                if isinstance(m, str) and json.loads(m)["type"] == "audio.start":
+                    break
+            hook = subprocess.Popen([sys.executable, "-m", "gateway.cli", "drain", "--pid", str(server.pid),
+                                     "--port", str(free_port()), "--timeout", "60", "--poll", "0.1"],
+                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            await asyncio.sleep(1.5)
+            assert hook.poll() is None, "the hook returned while the gateway was still serving a call"
+            while True:
+                m = await asyncio.wait_for(ws.recv(), 30)
+                if isinstance(m, str) and json.loads(m)["type"] == "turn.done":
+                    assert json.loads(m)["played_text"] == LONG
+                    break
+        out, _ = await asyncio.to_thread(hook.communicate, timeout=30)
+        assert server.poll() is not None and hook.returncode == 0
+        assert "cannot read" in out and "has exited" in out, out
+    finally:
+        for proc in (hook, server):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
