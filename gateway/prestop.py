@@ -53,6 +53,7 @@ def drain_and_wait(pid: int, port: int, host: str = "127.0.0.1", timeout_s: floa
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
+        log(f"voxgate drain: no process {pid} (nothing to drain; is --pid right?)")
         return "exited"
     url = f"http://{host}:{port}/readyz"
     deadline = time.monotonic() + timeout_s

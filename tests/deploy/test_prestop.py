@@ -130,3 +130,11 @@ async def test_a_hook_that_cannot_read_readyz_waits_while_the_gateway_lives(tmp_
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_hook_for_a_process_that_is_not_there_says_so():
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    out = subprocess.run([sys.executable, "-m", "gateway.cli", "drain", "--pid", str(gone.pid), "--port", str(free_port())],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and f"no process {gone.pid}" in out.stdout, out.stdout + out.stderr
