@@ -315,6 +315,13 @@ class Session:
         if turn.final:
             stream.finish()
 
+    @staticmethod
+    def _turn_spoken_all(turn: _Turn) -> bool:
+        """Turn mode: the engine's audio so far reaches the end of the words it was given."""
+        released = len(turn.words.raw[:turn.words.raw_offset(len(turn.words.spoken))].rstrip())
+        spoken = turn.text_marks[-1][1] if turn.text_marks else 0
+        return spoken >= released
+
     def _turn_played_text(self, turn: _Turn, chunk_played_ms: dict) -> str:
         """Turn mode: the text the engine had consumed for the frames that played (its chunks' `text_end`)."""
         heard = chunk_played_ms.get(0, 0.0) * self.output.sample_rate / 1000.0
@@ -472,6 +479,9 @@ class Session:
         """Why the current utterance has no audio: the engine is late, or the agent's text is."""
         current = self.playout.current_turn
         if self._inflight and self._inflight[0].turn.turn_id == current:
+            turn = self._inflight[0].turn
+            if turn.words is not None and not turn.final and self._turn_spoken_all(turn):
+                return "text"  # turn mode: the engine spoke every word it was given; the agent's next is late
             return "engine"
         if any(t.turn_id == current for t, _ in self._pending):
             return "engine"

@@ -94,3 +94,36 @@ async def test_an_engine_without_turn_mode_falls_back_to_sentence_mode(start_gat
     await c.send({"type": "text", "turn_id": "t", "text": "Still spoken. In sentences.", "final": True})
     assert (await c.until("turn.done"))["played_text"] == "Still spoken. In sentences."
     await c.close()
+
+
+async def test_a_late_agent_word_is_a_text_underrun_not_an_engine_one(start_gateway):
+    gw = await start_gateway()
+    c = await Client.connect(gw)
+    await c.start(mode="turn")
+    await c.send({"type": "text", "turn_id": "t", "text": "Hello there "})
+    await c.until("audio.start")
+    await asyncio.sleep(1.2)  # the LLM stalls: the engine has spoken every word it got
+    await c.send({"type": "text", "turn_id": "t", "text": "my friend.", "final": True})
+    done = await c.until("turn.done")
+    underruns = c.of_type("underrun")
+    assert underruns and all(u["cause"] == "text" for u in underruns)
+    assert done["played_text"] == "Hello there my friend."
+    await c.close()
+
+
+async def test_the_speech_route_speaks_a_request_as_one_turn_in_turn_mode(start_gateway):
+    import aiohttp
+
+    gw = await start_gateway({"chunker": {"mode": "turn"}})
+    opened = []
+    real = gw.engine.open_turn
+    gw.engine.open_turn = lambda request: opened.append(request) or real(request)
+    text = "Hello there. This is the speech route, with a second sentence."
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"http://127.0.0.1:{gw.port}/v1/audio/speech",
+                             json={"model": "tts-1", "input": text, "voice": "default", "response_format": "pcm"}) as r:
+            assert r.status == 200
+            pcm = await r.read()
+    assert len(opened) == 1  # one turn, not one request per sentence
+    # 20 ms a character at 24 kHz, 16-bit (the simulated engine speaks the whole text in one stream)
+    assert abs(len(pcm) / 2 / 24000 - 0.020 * len(text)) < 0.1
