@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import time
 from typing import Callable
 
@@ -265,6 +266,12 @@ class EngineLink:
                 log.warning("engine %s: %s (%s)", self.endpoint, msg.message, msg.code)
 
     def _welcome(self, msg: W.Welcome) -> None:
+        if not (math.isfinite(msg.heartbeat_s) and msg.heartbeat_s > 0):  # its keepalive would spin, its silence never end
+            why = f"engine {self.endpoint} sent a welcome with heartbeat_s {msg.heartbeat_s!r}; not used"
+            if self.why_down != why:
+                log.error("%s", why)
+            self._down(why)
+            return
         if self.welcome is not None and msg.engine_id != self.welcome.engine_id and self.streams:
             self._fail_all(f"engine {self.endpoint} restarted")
         self.welcome = msg
@@ -289,6 +296,10 @@ class EngineLink:
             stream = self.streams.get(c.sid)
             if stream is None:
                 continue  # cancelled here meanwhile
+            if c.part >= len(frames) or c.part == 0:  # no such PCM frame: this stream fails, the others go on
+                del self.streams[c.sid]
+                stream._fail(EngineError("engine_error", f"engine {self.endpoint} sent a packet without its audio"))
+                continue
             pcm = W.pcm_from(frames[c.part]) if c.part > 0 else _EMPTY
             if c.last:
                 del self.streams[c.sid]
