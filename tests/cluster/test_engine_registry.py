@@ -83,3 +83,41 @@ async def test_an_isolated_engine_stays_private_to_its_gateway(tmp_path, start_g
         assert list(r.scan_iter(match="voxgate:engine*")) == []
     finally:
         redis.stop()
+
+
+async def test_a_registered_tcp_engine_this_gateway_has_no_secret_for_is_named_in_readyz(tmp_path, start_gateway, monkeypatch):
+    """A gateway without VOXGATE_ENGINE_SECRET that finds a tcp:// engine in the registry says why it cannot use it
+    (before: a link stuck 'connecting' for ever, and a log blaming Redis)."""
+    monkeypatch.delenv("VOXGATE_ENGINE_SECRET", raising=False)
+    redis = Redis(tmp_path)
+    redis.start()
+    cluster = {"redis_url": redis.url, "claim_ttl_s": TTL_S}
+    engine_cfg = tmp_path / "engine.yaml"
+    engine_cfg.write_text(yaml.safe_dump({"engine": {"kind": "simulated"}, "cluster": cluster}))
+    from tests.service.engines import free_port
+
+    env = {**os.environ, "VOXGATE_ENGINE_SECRET": "registry-test-secret-0123456789",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    engine = None
+    try:
+        gw = await start_gateway({"engine": {"kind": "remote"}, "cluster": cluster})
+        engine = subprocess.Popen([sys.executable, "-m", "gateway.cli", "engine", "--config", str(engine_cfg), "--listen",
+                                   f"tcp://127.0.0.1:{free_port()}", "--log-level", "WARNING"], cwd=ROOT, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        deadline = time.monotonic() + 30
+        while True:  # the gateway runs in this loop: ask it from a thread
+            status, body = await asyncio.to_thread(http_json, f"http://127.0.0.1:{gw.port}/readyz")
+            if r_found(redis) and "VOXGATE_ENGINE_SECRET" in body.get("reason", "") or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert status == 503 and "VOXGATE_ENGINE_SECRET" in body.get("reason", "") and "tcp://127.0.0.1:" in body["reason"], body
+    finally:
+        if engine is not None:
+            engine.kill()
+            engine.wait()
+        redis.stop()
+
+
+def r_found(redis) -> bool:
+    return bool(list(redis.client().scan_iter(match="voxgate:engine:*")))

@@ -28,7 +28,7 @@ import uuid
 from tts.engine import Engine, EngineError, SynthesisRequest, SynthesisStream, TurnStream, VoiceClone
 from tts.service import wire as W
 from tts.service.link import EngineLink
-from tts.service.transport import Transport, check_endpoint
+from tts.service.transport import Transport, check_endpoint, needs_secret
 
 log = logging.getLogger("voxgate.engine.remote")
 
@@ -60,6 +60,7 @@ class RemoteEngine(Engine):
         self.links: list[EngineLink] = []
         self._affinity: collections.OrderedDict[str, EngineLink] = collections.OrderedDict()
         self._clones: dict[str, VoiceClone] = {}
+        self._unusable: dict[str, str] = {}  # registered engines this gateway cannot use, and why
         self._clone_info: dict[str, dict] = {}
         self._replays: set[asyncio.Task] = set()
         self.counters = {"placed": 0, "sticky": 0, "moved": 0, "refused_everywhere": 0, "unavailable": 0}
@@ -90,6 +91,7 @@ class RemoteEngine(Engine):
             self.endpoints = list(dict.fromkeys(endpoints))
             return
         wanted = set(endpoints)
+        self._unusable = {e: why for e, why in self._unusable.items() if e in wanted}
         for link in [l for l in self.links if l.endpoint not in wanted]:
             self.links.remove(link)
             self.endpoints.remove(link.endpoint)
@@ -97,7 +99,12 @@ class RemoteEngine(Engine):
             await link.close()
         name = f"{socket.gethostname()}:{os.getpid()}"
         for endpoint in dict.fromkeys(endpoints):
-            if endpoint not in self.endpoints:
+            if endpoint not in self.endpoints and needs_secret(endpoint) and not self._secret:
+                why = f"needs the shared secret in {W.SECRET_ENV}, which this gateway lacks"
+                if self._unusable.get(endpoint) != why:
+                    log.warning("engine %s found in the registry %s; not used", endpoint, why)
+                self._unusable[endpoint] = why
+            elif endpoint not in self.endpoints:
                 link = EngineLink(endpoint, self._transport, self._secret, self.gateway_id, name)
                 link.on_up, link.on_down, link.on_refused = self._link_up, self._link_down, self._refused
                 self.links.append(link)
@@ -282,9 +289,9 @@ class RemoteEngine(Engine):
     def health(self) -> str | None:
         if any(link.serving for link in self.links):
             return None
-        if not self.links:
+        if not self.links and not self._unusable:
             return "no engine is registered in the call plane" if self.discovered else "the remote engine is not started"
-        why = []
+        why = [f"{endpoint}: {reason}" for endpoint, reason in self._unusable.items()]
         for link in self.links:
             if not link.up:
                 why.append(f"{link.endpoint}: {link.why_down or 'down'}")
