@@ -281,7 +281,7 @@ class Caller:
 class LoadClient:
     """The loop: epoll over every caller's socket (and stdin for commands), plus a timer heap."""
 
-    def __init__(self, host: str, port: int, path: str = "/v1/ws", pause_s: float = 1.0, seed: int = 0, read_interval_s: float = 0.02):
+    def __init__(self, host: str, port: int, path: str = "/v1/ws", pause_s: float = 1.0, seed: int = 0, read_interval_s: float = 0.05):
         self.host, self.port, self.path, self.pause_s = host, port, path, pause_s
         # Wake at most this often: each wake-up costs a syscall or two (~10 µs on this VM), and the gateway's clock
         # sends every call's frame within a few ms, so one wake-up per few ms reads hundreds of sockets, not one.
@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stagger-ms", type=float, default=5.0, help="between two callers' connects (default: %(default)s)")
     ap.add_argument("--pause-s", type=float, default=1.0, help="the caller's pause after each turn.done")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--read-interval-ms", type=float, default=20.0, help="wake at most this often (default: %(default)s)")
+    ap.add_argument("--read-interval-ms", type=float, default=50.0, help="wake at most this often (default: %(default)s)")
     args = ap.parse_args(argv)
     client = LoadClient(args.host, args.port, args.path, args.pause_s, args.seed, args.read_interval_ms / 1000.0)
     client.start(args.sessions, args.stagger_ms / 1000.0)

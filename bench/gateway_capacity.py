@@ -132,7 +132,7 @@ class LoadHandle:
         self.counters, self.end = counters, end
 
 
-async def start_load(client: str, port: int, n: int, read_interval_ms: float = 20.0) -> LoadHandle:
+async def start_load(client: str, port: int, n: int, read_interval_ms: float = 50.0) -> LoadHandle:
     """N callers, 5 ms apart: `lean` in a process of its own (bench/capacity_client.py), `websockets` in this one."""
     if client == "websockets":
         stop, stats, rng = asyncio.Event(), ClientStats(), random.Random(n)
@@ -188,7 +188,7 @@ def cpu_total(pids: list[int]) -> float:
 
 async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: float, warmup: float, client: str = "lean") -> dict:
     """One level: N callers on `port`; `nodes` are the gateway processes behind it, (own metrics port, pid)."""
-    load = await start_load(client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "20")))
+    load = await start_load(client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "50")))
     await asyncio.sleep(warmup)
     pids = [pid for _, pid in nodes]
 
