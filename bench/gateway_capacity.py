@@ -8,7 +8,7 @@ numbers from /metrics: how late each 20 ms clock tick ran (p50/p99, from the
 histogram), ticks dropped after stalls, and underruns. A level "holds" when the
 tick lateness p99 stays within one frame (20 ms) and there are no underruns.
 The callers come from bench/capacity_client.py, a process of its own that
-costs ~10 µs a frame, so one core drives 1,000+ calls.
+costs 9-16 µs a frame, so one core drives 1,000+ calls.
 
     python -m bench.gateway_capacity --levels 50,100,200,300 --window 15
     python -m bench.gateway_capacity --workers 1,2 --levels 300,600 --window 15
