@@ -41,7 +41,7 @@ class PlayoutEvent:
 
 @dataclass(slots=True)
 class Frame:
-    pcm: np.ndarray  # float32, frame_samples long; a reused buffer, valid until the next tick
+    pcm: np.ndarray  # float32, frame_samples long; a reused buffer, valid until the next tick (read-only zeros when not audio)
     kind: str  # audio | gap | latency | idle | paused
     turn_id: str | None = None
 
