@@ -93,7 +93,12 @@ async def test_a_paused_turn_takes_no_step_and_cancel_frees_its_slot(ckpt):
         s = eng.open_turn(SynthesisRequest(text="Hello there ", voice="ryan", language="en", sampling=GREEDY))
         first = await asyncio.wait_for(s.__aiter__().__anext__(), 30)
         assert len(first.pcm) and not first.is_last
-        await asyncio.sleep(0.3)
+        job = eng._jobs[id(s)]
+        for _ in range(300):  # the row reads its text one token a step; on a loaded machine that takes a while
+            if job.paused:
+                break
+            await asyncio.sleep(0.02)
+        assert job.paused  # its text ran out: the row left the stepping set
         steps = eng.counters["steps"]
         await asyncio.sleep(0.5)
         assert eng.counters["steps"] == steps  # waiting for text: no step
