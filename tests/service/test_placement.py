@@ -19,7 +19,7 @@ from tts import EngineError, SynthesisRequest, VoiceClone  # noqa: E402
 from tts.service.remote import RemoteEngine  # noqa: E402
 from tts.service.server import EngineServer  # noqa: E402
 from tts.simulated import SimulatedEngine, SimulatedSettings  # noqa: E402
-from tests.engine.test_engine_contract import wav_bytes  # noqa: E402
+from tests.engine.test_engine_contract import until, wav_bytes  # noqa: E402
 
 SECRET = b"placement-test-secret-0123456789"
 
@@ -74,15 +74,6 @@ async def cluster():
 
 async def first(stream, timeout: float = 10.0):
     return await asyncio.wait_for(anext(aiter(stream)), timeout)
-
-
-async def until(cond, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
 
 
 def req(session: str, text: str = "x" * 200) -> SynthesisRequest:
