@@ -31,7 +31,6 @@ import asyncio
 import importlib
 import logging
 import os
-import signal
 import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable
@@ -49,6 +48,7 @@ from gateway.http.errors import coded_errors_middleware
 from gateway.http.guard import cors_headers, guard_middleware
 from gateway.http.log_filter import quiet_malformed_requests
 from gateway.runtime_stats import settle_gc
+from gateway.stop_signals import stop_on_signals
 from tts import Engine, EngineChoice, EngineError, build_engine, resolve_engine_kind
 
 log = logging.getLogger("voxgate.app")
@@ -302,13 +302,7 @@ async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = 
     await gateway.start()
     print(f"voxgate listening on {gateway.url}  (engine: {gateway.engine_kind}; native WS at ws://{config.server.host}:{gateway.port}/v1/ws)", flush=True)
     settle_gc()  # start-up's objects out of every GC pass, and thresholds for a server's heap (gateway/runtime_stats.py)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
+    stop = stop_on_signals()
     if ready:
         ready(gateway)
     await stop.wait()

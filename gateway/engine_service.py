@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import signal
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -21,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gateway.config import Config, ConfigError, load_config
 from gateway.runtime_stats import RuntimeCollector
+from gateway.stop_signals import stop_on_signals
 from tts import EngineError, VoiceClone, build_engine
 
 log = logging.getLogger("voxgate.engine")
@@ -213,13 +213,7 @@ async def run_engine(config: Config, listen: str, http_port: int | None, http_ho
               flush=True)
         gc.collect()
         gc.freeze()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):
-                pass
+        stop = stop_on_signals()
         if ready:
             ready(server, http_port)
         await stop.wait()
