@@ -34,32 +34,51 @@ def readyz(port: int) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
-async def test_the_prestop_hook_starts_the_drain_and_waits_while_a_call_speaks(tmp_path):
-    port = free_port()
+def serve(tmp_path: Path, port: int) -> subprocess.Popen:
+    """A real `voxgate serve` with the SimulatedEngine, slow enough that LONG plays for seconds."""
     cfg = tmp_path / "gateway.yaml"
     cfg.write_text("server:\n  host: 127.0.0.1\n  limits:\n    drain_timeout_s: 30\nengine:\n  kind: simulated\n"
                    "simulated:\n  first_packet_ms: 20\n  ms_per_char: 12\n")
-    server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+async def until_ready(port: int) -> None:
+    for _ in range(400):
+        try:
+            if readyz(port)[0] == 200:
+                return
+        except OSError:
+            pass
+        await asyncio.sleep(0.05)
+
+
+async def speak_long_turn(ws) -> None:
+    """Start a session and send LONG as one final turn; returns once its audio has started."""
+    await ws.send(json.dumps({"type": "session.start"}))
+    await ws.send(json.dumps({"type": "text", "turn_id": "t", "text": LONG, "final": True}))
+    while True:
+        m = await ws.recv()
+        if isinstance(m, str) and json.loads(m)["type"] == "audio.start":
+            return
+
+
+def drain_hook(pid: int, port: int) -> subprocess.Popen:
+    """The preStop hook as the pod runs it: `voxgate drain` for the gateway's pid, reading /readyz on `port`."""
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "drain", "--pid", str(pid),
+                             "--port", str(port), "--timeout", "60", "--poll", "0.1"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+async def test_the_prestop_hook_starts_the_drain_and_waits_while_a_call_speaks(tmp_path):
+    port = free_port()
+    server = serve(tmp_path, port)
     hook = None
     try:
-        for _ in range(400):
-            try:
-                if readyz(port)[0] == 200:
-                    break
-            except OSError:
-                pass
-            await asyncio.sleep(0.05)
+        await until_ready(port)
         async with websockets.connect(f"ws://127.0.0.1:{port}/v1/ws") as ws:
-            await ws.send(json.dumps({"type": "session.start"}))
-            await ws.send(json.dumps({"type": "text", "turn_id": "t", "text": LONG, "final": True}))
-            while True:
-                m = await ws.recv()
-                if isinstance(m, str) and json.loads(m)["type"] == "audio.start":
-                    break
-            hook = subprocess.Popen([sys.executable, "-m", "gateway.cli", "drain", "--pid", str(server.pid),
-                                     "--port", str(port), "--timeout", "60", "--poll", "0.1"],
-                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            await speak_long_turn(ws)
+            hook = drain_hook(server.pid, port)
             status, body = await asyncio.to_thread(readyz, port)
             for _ in range(50):  # the hook's SIGTERM lands within its start-up
                 if status == 503:
@@ -91,30 +110,13 @@ async def test_a_hook_that_cannot_read_readyz_waits_while_the_gateway_lives(tmp_
     """--port pointing nowhere (or a gateway bound elsewhere) is not "the gateway has exited": the hook keeps
     the pod while the process lives, so its call still plays to the end."""
     port = free_port()
-    cfg = tmp_path / "gateway.yaml"
-    cfg.write_text("server:\n  host: 127.0.0.1\n  limits:\n    drain_timeout_s: 30\nengine:\n  kind: simulated\n"
-                   "simulated:\n  first_packet_ms: 20\n  ms_per_char: 12\n")
-    server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = serve(tmp_path, port)
     hook = None
     try:
-        for _ in range(400):
-            try:
-                if readyz(port)[0] == 200:
-                    break
-            except OSError:
-                pass
-            await asyncio.sleep(0.05)
+        await until_ready(port)
         async with websockets.connect(f"ws://127.0.0.1:{port}/v1/ws") as ws:
-            await ws.send(json.dumps({"type": "session.start"}))
-            await ws.send(json.dumps({"type": "text", "turn_id": "t", "text": LONG, "final": True}))
-            while True:
-                m = await ws.recv()
-                if isinstance(m, str) and json.loads(m)["type"] == "audio.start":
-                    break
-            hook = subprocess.Popen([sys.executable, "-m", "gateway.cli", "drain", "--pid", str(server.pid),
-                                     "--port", str(free_port()), "--timeout", "60", "--poll", "0.1"],
-                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            await speak_long_turn(ws)
+            hook = drain_hook(server.pid, free_port())
             await asyncio.sleep(1.5)
             assert hook.poll() is None, "the hook returned while the gateway was still serving a call"
             while True:
