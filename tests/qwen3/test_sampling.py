@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tts.qwen3.sampling import SamplingRows, sample, talker_logits, warp
+from tts.qwen3.sampling import TWO_STAGE_MIN, SamplingRows, sample, talker_logits, top_k, warp
 
 
 def test_greedy_rows_take_the_argmax_and_sampled_rows_stay_in_top_k():
@@ -57,3 +57,22 @@ def test_top_k_with_top_p_keeps_the_smallest_set_reaching_p():
     rows = SamplingRows.filled(2000, "cpu", temperature=1.0, top_k=3, top_p=0.75)
     toks = sample(logits, rows, torch.Generator().manual_seed(6))
     assert set(toks.tolist()) == {0, 1}
+
+
+def test_two_stage_top_k_is_torch_topk_on_engine_shapes():
+    """The CPU two-stage top-k (batches of 16+ rows) gives topk's values, sorted, and its indices."""
+    gen = torch.Generator().manual_seed(7)
+    for rows, vocab, k in ((16, 2048, 50), (16, 3072, 50), (64, 2048, 50), (12, 2048, 256), (32, 3072, 1)):
+        assert rows * vocab >= TWO_STAGE_MIN
+        x = torch.randn(rows, vocab, generator=gen)
+        w = vocab // 8
+        x[0, torch.arange(8) * w + 3] += 100.0  # one chunk holds 8 of the top values
+        x[1] = torch.arange(vocab, dtype=torch.float32)  # the top k are the last tokens, a few per chunk
+        x[2, vocab // 2:] = float("-inf")  # suppressed ids, as the talker's logits have
+        x[3, : vocab - 5] = float("-inf")  # fewer finite values than k (k > 5): -inf ties fill the rest
+        want_v, want_i = x.topk(k, dim=-1)
+        got_v, got_i = top_k(x, k)
+        assert torch.equal(got_v, want_v)
+        finite = torch.isfinite(want_v)
+        assert torch.equal(got_i[finite], want_i[finite])
+        assert all(len(set(r)) == k for r in got_i.tolist())  # k distinct tokens per row
