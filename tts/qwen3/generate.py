@@ -43,8 +43,9 @@ def predict_codes(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, row
     pos = (lambda p, t: p) if rows is None else (
         lambda p, t: torch.arange(p, p + t, device=hidden.device).expand(b, t))
     codes = [code0, sample(cp.step(embeds, pos(0, 2), 0, rows), rows_cfg, generator)]
+    tables = list(cp.model.codec_embedding)  # once: ModuleList indexing is slow next to these small steps
     for j in range(1, g - 1):
-        e = cp.model.codec_embedding[j - 1](codes[-1]).unsqueeze(1)
+        e = tables[j - 1].forward(codes[-1]).unsqueeze(1)
         codes.append(sample(cp.step(e, pos(j + 1, 1), j, rows), rows_cfg, generator))
     return torch.stack(codes, dim=1)
 

@@ -99,12 +99,12 @@ class SamplingRows:
             rp = values[4]
             kept = torch.where(rp.isnan(), self.repetition_penalty.index_select(0, idx).to(rp.dtype), rp)
             self.repetition_penalty.index_copy_(0, idx, kept.to(self.repetition_penalty.dtype))
-        self._k_index = None
+        self._k_index = self._temperature_col = None
 
     def note(self, *, temperature: float, top_k: int, top_p: float, greedy: bool,
              repetition_penalty: float | None = None) -> None:
         """Fold one row's settings into the host-side summaries (what `write` cannot see)."""
-        self._k_index = None
+        self._k_index = self._temperature_col = None
         if self.fixed:
             return
         self.any_greedy = self.any_greedy or greedy
@@ -137,6 +137,13 @@ class SamplingRows:
             cached = (kmax, (k - 1).view(-1, 1))
             self._k_index = cached
         return cached[1]
+
+    def temperature_col(self) -> torch.Tensor:
+        """Each row's temperature (floored at 1e-5) as [B, 1]; once per object, like `k_index`."""
+        cached = getattr(self, "_temperature_col", None)
+        if cached is None:
+            cached = self._temperature_col = self.temperature.clamp_min(1e-5).view(-1, 1)
+        return cached
 
     @property
     def shape_key(self) -> tuple:
@@ -212,9 +219,13 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return vals, ids.gather(1, pos % k) + (pos // k) * w
 
 
-def _sample_top_k(x: torch.Tensor, rows: SamplingRows, kmax: int, generator) -> torch.Tensor:
-    """Draw among each row's top-k candidates only: noise and top-p over [B, kmax], not [B, V]."""
-    vals, idx = top_k(x, kmax)  # sorted, best first
+def _sample_top_k(logits: torch.Tensor, rows: SamplingRows, kmax: int, generator) -> torch.Tensor:
+    """Draw among each row's top-k candidates only: temperature, noise and top-p over [B, kmax], not [B, V].
+    Temperature after top-k: dividing by a positive number is monotonic in floating point too, so the
+    top k of logits / T are the top k of the logits, divided (the same values; only tied ones may come
+    in another order, as topk orders ties arbitrarily anyway)."""
+    vals, idx = top_k(logits, kmax)  # sorted, best first
+    vals = vals / rows.temperature_col()
     k = rows.k_index(kmax)
     # ties with the k-th value stay in, as transformers' `scores < kth` rule keeps them (within kmax)
     vals = vals.masked_fill(vals < vals.gather(1, k), float("-inf"))
@@ -239,8 +250,7 @@ def sample(logits: torch.Tensor, rows: SamplingRows, generator: torch.Generator 
         return logits.argmax(dim=-1)
     vocab = logits.shape[-1]
     if rows.kmax is not None and 0 < rows.kmax < vocab:
-        x = logits / rows.temperature.clamp_min(1e-5).view(-1, 1)
-        sampled = _sample_top_k(x, rows, rows.kmax, generator)
+        sampled = _sample_top_k(logits, rows, rows.kmax, generator)
     else:
         noise = torch.empty_like(logits).exponential_(1, generator=generator)
         sampled = (warp(logits, rows) - noise.log()).argmax(dim=-1)
