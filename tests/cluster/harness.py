@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import websockets
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,3 +229,22 @@ async def wait_until(predicate, timeout: float = 10.0, step: float = 0.05):
             return value
         await asyncio.sleep(step)
     raise AssertionError(f"not true within {timeout} s")
+
+
+async def speak_one_turn(url: str, text: str, voice: str | None = None, **connect) -> dict:
+    """Open a native /v1/ws session at `url` (optionally with a voice), speak `text` as one final turn until its
+    turn.done; returns session.started with the turn's "audio_bytes" added."""
+    async with websockets.connect(url, **connect) as ws:
+        await ws.send(json.dumps({"type": "session.start", **({"voice": voice} if voice else {})}))
+        started = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert started["type"] == "session.started", started
+        await ws.send(json.dumps({"type": "text", "turn_id": "t1", "text": text, "final": True}))
+        audio = 0
+        while True:
+            msg = await asyncio.wait_for(ws.recv(), 10)
+            if isinstance(msg, bytes):
+                audio += len(msg)
+            elif json.loads(msg)["type"] == "turn.done":
+                break
+        started["audio_bytes"] = audio
+        return started

@@ -5,7 +5,6 @@ and drops it within the TTL once the engine is killed. Real redis-server, real p
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -13,10 +12,9 @@ import sys
 import time
 
 import pytest
-import websockets
 import yaml
 
-from tests.cluster.harness import NEEDS, ROOT, Node, Redis, http_json, wait_until
+from tests.cluster.harness import NEEDS, ROOT, Node, Redis, http_json, speak_one_turn, wait_until
 
 pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)")
 pytest.importorskip("zmq", reason="the engine service needs the service extra")
@@ -43,18 +41,7 @@ async def test_engines_register_in_redis_and_gateways_find_them_there(tmp_path):
         assert entry["endpoint"] == f"ipc://{tmp_path}/engine.sock" and entry["engine"] == "simulated"
         assert {"active", "queued", "draining"} <= entry.keys() and 0 < r.pttl(key) <= TTL_S * 1000
         gateway.start()  # no endpoint list anywhere: it finds the engine in Redis
-        async with websockets.connect(f"{gateway.ws}/v1/ws") as ws:
-            await ws.send(json.dumps({"type": "session.start"}))
-            assert json.loads(await ws.recv())["type"] == "session.started"
-            await ws.send(json.dumps({"type": "text", "turn_id": "t1", "text": "Hello from a registered engine.", "final": True}))
-            audio = 0
-            while True:
-                msg = await asyncio.wait_for(ws.recv(), 10)
-                if isinstance(msg, bytes):
-                    audio += len(msg)
-                elif json.loads(msg)["type"] == "turn.done":
-                    break
-        assert audio > 0
+        assert (await speak_one_turn(f"{gateway.ws}/v1/ws", "Hello from a registered engine."))["audio_bytes"] > 0
         engine.send_signal(signal.SIGKILL)
         t_kill = time.monotonic()
         await wait_until(lambda: not r.exists(key), timeout=TTL_S + 2)  # its registration expires within the TTL

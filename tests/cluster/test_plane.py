@@ -16,7 +16,7 @@ import uuid
 import pytest
 import websockets
 
-from tests.cluster.harness import NEEDS, HAProxy, Node, Redis, http_json, wait_until
+from tests.cluster.harness import NEEDS, HAProxy, Node, Redis, http_json, speak_one_turn, wait_until
 from tests.telephony.clients import AudioSocketClient, Control, TwilioClient, is_silent, tone_ulaw
 from tests.telephony.wire_clients import VonageClient
 
@@ -297,21 +297,7 @@ async def test_a_websocket_wire_whose_legs_land_apart_meets_through_the_hop(plan
 async def native_session(node: Node, token: str | None = None, voice: str | None = None, **connect) -> dict:
     """Open /v1/ws, start a session (optionally with a voice), speak one short turn; returns session.started."""
     url = f"{node.ws}/v1/ws" + (f"?token={token}" if token else "")
-    headers = None if token else AUTH
-    async with websockets.connect(url, additional_headers=headers, **connect) as ws:
-        await ws.send(json.dumps({"type": "session.start", **({"voice": voice} if voice else {})}))
-        started = json.loads(await asyncio.wait_for(ws.recv(), 10))
-        assert started["type"] == "session.started", started
-        await ws.send(json.dumps({"type": "text", "turn_id": "t1", "text": "Hello.", "final": True}))
-        audio = 0
-        while True:
-            msg = await asyncio.wait_for(ws.recv(), 10)
-            if isinstance(msg, bytes):
-                audio += len(msg)
-            elif json.loads(msg)["type"] == "turn.done":
-                break
-        started["audio_bytes"] = audio
-        return started
+    return await speak_one_turn(url, "Hello.", voice, additional_headers=None if token else AUTH, **connect)
 
 
 async def test_a_token_minted_on_one_node_is_spent_on_another_and_only_once(plane):
