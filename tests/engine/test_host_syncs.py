@@ -32,7 +32,14 @@ class SyncWatch(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_admission_and_a_batched_frame_never_wait_for_a_device_value(tmp_path):
+# a sampled row, a greedy row, and the code predictor's settings: both kinds of talker row are watched
+SAMPLED = dict(temperature=0.9, top_k=50, top_p=0.8, greedy=False, repetition_penalty=1.05)
+GREEDY = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True, repetition_penalty=1.0)
+PREDICTOR = dict(temperature=0.9, top_k=50, top_p=1.0, greedy=False)
+
+
+def tiny_batch(tmp_path) -> tuple[TalkerBatch, list]:
+    """A 4-row TalkerBatch (no CUDA graphs) on the tiny checkpoint, and three prompts for it."""
     from tts.qwen3.tiny import make_tiny_model
 
     make_tiny_model(str(tmp_path), seed=4)
@@ -40,11 +47,13 @@ def test_admission_and_a_batched_frame_never_wait_for_a_device_value(tmp_path):
     batch = TalkerBatch(ck.model, 4, 160, use_cuda_graphs=False)
     prompts = [build_prompt(ck.model.talker, ck.config, ck.tokenizer, t, speaker="ryan", language="en")
                for t in ("Hello world.", "Short", "Another one.")]
-    sampled = dict(temperature=0.9, top_k=50, top_p=0.8, greedy=False, repetition_penalty=1.05)
-    greedy = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True, repetition_penalty=1.0)
-    pred = dict(temperature=0.9, top_k=50, top_p=1.0, greedy=False)
+    return batch, prompts
+
+
+def test_admission_and_a_batched_frame_never_wait_for_a_device_value(tmp_path):
+    batch, prompts = tiny_batch(tmp_path)
     with SyncWatch() as watch:
-        batch.admit([0, 1], prompts[:2], [sampled, greedy], [pred, pred])
+        batch.admit([0, 1], prompts[:2], [SAMPLED, GREEDY], [PREDICTOR, PREDICTOR])
         with torch.inference_mode():
             for _ in range(3):
                 batch._step_rows(batch.bucket_for(2))
@@ -52,7 +61,7 @@ def test_admission_and_a_batched_frame_never_wait_for_a_device_value(tmp_path):
     codes = codes.numpy()  # the host copy the engine makes once per step (outside the watch)
     with SyncWatch() as watch_resume:
         # a stream resuming after preemption: its sampler state is rebuilt from its codes on the host
-        batch.admit([2], prompts[2:], [sampled], [pred], resumes=[(int(codes[0, 0]), codes)])
+        batch.admit([2], prompts[2:], [SAMPLED], [PREDICTOR], resumes=[(int(codes[0, 0]), codes)])
         with torch.inference_mode():
             batch._step_rows(batch.bucket_for(3))
     assert watch.hits == [] and watch_resume.hits == []
@@ -69,23 +78,15 @@ def test_admission_a_step_and_release_move_no_data_between_host_and_device(tmp_p
     """The calls that would copy between host and device on a GPU (tts.qwen3.transfers): none in
     admission (fresh and resumed rows), the step, compaction and release, except the step's one
     planned copy into its pinned output buffer."""
-    from tts.qwen3.tiny import make_tiny_model
     from tts.qwen3.transfers import HostDeviceCalls
 
-    make_tiny_model(str(tmp_path), seed=4)
-    ck = Checkpoint.load(str(tmp_path))
-    batch = TalkerBatch(ck.model, 4, 160, use_cuda_graphs=False)
-    prompts = [build_prompt(ck.model.talker, ck.config, ck.tokenizer, t, speaker="ryan", language="en")
-               for t in ("Hello world.", "Short", "Another one.")]
-    sampled = dict(temperature=0.9, top_k=50, top_p=0.8, greedy=False, repetition_penalty=1.05)
-    greedy = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True, repetition_penalty=1.0)
-    pred = dict(temperature=0.9, top_k=50, top_p=1.0, greedy=False)
+    batch, prompts = tiny_batch(tmp_path)
     with HostDeviceCalls(host_buffers=[batch.host_out]) as calls:
-        batch.admit([0, 1], prompts[:2], [sampled, greedy], [pred, pred])
+        batch.admit([0, 1], prompts[:2], [SAMPLED, GREEDY], [PREDICTOR, PREDICTOR])
         for _ in range(3):
             batch.launch(2)
             codes = batch.read(2)[:1, : batch.groups].copy()
-        batch.admit([2], prompts[2:], [sampled], [pred], resumes=[(int(codes[0, 0]), codes)])
+        batch.admit([2], prompts[2:], [SAMPLED], [PREDICTOR], resumes=[(int(codes[0, 0]), codes)])
         batch.launch(3)
         batch.read(3)
         batch.release(1)
