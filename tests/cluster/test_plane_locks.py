@@ -11,10 +11,9 @@ import pytest
 import websockets
 
 from gateway.app import Gateway
-from gateway.config import load_config
 from tests.cluster.harness import NEEDS, Redis
 from tests.telephony.clients import AudioSocketClient, Control
-from tests.telephony.conftest import FAST, merge
+from tests.telephony.conftest import FAST, merge, started_gateways
 
 pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)")
 
@@ -23,18 +22,12 @@ pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (
 async def pair(tmp_path):
     redis = Redis(tmp_path)
     redis.start()
-    started = []
+    async with started_gateways() as start:
+        async def make(host: str, name: str, **extra) -> Gateway:
+            own = {"server": {"host": host}, "cluster": {"redis_url": redis.url, "node_id": name, "claim_ttl_s": 3}}
+            return await start(merge(merge(FAST, own), extra))
 
-    async def make(host: str, name: str, **extra) -> Gateway:
-        own = {"server": {"host": host}, "cluster": {"redis_url": redis.url, "node_id": name, "claim_ttl_s": 3}}
-        gw = Gateway(load_config(None, merge(merge(FAST, own), extra)))
-        await gw.start(port=0)
-        started.append(gw)
-        return gw
-
-    yield make
-    for gw in started:
-        await gw.stop()
+        yield make
     redis.stop()
 
 

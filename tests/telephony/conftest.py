@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from gateway.config import load_config
@@ -23,19 +25,34 @@ def merge(base: dict, extra: dict) -> dict:
     return out
 
 
-@pytest.fixture
-async def make_gateway():
+@contextlib.asynccontextmanager
+async def started_gateways():
+    """Yields `await start(config, install=())`: a Gateway from the config dict, each `install(gw)` hook run
+    before it starts on port 0; every gateway started is stopped when the block ends."""
     started: list[Gateway] = []
 
-    async def make(**overrides) -> Gateway:
-        gw = Gateway(load_config(None, merge(FAST, overrides)))
+    async def start(config: dict, install=()) -> Gateway:
+        gw = Gateway(load_config(None, config))
+        for fn in install:
+            fn(gw)
         await gw.start(port=0)
         started.append(gw)
         return gw
 
-    yield make
-    for gw in started:
-        await gw.stop()
+    try:
+        yield start
+    finally:
+        for gw in started:
+            await gw.stop()
+
+
+@pytest.fixture
+async def make_gateway():
+    async with started_gateways() as start:
+        async def make(**overrides) -> Gateway:
+            return await start(merge(FAST, overrides))
+
+        yield make
 
 
 @pytest.fixture

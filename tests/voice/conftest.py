@@ -6,10 +6,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from gateway.config import load_config  # noqa: E402
-from tests.telephony.conftest import FAST, merge  # noqa: E402
-
-from gateway.app import Gateway  # noqa: E402
+from tests.telephony.conftest import FAST, merge, started_gateways  # noqa: E402
 
 VOICE = {
     "barge_in": {"mode": "vad", "min_speech_ms": 250, "echo_holdoff_ms": 300},
@@ -20,16 +17,8 @@ VOICE = {
 
 @pytest.fixture
 async def make_voice_gateway():
-    started = []
+    async with started_gateways() as start:
+        async def make(install=(), **overrides):
+            return await start(merge(merge(FAST, VOICE), overrides), install)
 
-    async def make(install=(), **overrides):
-        gw = Gateway(load_config(None, merge(merge(FAST, VOICE), overrides)))
-        for fn in install:
-            fn(gw)
-        await gw.start(port=0)
-        started.append(gw)
-        return gw
-
-    yield make
-    for gw in started:
-        await gw.stop()
+        yield make
