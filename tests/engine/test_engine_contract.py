@@ -179,16 +179,6 @@ async def test_cloned_voices_are_added_listed_and_removed(serve):
 
 
 # ---------------------------------------------------------------- Qwen3 (tiny random checkpoint, CPU): real audio
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    pytest.importorskip("torch")
-    from tts.qwen3.checkpoint import Checkpoint
-    from tts.qwen3.tiny import make_tiny_model
-
-    d = str(tmp_path_factory.mktemp("contract_tiny"))
-    make_tiny_model(d, seed=4)
-    return Checkpoint.load(d)
-
 
 def qwen3(ckpt, **kw):
     from tts.qwen3.engine import EngineSettings, Qwen3Engine

@@ -12,21 +12,11 @@ import torch
 
 from tts.engine import SamplingSettings, SynthesisRequest
 from tts.qwen3.batch import TalkerBatch
-from tts.qwen3.checkpoint import Checkpoint
 from tts.qwen3.engine import EngineSettings, Qwen3Engine
 from tts.qwen3.generate import GenerationSettings, generate_codes
 from tts.qwen3.prompt import build_prompt
 
 GREEDY = SamplingSettings(greedy=True)
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    from tts.qwen3.tiny import make_tiny_model
-
-    d = str(tmp_path_factory.mktemp("loop_tiny"))
-    make_tiny_model(d, seed=4)
-    return Checkpoint.load(d)
 
 
 def _engine(ckpt, **kw) -> Qwen3Engine:

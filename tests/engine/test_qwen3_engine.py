@@ -10,22 +10,12 @@ import pytest
 import torch
 
 from tts.engine import EngineError, SamplingSettings, SynthesisRequest
-from tts.qwen3.checkpoint import Checkpoint
 from tts.qwen3.engine import EngineSettings, Qwen3Engine
 from tts.qwen3.generate import GenerationSettings, generate_codes
 from tts.qwen3.prompt import build_prompt
 
 GREEDY = SamplingSettings(greedy=True)
 TEXTS = ["Hello world.", "A longer sentence for the batch.", "Short", "Привет, мир!"]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    from tts.qwen3.tiny import make_tiny_model
-
-    d = str(tmp_path_factory.mktemp("engine_tiny"))
-    make_tiny_model(d, seed=4)
-    return Checkpoint.load(d)
 
 
 def _engine(ckpt, **kw) -> Qwen3Engine:

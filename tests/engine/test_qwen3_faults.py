@@ -13,17 +13,7 @@ import time
 import pytest
 
 from tts.engine import EngineError, SamplingSettings, SynthesisRequest
-from tts.qwen3.checkpoint import Checkpoint
 from tts.qwen3.engine import EngineSettings, Qwen3Engine
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    from tts.qwen3.tiny import make_tiny_model
-
-    d = str(tmp_path_factory.mktemp("fault_tiny"))
-    make_tiny_model(d, seed=4)
-    return Checkpoint.load(d)
 
 
 def _engine(ckpt) -> Qwen3Engine:

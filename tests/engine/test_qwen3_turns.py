@@ -8,26 +8,15 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-import pytest
 import torch
 
 from tts.engine import SamplingSettings, SynthesisRequest
-from tts.qwen3.checkpoint import Checkpoint
 from tts.qwen3.engine import EngineSettings, Qwen3Engine
 from tts.qwen3.generate import GenerationSettings
 from tts.qwen3.prompt import voice_head
 from tts.qwen3.turn import TurnGenerator, words
 
 GREEDY = SamplingSettings(greedy=True)
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    from tts.qwen3.tiny import make_tiny_model
-
-    d = str(tmp_path_factory.mktemp("engine_turn_tiny"))
-    make_tiny_model(d, seed=4)
-    return Checkpoint.load(d)
 
 
 def _engine(ckpt) -> Qwen3Engine:
