@@ -24,17 +24,18 @@ def _engine(ckpt) -> Qwen3Engine:
     return Qwen3Engine(s, checkpoint=ckpt, keep_codes=True)
 
 
-def _alone(ckpt, text, speaker):
-    """The single-stream turn generator on the whole text, with the engine's frame cap."""
+def _alone(ckpt, text, speaker, max_positions: int = 256) -> TurnGenerator:
+    """The single-stream turn generator run to its end on the whole text, with the engine's frame cap and slot
+    (`max_positions`: the engine's max_seq_len): the reference the engine's codes must equal."""
     m, tok = ckpt.model, ckpt.tokenizer
     gen = TurnGenerator(m, tok, voice_head(m.talker, m.config, tok, speaker=speaker, language="en"),
-                        GenerationSettings(greedy=True, subtalker_greedy=True), max_positions=256, base_frames=4,
-                        frames_per_token=1)
+                        GenerationSettings(greedy=True, subtalker_greedy=True), max_positions=max_positions,
+                        base_frames=4, frames_per_token=1)
     gen.append(text)
     gen.finish()
     while gen.step() is not None:
         pass
-    return gen.codes()
+    return gen
 
 
 async def _feed(stream, pieces, gap):
@@ -69,7 +70,7 @@ async def test_turns_at_any_rate_beside_a_sentence_request_equal_the_turn_genera
     assert eng.counters.get("turn_pauses", 0) >= 2  # the slow turn waited for its words, others stepping above it
     for job, text, voice, chunks in ((slow_job, slow_text, "vivian", results[0]), (fast_job, fast_text, "ryan", results[1])):
         ours = torch.from_numpy(np.stack(job.codes))
-        assert torch.equal(ours, _alone(ckpt, text, voice)), text
+        assert torch.equal(ours, _alone(ckpt, text, voice).codes()), text
         ends = [c.text_end for c in chunks]
         assert ends == sorted(ends) and ends[-1] == len(text) and chunks[-1].is_last
         assert sum(len(c.pcm) for c in chunks) == len(ours) * 1920
@@ -119,14 +120,7 @@ async def test_a_turn_longer_than_its_slot_is_cut_at_punctuation_and_goes_on_in_
         await feeder
     finally:
         await eng.close()
-    m, tok = ckpt.model, ckpt.tokenizer
-    gen = TurnGenerator(m, tok, voice_head(m.talker, m.config, tok, speaker="ryan", language="en"),
-                        GenerationSettings(greedy=True, subtalker_greedy=True), max_positions=80, base_frames=4,
-                        frames_per_token=1)
-    gen.append(text)
-    gen.finish()
-    while gen.step() is not None:
-        pass
+    gen = _alone(ckpt, text, "ryan", max_positions=80)
     assert gen.stats.segments >= 2 and job.turn.segments == gen.stats.segments
     assert torch.equal(torch.from_numpy(np.stack(job.codes)), gen.codes())
     assert [c.frame_index for c in chunks] == list(np.cumsum([0] + [len(c.pcm) // 1920 for c in chunks[:-1]]))
