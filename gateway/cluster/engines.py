@@ -17,7 +17,7 @@ import os
 import time
 from typing import Awaitable, Callable
 
-from gateway.cluster.plane import start_refusal
+from gateway.cluster.plane import refusing_start
 from gateway.config import Config
 
 log = logging.getLogger("voxgate.cluster")
@@ -43,11 +43,8 @@ class EngineRegistration:
 
     async def start(self) -> None:
         self._redis = _client(self.config)
-        try:
+        async with refusing_start(self._redis, self.config.cluster.redis_url, self.config.cluster.password_env):
             await self._beat()
-        except Exception as exc:
-            await self._redis.aclose()
-            raise ValueError(start_refusal(self.config.cluster.redis_url, exc, self.config.cluster.password_env)) from None
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="engine-registration")
         log.info("engine %s registered at %s as %s", self.engine_id, self.config.cluster.redis_url, self.endpoint)
 
@@ -94,11 +91,8 @@ class EngineDirectory:
 
     async def start(self) -> None:
         self._redis = _client(self.config)
-        try:
+        async with refusing_start(self._redis, self.config.cluster.redis_url, self.config.cluster.password_env):
             await self.refresh()
-        except Exception as exc:
-            await self._redis.aclose()
-            raise ValueError(start_refusal(self.config.cluster.redis_url, exc, self.config.cluster.password_env)) from None
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="engine-directory")
 
     async def refresh(self) -> None:

@@ -20,6 +20,7 @@ and everything already running goes on. Keys (all under `cluster.key_prefix`, de
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -151,13 +152,10 @@ class ClusterPlane:
         for name, text in (("claim", _CLAIM), ("refresh", _REFRESH), ("release", _RELEASE), ("take_over", _TAKE_OVER),
                            ("peer_open", _PEER_OPEN)):
             self._scripts[name] = self._redis.register_script(text)
-        try:
+        async with refusing_start(self._redis, self.url, self.cc.password_env):
             await self._redis.ping()
             self.secret = await self._hop_secret()
             await self._beat()
-        except Exception as exc:
-            await self._redis.aclose()
-            raise ValueError(start_refusal(self.url, exc, self.cc.password_env)) from None
         self.problem = None
         self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_loop(), name="cluster-heartbeat")
         log.info("cluster: node %s (%s) joined the plane at %s", self.node_id, self.advertise_url, self.url)
@@ -378,3 +376,14 @@ def start_refusal(url: str, exc: BaseException, password_env: str | None) -> str
                     "cluster.password_env")
         return f"cluster.redis_url {url} refused the password in {password_env} ({why})"
     return f"cluster.redis_url {url} is unreachable: {why}"
+
+
+@contextlib.asynccontextmanager
+async def refusing_start(client, url: str, password_env: str | None):
+    """Around a start's first Redis calls: any failure closes `client` and refuses the start with a ValueError
+    in start_refusal's words (no traceback of redis internals)."""
+    try:
+        yield
+    except Exception as exc:
+        await client.aclose()
+        raise ValueError(start_refusal(url, exc, password_env)) from None
