@@ -297,6 +297,7 @@ class Session:
         if (released.strip() or final) and turn.text_ready is not None:
             turn.text_ready.set()
         self._pump()
+        self._maybe_close_turn(turn)  # its stream may be over already (failed): the final text ends the turn
 
     async def _open_turn_stream(self, job: _Job) -> None:
         """The turn's engine stream, opened once its first words are out (or its text is final)."""

@@ -127,3 +127,23 @@ async def test_the_speech_route_speaks_a_request_as_one_turn_in_turn_mode(start_
     assert len(opened) == 1  # one turn, not one request per sentence
     # 20 ms a character at 24 kHz, 16-bit (the simulated engine speaks the whole text in one stream)
     assert abs(len(pcm) / 2 / 24000 - 0.020 * len(text)) < 0.1
+
+
+async def test_a_turn_whose_stream_failed_still_ends_when_its_text_does(start_gateway):
+    """The engine fails a turn's stream while the agent is still writing: engine_error, and once the agent's
+    final text comes the turn ends (turn.done) and the session's next turn plays (it hung before: nothing closed
+    a turn-mode turn whose only chunk was already over)."""
+    gw = await start_gateway({"simulated": {"ms_per_char": 40}})
+    c = await Client.connect(gw)
+    await c.start(mode="turn")
+    await c.send({"type": "text", "turn_id": "t1", "text": "these words keep the stream speaking " * 4, "final": False})
+    await c.until("audio.start", turn_id="t1")
+    gw.core.engine.inject_fault("raise")
+    err = await asyncio.wait_for(c.until("error"), 10)
+    assert err["code"] == "engine_error", err
+    await c.send({"type": "text", "turn_id": "t1", "text": "and the end.", "final": True})
+    # paced silence keeps coming, so the helper's own timeout never fires: bound the wait here
+    done = await asyncio.wait_for(c.until("turn.done", turn_id="t1"), 10)
+    assert done["interrupted"] is False
+    await c.send({"type": "text", "turn_id": "t2", "text": "The next turn plays.", "final": True})
+    assert (await asyncio.wait_for(c.until("turn.done", turn_id="t2"), 10))["played_text"] == "The next turn plays."
