@@ -263,13 +263,7 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         check_deadline(request.deadline)
         check_sampling(request.sampling)
         stream = SynthesisStream(request, self)
-        with self._cond:
-            if len(self._queue) >= self.settings.max_queued:
-                raise EngineError("overloaded", f"engine queue is full ({self.settings.max_queued} requests waiting)")
-            job = Job(stream, request, next(self._seq), request.deadline)
-            self._queue.append(job)
-            self._jobs[id(stream)] = job
-            self._cond.notify()
+        self._enqueue(stream, request)
         return stream
 
     # -- turn mode (tts.qwen3.turn_feed): one stream per agent turn, fed text as it comes
@@ -289,18 +283,25 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         check_deadline(request.deadline)
         check_sampling(request.sampling)
         stream = TurnStream(request, self)
+        turn = TurnFeed(self._ckpt.tokenizer)
+        if request.text:
+            turn.inbox.append(request.text)
+        self._enqueue(stream, request, turn)
+        return stream
+
+    def _enqueue(self, stream, request: SynthesisRequest, turn=None) -> None:
+        """Queue a new stream's job for the loop thread (a turn-mode stream with its TurnFeed), or refuse it with
+        "overloaded" when max_queued requests are already waiting."""
         with self._cond:
             if len(self._queue) >= self.settings.max_queued:
                 raise EngineError("overloaded", f"engine queue is full ({self.settings.max_queued} requests waiting)")
             job = Job(stream, request, next(self._seq), request.deadline)
-            job.turn = TurnFeed(self._ckpt.tokenizer)
-            if request.text:
-                job.turn.inbox.append(request.text)
+            if turn is not None:
+                job.turn = turn
+                self._turns_open += 1
             self._queue.append(job)
             self._jobs[id(stream)] = job
-            self._turns_open += 1
             self._cond.notify()
-        return stream
 
     def _turn_append(self, stream: TurnStream, text: str) -> None:
         with self._cond:
