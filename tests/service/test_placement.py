@@ -200,3 +200,19 @@ async def test_a_stuck_engine_is_taken_out_of_placement_until_it_recovers(cluste
     assert await until(lambda: link.serving, 10)  # the hang ends: placed on again
     for x in (s, moved):
         x.cancel()
+
+
+async def test_a_turn_with_no_engine_serving_is_engine_unavailable_not_unsupported(cluster):
+    """Turn mode when every engine is gone: the same `engine_unavailable` as a sentence chunk gets (it said
+    `unsupported_mode`, as if the engines had no turn mode)."""
+    node = Node()
+    remote = await cluster(node)
+    assert remote.supports_turns
+    await node.stop_server()
+    assert await until(lambda: not any(link.serving for link in remote.links))
+    with pytest.raises(EngineError) as err:
+        remote.open_turn(req("s1"))
+    assert err.value.code == "engine_unavailable", err.value
+    with pytest.raises(EngineError) as err:
+        remote.synthesize(req("s1"))
+    assert err.value.code == "engine_unavailable"

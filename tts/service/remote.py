@@ -136,6 +136,9 @@ class RemoteEngine(Engine):
 
     def open_turn(self, request: SynthesisRequest) -> TurnStream:
         if not self.supports_turns:
+            if not any(link.serving for link in self.links):  # no engine at all: what a sentence chunk gets too
+                self.counters["unavailable"] += 1
+                raise EngineError("engine_unavailable", self.health() or "no engine serves")
             raise EngineError("unsupported_mode", "no connected engine takes turn-mode streams; use sentence mode")
         stream = TurnStream(request, self)
         link = self._choose(affinity_key(request), set(), turns=True)
