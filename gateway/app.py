@@ -40,6 +40,7 @@ from aiohttp import web
 from gateway import protocol as P
 from gateway.agent import agent
 from gateway.cluster.plane import ClusterUnavailable
+from gateway.command_args import engine_overrides, setup_logging
 from gateway.config import Config, ConfigError, load_config
 from gateway.core import CallCore
 from gateway.core.voice_store import VoiceStore
@@ -312,24 +313,18 @@ async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = 
 
 
 def serve_main(args) -> int:
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides: dict = {"server": {}, "engine": {}}
+    setup_logging(args.log_level)
+    overrides: dict = {"server": {}, "engine": engine_overrides(args)}
     if args.host:
         overrides["server"]["host"] = args.host
     if args.port is not None:
         overrides["server"]["port"] = args.port
-    if args.model_dir:
-        overrides["engine"]["model_dir"] = args.model_dir
-    if getattr(args, "vocoder", None):
-        overrides["engine"]["vocoder"] = args.vocoder
     # a pod learns its own address only at start (Kubernetes: --advertise-url http://$(POD_IP):8080)
     cluster = {key: getattr(args, key, None) for key in ("advertise_url", "node_id") if getattr(args, key, None)}
     if cluster:
         overrides["cluster"] = cluster
     if getattr(args, "isolate_engine", False):
         overrides["engine"]["isolate"] = True
-    if getattr(args, "model", None) == "tiny":  # gateway/cli.py made the tiny checkpoint and set args.model_dir
-        overrides["engine"].update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:

@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from gateway.command_args import engine_overrides, setup_logging
 from gateway.config import Config, ConfigError, load_config
 from gateway.runtime_stats import RuntimeCollector
 from gateway.stop_signals import stop_on_signals
@@ -230,15 +231,8 @@ async def run_engine(config: Config, listen: str, http_port: int | None, http_ho
 
 
 def engine_main(args) -> int:
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides: dict = {"engine": {}}
-    if args.model_dir:
-        overrides["engine"]["model_dir"] = args.model_dir
-    if getattr(args, "vocoder", None):
-        overrides["engine"]["vocoder"] = args.vocoder
-    if getattr(args, "model", None) == "tiny":
-        overrides["engine"].update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
+    setup_logging(args.log_level)
+    overrides: dict = {"engine": engine_overrides(args)}
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:

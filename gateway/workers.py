@@ -29,6 +29,7 @@ import sys
 import time
 from urllib.parse import urlsplit
 
+from gateway.command_args import setup_logging
 from gateway.config import Config, ConfigError, load_config
 
 log = logging.getLogger("voxgate.workers")
@@ -64,7 +65,7 @@ def worker_node(config: Config, index: int, port: int) -> tuple[str, str]:
 # ---------------------------------------------------------------- the supervisor
 def serve_workers(args, n: int) -> int:
     """The parent of `voxgate serve --workers N`."""
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(args.log_level)
     overrides: dict = {"server": {}}
     if args.host:
         overrides["server"]["host"] = args.host
