@@ -226,7 +226,8 @@ class NativeWsEndpoint:
             output = OutputFormat(encoding=out.get("encoding", "pcm16"), sample_rate=out.get("sample_rate", 24000))
         except (ValueError, TypeError) as exc:
             raise P.ProtocolError(P.UNSUPPORTED_FORMAT, str(exc)) from None
-        pacing = out.get("pacing", "realtime")
+        pacing = out.get("pacing")
+        pacing = "realtime" if pacing is None else pacing  # null means the default, as for the other optional fields
         if pacing not in PACINGS:
             raise P.ProtocolError(P.BAD_MESSAGE, f"output.pacing must be one of {', '.join(PACINGS)}, not {pacing!r}")
         caller_input = parse_input(m["input"]) if m.get("input") is not None else None

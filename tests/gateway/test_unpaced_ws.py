@@ -115,6 +115,10 @@ async def test_bad_pacing_is_refused_and_the_connection_stays_usable(start_gatew
     started = await c.start(output={"pacing": "realtime"})
     assert started["output"]["pacing"] == "realtime"
     await c.close()
+    c = await Client.connect(gw)
+    started = await c.start(output={"pacing": None})  # null is the default, not a bad value
+    assert started["output"]["pacing"] == "realtime"
+    await c.close()
 
 
 def test_engine_deadline_model_is_a_client_playing_in_real_time():
