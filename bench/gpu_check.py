@@ -240,7 +240,7 @@ def _engine(ctx, max_batch: int, watch: bool = False):
 
 
 async def _streams(engine, n: int, sampling) -> list:
-    from bench.engine_bench import MIXED_TEXTS, _Run
+    from bench.engine_runs import MIXED_TEXTS, _Run
     from tts.engine import SynthesisRequest
 
     runs = [_Run(engine.synthesize(SynthesisRequest(text=MIXED_TEXTS[i % len(MIXED_TEXTS)], voice="default",

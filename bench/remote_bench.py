@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from bench.engine_bench import TEXTS, _percentile, _Run, _settings
+from bench.engine_runs import TEXTS, _percentile, _Run, _settings
 
 
 async def _level(engine, c: int, sampling) -> dict:

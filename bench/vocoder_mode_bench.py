@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from bench.engine_bench import TEXTS
+from bench.engine_runs import TEXTS
 
 MODES = {"lane": {"serial_vocoder_rows": 0}, "auto": {}, "serial": {"pipeline": False}}
 

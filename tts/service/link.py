@@ -23,7 +23,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from tts.engine import EngineError, PcmChunk, SynthesisStream, TurnStream
-from tts.service import wire as W
+import tts.service.wire as W
 from tts.service.transport import Transport, send_now
 
 log = logging.getLogger("voxgate.engine.link")

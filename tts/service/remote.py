@@ -26,7 +26,7 @@ import time
 import uuid
 
 from tts.engine import Engine, EngineError, SynthesisRequest, SynthesisStream, TurnStream, VoiceClone
-from tts.service import wire as W
+import tts.service.wire as W
 from tts.service.link import EngineLink
 from tts.service.transport import Transport, check_endpoint, needs_secret
 

@@ -22,7 +22,7 @@ import uuid
 import zmq
 
 from tts.engine import Engine, EngineError, PcmChunk, SamplingSettings, SynthesisRequest, TurnStream, VoiceClone
-from tts.service import wire as W
+import tts.service.wire as W
 from tts.service.transport import Transport, send_now
 
 log = logging.getLogger("voxgate.engine.server")
