@@ -17,6 +17,15 @@ costs 9-16 µs a frame, so one core drives 1,000+ calls.
 SO_REUSEPORT, beside a redis-server the bench starts) for each N with the same
 client, reads every worker's own /metrics and CPU, and prints the runs side by
 side: sessions held, p99 lateness, server CPU per frame.
+
+`--pin` fixes the placement (CPU affinity, inherited by every child): the
+gateway processes on all CPUs but the last, the load client, redis-server and
+the bench itself on the last one (`--pin 0:1` spells it out: gateway CPUs,
+then client CPUs). On a 2-core box that is one worker alone on core 0 against
+two workers sharing core 0, with the client never on their core: what is left
+between the two is the software's own per-process cost, not the box's. Each
+run also reports the gateway processes' CPU while no call is up (`idle cpu %`,
+over `--idle-s`): the fixed cost a second worker adds whatever the load.
 """
 
 from __future__ import annotations
@@ -132,7 +141,31 @@ class LoadHandle:
         self.counters, self.end = counters, end
 
 
-async def start_load(client: str, port: int, n: int, read_interval_ms: float = 50.0) -> LoadHandle:
+def parse_pin(spec: str | None, cpus: list[int]) -> tuple[set[int], set[int]] | None:
+    """`--pin` → (gateway CPUs, client CPUs); 'auto': all but the last CPU for the gateways, the last for the client."""
+    if spec is None:
+        return None
+    if spec == "auto":
+        if len(cpus) < 2:
+            raise SystemExit(f"--pin needs 2+ CPUs to keep the client off the gateways' cores; this process may use {cpus}")
+        return set(cpus[:-1]), {cpus[-1]}
+    try:
+        gw, _, cl = spec.partition(":")
+        placement = {int(c) for c in gw.split(",")}, {int(c) for c in cl.split(",")}
+    except ValueError:
+        raise SystemExit(f"--pin takes GATEWAY_CPUS:CLIENT_CPUS (e.g. 0:1 or 0,1:2), not {spec!r}") from None
+    bad = (placement[0] | placement[1]) - set(cpus)
+    if bad or not placement[0] or not placement[1]:
+        raise SystemExit(f"--pin {spec}: CPUs {sorted(bad) or 'missing'} are not among this process's {cpus}")
+    return placement
+
+
+def _pinned(cpus: set[int] | None):
+    """A preexec_fn that runs the child (and whatever it starts) on `cpus`."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+async def start_load(client: str, port: int, n: int, read_interval_ms: float = 50.0, cpus: set[int] | None = None) -> LoadHandle:
     """N callers, 5 ms apart: `lean` in a process of its own (bench/capacity_client.py), `websockets` in this one."""
     if client == "websockets":
         stop, stats, rng = asyncio.Event(), ClientStats(), random.Random(n)
@@ -150,7 +183,8 @@ async def start_load(client: str, port: int, n: int, read_interval_ms: float = 5
             return await ws_counters()
         return LoadHandle(ws_counters, ws_end)
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.capacity_client", "--port", str(port), "--sessions", str(n),
-                                                "--seed", str(n), "--read-interval-ms", str(read_interval_ms), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+                                                "--seed", str(n), "--read-interval-ms", str(read_interval_ms), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                preexec_fn=_pinned(cpus))
 
     async def ask(cmd: bytes) -> dict:
         proc.stdin.write(cmd + b"\n")
@@ -186,18 +220,33 @@ def cpu_total(pids: list[int]) -> float:
     return sum(cpu_seconds(pid) for pid in pids)
 
 
-async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: float, warmup: float, client: str = "lean") -> dict:
+def preemptions(pids: list[int]) -> int:
+    """Involuntary context switches of every thread of these processes: how often the box took a core away from them."""
+    total = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    total += next(int(line.split()[1]) for line in f if line.startswith("nonvoluntary_ctxt_switches"))
+            except (OSError, StopIteration):
+                pass  # a thread that ended meanwhile
+    return total
+
+
+async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: float, warmup: float, client: str = "lean",
+                    client_cpus: set[int] | None = None) -> dict:
     """One level: N callers on `port`; `nodes` are the gateway processes behind it, (own metrics port, pid)."""
-    load = await start_load(client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "50")))
+    load = await start_load(client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "50")), client_cpus)
     await asyncio.sleep(warmup)
     pids = [pid for _, pid in nodes]
 
     async def snapshot():
         counters = await load.counters()
-        return _sum_metrics([scrape(mport) for mport, _ in nodes]), counters["frames"], time.monotonic(), cpu_total(pids), counters["cpu_s"]
-    before, f0, t0, c0, k0 = await snapshot()
+        return (_sum_metrics([scrape(mport) for mport, _ in nodes]), counters["frames"], time.monotonic(), cpu_total(pids), counters["cpu_s"],
+                preemptions(pids))
+    before, f0, t0, c0, k0, p0 = await snapshot()
     await asyncio.sleep(window)
-    after, f1, t1, c1, k1 = await snapshot()
+    after, f1, t1, c1, k1, p1 = await snapshot()
     stats = await load.end()
     p50, p99, over, ticks = lateness_quantiles(before, after)
     underruns = counter_sum(after, "voxgate_underruns_total") - counter_sum(before, "voxgate_underruns_total")
@@ -212,6 +261,8 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
     skipped = counter_sum(after, "voxgate_clock_skipped_ticks_total") - counter_sum(before, "voxgate_clock_skipped_ticks_total")
     dropped = counter_sum(after, "voxgate_frames_dropped_total") - counter_sum(before, "voxgate_frames_dropped_total")
     frames, secs = f1 - f0, t1 - t0
+    tick_cpu = counter_sum(after, "voxgate_clock_tick_cpu_seconds_total") - counter_sum(before, "voxgate_clock_tick_cpu_seconds_total")
+    call_ticks = counter_sum(after, "voxgate_clock_member_ticks_total") - counter_sum(before, "voxgate_clock_member_ticks_total")
 
     def gc_delta(name: str, generation: int) -> float:
         flt = f'generation="{generation}"'
@@ -233,6 +284,11 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
         "frames_per_s_received": round(frames / secs, 1),
         "server_cpu_pct": round(100 * (c1 - c0) / secs, 1),  # all workers together: 100 = one core
         "server_cpu_us_per_frame": round(1e6 * (c1 - c0) / max(frames, 1), 1),
+        # of which inside the clock's ticks (the per-frame path: playout, encoding, the send), apart from the engine,
+        # the text path, the doors and the idle loop
+        "tick_cpu_us_per_frame": round(1e6 * tick_cpu / max(frames, 1), 1),
+        "tick_cpu_us_per_call_tick": round(1e6 * tick_cpu / max(call_ticks, 1), 2),
+        "server_preemptions_per_s": round((p1 - p0) / secs, 1),  # all workers: the core taken away mid-run (contention)
         "client_cpu_pct": round(100 * (k1 - k0) / secs, 1),  # this process (the load client); near 100 = it is the limit
         "client_cpu_us_per_frame": round(1e6 * (k1 - k0) / max(frames, 1), 1),
         # full collections traverse every object the calls keep: their pauses stall the clock (all workers together)
@@ -249,7 +305,7 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
 class Gateways:
     """The server side of a run: one `voxgate serve`, or `voxgate serve --workers N` (beside a redis-server of its own)."""
 
-    def __init__(self, workers: int | None, redis_url: str | None = None):
+    def __init__(self, workers: int | None, redis_url: str | None = None, cpus: set[int] | None = None):
         self.port = free_port()
         self.nodes: list[tuple[int, int]] = []  # (own HTTP port: its /metrics, pid), one per gateway process
         cfg = CONFIG.format(port=self.port) + (f"cluster: {{redis_url: '{redis_url}'}}\n" if workers else "")
@@ -259,7 +315,8 @@ class Gateways:
         cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", self.cfg_path, "--log-level", "WARNING"]
         if workers:
             cmd += ["--workers", str(workers)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if workers else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if workers else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                                     preexec_fn=_pinned(cpus))  # the workers inherit it
         if workers:
             while len(self.nodes) < workers:  # each worker prints its own address once it serves
                 line = self.proc.stdout.readline()
@@ -271,12 +328,22 @@ class Gateways:
             threading.Thread(target=self.proc.stdout.read, daemon=True).start()  # keep the pipe drained
         else:
             self.nodes = [(self.port, self.proc.pid)]
+        for _, pid in self.nodes:
+            if cpus and os.sched_getaffinity(pid) != cpus:
+                raise RuntimeError(f"gateway pid {pid} runs on CPUs {sorted(os.sched_getaffinity(pid))}, not the pinned {sorted(cpus)}")
         for _ in range(100):
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
                 break
             except OSError:
                 time.sleep(0.1)
+
+    def idle_cpu_pct(self, seconds: float) -> float:
+        """The gateway processes' CPU with no call up (100 = one core): their fixed cost (clock, heartbeats, loop)."""
+        pids = [pid for _, pid in self.nodes]
+        c0, t0 = cpu_total(pids), time.monotonic()
+        time.sleep(seconds)
+        return round(100 * (cpu_total(pids) - c0) / (time.monotonic() - t0), 2)
 
     def close(self) -> None:
         self.proc.terminate()
@@ -285,13 +352,14 @@ class Gateways:
 
 
 class RedisServer:
-    def __init__(self):
+    def __init__(self, cpus: set[int] | None = None):
         if shutil.which("redis-server") is None:
             raise SystemExit("--workers needs redis-server (the workers are nodes of one call plane): apt-get install redis-server")
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="voxgate-bench-redis-")
         self.proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
-                                      "--dir", self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                      "--dir", self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=_pinned(cpus))
         for _ in range(100):
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
@@ -307,27 +375,33 @@ class RedisServer:
 
 
 HEADER = (f"{'workers':>7} {'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} "
-          f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'client %':>8} {'full gc':>7} {'gc ms':>6} {'holds':>6}")
+          f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'tick us/f':>9} {'preempt/s':>9} {'client %':>8} {'full gc':>7} {'gc ms':>6} {'holds':>6}")
 
 
 def print_row(row: dict) -> None:
     print(f"{row['workers']:>7} {row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
           f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} "
-          f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['client_cpu_pct']:>8} {row['gc_full_collections']:>7} "
+          f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['tick_cpu_us_per_frame']:>9} {row['server_preemptions_per_s']:>9} {row['client_cpu_pct']:>8} {row['gc_full_collections']:>7} "
           f"{row['gc_full_pause_ms_mean']:>6} {str(row['holds']):>6}", flush=True)
 
 
 def side_by_side(rows: list[dict], worker_counts: list[int]) -> None:
     """Per level: each worker count's sessions held, p99 and CPU per frame, and the CPU per frame against the first."""
-    print("\nside by side (same port, same client): p99 ms / server µs per frame / holds")
-    print(f"{'sessions':>8} " + " ".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>26}" for w in worker_counts) + f" {'µs/frame vs first':>18}")
+    print("\nside by side (same port, same client): p99 ms / server µs per frame / holds; CPU per frame against the first "
+          "(all of it, and inside the clock's ticks)")
+    print(f"{'sessions':>8} " + " ".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>26}" for w in worker_counts)
+          + f" {'µs/frame vs first':>18} {'tick µs/frame vs first':>23}")
     for level in sorted({r["sessions"] for r in rows}):
         by_w = {r["workers"]: r for r in rows if r["sessions"] == level}
         cells = [f"{by_w[w]['lateness_p99_ms']:>8} / {by_w[w]['server_cpu_us_per_frame']:>6} / {str(by_w[w]['holds']):>5}" if w in by_w else f"{'-':>26}"
                  for w in worker_counts]
         first, last = by_w.get(worker_counts[0]), by_w.get(worker_counts[-1])
-        ratio = f"{100 * (last['server_cpu_us_per_frame'] / first['server_cpu_us_per_frame'] - 1):+.1f} %" if first and last and len(worker_counts) > 1 else ""
-        print(f"{level:>8} " + " ".join(f"{c:>26}" for c in cells) + f" {ratio:>18}")
+        def vs_first(key: str) -> str:
+            if not (first and last and len(worker_counts) > 1 and first[key] > 0):
+                return ""
+            return f"{100 * (last[key] / first[key] - 1):+.1f} %"
+        print(f"{level:>8} " + " ".join(f"{c:>26}" for c in cells) + f" {vs_first('server_cpu_us_per_frame'):>18}"
+              f" {vs_first('tick_cpu_us_per_frame'):>23}")
     for w in worker_counts:
         held = [r["sessions"] for r in rows if r["workers"] == w and r["holds"]]
         print(f"{w} worker{'s' if w > 1 else ''}: holds up to {max(held) if held else 0} paced sessions")
@@ -342,19 +416,33 @@ def main(argv: list[str] | None = None) -> int:
                     help="lean: bench/capacity_client.py (default); websockets: the old coroutine-per-call client")
     ap.add_argument("--workers", help="comma-separated worker counts (e.g. 1,2): `voxgate serve --workers N` behind one port, "
                                       "beside a redis-server this bench starts; default: one plain `voxgate serve`")
+    ap.add_argument("--pin", nargs="?", const="auto", metavar="GATEWAY_CPUS:CLIENT_CPUS",
+                    help="CPU affinity: the gateway processes on GATEWAY_CPUS, the load client, redis-server and this bench on "
+                         "CLIENT_CPUS (bare --pin: all CPUs but the last, then the last); default: no pinning")
+    ap.add_argument("--idle-s", type=float, default=3.0, help="seconds of idle gateway CPU measured before the levels (0: none)")
     ap.add_argument("--json-output")
     args = ap.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
     worker_counts = [int(x) for x in args.workers.split(",")] if args.workers else [None]
-    redis = RedisServer() if args.workers else None
-    rows = []
+    placement = parse_pin(args.pin, sorted(os.sched_getaffinity(0)))
+    gateway_cpus, client_cpus = placement if placement else (None, None)
+    if placement:
+        print(f"pinned: gateway processes on CPUs {sorted(gateway_cpus)}, load client, redis-server and bench on {sorted(client_cpus)}")
+        os.sched_setaffinity(0, client_cpus)  # this process: the /metrics scrapes
+    redis = RedisServer(client_cpus) if args.workers else None
+    rows, idle = [], {}
     try:
         print(HEADER, flush=True)
         for workers in worker_counts:
-            gateways = Gateways(workers, redis.url if redis else None)
+            gateways = Gateways(workers, redis.url if redis else None, gateway_cpus)
             try:
+                if args.idle_s > 0:
+                    time.sleep(1.0)  # past start-up
+                    idle[workers or 1] = gateways.idle_cpu_pct(args.idle_s)
                 for level in levels:
-                    row = asyncio.run(run_level(gateways.port, gateways.nodes, level, args.window, args.warmup, args.client))
+                    row = asyncio.run(run_level(gateways.port, gateways.nodes, level, args.window, args.warmup, args.client, client_cpus))
+                    row["pin"] = args.pin
+                    row["idle_cpu_pct"] = idle.get(workers or 1)
                     rows.append(row)
                     print_row(row)
                     if level != levels[-1]:
@@ -367,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         if row["underruns_by_cause"]:
             print(f"underruns at {row['sessions']} ({row['workers']} workers) by cause: " + ", ".join(f"{k} {v}" for k, v in row["underruns_by_cause"].items()))
+    if idle:
+        print("gateway CPU with no call up: " + ", ".join(f"{w} worker{'s' if w > 1 else ''} {pct} %" for w, pct in idle.items()))
     if args.workers:
         side_by_side(rows, worker_counts)
     else:
@@ -374,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"holds up to {max(held) if held else 0} paced sessions (cpu count {os.cpu_count()})")
     if args.json_output:
         with open(args.json_output, "w") as f:
-            json.dump({"levels": rows, "cpu_count": os.cpu_count(), "workers": worker_counts if args.workers else None}, f, indent=2)
+            json.dump({"levels": rows, "cpu_count": os.cpu_count(), "workers": worker_counts if args.workers else None,
+                       "pin": args.pin, "idle_cpu_pct": idle}, f, indent=2)
     return 0
 
 

@@ -34,6 +34,10 @@ class GatewayMetrics:
             "voxgate_clock_lateness_seconds", "How late each shared-clock tick ran against its schedule", buckets=_LATENESS_BUCKETS, registry=r
         )
         self.clock_skipped = Counter("voxgate_clock_skipped_ticks_total", "Ticks dropped after a long stall", registry=r)
+        # The per-frame path's own CPU, apart from the engine, the text path and the doors: what a frame costs to play
+        self.clock_tick_cpu = Counter("voxgate_clock_tick_cpu_seconds_total",
+                                      "CPU time (this thread's) inside the shared clock's ticks: every clock-driven call's frame", registry=r)
+        self.clock_member_ticks = Counter("voxgate_clock_member_ticks_total", "Calls ticked by the shared clock (one per call per tick)", registry=r)
         self.engine_queue = Gauge("voxgate_engine_queue_depth", "Requests waiting in the engine", registry=r)
         self.engine_active = Gauge("voxgate_engine_active_requests", "Requests the engine is serving", registry=r)
         # vocoder: the backend actually serving, read at scrape time (known only once the engine loaded)

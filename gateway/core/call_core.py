@@ -38,6 +38,7 @@ class CallCore:
             config.playout.frame_ms,
             on_lateness=self.metrics.clock_lateness.observe,
             on_skip=self.metrics.clock_skipped.inc,
+            on_tick_cpu=self._count_tick,
         )
         self.registry = SessionRegistry(config, engine, self.metrics, on_closed=self.clock.remove)
         self.sessions = self.registry.sessions  # session id -> Session, every open session
@@ -78,6 +79,10 @@ class CallCore:
         if session.media_leg is not None and session.media_leg.clock_driven:
             self.clock.add(session)
         arm_max_call(session, self.config.server.limits.max_call_s)
+
+    def _count_tick(self, cpu_s: float, members: int) -> None:
+        self.metrics.clock_tick_cpu.inc(cpu_s)
+        self.metrics.clock_member_ticks.inc(members)
 
     async def _user_text_from_voice(self, session: Session, text: str) -> None:
         if self.user_text_handler is not None:  # without an agent the transcript only goes to the text leg

@@ -15,6 +15,8 @@ def test_a_small_level_reports_pacing_cpu_and_underruns_by_cause(tmp_path, capsy
     assert row["frames_per_s_received"] > 50  # four paced calls talk most of the time: 50 frames/s each
     assert row["ticks"] >= 50 and 0 <= row["lateness_p50_ms"] <= row["lateness_p99_ms"]
     assert row["server_cpu_us_per_frame"] > 0 and row["client_cpu_us_per_frame"] > 0 and row["workers"] == 1
+    # the clock's own CPU is part of the process's: read from /metrics, never more than the whole
+    assert 0 < row["tick_cpu_us_per_frame"] <= row["server_cpu_us_per_frame"] and row["tick_cpu_us_per_call_tick"] > 0
     assert sum(row["underruns_by_cause"].values()) == row["underruns"]
     assert "holds up to" in capsys.readouterr().out
 
@@ -26,13 +28,34 @@ def test_workers_one_and_two_behind_one_port_side_by_side(tmp_path, capsys):
 
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (scripts/install_test_deps.sh installs it)")
+    import os
+
     out = tmp_path / "workers.json"
-    assert gateway_capacity.main(["--workers", "1,2", "--levels", "6", "--window", "2", "--warmup", "1.5", "--json-output", str(out)]) == 0
-    rows = json.loads(out.read_text())["levels"]
+    # --pin (where there are 2+ CPUs): the run checks that every worker really runs on the gateway CPUs
+    pin = ["--pin"] if len(os.sched_getaffinity(0)) >= 2 else []
+    assert gateway_capacity.main(["--workers", "1,2", "--levels", "6", "--window", "2", "--warmup", "1.5", "--idle-s", "1",
+                                  "--json-output", str(out), *pin]) == 0
+    result = json.loads(out.read_text())
+    rows = result["levels"]
     assert [r["workers"] for r in rows] == [1, 2]
     for row in rows:
         assert row["connected"] == 6 and row["errors"] == 0 and row["frames_per_s_received"] > 75
         assert row["ticks"] >= 50 * row["workers"]  # every worker's clock is read: its own /metrics, not the shared port's
-        assert row["server_cpu_us_per_frame"] > 0
+        assert row["server_cpu_us_per_frame"] > 0 and row["server_preemptions_per_s"] >= 0
+    assert set(result["idle_cpu_pct"]) == {"1", "2"} and all(v >= 0 for v in result["idle_cpu_pct"].values())
     text = capsys.readouterr().out
-    assert "side by side" in text and "2 workers: holds up to" in text
+    assert "side by side" in text and "2 workers: holds up to" in text and "gateway CPU with no call up" in text
+    if pin:
+        assert result["pin"] == "auto" and "pinned: gateway processes on CPUs" in text
+
+
+def test_pin_placements():
+    assert gateway_capacity.parse_pin(None, [0, 1]) is None
+    assert gateway_capacity.parse_pin("auto", [0, 1, 2]) == ({0, 1}, {2})
+    assert gateway_capacity.parse_pin("0:1", [0, 1]) == ({0}, {1})
+    assert gateway_capacity.parse_pin("0,1:2", [0, 1, 2]) == ({0, 1}, {2})
+    import pytest
+
+    for spec, cpus in (("auto", [0]), ("0:7", [0, 1]), ("x:1", [0, 1]), ("0:", [0, 1])):
+        with pytest.raises(SystemExit):
+            gateway_capacity.parse_pin(spec, cpus)
