@@ -21,6 +21,32 @@ from tts.qwen3.kv_cache import KVCache
 from tts.qwen3.speaker_encoder import SpeakerEncoder
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dim, times `weight` (None: no weight).
+
+    float32 on the CPU: x * rsqrt(|x|^2 / n + eps) in five aten ops. `F.rms_norm` computes the same in ~24
+    there (a composite with dtype round trips), and a decoder step is small enough on a CPU that op count
+    is its cost. Elsewhere: normalise in float32, scale in the input dtype (the reference's order)."""
+    if x.dtype != torch.float32 or x.device.type != "cpu" or (weight is not None and weight.dtype != torch.float32):
+        y = F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+        return y if weight is None else weight * y
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    y = x * torch.rsqrt(torch.addcmul(_eps_tensor(eps, x.device), norm, norm, value=1.0 / x.shape[-1]))
+    return y if weight is None else y * weight
+
+
+_EPS: dict = {}
+
+
+def _eps_tensor(eps: float, device: torch.device) -> torch.Tensor:
+    """eps as a one-element float32 CPU tensor, made once (addcmul's addend; a Python scalar there would
+    be wrapped into a tensor on every call)."""
+    t = _EPS.get((eps, device))
+    if t is None:
+        t = _EPS[(eps, device)] = torch.full((1,), eps, dtype=torch.float32, device=device)
+    return t
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -28,10 +54,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)  # one op; same math in float32
-        # normalise in float32, scale by the weight in the input dtype (the reference's order)
-        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_cos_sin(input_pos: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
@@ -78,8 +101,9 @@ class Attention(nn.Module):
 
     def _norm_qk(self, qk: torch.Tensor) -> torch.Tensor:
         """q_norm on the q heads and k_norm on the k heads of [B, T, Hq+Hk, D] in one pass."""
-        eps = self.q_norm.eps
-        return self.qk_norm_weight * F.rms_norm(qk.float(), (self.head_dim,), eps=eps).to(qk.dtype)
+        if qk.dtype == torch.float32:
+            return rms_norm(qk, None, self.q_norm.eps) * self.qk_norm_weight
+        return self.qk_norm_weight * rms_norm(qk, None, self.q_norm.eps)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
                 input_pos: torch.Tensor | int, rows: torch.Tensor | None, kv_len: int | None = None) -> torch.Tensor:
@@ -296,3 +320,6 @@ class Qwen3TTSModel(nn.Module):
         self.talker.model.setup_caches(max_batch, max_seq_len, dtype, device)
         g = self.config.talker.num_code_groups
         self.talker.code_predictor.model.setup_caches(max_batch, g, dtype, device)
+        from tts.qwen3.lean_predictor import lean_predictor  # (it imports this module)
+
+        lean_predictor(self.talker.code_predictor)  # its plan views these caches: made now, eagerly
