@@ -93,7 +93,34 @@ def phase_env(ctx, budget: Budget) -> dict:
     out["sdpa"] = [{"batch": b, "kv_len": L, "picked": picked[(b, L)], "ms": timings[(b, L)]} for b, L in picked]
     out["sdpa_note"] = None if ctx.cuda else "CPU: torch's own kernels, nothing to pin"
     ctx.sdpa = picked
+    out["lean_predictor"] = _lean_check(ctx)
     return out
+
+
+def _lean_check(ctx, b: int = 8) -> dict:
+    """The code predictor's lean steps (what the step runs) against its module path on this device and
+    dtype: greedy codes of one frame for `b` random rows, and the first step's logits."""
+    import torch
+
+    from tts.qwen3.generate import predict_codes
+    from tts.qwen3.lean_predictor import lean_predictor
+    from tts.qwen3.sampling import SamplingRows
+
+    talker = ctx.model.talker
+    ctx.model.setup_caches(b, 64)
+    g = torch.Generator(device="cpu").manual_seed(5)
+    hidden = torch.randn(b, ctx.config.talker.hidden_size, generator=g).to(ctx.device, ctx.dtype)
+    code0 = torch.randint(0, ctx.config.talker.code_predictor.vocab_size, (b,), generator=g).to(ctx.device)
+    rows = SamplingRows.filled(b, ctx.device, greedy=True)
+    with torch.inference_mode():
+        lean = predict_codes(talker, hidden, code0, rows)
+        module = predict_codes(talker, hidden, code0, rows, rows=torch.arange(b, device=ctx.device))
+        embeds = torch.stack([hidden, talker.embed_codec(code0)], dim=1)
+        first_lean = lean_predictor(talker.code_predictor).first(embeds).float()
+        first_module = talker.code_predictor.step(embeds, 0, 0).float()
+    return {"rows": b, "codes_equal": bool(torch.equal(lean, module)),
+            "codes_differing": int((lean != module).sum()), "codes": lean.numel(),
+            "first_step_max_logit_diff": float((first_lean - first_module).abs().max())}
 
 
 def _prompts(ctx, n: int, length: int):
