@@ -28,6 +28,7 @@ import socket
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
+from urllib.parse import urlsplit
 
 from gateway.config import Config
 
@@ -39,6 +40,19 @@ REDIS_TIMEOUT_S = 1.0  # a door waits at most this long on Redis before refusing
 
 class ClusterUnavailable(Exception):
     """Redis could not be reached or answered an error; the message names the URL (never its password)."""
+
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "")
+
+
+def reachable_audiosocket(bound: str, advertise_url: str) -> str:
+    """The AudioSocket address other nodes dial: `bound` (host:port), with a wildcard bind host replaced by
+    the host of this node's advertised URL. A pod binds 0.0.0.0, and every pod has the same port: a peer
+    dialling 0.0.0.0:9092 would reach its own AudioSocket server, not this node's."""
+    host, _, port = bound.rpartition(":")
+    if host not in WILDCARD_HOSTS:
+        return bound
+    return f"{urlsplit(advertise_url).hostname or socket.gethostname()}:{port}"  # IPv6 unbracketed, as the forward reads it
 
 
 @dataclass(frozen=True)
@@ -144,8 +158,10 @@ class ClusterPlane:
 
         self.node_id = self.node_id or default_node_id(port)
         if not self.advertise_url:
-            shown = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+            shown = socket.gethostname() if host in WILDCARD_HOSTS else host
             self.advertise_url = f"http://{shown}:{port}"
+        if self.audiosocket:
+            self.audiosocket = reachable_audiosocket(self.audiosocket, self.advertise_url)
         password = os.environ.get(self.cc.password_env) if self.cc.password_env else None
         self._redis = aioredis.Redis.from_url(self.cc.redis_url, password=password, socket_timeout=REDIS_TIMEOUT_S,
                                               socket_connect_timeout=REDIS_TIMEOUT_S, decode_responses=False)

@@ -311,6 +311,8 @@ class WebrtcCall:
             "output": {"encoding": self.codec, "sample_rate": self.output.sample_rate, "frame_ms": self.output.frame_ms},
             "input": {"microphone": self.inbound is not None,
                       "barge_in": barge_in.mode if session.caller_voice is not None else "off"},
+            "mode": session.mode,  # as the native leg echoes it (sentence | turn, with why when turn was refused)
+            **({"mode_note": session.mode_note} if session.mode_note else {}),
         })
         await session.flush_events()
         self._spawn(self._watch(session))

@@ -100,3 +100,18 @@ async def test_uploads_lost_with_a_redis_restart_are_shared_again_and_a_deletion
         await asyncio.sleep(1.2)  # a heartbeat later it stays gone
         assert not r.sismember("voxgate:voices", "kept") and "kept" not in await names(g1)
         r.close()
+
+
+async def test_a_wildcard_audiosocket_bind_is_advertised_at_the_nodes_own_address(pair):
+    """A pod binds AudioSocket on 0.0.0.0 and every pod uses the same port: the plane must carry the pod's
+    own address (from cluster.advertise_url), or a forwarding node would dial 0.0.0.0 and reach itself."""
+    from gateway.cluster.plane import reachable_audiosocket
+
+    node = await pair("127.0.0.2", "wild", telephony={"audiosocket_port": 0, "audiosocket_host": "0.0.0.0"},
+                      cluster={"advertise_url": "http://127.0.0.6:8080"})
+    owner = await node.core.cluster.owner("wild")
+    assert owner.audiosocket == f"127.0.0.6:{node.audiosocket.port}"
+    named = await pair("127.0.0.3", "named", telephony={"audiosocket_port": 0})  # a real bind host stays as bound
+    assert (await named.core.cluster.owner("named")).audiosocket == f"127.0.0.3:{named.audiosocket.port}"
+    assert reachable_audiosocket(":::9092", "http://[fd00::7]:8080") == "fd00::7:9092"
+    assert reachable_audiosocket("10.0.0.9:9092", "http://pod-a:8080") == "10.0.0.9:9092"

@@ -28,6 +28,7 @@ async def test_opus_call_plays_a_full_turn_with_events_and_audio(gateway, peer):
     started = await peer.next_event("session.started")
     assert started["session_id"] == answer["session_id"]
     assert started["output"] == {"encoding": "opus", "sample_rate": 48000, "frame_ms": 20}
+    assert started["mode"] == "sentence" and "mode_note" not in started  # the default, echoed as on /v1/ws
 
     t0 = peer.send({"type": "text", "turn_id": "t1", "text": TEXT, "final": True})
     start = await peer.next_event("audio.start", turn_id="t1")
@@ -335,3 +336,10 @@ async def test_offers_at_the_same_moment_cannot_exceed_max_sessions(gateway_fact
     finally:
         for p in peers:
             await p.close()
+
+
+async def test_session_start_echoes_turn_mode(gateway, peer):
+    await peer.connect()
+    peer.send({"type": "session.start", "mode": "turn"})
+    started = await peer.next_event("session.started")
+    assert started["mode"] == "turn" and "mode_note" not in started  # the simulated engine streams turns
