@@ -85,6 +85,10 @@ def serve_workers(args, n: int) -> int:
     if config.telephony.audiosocket_port == 0:
         print("voxgate: --workers needs a fixed telephony.audiosocket_port (0 would give every worker a port of its own)")
         return 2
+    if config.engine.kind == "qwen3" and n > 1 and not (config.engine.isolate or getattr(args, "isolate_engine", False)):
+        print(f"voxgate: --workers {n} with engine.kind qwen3 would load the model {n} times (once per worker): run one "
+              "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
+        return 2
     if (config.engine.isolate or getattr(args, "isolate_engine", False)) and n > 1:
         print(f"voxgate: --workers {n} with engine.isolate would start {n} engines (one per worker): run one "
               "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")

@@ -84,6 +84,17 @@ def test_workers_without_redis_url_refuse_in_one_line(tmp_path):
     assert out.strip().count("\n") == 0 and "cluster.redis_url" in out and "--workers 2" in out
 
 
+def test_workers_with_an_in_process_qwen3_engine_refuse_in_one_line(tmp_path):
+    """N workers would each load the model (N copies on one GPU): the refusal names the engine service."""
+    path = tmp_path / "qwen3.yaml"
+    path.write_text(f"server: {{host: {HOST}, port: 0}}\nengine: {{kind: qwen3, model_dir: /nonexistent}}\n"
+                    "cluster: {redis_url: 'redis://127.0.0.1:1/0'}\n")
+    proc = serve(str(path), 2)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert out.strip().count("\n") == 0 and "load the model 2 times" in out and "voxgate engine" in out
+
+
 async def _one_call(port: int, text: str) -> tuple[int, dict]:
     async with websockets.connect(f"ws://{HOST}:{port}/v1/ws") as ws:
         await ws.send(json.dumps({"type": "session.start", "output": {"encoding": "mulaw", "sample_rate": 8000}}))
