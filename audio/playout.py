@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from audio.encode import encode_pcm
 from audio.filewriter import LogFile, WavFile
 from audio.pcm import float_to_int16, frame_samples
 
@@ -44,6 +45,7 @@ class Frame:
     pcm: np.ndarray  # float32, frame_samples long; a reused buffer, valid until the next tick (read-only zeros when not audio)
     kind: str  # audio | gap | latency | idle | paused
     turn_id: str | None = None
+    data: bytes | None = None  # an audio frame's wire bytes, when the playout has an `encoding` (else None)
 
 
 @dataclass
@@ -63,7 +65,7 @@ class _Utterance:
     underrun_cause: str = ""
     underrun_chunk: int | None = None
     gaps: dict = field(default_factory=lambda: {"micro": 0, "audible": 0})
-    # ("audio", chunk, pcm) | ("mark", chunk, payload) | ("end",), in push order. Tuples, not lists: the
+    # ("audio", chunk, pcm[, wire bytes]) | ("mark", chunk, payload) | ("end",), in push order. Tuples, not lists: the
     # collector stops tracking a tuple of str, int and ndarray, so a buffered utterance adds nothing to the
     # objects every full collection walks (a list per packet did, ~40 per call mid-turn).
     segments: deque = field(default_factory=deque)
@@ -82,6 +84,7 @@ class Playout:
         wav_path: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         cause_provider: Callable[[], str] | None = None,
+        encoding: str | None = None,
     ):
         self.sample_rate = sample_rate
         self.frame_ms = frame_ms
@@ -99,6 +102,13 @@ class Playout:
         self._silence = np.zeros(self.frame_samples, dtype=np.float32)
         self._silence.flags.writeable = False
         self._idle = Frame(self._silence, "idle")
+        # `encoding` (pcm16, mulaw, alaw): each pushed packet is encoded once, whole, and every audio frame
+        # carries its wire bytes as slices of its packets' bytes (`Frame.data`): one numpy pass per packet
+        # instead of four per frame. Byte for byte what FrameEncoder makes of the frame (both encode sample by
+        # sample, with the same float32 arithmetic; tests/audio/test_playout.py compares them).
+        self.encoding = encoding
+        self._bps = 0 if encoding is None else (2 if encoding == "pcm16" else 1)
+        self._silence_bytes = b"" if encoding is None else encode_pcm(self._silence, encoding)
         # Files are written by the writer thread (audio.filewriter): a slow disk never stalls a tick.
         self._log = LogFile(log_path) if log_path else None
         self._wav = None
@@ -128,7 +138,10 @@ class Playout:
         # Cleaned once per packet, so the 20 ms path never checks again: finite, within [-1, 1] (FrameEncoder relies on it).
         pcm = np.nan_to_num(np.asarray(pcm, dtype=np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
         np.clip(pcm, -1.0, 1.0, out=pcm)
-        utt.segments.append(("audio", chunk, pcm))
+        if self._bps:
+            utt.segments.append(("audio", chunk, pcm, encode_pcm(pcm, self.encoding)))
+        else:
+            utt.segments.append(("audio", chunk, pcm))
         self._buffered += len(pcm)
 
     def mark(self, turn_id: str, chunk: int, payload: dict | None = None) -> None:
@@ -259,7 +272,8 @@ class Playout:
             self._emit("first_audio", now, utt.turn_id, ttfa_ms=round((now - utt.latency_from) * 1000.0, 1))
         frame = self._frame
         frame.fill(0.0)
-        filled = self._fill(utt, frame, now, delivered)
+        parts = [] if self._bps else None
+        filled = self._fill(utt, frame, now, delivered, parts)
         still_current = bool(self._utterances) and self._utterances[0] is utt  # False when the frame ended it
         if filled and still_current:
             if not delivered:
@@ -274,7 +288,19 @@ class Playout:
                 self._emit("underrun_start", now, utt.turn_id, chunk=utt.chunk, cause=utt.underrun_cause)
             utt.underrun_ticks += 1
             return self._out(Frame(silence, "gap", utt.turn_id))
-        return self._out(Frame(frame, "audio", utt.turn_id))
+        if parts is None:
+            return self._out(Frame(frame, "audio", utt.turn_id))
+        return self._out(Frame(frame, "audio", utt.turn_id, self._frame_bytes(parts)))
+
+    def _frame_bytes(self, parts: list) -> bytes:
+        """The frame's wire bytes from its audio's byte slices, the rest silence (a frame the utterance ended in)."""
+        full = len(self._silence_bytes)
+        if len(parts) == 1 and len(parts[0]) == full:
+            return parts[0]  # the common case: the whole frame inside one packet
+        n = sum(len(b) for b in parts)
+        if n < full:
+            parts.append(self._silence_bytes[n:])
+        return b"".join(parts)
 
     def close(self) -> None:
         if self._log:
@@ -292,8 +318,9 @@ class Playout:
         utt.latency_from = max(now, utt.opened_at)
         self._emit("utterance_start", now, utt.turn_id)
 
-    def _fill(self, utt: _Utterance, frame: np.ndarray, now: float, delivered: bool = True) -> int:
-        """Copies the current utterance's audio into `frame`; fires marks and the end on the way."""
+    def _fill(self, utt: _Utterance, frame: np.ndarray, now: float, delivered: bool = True, parts: list | None = None) -> int:
+        """Copies the current utterance's audio into `frame` (and its wire bytes into `parts`, when given);
+        fires marks and the end on the way."""
         pos = 0
         segs = utt.segments
         while segs:
@@ -307,6 +334,9 @@ class Playout:
                 chunk, pcm, offset = seg[1], seg[2], utt.head_offset
                 n = min(self.frame_samples - pos, len(pcm) - offset)
                 frame[pos : pos + n] = pcm[offset : offset + n]
+                if parts is not None:
+                    bps = self._bps
+                    parts.append(seg[3][offset * bps : (offset + n) * bps])
                 pos += n
                 offset += n
                 self._buffered -= n

@@ -220,6 +220,18 @@ def cpu_total(pids: list[int]) -> float:
     return sum(cpu_seconds(pid) for pid in pids)
 
 
+def cpu_split(pids: list[int]) -> tuple[float, float]:
+    """(utime + stime, stime) of these processes, one read each: all their CPU, and the kernel's part of it
+    (on loopback mostly each send's delivery to the receiving socket)."""
+    total = kernel = 0
+    for pid in pids:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+        kernel += int(fields[12])
+    hz = os.sysconf("SC_CLK_TCK")
+    return total / hz, kernel / hz
+
+
 def preemptions(pids: list[int]) -> int:
     """Involuntary context switches of every thread of these processes: how often the box took a core away from them."""
     total = 0
@@ -242,11 +254,12 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
 
     async def snapshot():
         counters = await load.counters()
-        return (_sum_metrics([scrape(mport) for mport, _ in nodes]), counters["frames"], time.monotonic(), cpu_total(pids), counters["cpu_s"],
-                preemptions(pids))
-    before, f0, t0, c0, k0, p0 = await snapshot()
+        cpu, kernel = cpu_split(pids)
+        return (_sum_metrics([scrape(mport) for mport, _ in nodes]), counters["frames"], time.monotonic(), cpu, counters["cpu_s"],
+                preemptions(pids), kernel)
+    before, f0, t0, c0, k0, p0, s0 = await snapshot()
     await asyncio.sleep(window)
-    after, f1, t1, c1, k1, p1 = await snapshot()
+    after, f1, t1, c1, k1, p1, s1 = await snapshot()
     stats = await load.end()
     p50, p99, over, ticks = lateness_quantiles(before, after)
     underruns = counter_sum(after, "voxgate_underruns_total") - counter_sum(before, "voxgate_underruns_total")
@@ -284,6 +297,7 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
         "frames_per_s_received": round(frames / secs, 1),
         "server_cpu_pct": round(100 * (c1 - c0) / secs, 1),  # all workers together: 100 = one core
         "server_cpu_us_per_frame": round(1e6 * (c1 - c0) / max(frames, 1), 1),
+        "server_kernel_pct_of_cpu": round(100 * (s1 - s0) / max(c1 - c0, 1e-9), 1),  # the kernel's share of it (sends)
         # of which inside the clock's ticks (the per-frame path: playout, encoding, the send), apart from the engine,
         # the text path, the doors and the idle loop
         "tick_cpu_us_per_frame": round(1e6 * tick_cpu / max(frames, 1), 1),
@@ -375,13 +389,13 @@ class RedisServer:
 
 
 HEADER = (f"{'workers':>7} {'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} "
-          f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'tick us/f':>9} {'preempt/s':>9} {'client %':>8} {'full gc':>7} {'gc ms':>6} {'holds':>6}")
+          f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'tick us/f':>9} {'kernel %':>8} {'preempt/s':>9} {'client %':>8} {'full gc':>7} {'gc ms':>6} {'holds':>6}")
 
 
 def print_row(row: dict) -> None:
     print(f"{row['workers']:>7} {row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
           f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} "
-          f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['tick_cpu_us_per_frame']:>9} {row['server_preemptions_per_s']:>9} {row['client_cpu_pct']:>8} {row['gc_full_collections']:>7} "
+          f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['tick_cpu_us_per_frame']:>9} {row['server_kernel_pct_of_cpu']:>8} {row['server_preemptions_per_s']:>9} {row['client_cpu_pct']:>8} {row['gc_full_collections']:>7} "
           f"{row['gc_full_pause_ms_mean']:>6} {str(row['holds']):>6}", flush=True)
 
 

@@ -30,6 +30,8 @@ class MediaLeg(Protocol):
     # Optional:
     # def congested(self) -> bool: True when the next frame would be skipped (asked before each tick, so the
     #     playout counts the frame as a `network` gap, not as played).
+    # send_audio_now: Callable[[bytes], bool] | None: `send_audio` without a coroutine, where sending a frame never
+    #     waits (a plain transport write); the session's tick calls it instead of awaiting `send_audio`.
     # confirms_playback: bool = True when the far end confirms chunk marks; the leg then reports each one with
     #     `Session.playback_confirmed(turn_id, chunk, heard)` and marks, played_ms and played_text follow them.
 

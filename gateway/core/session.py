@@ -137,11 +137,13 @@ class Session:
                 log_path=f"{log_dir}/{session_id}.events.jsonl" if log_dir else None,
                 wav_path=f"{log_dir}/{session_id}.wav" if log_dir and config.server.record_wav else None,
                 cause_provider=self._starved_cause,
+                encoding=output.encoding,  # each packet encoded once at push; a frame's bytes are slices of it
             )
         self._turns: dict[str, _Turn] = {}
         self._ended_turns: OrderedDict[str, None] = OrderedDict()  # recently ended turn ids, oldest first
         self._confirmations = PlaybackConfirmations(self._release_done)  # for legs whose far end confirms playback
         self._congested: Callable[[], bool] | None = None  # the media leg's "the next frame will be skipped"
+        self._send_now: Callable[[bytes], bool] | None = None  # the media leg's send_audio_now, if it has one
         self._confirming = False  # the media leg confirms playback (Twilio marks): turn.done waits for it
         self.absorbs_bursts = True  # the clock may catch up on this call with a burst (see attach_media)
         self._progress_at: dict[str, float] = {}  # turn -> played_ms of its last mark to a confirming far end
@@ -188,6 +190,7 @@ class Session:
     def attach_media(self, leg: MediaLeg) -> None:
         self.media_leg = leg
         self._congested = getattr(leg, "congested", None)
+        self._send_now = getattr(leg, "send_audio_now", None)  # a send that never waits: no coroutine a frame
         self._confirming = bool(getattr(leg, "confirms_playback", False))  # read every tick: kept, not looked up
         # False when the far end plays each frame as it arrives (no buffer): the clock never bursts to it.
         self.absorbs_bursts = bool(getattr(leg, "absorbs_bursts", True))
@@ -195,6 +198,7 @@ class Session:
     def detach_media(self) -> None:
         self.media_leg = None
         self._congested = None
+        self._send_now = None
         self._confirming = False
         self.absorbs_bursts = True
 
@@ -619,10 +623,19 @@ class Session:
         if media is not None:
             kind = frame.kind
             if kind == "audio" and delivered:
-                await media.send_audio(self.encoder.encode(frame.pcm))
+                data = frame.data
+                if data is None:
+                    data = self.encoder.encode(frame.pcm)
             elif kind == "audio" or kind == "gap" or kind == "paused" or media.send_idle_silence:
-                # Silence as it is, or a frame the congested leg skips anyway: nothing to encode.
-                await media.send_audio(self.encoder.silence)
+                data = self.encoder.silence  # silence as it is, or a frame the congested leg skips anyway: nothing to encode
+            else:
+                data = None
+            if data is not None:
+                send_now = self._send_now
+                if send_now is not None:
+                    send_now(data)
+                else:
+                    await media.send_audio(data)
         if self._outbox:
             await self.flush_events()
 

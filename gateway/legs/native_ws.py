@@ -60,6 +60,8 @@ class NativeWsLeg:
         self._header = b""  # the binary frame header for `_header_for` bytes: the same length every tick
         self._header_for = -1
         self.input_encoding: str | None = None  # session.start.input: binary client messages are caller audio
+        # The tick's coroutine-free send (MediaLeg's optional `send_audio_now`); a deflating socket has none
+        self.send_audio_now = None if ws.compress else self._write_frame
 
     async def send_event(self, event: dict) -> None:
         if self.ws.closed:
@@ -75,6 +77,23 @@ class NativeWsLeg:
         return t is not None and not t.is_closing() and frame_must_skip(t)
 
     async def send_audio(self, frame: bytes) -> bool:
+        if not self.ws.compress:
+            return self._write_frame(frame)
+        # never, as accept.py builds the socket; aiohttp's writer would deflate
+        t = self.transport
+        if t is None or t.is_closing() or self.ws.closed:
+            return False
+        if frame_must_skip(t):
+            self.metrics.frames_dropped.inc()
+            return False
+        await self.ws.send_bytes(frame)
+        self._count_frame()
+        return True
+
+    def _write_frame(self, frame: bytes) -> bool:
+        """`send_audio` on an uncompressed socket, without a coroutine (the session's tick calls it as
+        `send_audio_now`): an audio frame needs no lock and no drain (frame_must_skip watches the backlog), and
+        one transport.write cannot interleave with aiohttp's own frames on this single-threaded loop."""
         t = self.transport
         if t is None or t.is_closing() or self.ws.closed:
             return False
@@ -84,17 +103,15 @@ class NativeWsLeg:
         n = len(frame)
         if n != self._header_for:
             self._header, self._header_for = binary_frame_header(n), n
-        if self.ws.compress:  # never, as accept.py builds the socket; aiohttp's writer would deflate
-            await self.ws.send_bytes(frame)
-        else:
-            # The whole frame in one write, past aiohttp's writer (a coroutine and three calls a frame): an audio
-            # frame needs no lock and no drain (frame_must_skip watches the backlog), and one transport.write
-            # cannot interleave with aiohttp's own frames on this single-threaded loop.
-            t.write(self._header + frame)
+        # The whole frame in one write, past aiohttp's writer (a coroutine and three calls a frame).
+        t.write(self._header + frame)
+        self._count_frame()
+        return True
+
+    def _count_frame(self) -> None:
         self._unreported += 1
         if self._unreported >= FRAMES_PER_REPORT:
             self.report_frames()
-        return True
 
     def report_frames(self) -> None:
         """Adds the frames sent since the last report to frames_sent (also at the call's end)."""

@@ -267,3 +267,38 @@ def test_frames_without_audio_are_zeros_and_an_audio_frame_after_them_is_exact()
     assert p.pause(100) and p.tick().kind == "paused" and not p.tick().pcm.any()
     with pytest.raises(ValueError):
         underrun.pcm[0] = 1.0  # no consumer can dirty the shared zeros
+
+
+@pytest.mark.parametrize("encoding,rate", [("mulaw", 8000), ("alaw", 8000), ("pcm16", 8000), ("pcm16", 24000)])
+def test_frames_encoded_at_push_are_byte_for_byte_what_the_frame_encoder_makes(encoding, rate):
+    """With `encoding`, a frame's wire bytes are slices of its packets' bytes, encoded once at push: they must be
+    exactly FrameEncoder's bytes of the same frame, across packet boundaries, marks, a frame the utterance ends in,
+    and audio the playout had to clean (out of range, NaN)."""
+    from audio.encode import FrameEncoder, OutputFormat
+
+    encoder = FrameEncoder(OutputFormat(encoding, rate))
+    clock = FakeClock()
+    p = Playout(rate, prebuffer_ms=20.0, clock=clock, encoding=encoding)
+    rng = np.random.default_rng(7)
+    p.open_utterance("t1")
+    for i, n in enumerate((37, rate // 50, 1000, 3, rate // 10 + 11)):  # packets that never line up with a frame
+        pcm = rng.uniform(-1.3, 1.3, n).astype(np.float32)
+        pcm[::17] = np.nan
+        p.push("t1", i, pcm)
+        p.mark("t1", i)
+    p.close_utterance("t1")
+    compared = 0
+    for _ in range(40):
+        frame = p.tick()
+        if frame.kind == "audio":
+            assert frame.data == encoder.encode(frame.pcm)
+            compared += 1
+        else:
+            assert frame.data is None
+        clock.t += 0.02
+    assert compared >= 8 and p.tick().kind == "idle"
+    # without an encoding, no bytes: the caller encodes the float frame itself
+    plain = Playout(rate, prebuffer_ms=20.0, clock=clock)
+    plain.open_utterance("t1")
+    plain.push("t1", 0, rng.uniform(-1, 1, rate).astype(np.float32))
+    assert plain.tick().data is None

@@ -17,6 +17,7 @@ def test_a_small_level_reports_pacing_cpu_and_underruns_by_cause(tmp_path, capsy
     assert row["server_cpu_us_per_frame"] > 0 and row["client_cpu_us_per_frame"] > 0 and row["workers"] == 1
     # the clock's own CPU is part of the process's: read from /metrics, never more than the whole
     assert 0 < row["tick_cpu_us_per_frame"] <= row["server_cpu_us_per_frame"] and row["tick_cpu_us_per_call_tick"] > 0
+    assert 0 <= row["server_kernel_pct_of_cpu"] <= 100
     assert sum(row["underruns_by_cause"].values()) == row["underruns"]
     assert "holds up to" in capsys.readouterr().out
 

@@ -115,13 +115,17 @@ async def test_a_session_whose_tick_raises_ends_with_internal_and_the_others_pla
     await bystander.start()
     session = gw.sessions[started["session_id"]]
 
-    def broken(pcm):
-        raise RuntimeError("encoder broke")
+    real_tick = session.playout.tick
 
-    session.encoder.encode = broken
+    def broken(delivered=True):  # the victim's ticks raise once it has something to play
+        if session.playout.has_utterance:
+            raise RuntimeError("playout broke")
+        return real_tick(delivered)
+
+    session.playout.tick = broken
     await bystander.send({"type": "text", "turn_id": "b", "text": "The other call keeps talking for a while.", "final": True})
     with caplog.at_level(logging.ERROR, logger="voxgate.clock"):
-        await victim.send({"type": "text", "turn_id": "v", "text": "This frame cannot be encoded.", "final": True})
+        await victim.send({"type": "text", "turn_id": "v", "text": "This frame cannot be played.", "final": True})
         error = await victim.until("error")
         assert error["code"] == "internal"
         await victim.until("session.ended")
