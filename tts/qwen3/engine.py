@@ -105,8 +105,6 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         self._serial_rows = 0
         self._serial_mode: bool | None = None
         self._chooser = ModeChooser()
-        self._serial_threads: int | None = None  # CPU with automatic threads: the team sizes it switches between
-        self._pipeline_threads: int | None = None
         self.recent_step_s: collections.deque = collections.deque(maxlen=4096)  # each step's seconds (/metrics)
 
     # ------------------------------------------------------------ construction
@@ -146,10 +144,10 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
             import os
 
             cores = os.cpu_count() or 1
-            # two busy threads (talker, vocoder) each with its own intra-op team: more would oversubscribe
+            # two busy threads (talker, vocoder) each with its own intra-op team: more would oversubscribe.
+            # The team keeps its size when a small batch waits for its vocoder pass instead (a lone stream's
+            # ops are too small for more threads: 2 threads ran c=1 15-30 % slower than 1 on two cores)
             torch.set_num_threads(s.cpu_threads or max(1, cores // 2 if s.pipeline else cores))
-            if s.pipeline and not s.cpu_threads:
-                self._serial_threads, self._pipeline_threads = max(1, cores), max(1, cores // 2)
         self.cpu_threads = torch.get_num_threads()
         self._serial_rows = s.serial_vocoder_rows if s.serial_vocoder_rows >= 0 else (0 if cuda else 1)
         if cuda:

@@ -182,9 +182,7 @@ class VocoderLane:
         The lane pays off for a batch (a step costs max(talker, vocoder), not their sum) and can cost a single
         stream on few cores: two busy threads share the cores, each with half the intra-op threads. So a batch
         of more than `serial_vocoder_rows` streams always overlaps, and a smaller one takes whichever way its
-        measured iterations say is faster (`ModeChooser`): on a quiet CPU the serial way with every core's
-        intra-op threads, as the serial engine; on a box whose cores are taken by others, where a team of
-        threads waits for its slowest member, the lane."""
+        measured iterations say is faster (`ModeChooser`), with the same intra-op threads either way."""
         if self._lane is None:
             return True
         small = 0 < held <= self._serial_rows
@@ -192,23 +190,12 @@ class VocoderLane:
         if serial != self._serial_mode:
             self._serial_mode = serial
             self.counters["vocoder_mode_switches"] += 1
-            self._set_cpu_threads(serial)
         return serial
 
     def _note_iteration(self, seconds: float) -> None:
         """The worker's iteration time, counted for the mode it ran in while the batch was small."""
         if self._serial_mode is not None and self._lane is not None and 0 < len(self._held) <= self._serial_rows:
             self._chooser.note(self._serial_mode, seconds)
-
-    def _set_cpu_threads(self, serial: bool) -> None:
-        """CPU with automatic threads: all cores while one thread is busy, half each while two are."""
-        if self._serial_threads is None:
-            return
-        import torch
-
-        self._lane_join()  # nothing of the lane's runs while the team changes size
-        torch.set_num_threads(self._serial_threads if serial else self._pipeline_threads)
-        self.cpu_threads = torch.get_num_threads()
 
     def _decode_and_deliver(self, tasks: list, owners: dict[int, int]) -> None:
         """On the lane: decode, then hand each stream its chunk (and finish the ones that ended)."""
