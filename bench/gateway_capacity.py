@@ -399,25 +399,46 @@ def print_row(row: dict) -> None:
           f"{row['gc_full_pause_ms_mean']:>6} {str(row['holds']):>6}", flush=True)
 
 
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
 def side_by_side(rows: list[dict], worker_counts: list[int]) -> None:
-    """Per level: each worker count's sessions held, p99 and CPU per frame, and the CPU per frame against the first."""
-    print("\nside by side (same port, same client): p99 ms / server µs per frame / holds; CPU per frame against the first "
-          "(all of it, and inside the clock's ticks)")
+    """Per level: each worker count's p99, CPU per frame and holds (medians over the rounds; holds: in every round),
+    and the last count's CPU per frame against the first's, paired within each round (so the machine's drift
+    between rounds cancels): the median of the rounds' ratios, their range in brackets."""
+    rounds = sorted({r.get("round", 0) for r in rows})
+    print(f"\nside by side (same port, same client{f', {len(rounds)} rounds alternating, medians' if len(rounds) > 1 else ''}): "
+          "p99 ms / server µs per frame / holds; CPU per frame against the first (all of it, and inside the clock's ticks)")
     print(f"{'sessions':>8} " + " ".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>26}" for w in worker_counts)
-          + f" {'µs/frame vs first':>18} {'tick µs/frame vs first':>23}")
+          + f" {'µs/frame vs first':>26} {'tick µs/frame vs first':>26}")
     for level in sorted({r["sessions"] for r in rows}):
-        by_w = {r["workers"]: r for r in rows if r["sessions"] == level}
-        cells = [f"{by_w[w]['lateness_p99_ms']:>8} / {by_w[w]['server_cpu_us_per_frame']:>6} / {str(by_w[w]['holds']):>5}" if w in by_w else f"{'-':>26}"
-                 for w in worker_counts]
-        first, last = by_w.get(worker_counts[0]), by_w.get(worker_counts[-1])
+        at = [r for r in rows if r["sessions"] == level]
+        cells = []
+        for w in worker_counts:
+            mine = [r for r in at if r["workers"] == w]
+            cells.append(f"{_median([r['lateness_p99_ms'] for r in mine]):>8.2f} / {_median([r['server_cpu_us_per_frame'] for r in mine]):>6.1f} / "
+                         f"{str(all(r['holds'] for r in mine)):>5}" if mine else f"{'-':>26}")
+
         def vs_first(key: str) -> str:
-            if not (first and last and len(worker_counts) > 1 and first[key] > 0):
+            if len(worker_counts) < 2:
                 return ""
-            return f"{100 * (last[key] / first[key] - 1):+.1f} %"
-        print(f"{level:>8} " + " ".join(f"{c:>26}" for c in cells) + f" {vs_first('server_cpu_us_per_frame'):>18}"
-              f" {vs_first('tick_cpu_us_per_frame'):>23}")
+            ratios = []
+            for rnd in rounds:
+                by_w = {r["workers"]: r for r in at if r.get("round", 0) == rnd}
+                first, last = by_w.get(worker_counts[0]), by_w.get(worker_counts[-1])
+                if first and last and first[key] > 0:
+                    ratios.append(100 * (last[key] / first[key] - 1))
+            if not ratios:
+                return ""
+            spread = f" ({min(ratios):+.1f}..{max(ratios):+.1f})" if len(ratios) > 1 else ""
+            return f"{_median(ratios):+.1f} %{spread}"
+        print(f"{level:>8} " + " ".join(f"{c:>26}" for c in cells) + f" {vs_first('server_cpu_us_per_frame'):>26}"
+              f" {vs_first('tick_cpu_us_per_frame'):>26}")
     for w in worker_counts:
-        held = [r["sessions"] for r in rows if r["workers"] == w and r["holds"]]
+        held = [lv for lv in sorted({r["sessions"] for r in rows}) if all(r["holds"] for r in rows if r["workers"] == w and r["sessions"] == lv)
+                and any(r["workers"] == w and r["sessions"] == lv for r in rows)]
         print(f"{w} worker{'s' if w > 1 else ''}: holds up to {max(held) if held else 0} paced sessions")
 
 
@@ -433,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pin", nargs="?", const="auto", metavar="GATEWAY_CPUS:CLIENT_CPUS",
                     help="CPU affinity: the gateway processes on GATEWAY_CPUS, the load client, redis-server and this bench on "
                          "CLIENT_CPUS (bare --pin: all CPUs but the last, then the last); default: no pinning")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every worker count this many times, alternating (1,2,1,2,…): CPU per frame is compared within "
+                         "each round, so a machine whose speed drifts between runs does not decide the comparison")
     ap.add_argument("--idle-s", type=float, default=3.0, help="seconds of idle gateway CPU measured before the levels (0: none)")
     ap.add_argument("--json-output")
     args = ap.parse_args(argv)
@@ -447,22 +471,22 @@ def main(argv: list[str] | None = None) -> int:
     rows, idle = [], {}
     try:
         print(HEADER, flush=True)
-        for workers in worker_counts:
-            gateways = Gateways(workers, redis.url if redis else None, gateway_cpus)
-            try:
-                if args.idle_s > 0:
-                    time.sleep(1.0)  # past start-up
-                    idle[workers or 1] = gateways.idle_cpu_pct(args.idle_s)
-                for level in levels:
-                    row = asyncio.run(run_level(gateways.port, gateways.nodes, level, args.window, args.warmup, args.client, client_cpus))
-                    row["pin"] = args.pin
-                    row["idle_cpu_pct"] = idle.get(workers or 1)
-                    rows.append(row)
-                    print_row(row)
-                    if level != levels[-1]:
-                        time.sleep(2)  # let the last level's calls end before the next starts
-            finally:
-                gateways.close()
+        for rnd in range(max(1, args.rounds)):
+            for workers in worker_counts:
+                gateways = Gateways(workers, redis.url if redis else None, gateway_cpus)
+                try:
+                    if args.idle_s > 0 and rnd == 0:
+                        time.sleep(1.0)  # past start-up
+                        idle[workers or 1] = gateways.idle_cpu_pct(args.idle_s)
+                    for level in levels:
+                        row = asyncio.run(run_level(gateways.port, gateways.nodes, level, args.window, args.warmup, args.client, client_cpus))
+                        row.update(pin=args.pin, idle_cpu_pct=idle.get(workers or 1), round=rnd)
+                        rows.append(row)
+                        print_row(row)
+                        if level != levels[-1]:
+                            time.sleep(2)  # let the last level's calls end before the next starts
+                finally:
+                    gateways.close()
     finally:
         if redis:
             redis.close()

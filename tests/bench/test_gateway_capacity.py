@@ -60,3 +60,14 @@ def test_pin_placements():
     for spec, cpus in (("auto", [0]), ("0:7", [0, 1]), ("x:1", [0, 1]), ("0:", [0, 1])):
         with pytest.raises(SystemExit):
             gateway_capacity.parse_pin(spec, cpus)
+
+
+def test_side_by_side_pairs_the_rounds_so_drift_between_them_cancels(capsys):
+    def row(w, rnd, us, tick):
+        return {"workers": w, "round": rnd, "sessions": 300, "lateness_p99_ms": 5.0, "holds": True,
+                "server_cpu_us_per_frame": us, "tick_cpu_us_per_frame": tick}
+    # the machine ran 2x slower in round 1: per round the second worker costs +10 % (whole) and +0 % (ticks)
+    rows = [row(1, 0, 20.0, 10.0), row(2, 0, 22.0, 10.0), row(1, 1, 40.0, 20.0), row(2, 1, 44.0, 20.0), row(1, 2, 30.0, 15.0), row(2, 2, 33.0, 15.0)]
+    gateway_capacity.side_by_side(rows, [1, 2])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("300"))
+    assert "+10.0 % (+10.0..+10.0)" in line and "+0.0 % (+0.0..+0.0)" in line and "30.0" in line and "33.0" in line
