@@ -337,26 +337,37 @@ class Gateways:
             cmd += ["--workers", str(workers)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if workers else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
                                      preexec_fn=_pinned(cpus))  # the workers inherit it
-        if workers:
-            while len(self.nodes) < workers:  # each worker prints its own address once it serves
-                line = self.proc.stdout.readline()
-                if not line:
-                    raise RuntimeError(f"voxgate serve --workers {workers} exited ({self.proc.wait()})")
-                m = re.search(r"own address http://[^:]+:(\d+) \(pid (\d+)\)", line)
-                if m:
-                    self.nodes.append((int(m.group(1)), int(m.group(2))))
-            threading.Thread(target=self.proc.stdout.read, daemon=True).start()  # keep the pipe drained
-        else:
-            self.nodes = [(self.port, self.proc.pid)]
-        for _, pid in self.nodes:
-            if cpus and os.sched_getaffinity(pid) != cpus:
-                raise RuntimeError(f"gateway pid {pid} runs on CPUs {sorted(os.sched_getaffinity(pid))}, not the pinned {sorted(cpus)}")
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+        try:
+            if workers:
+                while len(self.nodes) < workers:  # each worker prints its own address once it serves
+                    line = self.proc.stdout.readline()
+                    if not line:
+                        raise RuntimeError(f"voxgate serve --workers {workers} exited ({self.proc.wait()})")
+                    m = re.search(r"own address http://[^:]+:(\d+) \(pid (\d+)\)", line)
+                    if m:
+                        self.nodes.append((int(m.group(1)), int(m.group(2))))
+                threading.Thread(target=self.proc.stdout.read, daemon=True).start()  # keep the pipe drained
+            else:
+                self.nodes = [(self.port, self.proc.pid)]
+            for _, pid in self.nodes:
+                if cpus and os.sched_getaffinity(pid) != cpus:
+                    raise RuntimeError(f"gateway pid {pid} runs on CPUs {sorted(os.sched_getaffinity(pid))}, not the pinned {sorted(cpus)}")
+            for _ in range(100):
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        except BaseException:  # a gateway that started must not outlive a failed start (it would load the next runs)
+            self.proc.kill()
+            for _, pid in self.nodes:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc.wait()
+            os.unlink(self.cfg_path)
+            raise
 
     def idle_cpu_pct(self, seconds: float) -> float:
         """The gateway processes' CPU with no call up (100 = one core): their fixed cost (clock, heartbeats, loop)."""
