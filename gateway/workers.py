@@ -36,6 +36,7 @@ log = logging.getLogger("voxgate.workers")
 
 READY_FD_ENV = "VOXGATE_WORKER_READY_FD"  # the worker writes one line there once it serves
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0)
+STOP_GRACE_S = 10.0  # past the drain timeout, how long a worker may take to exit after SIGTERM before SIGKILL
 
 
 def reuseport_socket(host: str, port: int, listen: bool = False) -> socket.socket:
@@ -103,7 +104,7 @@ def serve_workers(args, n: int) -> int:
     port = reserved.getsockname()[1]
     child_args = {k: v for k, v in vars(args).items() if k != "handler" and isinstance(v, (str, int, float, bool, type(None)))}
     child_args.update(port=port, workers=None)
-    sup = _Supervisor(child_args, n)
+    sup = _Supervisor(child_args, n, stop_within=config.server.limits.drain_timeout_s + STOP_GRACE_S)
     print(f"voxgate: {n} workers sharing http://{host}:{port} (SO_REUSEPORT)", flush=True)
     try:
         return sup.run()
@@ -112,8 +113,10 @@ def serve_workers(args, n: int) -> int:
 
 
 class _Supervisor:
-    def __init__(self, child_args: dict, n: int):
+    def __init__(self, child_args: dict, n: int, stop_within: float = 30.0):
         self.child_args, self.n = child_args, n
+        self.stop_within = stop_within  # seconds from SIGTERM: a worker still running then is killed
+        self.stop_deadline: float | None = None
         self.procs: dict[int, subprocess.Popen] = {}
         self.ready_pipes: dict[int, int] = {}
         self.ready: set[int] = set()
@@ -189,7 +192,21 @@ class _Supervisor:
                     self.spawn(i)
             if self.stopping and not self.procs:
                 return code
+            if self.stopping:
+                self._kill_late_workers()
             time.sleep(0.1)
+
+    def _kill_late_workers(self) -> None:
+        """A worker stuck in its shutdown must not hold the others' (and the pod's) exit forever."""
+        now = time.monotonic()
+        if self.stop_deadline is None:
+            self.stop_deadline = now + self.stop_within
+        elif now >= self.stop_deadline:
+            for i, p in self.procs.items():
+                if p.poll() is None:
+                    log.error("worker %d (pid %d) did not stop within %.0f s of SIGTERM; killing it", i, p.pid, self.stop_within)
+                    p.kill()
+            self.stop_deadline = float("inf")
 
 
 # ---------------------------------------------------------------- one worker

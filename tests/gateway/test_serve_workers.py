@@ -110,6 +110,33 @@ async def _one_call(port: int, text: str) -> tuple[int, dict]:
                 return frames, event
 
 
+def test_a_worker_stuck_in_its_shutdown_is_killed_and_the_parent_exits(tmp_path, redis_url):
+    """A worker that does not exit after SIGTERM (here: stopped with SIGSTOP, so it cannot) is killed once the
+    drain timeout and the grace have passed; the other exits by itself and the parent returns."""
+    import gateway.workers as W
+
+    path = tmp_path / "stuck.yaml"
+    path.write_text(f"server: {{host: {HOST}, port: 0, limits: {{drain_timeout_s: 0.5}}}}\nengine: {{kind: simulated}}\n"
+                    f"cluster: {{redis_url: '{redis_url}', key_prefix: 'stuck:'}}\n")  # the killed worker's keys stay till their TTL
+    proc = serve(str(path), 2)
+    lines: list[str] = []
+    try:
+        pids = [int(read_until(proc, r"worker \d+: node \S+, own address \S+ \(pid (\d+)\)", lines).group(1)) for _ in range(2)]
+        os.kill(pids[0], signal.SIGSTOP)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=0.5 + W.STOP_GRACE_S + 20)
+        lines.append(out)
+        assert time.monotonic() - t0 >= W.STOP_GRACE_S  # the stuck one was given its time
+        assert f"pid {pids[0]}) did not stop within" in out, "".join(lines)
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def test_two_workers_both_serve_sessions_on_one_port(tmp_path, redis_url):
     proc = serve(write_config(tmp_path, redis_url), 2)
     lines: list[str] = []
