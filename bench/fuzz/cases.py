@@ -785,6 +785,13 @@ def _mutate_text(text: str, rng: random.Random) -> str:
     return "".join(s)
 
 
+def wire_close_ok(code: int | None, frames) -> bool:
+    """A clean close code, or, after frames that let the server drop the connection, none at all: no code
+    (None) or 1006, which the client reports when the connection dropped with no close frame after its own
+    close() (the server's close frame lost to the RST that our further writes provoked)."""
+    return code in CLEAN_CLOSES or (code in (None, 1006) and _violates_framing(frames))
+
+
 def run_wire(base: str, case: dict) -> Outcome:
     """No error goes back on a provider's socket (their protocols have no error message): the judge is the close.
     After the fuzzed frames we close; the server must answer with a clean close (or have closed cleanly first)."""
@@ -807,7 +814,7 @@ def run_wire(base: str, case: dict) -> Outcome:
             except ConnectionClosed as exc:
                 return _closed(exc, [], _violates_framing(case["messages"]))
             code = ws.close_code
-            ok = code in CLEAN_CLOSES or (code is None and _violates_framing(case["messages"]))
+            ok = wire_close_ok(code, case["messages"])
             return Outcome(f"closed:{code}", ok, "" if ok else f"close code {code} ({ws.close_reason!r})")
     except ConnectionClosed as exc:
         return _closed(exc, [], _violates_framing(case["messages"]))
