@@ -359,13 +359,7 @@ class Gateways:
                 except OSError:
                     time.sleep(0.1)
         except BaseException:  # a gateway that started must not outlive a failed start (it would load the next runs)
-            self.proc.kill()
-            for _, pid in self.nodes:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.proc.wait()
+            self._kill()
             os.unlink(self.cfg_path)
             raise
 
@@ -382,14 +376,18 @@ class Gateways:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:  # seen once after an overloaded level: keep the run's numbers, say so
             print(f"voxgate serve (pid {self.proc.pid}) did not stop within 60 s of SIGTERM: killed", flush=True)
-            for _, pid in self.nodes:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.proc.kill()
-            self.proc.wait()
+            self._kill()
         os.unlink(self.cfg_path)
+
+    def _kill(self) -> None:
+        """SIGKILL to the parent and every worker it started (a killed parent leaves its workers running)."""
+        for _, pid in self.nodes:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.kill()
+        self.proc.wait()
 
 
 class RedisServer:

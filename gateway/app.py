@@ -40,7 +40,7 @@ from aiohttp import web
 from gateway import protocol as P
 from gateway.agent import agent
 from gateway.cluster.plane import ClusterUnavailable
-from gateway.command_args import engine_overrides, setup_logging
+from gateway.command_args import engine_overrides, say, setup_logging
 from gateway.config import Config, ConfigError, load_config
 from gateway.core import CallCore
 from gateway.core.voice_store import VoiceStore
@@ -301,7 +301,7 @@ async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = 
     if setup:  # before start: e.g. a worker of `serve --workers` shares its ports (gateway/workers.py)
         setup(gateway)
     await gateway.start()
-    print(f"voxgate listening on {gateway.url}  (engine: {gateway.engine_kind}; native WS at ws://{config.server.host}:{gateway.port}/v1/ws)", flush=True)
+    say(f"voxgate listening on {gateway.url}  (engine: {gateway.engine_kind}; native WS at ws://{config.server.host}:{gateway.port}/v1/ws)")
     settle_gc()  # start-up's objects out of every GC pass, and thresholds for a server's heap (gateway/runtime_stats.py)
     stop = stop_on_signals()
     if ready:
@@ -328,11 +328,11 @@ def serve_main(args) -> int:
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
-        print(f"voxgate: {exc}")
+        say(f"voxgate: {exc}")
         return 2
     try:
         asyncio.run(run_gateway(config, getattr(args, "on_ready", None), getattr(args, "setup_gateway", None)))
     except (ValueError, OSError, EngineError) as exc:
-        print(f"voxgate: cannot start: {exc}")
+        say(f"voxgate: cannot start: {exc}")
         return 1
     return 0

@@ -1,9 +1,18 @@
 """What the server commands (`voxgate serve`, `voxgate serve --workers`, `voxgate engine`) make of the flags they
-share: the log level, and the engine flags that override the config file's engine section."""
+share: the log level, the engine flags that override the config file's engine section, and how they print."""
 
 from __future__ import annotations
 
 import logging
+import sys
+
+
+def say(line: str) -> None:
+    """One line to stdout in one write (flushed), so that the lines of processes sharing one stdout (the
+    workers of `serve --workers`, an isolated engine) never interleave: `print` writes the text and its
+    newline separately when stdout is unbuffered (PYTHONUNBUFFERED), and two workers' lines ran together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def setup_logging(level: str) -> None:

@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from gateway.command_args import engine_overrides, setup_logging
+from gateway.command_args import engine_overrides, say, setup_logging
 from gateway.config import Config, ConfigError, load_config
 from gateway.runtime_stats import RuntimeCollector
 from gateway.stop_signals import stop_on_signals
@@ -209,9 +209,8 @@ async def run_engine(config: Config, listen: str, http_port: int | None, http_ho
             site = web.TCPSite(runner, http_host or default_http_host(listen), http_port)
             await site.start()
             http_port = site._server.sockets[0].getsockname()[1]
-        print(f"voxgate engine: {engine.name} serving on {server.endpoint}"
-              + (f"  (health and metrics on http://{http_host or default_http_host(listen)}:{http_port})" if runner else ""),
-              flush=True)
+        say(f"voxgate engine: {engine.name} serving on {server.endpoint}"
+            + (f"  (health and metrics on http://{http_host or default_http_host(listen)}:{http_port})" if runner else ""))
         gc.collect()
         gc.freeze()
         stop = stop_on_signals()
@@ -236,14 +235,14 @@ def engine_main(args) -> int:
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
-        print(f"voxgate engine: {exc}")
+        say(f"voxgate engine: {exc}")
         return 2
     if config.engine.kind == "remote":
-        print(f"voxgate engine: {config.source}: engine.kind: remote names other engines; `voxgate engine` serves "
+        say(f"voxgate engine: {config.source}: engine.kind: remote names other engines; `voxgate engine` serves "
               "a local one (qwen3, simulated, espeak or auto)")
         return 2
     if args.http_port is not None and not 0 <= args.http_port <= 65535:
-        print(f"voxgate engine: --http-port must be 0..65535 (got {args.http_port})")
+        say(f"voxgate engine: --http-port must be 0..65535 (got {args.http_port})")
         return 2
     try:
         from tts.service import check_endpoint
@@ -252,9 +251,9 @@ def engine_main(args) -> int:
         asyncio.run(run_engine(config, args.listen, args.http_port, args.http_host, args.heartbeat_s,
                                advertise=getattr(args, "advertise", None)))
     except ImportError as exc:
-        print(f"voxgate engine: needs the service extra (pip install 'voxgate[service]'): {exc}")
+        say(f"voxgate engine: needs the service extra (pip install 'voxgate[service]'): {exc}")
         return 1
     except (ValueError, OSError, EngineError) as exc:
-        print(f"voxgate engine: cannot start: {exc}")
+        say(f"voxgate engine: cannot start: {exc}")
         return 1
     return 0

@@ -29,7 +29,7 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from gateway.command_args import setup_logging
+from gateway.command_args import say, setup_logging
 from gateway.config import Config, ConfigError, load_config
 
 log = logging.getLogger("voxgate.workers")
@@ -75,23 +75,23 @@ def serve_workers(args, n: int) -> int:
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
-        print(f"voxgate: {exc}")
+        say(f"voxgate: {exc}")
         return 2
     if not 1 <= n <= 256:
-        print(f"voxgate: --workers must be 1..256, not {n}")
+        say(f"voxgate: --workers must be 1..256, not {n}")
         return 2
     if not config.cluster.enabled:
-        print(f"voxgate: --workers {n} needs cluster.redis_url in {config.source} (each worker is a node of the call plane; see docs/cluster.md)")
+        say(f"voxgate: --workers {n} needs cluster.redis_url in {config.source} (each worker is a node of the call plane; see docs/cluster.md)")
         return 2
     if config.telephony.audiosocket_port == 0:
-        print("voxgate: --workers needs a fixed telephony.audiosocket_port (0 would give every worker a port of its own)")
+        say("voxgate: --workers needs a fixed telephony.audiosocket_port (0 would give every worker a port of its own)")
         return 2
     if config.engine.kind == "qwen3" and n > 1 and not (config.engine.isolate or getattr(args, "isolate_engine", False)):
-        print(f"voxgate: --workers {n} with engine.kind qwen3 would load the model {n} times (once per worker): run one "
+        say(f"voxgate: --workers {n} with engine.kind qwen3 would load the model {n} times (once per worker): run one "
               "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
         return 2
     if (config.engine.isolate or getattr(args, "isolate_engine", False)) and n > 1:
-        print(f"voxgate: --workers {n} with engine.isolate would start {n} engines (one per worker): run one "
+        say(f"voxgate: --workers {n} with engine.isolate would start {n} engines (one per worker): run one "
               "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
         return 2
     host = config.server.host
@@ -99,13 +99,13 @@ def serve_workers(args, n: int) -> int:
         # Held (bound, never listening) while the workers live: port 0 becomes one port all of them share.
         reserved = reuseport_socket(host, config.server.port)
     except OSError as exc:
-        print(f"voxgate: cannot start: {host}:{config.server.port}: {exc.strerror}")
+        say(f"voxgate: cannot start: {host}:{config.server.port}: {exc.strerror}")
         return 1
     port = reserved.getsockname()[1]
     child_args = {k: v for k, v in vars(args).items() if k != "handler" and isinstance(v, (str, int, float, bool, type(None)))}
     child_args.update(port=port, workers=None)
     sup = _Supervisor(child_args, n, stop_within=config.server.limits.drain_timeout_s + STOP_GRACE_S)
-    print(f"voxgate: {n} workers sharing http://{host}:{port} (SO_REUSEPORT)", flush=True)
+    say(f"voxgate: {n} workers sharing http://{host}:{port} (SO_REUSEPORT)")
     try:
         return sup.run()
     finally:
@@ -219,7 +219,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, {"server": {"host": args.host} if args.host else {}})
     except ConfigError as exc:
-        print(f"voxgate: {exc}")
+        say(f"voxgate: {exc}")
         return 2
     own = reuseport_socket(config.server.host, 0)  # this worker's own address, for the forward and its own /metrics
     node_id, adv_host = worker_node(config, opts.index, args.port)
@@ -233,7 +233,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         gateway.extra_sockets.append(own)
 
     def ready(gateway) -> None:
-        print(f"voxgate worker {opts.index}: node {node_id}, own address http://{config.server.host}:{own_port} (pid {os.getpid()})", flush=True)
+        say(f"voxgate worker {opts.index}: node {node_id}, own address http://{config.server.host}:{own_port} (pid {os.getpid()})")
         if ready_fd >= 0:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -54,22 +56,62 @@ def write_config(tmp_path, redis_url: str | None) -> str:
     return str(path)
 
 
-def serve(config: str, workers: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", config, "--workers", str(workers), "--log-level", "WARNING"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+class Serve:
+    """`voxgate serve --workers N` as a subprocess, its output read by a thread so that no wait can block
+    past its timeout (a worker that hangs in its start holds the pipe open without writing)."""
 
+    def __init__(self, config: str, workers: int):
+        self.proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", config, "--workers", str(workers),
+                                      "--log-level", "WARNING"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
 
-def read_until(proc: subprocess.Popen, pattern: str, lines: list[str], timeout: float = 60.0) -> re.Match:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError("serve exited:\n" + "".join(lines))
-        lines.append(line)
-        m = re.search(pattern, line)
-        if m:
-            return m
-    raise AssertionError(f"no {pattern!r} within {timeout} s:\n" + "".join(lines))
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._queue.put(line)
+        self._queue.put("")  # EOF: every process holding the pipe has exited
+
+    def read_until(self, pattern: str, timeout: float = 60.0) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {pattern!r} within {timeout} s:\n" + "".join(self.lines) + self.stacks()) from None
+            if not line:
+                raise AssertionError("serve exited:\n" + "".join(self.lines))
+            self.lines.append(line)
+            m = re.search(pattern, line)
+            if m:
+                return m
+
+    def rest(self, timeout: float) -> str:
+        """Everything it writes until every process holding its output has exited."""
+        deadline, out = time.monotonic() + timeout, []
+        try:
+            while (line := self._queue.get(timeout=max(0.0, deadline - time.monotonic()))):
+                out.append(line)
+        except queue.Empty:
+            raise AssertionError(f"still running {timeout} s on:\n" + "".join(self.lines + out) + self.stacks()) from None
+        self.lines += out
+        return "".join(out)
+
+    def stacks(self) -> str:
+        """Where the parent and its workers are (py-spy, where installed): what a hang report needs."""
+        if shutil.which("py-spy") is None:
+            return ""
+        pids = subprocess.run(["pgrep", "-s", str(self.proc.pid)], capture_output=True, text=True).stdout.split()
+        return "".join(subprocess.run(["py-spy", "dump", "--pid", pid], capture_output=True, text=True, timeout=30).stdout for pid in pids)
+
+    def kill(self) -> None:
+        """The parent and every worker left (they share its session and process group)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 def active_sessions(own_url: str) -> float:
@@ -78,9 +120,9 @@ def active_sessions(own_url: str) -> float:
 
 
 def test_workers_without_redis_url_refuse_in_one_line(tmp_path):
-    proc = serve(write_config(tmp_path, None), 2)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 2
+    serve = Serve(write_config(tmp_path, None), 2)
+    out = serve.rest(timeout=60)
+    assert serve.proc.wait(10) == 2
     assert out.strip().count("\n") == 0 and "cluster.redis_url" in out and "--workers 2" in out
 
 
@@ -89,9 +131,9 @@ def test_workers_with_an_in_process_qwen3_engine_refuse_in_one_line(tmp_path):
     path = tmp_path / "qwen3.yaml"
     path.write_text(f"server: {{host: {HOST}, port: 0}}\nengine: {{kind: qwen3, model_dir: /nonexistent}}\n"
                     "cluster: {redis_url: 'redis://127.0.0.1:1/0'}\n")
-    proc = serve(str(path), 2)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 2
+    serve = Serve(str(path), 2)
+    out = serve.rest(timeout=60)
+    assert serve.proc.wait(10) == 2
     assert out.strip().count("\n") == 0 and "load the model 2 times" in out and "voxgate engine" in out
 
 
@@ -118,33 +160,28 @@ def test_a_worker_stuck_in_its_shutdown_is_killed_and_the_parent_exits(tmp_path,
     path = tmp_path / "stuck.yaml"
     path.write_text(f"server: {{host: {HOST}, port: 0, limits: {{drain_timeout_s: 0.5}}}}\nengine: {{kind: simulated}}\n"
                     f"cluster: {{redis_url: '{redis_url}', key_prefix: 'stuck:'}}\n")  # the killed worker's keys stay till their TTL
-    proc = serve(str(path), 2)
-    lines: list[str] = []
+    serve = Serve(str(path), 2)
     try:
-        pids = [int(read_until(proc, r"worker \d+: node \S+, own address \S+ \(pid (\d+)\)", lines).group(1)) for _ in range(2)]
+        pids = [int(serve.read_until(r"worker \d+: node \S+, own address \S+ \(pid (\d+)\)").group(1)) for _ in range(2)]
         os.kill(pids[0], signal.SIGSTOP)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=0.5 + W.STOP_GRACE_S + 20)
-        lines.append(out)
-        assert time.monotonic() - t0 >= W.STOP_GRACE_S  # the stuck one was given its time
-        assert f"pid {pids[0]}) did not stop within" in out, "".join(lines)
+        serve.proc.send_signal(signal.SIGTERM)
+        out = serve.rest(timeout=0.5 + W.STOP_GRACE_S + 20)
+        assert serve.proc.wait(10) == 0
+        assert f"pid {pids[0]}) did not stop within" in out, "".join(serve.lines)
         for pid in pids:
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        serve.kill()
 
 
 def test_two_workers_both_serve_sessions_on_one_port(tmp_path, redis_url):
-    proc = serve(write_config(tmp_path, redis_url), 2)
-    lines: list[str] = []
+    serve = Serve(write_config(tmp_path, redis_url), 2)
     try:
-        port = int(read_until(proc, r"2 workers sharing http://[^:]+:(\d+)", lines).group(1))
+        port = int(serve.read_until(r"2 workers sharing http://[^:]+:(\d+)").group(1))
         workers = {}
         for _ in range(2):
-            m = read_until(proc, r"worker (\d+): node (\S+), own address (http://\S+) \(pid (\d+)\)", lines)
+            m = serve.read_until(r"worker (\d+): node (\S+), own address (http://\S+) \(pid (\d+)\)")
             workers[int(m.group(1))] = (m.group(2).rstrip(","), m.group(3), int(m.group(4)))
         assert sorted(workers) == [0, 1]
         assert workers[0][0] != workers[1][0]  # each worker is its own node
@@ -178,15 +215,14 @@ def test_two_workers_both_serve_sessions_on_one_port(tmp_path, redis_url):
 
         # a worker that dies is restarted; the other serves on meanwhile
         os.kill(workers[0][2], signal.SIGKILL)
-        m = read_until(proc, r"worker 0: node (\S+), own address (http://\S+) \(pid (\d+)\)", lines, timeout=60)
+        m = serve.read_until(r"worker 0: node (\S+), own address (http://\S+) \(pid (\d+)\)")
         assert int(m.group(3)) != workers[0][2]
         frames, _ = asyncio.run(_one_call(port, "Still here."))
         assert frames > 5
     finally:
-        proc.send_signal(signal.SIGTERM)
+        serve.proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-    assert proc.returncode == 0
+            serve.proc.wait(30)
+        finally:
+            serve.kill()
+    assert serve.proc.returncode == 0

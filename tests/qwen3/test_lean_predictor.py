@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tts.qwen3.tiny import tiny_config
 from tts.qwen3.generate import predict_codes
 from tts.qwen3.lean_predictor import lean_predictor
-from tts.qwen3.model import rms_norm
+from tts.qwen3.norm import rms_norm
 from tts.qwen3.sampling import SamplingRows
 from tts.qwen3.weights import random_model
 

@@ -22,10 +22,15 @@ at the same predictor position, cache rows 0..B-1: the batch's step), on fused p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
-from tts.qwen3.model import CodePredictor, rms_norm
+from tts.qwen3.norm import rms_norm
+
+if TYPE_CHECKING:  # model.py imports this module: the class is only named here
+    from tts.qwen3.model import CodePredictor
 
 
 class _Layer:

@@ -18,33 +18,9 @@ from torch import nn
 
 from tts.qwen3.config import CodePredictorConfig, DecoderShape, ModelConfig, TalkerConfig
 from tts.qwen3.kv_cache import KVCache
+from tts.qwen3.lean_predictor import lean_predictor
+from tts.qwen3.norm import rms_norm
 from tts.qwen3.speaker_encoder import SpeakerEncoder
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dim, times `weight` (None: no weight).
-
-    float32 on the CPU: x * rsqrt(|x|^2 / n + eps) in five aten ops. `F.rms_norm` computes the same in ~24
-    there (a composite with dtype round trips), and a decoder step is small enough on a CPU that op count
-    is its cost. Elsewhere: normalise in float32, scale in the input dtype (the reference's order)."""
-    if x.dtype != torch.float32 or x.device.type != "cpu" or (weight is not None and weight.dtype != torch.float32):
-        y = F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
-        return y if weight is None else weight * y
-    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    y = x * torch.rsqrt(torch.addcmul(_eps_tensor(eps, x.device), norm, norm, value=1.0 / x.shape[-1]))
-    return y if weight is None else y * weight
-
-
-_EPS: dict = {}
-
-
-def _eps_tensor(eps: float, device: torch.device) -> torch.Tensor:
-    """eps as a one-element float32 CPU tensor, made once (addcmul's addend; a Python scalar there would
-    be wrapped into a tensor on every call)."""
-    t = _EPS.get((eps, device))
-    if t is None:
-        t = _EPS[(eps, device)] = torch.full((1,), eps, dtype=torch.float32, device=device)
-    return t
 
 
 class RMSNorm(nn.Module):
@@ -320,6 +296,5 @@ class Qwen3TTSModel(nn.Module):
         self.talker.model.setup_caches(max_batch, max_seq_len, dtype, device)
         g = self.config.talker.num_code_groups
         self.talker.code_predictor.model.setup_caches(max_batch, g, dtype, device)
-        from tts.qwen3.lean_predictor import lean_predictor  # (it imports this module)
 
         lean_predictor(self.talker.code_predictor)  # its plan views these caches: made now, eagerly
