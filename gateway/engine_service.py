@@ -104,6 +104,11 @@ class EngineMetrics:
         pcm = CounterMetricFamily("voxgate_engine_pcm_bytes", "PCM bytes sent to gateways")
         pcm.add_metric([], float(srv.counters["pcm_bytes_out"]))
         yield pcm
+        dropped = CounterMetricFamily("voxgate_engine_gateways_dropped", "Gateways the engine dropped (their streams "
+                                      "freed), by why: silent past a heartbeat, connection gone, not reading", labels=["reason"])
+        for key in sorted(k for k in srv.counters if k.startswith("dropped_")):
+            dropped.add_metric([key[len("dropped_"):]], float(srv.counters[key]))
+        yield dropped
         family = GaugeMetricFamily("voxgate_engine_stat", "Engine counters as the engine reports them", labels=["name"])
         for name, value in sorted(stats.items()):
             if isinstance(value, (int, float)) and not isinstance(value, bool):

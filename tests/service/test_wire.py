@@ -144,3 +144,77 @@ async def test_one_message_per_loop_turn_each_way_carries_every_streams_packets(
 
 async def _all(stream):
     return [c async for c in stream]
+
+
+async def test_a_gateway_that_stops_reading_is_dropped_at_its_backlog_and_the_others_play_on(tmp_path):
+    """A peer that keeps talking but never reads (stuck, or hostile) cannot make the engine hold its packets
+    without bound: at `send_backlog` messages queued for it the engine drops it and frees its streams,
+    while a gateway that reads is served as before."""
+    from tts import SynthesisRequest
+    from tts.simulated import SimulatedSettings
+
+    engine = SimulatedEngine(SimulatedSettings(first_packet_ms=10, capacity_x=200, stream_rtf=0.02, packet_ms=80))
+    await engine.start()
+    srv = EngineServer(engine, f"ipc://{tmp_path}/engine.sock", heartbeat_s=5.0, send_backlog=20)
+    await srv.start()
+    transport = Transport()
+    stuck = transport.context.socket(zmq.DEALER)
+    stuck.setsockopt(zmq.RCVHWM, 1)  # its own queue takes one message: past that the kernel's buffers, then the engine's
+    stuck.setsockopt(zmq.RCVBUF, 4096)
+    stuck.connect(srv.endpoint)
+    remote = RemoteEngine([srv.endpoint])
+    try:
+        await asyncio.sleep(0.2)  # the handshake
+        assert isinstance(await _exchange(stuck, W.encode(W.Hello(v=W.VERSION, gateway="stuck"))), W.Welcome)
+        await stuck.send_multipart(W.encode(W.Ops(submit=[W.Submit(sid=i, text="Long speech. " * 400, due_in=0.0)
+                                                          for i in range(8)])))
+        await remote.start()
+        good = remote.synthesize(SynthesisRequest(text="A reader is served. " * 10, tag="g/t/0"))
+        pings = 0
+
+        async def stuck_but_talking():
+            nonlocal pings
+            while srv.counters["dropped_not_reading"] == 0:
+                await stuck.send_multipart(W.encode(W.Ops()))  # alive: never silent for a heartbeat
+                pings += 1
+                await asyncio.sleep(0.1)
+
+        talker = asyncio.create_task(stuck_but_talking())
+        chunks = await asyncio.wait_for(_all(good), 30)
+        await asyncio.wait_for(talker, 30)
+        assert chunks and chunks[-1].is_last  # the reader's request played to its end
+        assert srv.counters["dropped_not_reading"] == 1 and srv.counters["dropped_silent"] == 0
+        assert srv.open_streams == 0 and srv.gateways == 1  # the stuck one's 8 streams freed; the reader still known
+        assert pings >= 1
+    finally:
+        await remote.close()
+        stuck.close(linger=0)
+        transport.close()
+        await srv.close()
+        await engine.close()
+
+
+def test_closing_the_transport_never_waits_on_a_socket_left_open(tmp_path):
+    """ZeroMQ's termination waits for every socket of the context: one left open and still referenced (a
+    link's socket after a bug elsewhere: seen while writing this module's backlog test) hung the gateway's
+    engine close for ever. In a subprocess, so that a hang fails the test instead of holding it."""
+    import subprocess
+    import sys
+
+    code = f"""
+import asyncio
+from tts.service.transport import EndpointError, Transport
+async def main():
+    t = Transport()
+    kept = t.client_socket("ipc://{tmp_path}/nobody.sock", None)  # left open, still referenced
+    try:
+        t.client_socket("tcp://127.0.0.1:9", None)  # refused: no secret
+    except EndpointError:
+        pass
+    t.close()
+    assert kept.closed
+asyncio.run(main())
+print("closed")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "closed" in out.stdout, out.stderr[-2000:]

@@ -23,11 +23,12 @@ import zmq
 
 from tts.engine import Engine, EngineError, PcmChunk, SamplingSettings, SynthesisRequest, TurnStream, VoiceClone
 import tts.service.wire as W
-from tts.service.transport import Transport, send_now
+from tts.service.transport import SEND_BACKLOG, Transport, send_now
 
 log = logging.getLogger("voxgate.engine.server")
 
 OUTCOMES = ("completed", "failed", "cancelled", "refused", "expired")
+DROPS = ("silent", "gone", "not_reading")  # why the engine dropped a gateway (voxgate_engine_gateways_dropped)
 
 
 class _Peer:
@@ -56,9 +57,12 @@ def engine_max_queued(engine: Engine) -> int:
 
 class EngineServer:
     def __init__(self, engine: Engine, listen: str, secret: bytes | None = None, heartbeat_s: float = 2.0,
-                 transport: Transport | None = None):
+                 transport: Transport | None = None, send_backlog: int = SEND_BACKLOG):
         if not heartbeat_s > 0:
             raise ValueError("heartbeat_s must be > 0")
+        if send_backlog < 1:
+            raise ValueError("send_backlog must be >= 1")
+        self.send_backlog = send_backlog
         self.engine = engine
         self.listen = listen
         self.heartbeat_s = heartbeat_s
@@ -74,12 +78,13 @@ class EngineServer:
         self._calls: set[asyncio.Task] = set()
         self.draining = False
         self.counters = {"requests": 0, **{o: 0 for o in OUTCOMES}, "gateways_seen": 0, "messages_in": 0,
-                         "messages_out": 0, "packets_out": 0, "pcm_bytes_out": 0, "bad_messages": 0}
+                         "messages_out": 0, "packets_out": 0, "pcm_bytes_out": 0, "bad_messages": 0,
+                         **{f"dropped_{why}": 0 for why in DROPS}}
         self._step_mark = (0.0, 0)  # (engine step seconds, steps) at the last load report
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        self._sock = self._transport.server_socket(self.listen, self._secret)
+        self._sock = self._transport.server_socket(self.listen, self._secret, self.send_backlog)
         if self.listen.startswith("tcp://") and self.listen.endswith(":0"):
             self.listen = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         loop = asyncio.get_running_loop()
@@ -342,14 +347,22 @@ class EngineServer:
 
     def _unreachable(self, rid: bytes, exc: BaseException) -> None:
         peer = self._peers.get(rid)
-        if peer is not None:
+        if peer is None:
+            return
+        if isinstance(exc, zmq.Again):  # its queue is full: it stopped reading (a stuck or hostile peer)
+            log.warning("gateway %s is not reading (%d messages wait for it): dropping it and its %d streams",
+                        peer.gateway, self.send_backlog, len(peer.streams))
+            self._drop(peer, f"it left {self.send_backlog} messages unread", "not_reading")
+        else:
             log.info("gateway %s is gone (%s): freeing its %d streams", peer.gateway, exc, len(peer.streams))
-            self._drop(peer, "its connection is gone")
+            self._drop(peer, "its connection is gone", "gone")
 
-    def _drop(self, peer: _Peer, why: str) -> None:
+    def _drop(self, peer: _Peer, why: str, counted: str | None = None) -> None:
         """Forget a gateway: cancel every stream it had (the slots free at the engine's next step)."""
         if self._peers.get(peer.rid) is peer:
             del self._peers[peer.rid]
+            if counted:
+                self.counters[f"dropped_{counted}"] += 1
         streams, peer.streams = peer.streams, {}
         peer.chunks, peer.failed = [], []
         if streams:
@@ -365,7 +378,7 @@ class EngineServer:
             now = time.monotonic()
             for peer in [p for p in self._peers.values() if now - p.last_seen > self.heartbeat_s]:
                 log.info("gateway %s silent for %.1f s", peer.gateway, now - peer.last_seen)
-                self._drop(peer, f"silent for more than {self.heartbeat_s:g} s")
+                self._drop(peer, f"silent for more than {self.heartbeat_s:g} s", "silent")
             self._send_beats()
 
     def _send_beats(self) -> None:

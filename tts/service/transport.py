@@ -14,6 +14,7 @@ import os
 import re
 import socket
 import threading
+import weakref
 
 import zmq
 import zmq.asyncio
@@ -23,6 +24,10 @@ from tts.service.wire import SECRET_ENV
 
 _TCP = re.compile(r"tcp://(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+|\*):(\d{1,5})")
 MAX_MESSAGE_BYTES = 64 * 2**20  # a cloned voice's reference recording is the largest message
+# Messages an engine queues for one gateway before it counts that gateway as not reading and drops it (its
+# streams freed). A reading gateway holds a few: one message per engine loop turn, taken as it comes; this
+# is seconds of packets at any step rate, and bounds what one stuck peer can make the engine hold.
+SEND_BACKLOG = 1000
 
 
 class EndpointError(ValueError):
@@ -116,6 +121,7 @@ class Transport:
         self.context = zmq.asyncio.Context.shadow(self._sync.underlying)
         self._auth = None
         self._lock = threading.Lock()
+        self._made: weakref.WeakSet = weakref.WeakSet()  # its sockets: the sync context's destroy does not see them
 
     def _authenticator(self, client_public: bytes) -> None:
         with self._lock:
@@ -126,13 +132,15 @@ class Transport:
                 self._auth.start()
                 self._auth.configure_curve_callback("*", _ClientKeyCheck(client_public))
 
-    def server_socket(self, endpoint: str, secret: bytes | None) -> zmq.asyncio.Socket:
+    def server_socket(self, endpoint: str, secret: bytes | None, send_backlog: int = SEND_BACKLOG) -> zmq.asyncio.Socket:
         """A bound ROUTER. tcp:// requires the secret."""
         check_endpoint(endpoint)
         sock = self.context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gateway that is gone raises: its streams are freed
-        sock.setsockopt(zmq.SNDHWM, 0)  # never drop audio silently; a gateway that stops reading is expired
+        # A send to a gateway that is gone, or that has `send_backlog` messages waiting (it stopped reading),
+        # raises instead of dropping the message silently: that gateway is dropped and its streams are freed.
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.SNDHWM, send_backlog)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         try:
@@ -153,6 +161,7 @@ class Transport:
                     raise EndpointError(f"{endpoint}: another process serves on this socket (stop it first, "
                                         "or listen on another path)")
             sock.bind(endpoint)
+            self._made.add(sock)
         except (zmq.ZMQError, OSError) as exc:
             sock.close(linger=0)  # an open socket would keep the context's termination waiting for ever
             raise EndpointError(f"{endpoint}: cannot listen there: {exc}") from exc
@@ -172,18 +181,26 @@ class Transport:
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        if needs_secret(endpoint):
-            if not secret:
-                raise EndpointError(f"{endpoint}: tcp:// engine endpoints need the shared secret in {SECRET_ENV}")
-            server_public, _ = _keypair(secret, b"server")
-            client_public, client_private = _keypair(secret, b"client")
-            sock.curve_serverkey = server_public
-            sock.curve_publickey, sock.curve_secretkey = client_public, client_private
-        sock.connect(endpoint)
+        try:
+            if needs_secret(endpoint):
+                if not secret:
+                    raise EndpointError(f"{endpoint}: tcp:// engine endpoints need the shared secret in {SECRET_ENV}")
+                server_public, _ = _keypair(secret, b"server")
+                client_public, client_private = _keypair(secret, b"client")
+                sock.curve_serverkey = server_public
+                sock.curve_publickey, sock.curve_secretkey = client_public, client_private
+            sock.connect(endpoint)
+        except BaseException:
+            sock.close(linger=0)  # an open socket would keep the context's termination waiting for ever
+            raise
+        self._made.add(sock)
         return sock
 
     def close(self) -> None:
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
+        for sock in list(self._made):  # one its user left open would hold the termination for ever
+            if not sock.closed:
+                sock.close(linger=0)
         self._sync.destroy(linger=0)  # the asyncio context is a shadow of this one: one termination
