@@ -64,8 +64,11 @@ class Client:
         return await self.until("session.started")
 
     async def next_event(self, timeout: float = 10.0) -> dict:
+        """The next JSON event within `timeout` seconds; audio frames arriving meanwhile are recorded (they do
+        not restart the wait, so `until(timeout=)` times out while paced audio flows)."""
+        deadline = time.monotonic() + timeout
         while True:
-            raw = await asyncio.wait_for(self.ws.recv(), timeout)
+            raw = await asyncio.wait_for(self.ws.recv(), max(0.0, deadline - time.monotonic()))
             now = time.monotonic()
             if isinstance(raw, bytes):
                 self.frames.append((now, raw))
