@@ -28,7 +28,7 @@ from tts.service.transport import SEND_BACKLOG, Transport, send_now
 log = logging.getLogger("voxgate.engine.server")
 
 OUTCOMES = ("completed", "failed", "cancelled", "refused", "expired")
-DROPS = ("silent", "gone", "not_reading")  # why the engine dropped a gateway (voxgate_engine_gateways_dropped)
+DROPS = ("silent", "gone", "not_reading")  # why the engine dropped a gateway (voxgate_engine_gateways_dropped_total)
 
 
 class _Peer:
