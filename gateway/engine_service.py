@@ -244,7 +244,7 @@ def engine_main(args) -> int:
         return 2
     if config.engine.kind == "remote":
         say(f"voxgate engine: {config.source}: engine.kind: remote names other engines; `voxgate engine` serves "
-              "a local one (qwen3, simulated, espeak or auto)")
+            "a local one (qwen3, simulated, espeak or auto)")
         return 2
     if args.http_port is not None and not 0 <= args.http_port <= 65535:
         say(f"voxgate engine: --http-port must be 0..65535 (got {args.http_port})")

@@ -88,11 +88,11 @@ def serve_workers(args, n: int) -> int:
         return 2
     if config.engine.kind == "qwen3" and n > 1 and not (config.engine.isolate or getattr(args, "isolate_engine", False)):
         say(f"voxgate: --workers {n} with engine.kind qwen3 would load the model {n} times (once per worker): run one "
-              "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
+            "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
         return 2
     if (config.engine.isolate or getattr(args, "isolate_engine", False)) and n > 1:
         say(f"voxgate: --workers {n} with engine.isolate would start {n} engines (one per worker): run one "
-              "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
+            "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
         return 2
     host = config.server.host
     try:

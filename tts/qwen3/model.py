@@ -296,5 +296,4 @@ class Qwen3TTSModel(nn.Module):
         self.talker.model.setup_caches(max_batch, max_seq_len, dtype, device)
         g = self.config.talker.num_code_groups
         self.talker.code_predictor.model.setup_caches(max_batch, g, dtype, device)
-
         lean_predictor(self.talker.code_predictor)  # its plan views these caches: made now, eagerly
