@@ -448,4 +448,8 @@ def bench_main(args) -> int:
         with open(args.json_output, "w") as f:
             json.dump(result, f, indent=2)
         print(f"json: {args.json_output}")
+    if getattr(args, "plot", None) and "reference" in result:
+        from bench import plots
+
+        plots.write_plot("reference", result, args.plot, plots.command_line())
     return 0

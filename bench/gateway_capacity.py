@@ -54,6 +54,7 @@ import urllib.request
 
 import websockets
 
+from bench import plots
 from bench.capacity_client import TURN_TEXTS, ClientStats
 from bench.loadtest.servers import cpu_seconds, free_port
 
@@ -484,7 +485,14 @@ def main(argv: list[str] | None = None) -> int:
                          "each round, so a machine whose speed drifts between runs does not decide the comparison")
     ap.add_argument("--idle-s", type=float, default=3.0, help="seconds of idle gateway CPU measured before the levels (0: none)")
     ap.add_argument("--json-output")
+    ap.add_argument("--plot", metavar="FILE.png", help="draw sessions against p99 lateness and CPU per frame into FILE "
+                                                       "(.png or .svg), the run's data beside it as FILE.json (bench/plots.py)")
     args = ap.parse_args(argv)
+    if args.plot:
+        try:
+            plots.check_target(args.plot)
+        except plots.PlotError as e:
+            ap.error(str(e))
     levels = [int(x) for x in args.levels.split(",")]
     worker_counts = [int(x) for x in args.workers.split(",")] if args.workers else [None]
     placement = parse_pin(args.pin, sorted(os.sched_getaffinity(0)))
@@ -525,10 +533,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         held = [r["sessions"] for r in rows if r["holds"]]
         print(f"holds up to {max(held) if held else 0} paced sessions (cpu count {os.cpu_count()})")
+    result = {"levels": rows, "cpu_count": os.cpu_count(), "workers": worker_counts if args.workers else None,
+              "pin": args.pin, "idle_cpu_pct": idle}
     if args.json_output:
         with open(args.json_output, "w") as f:
-            json.dump({"levels": rows, "cpu_count": os.cpu_count(), "workers": worker_counts if args.workers else None,
-                       "pin": args.pin, "idle_cpu_pct": idle}, f, indent=2)
+            json.dump(result, f, indent=2)
+    if args.plot:
+        plots.write_plot("capacity", result, args.plot, plots.command_line("bench.gateway_capacity"))
     return 0
 
 

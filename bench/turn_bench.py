@@ -169,4 +169,8 @@ def turn_bench_main(args) -> int:
     if args.json_output:
         with open(args.json_output, "w") as f:
             json.dump(out, f, indent=1)
+    if getattr(args, "plot", None):
+        from bench import plots
+
+        plots.write_plot("turn_mode", out, args.plot, plots.command_line(), label=f"{rate:g} words/s")
     return 0

@@ -27,6 +27,7 @@ import time
 
 import torch
 
+from bench import plots
 from tts.qwen3.codec import CodecConfig, codec_config_dict, load_codec_decoder, random_codec_decoder
 from tts.qwen3.codec.tiny import TINY_DECODER
 
@@ -133,7 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (torch and ONNX Runtime)")
     ap.add_argument("--cache-dir", default=None, help="ONNX exports / TensorRT engines (default: a temporary folder)")
     ap.add_argument("--json-output", default=None)
+    ap.add_argument("--plot", metavar="FILE.png", help="draw CPU per frame and audio× by backend into FILE (.png or .svg), "
+                                                       "the run's data beside it as FILE.json (bench/plots.py)")
     args = ap.parse_args(argv)
+    if args.plot:
+        try:
+            plots.check_target(args.plot)
+        except plots.PlotError as e:
+            ap.error(str(e))
     if args.threads:
         torch.set_num_threads(args.threads)
     shapes = ["dir"] if args.speech_tokenizer else args.shape.split(",")
@@ -161,10 +169,13 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"{label:<10}{voc.name:<20}{batch:>6}{step:>6}{row['ms_per_step']:>11.2f}"
                               f"{row['min_ms_per_step']:>11.2f}{row['ms_per_frame']:>10.2f}{row['cpu_ms_per_frame']:>10.2f}"
                               f"{row['audio_x']:>9.3f}", flush=True)
+    result = {"device": args.device, "dtype": args.dtype, "conv_dtype": args.conv_dtype,
+              "threads": torch.get_num_threads(), "rows": rows}
     if args.json_output:
         with open(args.json_output, "w", encoding="utf-8") as f:
-            json.dump({"device": args.device, "dtype": args.dtype, "conv_dtype": args.conv_dtype,
-                       "threads": torch.get_num_threads(), "rows": rows}, f, indent=2)
+            json.dump(result, f, indent=2)
+    if args.plot:
+        plots.write_plot("vocoder", result, args.plot, plots.command_line("bench.vocoder_bench"))
     return 0
 
 

@@ -202,10 +202,32 @@ def _add_bench(sub) -> None:
     p.add_argument("--turn-repeats", type=int, default=2, help="with --turn-mode: rounds over the turns")
     p.add_argument("--turn-frames-per-token", type=float, default=None,
                    help="with --turn-mode: frame cap per text token (4 + this; random tiny weights never end by EOS)")
+    p.add_argument("--plot", metavar="FILE.png", help="with --reference or --turn-mode: draw the result into FILE (.png or "
+                                                       ".svg), its data beside it as FILE.json (bench/plots.py)")
     p.set_defaults(handler=_run_bench)
 
 
+def _check_plot(args, needs: str | None = None) -> str | None:
+    """A --plot target that cannot be drawn fails before the run, with the reason."""
+    if not getattr(args, "plot", None):
+        return None
+    from bench.plots import PlotError, check_target
+
+    try:
+        if needs:
+            raise PlotError(f"--plot draws {needs}")
+        check_target(args.plot)
+    except PlotError as e:
+        return str(e)
+    return None
+
+
 def _run_bench(args) -> int:
+    plain = args.turn_mode or (args.reference and not args.remote and not args.ref_audio)
+    bad = _check_plot(args, None if plain else "the --reference or --turn-mode result only (not --remote or --ref-audio)")
+    if bad:
+        print(f"voxgate bench: bad_args: {bad}", file=sys.stderr)
+        return 2
     if args.turn_mode:
         from bench.turn_bench import turn_bench_main
 
@@ -263,10 +285,16 @@ def _add_loadtest(sub) -> None:
     p.add_argument("--slo-gaps-from", default="heard", choices=["heard", "server"], help="which gaps the SLO counts")
     p.add_argument("--leg", default="native", choices=["native", "twilio"], help="native: /v1/ws; twilio: /v1/twilio media + /v1/control text")
     p.add_argument("--stub", action="store_true", help="against a near-free stub gateway: measures how many callers this client drives")
+    p.add_argument("--plot", metavar="FILE.png", help="draw TTFA and audible gaps against callers into FILE (.png or .svg), "
+                                                       "the run's data beside it as FILE.json (bench/plots.py)")
     p.set_defaults(handler=_run_loadtest)
 
 
 def _run_loadtest(args) -> int:
+    bad = _check_plot(args)
+    if bad:
+        print(f"voxgate loadtest: {bad}")
+        return 2
     from bench.loadtest import loadtest_main
 
     return loadtest_main(args)

@@ -152,6 +152,10 @@ async def _run(args, params: SweepParams, out: Path) -> int:
     doc["client_capacity"] = client_capacity(doc)
     (out / "metrics.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False))
     (out / "report.html").write_text(render_report(doc, env), encoding="utf-8")
+    if getattr(args, "plot", None):
+        from bench import plots
+
+        plots.write_plot("loadtest", doc, args.plot, plots.command_line())
     print()
     for row in summary_rows(doc):
         print(row)

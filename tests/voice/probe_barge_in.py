@@ -23,6 +23,7 @@ import uuid
 import numpy as np
 
 from audio.g711 import ulaw_encode
+from bench import plots
 from gateway.app import Gateway
 from gateway.config import load_config
 from tests import caller_audio as ca
@@ -223,11 +224,21 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--barge-in", default="{}", help='JSON overrides of the barge_in section, e.g. {"threshold": 0.7}')
     ap.add_argument("--out")
+    ap.add_argument("--plot", metavar="FILE.png", help="draw latency and misses per leg into FILE (.png or .svg), the run's "
+                                                       "data beside it as FILE.json (bench/plots.py)")
     args = ap.parse_args()
+    if args.plot:
+        try:
+            plots.check_target(args.plot)
+        except plots.PlotError as e:
+            ap.error(str(e))
     rows = asyncio.run(main_async(args))
+    result = {"config": {"barge_in": "defaults, mode vad"}, "results": rows}
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"config": {"barge_in": "defaults, mode vad"}, "results": rows}, f, indent=2)
+            json.dump(result, f, indent=2)
+    if args.plot:
+        plots.write_plot("barge_in", result, args.plot, plots.command_line("tests.voice.probe_barge_in"))
 
 
 if __name__ == "__main__":
