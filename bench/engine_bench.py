@@ -451,5 +451,5 @@ def bench_main(args) -> int:
     if getattr(args, "plot", None) and "reference" in result:
         from bench import plots
 
-        plots.write_plot("reference", result, args.plot, plots.command_line())
+        plots.write_plot("reference", result, args.plot, plots.command_line(argv=getattr(args, "argv", None)))
     return 0

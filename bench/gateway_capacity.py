@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.plot:
         try:
-            plots.check_target(args.plot)
+            plots.check_target(args.plot, (args.json_output,))
         except plots.PlotError as e:
             ap.error(str(e))
     levels = [int(x) for x in args.levels.split(",")]
@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json_output, "w") as f:
             json.dump(result, f, indent=2)
     if args.plot:
-        plots.write_plot("capacity", result, args.plot, plots.command_line("bench.gateway_capacity"))
+        plots.write_plot("capacity", result, args.plot, plots.command_line("bench.gateway_capacity", argv))
     return 0
 
 

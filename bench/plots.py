@@ -44,13 +44,19 @@ def data_hash(data: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def check_target(out: str | os.PathLike) -> Path:
-    """Fail before a long bench run, not after: a .png/.svg path in an existing folder, and matplotlib."""
+def check_target(out: str | os.PathLike, other_outputs: tuple = ()) -> Path:
+    """Fail before a long bench run, not after: a .png/.svg path in an existing folder, its data file not one of
+    the bench's other outputs (`--json-output`), and matplotlib."""
     path = Path(out)
     if path.suffix.lower() not in SUFFIXES:
         raise PlotError(f"--plot {out}: the picture must end in .png or .svg (its data goes beside it as .json)")
     if not path.parent.is_dir():
         raise PlotError(f"--plot {out}: folder {path.parent} does not exist")
+    data_path = path.with_suffix(".json").resolve()
+    for other in other_outputs:
+        if other and Path(other).resolve() == data_path:
+            raise PlotError(f"--plot {out} writes its data to {path.with_suffix('.json')}, which the bench also writes: "
+                            "give the picture or that output another name")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -58,11 +64,11 @@ def check_target(out: str | os.PathLike) -> Path:
     return path
 
 
-def command_line(module: str | None = None) -> str:
-    """How this process was started, as a user would type it: `python -m MODULE …`, or `voxgate …` for the
-    CLI's subcommands (however it was launched)."""
+def command_line(module: str | None = None, argv: list[str] | None = None) -> str:
+    """The bench's command as a user would type it: `python -m MODULE ARGV…`, or `voxgate ARGV…` for the CLI's
+    subcommands (however it was launched); ARGV defaults to this process's arguments."""
     prog = f"python -m {module}" if module else "voxgate"
-    return " ".join([prog, *map(shlex.quote, sys.argv[1:])])
+    return " ".join([prog, *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
 
 
 def _cpu_model() -> str:

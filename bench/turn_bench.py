@@ -172,5 +172,5 @@ def turn_bench_main(args) -> int:
     if getattr(args, "plot", None):
         from bench import plots
 
-        plots.write_plot("turn_mode", out, args.plot, plots.command_line(), label=f"{rate:g} words/s")
+        plots.write_plot("turn_mode", out, args.plot, plots.command_line(argv=getattr(args, "argv", None)), label=f"{rate:g} words/s")
     return 0

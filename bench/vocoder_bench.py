@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.plot:
         try:
-            plots.check_target(args.plot)
+            plots.check_target(args.plot, (args.json_output,))
         except plots.PlotError as e:
             ap.error(str(e))
     if args.threads:
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json_output, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
     if args.plot:
-        plots.write_plot("vocoder", result, args.plot, plots.command_line("bench.vocoder_bench"))
+        plots.write_plot("vocoder", result, args.plot, plots.command_line("bench.vocoder_bench", argv))
     return 0
 
 

@@ -216,7 +216,7 @@ def _check_plot(args, needs: str | None = None) -> str | None:
     try:
         if needs:
             raise PlotError(f"--plot draws {needs}")
-        check_target(args.plot)
+        check_target(args.plot, (getattr(args, "json_output", None),))
     except PlotError as e:
         return str(e)
     return None
@@ -344,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a bench's --plot records as its command
     return int(args.handler(args) or 0)
 
 

@@ -155,7 +155,7 @@ async def _run(args, params: SweepParams, out: Path) -> int:
     if getattr(args, "plot", None):
         from bench import plots
 
-        plots.write_plot("loadtest", doc, args.plot, plots.command_line())
+        plots.write_plot("loadtest", doc, args.plot, plots.command_line(argv=getattr(args, "argv", None)))
     print()
     for row in summary_rows(doc):
         print(row)

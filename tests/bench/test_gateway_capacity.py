@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 from bench import gateway_capacity
+from tests.bench.test_plots import assert_drawn
 
 
 def test_a_small_level_reports_pacing_cpu_and_underruns_by_cause(tmp_path, capsys):
     out = tmp_path / "capacity.json"
-    assert gateway_capacity.main(["--levels", "4", "--window", "2", "--warmup", "1.5", "--json-output", str(out)]) == 0
+    assert gateway_capacity.main(["--levels", "4", "--window", "2", "--warmup", "1.5", "--json-output", str(out),
+                                  "--plot", str(tmp_path / "levels.png")]) == 0
     (row,) = json.loads(out.read_text())["levels"]
     assert row["sessions"] == 4 and row["errors"] == 0 and row["connected"] == 4 and row["client"] == "lean"
     assert row["frames_per_s_received"] > 50  # four paced calls talk most of the time: 50 frames/s each
@@ -20,6 +22,9 @@ def test_a_small_level_reports_pacing_cpu_and_underruns_by_cause(tmp_path, capsy
     assert 0 <= row["server_kernel_pct_of_cpu"] <= 100
     assert sum(row["underruns_by_cause"].values()) == row["underruns"]
     assert "holds up to" in capsys.readouterr().out
+    drawn = assert_drawn(tmp_path / "levels.png", "capacity")  # --plot: the same levels, drawn
+    assert drawn["runs"][0]["result"]["levels"][0]["lateness_p99_ms"] == row["lateness_p99_ms"]
+    assert drawn["runs"][0]["command"].startswith("python -m bench.gateway_capacity --levels 4")
 
 
 def test_workers_one_and_two_behind_one_port_side_by_side(tmp_path, capsys):

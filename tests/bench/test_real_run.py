@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.loadtest.cli import run_from_args
+from tests.bench.test_plots import assert_drawn
 from bench.loadtest.client import ClientSettings
 from bench.loadtest.runner import SweepParams, run_sweep
 from bench.loadtest.scenarios import parse_scenarios
@@ -93,8 +94,11 @@ def test_cli_writes_the_run_folder_and_report(tmp_path):
     args = argparse.Namespace(
         gateway=None, config=[write_config(tmp_path, 50)], ab=None, scenarios=str(scen), levels="2", window=2.0, seed=1,
         out=str(tmp_path / "run"), wav=True, api_key=None, ramp=0.2, settle=0.2, llm_ttft_ms=50.0, llm_tokens_per_s=200.0,
+        plot=str(tmp_path / "ttfa.png"),
     )
     assert run_from_args(args) == 0
+    drawn = assert_drawn(tmp_path / "ttfa.png", "loadtest")["runs"][0]["result"]  # --plot: TTFA and gaps per level
+    assert [m["level"] for m in drawn["levels"]["A"]] == [2] and drawn["levels"]["A"][0]["ttfa_client_ms"]["p95"] > 0
     run = tmp_path / "run"
     for name in ("metrics.json", "env.json", "params_used.yaml", "turns.jsonl", "events.jsonl", "report.html"):
         assert (run / name).is_file(), name

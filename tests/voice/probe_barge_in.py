@@ -229,7 +229,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.plot:
         try:
-            plots.check_target(args.plot)
+            plots.check_target(args.plot, (args.out,))
         except plots.PlotError as e:
             ap.error(str(e))
     rows = asyncio.run(main_async(args))
