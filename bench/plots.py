@@ -204,7 +204,11 @@ def _draw_panel(ax, panel: dict) -> None:
         for s in series:
             xs = [cats.index(x) for x in s["x"]] if cats else s["x"]
             pts = [(x, y) for x, y in zip(xs, s["y"]) if y is not None]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], s.get("style", "o-"), label=s["label"], markersize=4)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], s.get("style", "o-"), label=s["label"], markersize=4,
+                    color=s.get("color"))
+        xs = sorted({x for s in series for x in s["x"]})
+        if not cats and not panel.get("x_log") and 0 < len(xs) <= 12:
+            ax.set_xticks(xs, [f"{x:g}" for x in xs])  # the measured levels themselves
         if cats:
             ax.set_xticks(range(len(cats)), cats, rotation=panel.get("rotate", 0), fontsize=7,
                           ha="right" if panel.get("rotate") else "center")
@@ -301,12 +305,14 @@ def _loadtest(runs: list[dict]) -> dict:
         doc = run["result"]
         for label, levels in doc["levels"].items():
             cfg = (doc["targets"].get(label) or {}).get("config") or (doc["targets"].get(label) or {}).get("ws_url") or label
-            name = _label(run, Path(str(cfg)).stem, runs)
+            name, color = _label(run, Path(str(cfg)).stem, runs), f"C{len(gaps) % 10}"
+            levels = [m for m in levels if m.get("turns") is None or m["turns"] > 0]  # a level without a turn measured nothing
             xs = [m["level"] for m in levels]
-            ttfa.append({"label": f"{name} p95", "x": xs, "y": [m["ttfa_client_ms"].get("p95") for m in levels]})
+            ttfa.append({"label": f"{name} p95", "color": color, "x": xs, "y": [m["ttfa_client_ms"].get("p95") for m in levels]})
             if any(m["ttfa_client_ms"].get("p50") is not None for m in levels):
-                ttfa.append({"label": f"{name} p50", "style": "^:", "x": xs, "y": [m["ttfa_client_ms"].get("p50") for m in levels]})
-            gaps.append({"label": name, "x": xs, "y": [m["heard_gaps"]["per_100_turns"]["audible"] for m in levels]})
+                ttfa.append({"label": f"{name} p50", "style": "^:", "color": color, "x": xs,
+                             "y": [m["ttfa_client_ms"].get("p50") for m in levels]})
+            gaps.append({"label": name, "color": color, "x": xs, "y": [m["heard_gaps"]["per_100_turns"]["audible"] for m in levels]})
     return {"title": "Time to first audio against concurrent callers (voxgate loadtest, simulated LLM)",
             "panels": [{"title": "first audio at the caller, from the LLM's first token", "series": ttfa, "y_log": True,
                         "x_label": "concurrent callers", "y_label": "TTFA (ms)", "hlines": [(800.0, "SLO: p95 ≤ 800 ms")]},
