@@ -147,3 +147,21 @@ def test_the_benchmarks_page_shows_every_picture_and_names_only_files_that_exist
 @pytest.mark.parametrize("kind", sorted(plots.FIGURES))
 def test_every_figure_kind_has_a_checked_in_example(kind):
     assert kind in {json.loads(p.read_text())["figure"] for p in checked_in()}
+
+
+def test_the_pages_voxgate_commands_parse():
+    """`voxgate bench … --plot`, `voxgate loadtest … --plot` as the page shows them: a renamed flag fails here."""
+    from gateway.cli import build_parser
+
+    lines, commands = PAGE.read_text().splitlines(), []
+    for i, line in enumerate(lines):
+        if re.match(r"\s{4,}(\w+=\S+ )*voxgate ", line):
+            text, j = line.strip(), i
+            while text.endswith("\\"):
+                j += 1
+                text = text[:-1] + " " + lines[j].strip()
+            commands.append(text)
+    assert sum("--plot docs/benchmarks/" in c for c in commands) >= 3
+    for command in commands:
+        words = [w for w in re.sub(r"\s\[[^\]]*\]", "", command).split() if not re.match(r"\w+=", w)]
+        build_parser().parse_args(words[1:])  # SystemExit on an unknown flag
