@@ -2,7 +2,8 @@
 
 A bench run with `--plot FILE.png` (or `.svg`) writes FILE.json beside it (what was measured, in the
 bench's own JSON shape, with the command, the machine, its load and the time) and draws FILE.png from
-that file. The same code redraws checked-in data, or several runs as one picture:
+that file. The same code redraws checked-in data, or several runs as one picture (the picture's data always
+lands beside it, so every picture can be redrawn and checked on its own):
 
     python -m bench.plots --from docs/benchmarks/capacity.json --out docs/benchmarks/capacity.png
     python -m bench.plots --from rate2.json --from rate8.json --out turn-modes.png   # runs side by side
@@ -167,7 +168,8 @@ def draw(data: dict, out: str | os.PathLike) -> Path:
         meta["Software"] = "voxgate bench.plots"  # not matplotlib's version: the same data draws the same file
     else:
         meta["Date"] = None  # no timestamp in the SVG either
-    fig.savefig(out, dpi=100, metadata=meta)
+    with plt.rc_context({"svg.hashsalt": "voxgate"}):  # an SVG's element ids from the data, not random
+        fig.savefig(out, dpi=100, metadata=meta)
     plt.close(fig)
     return out
 
@@ -461,8 +463,9 @@ def main(argv: list[str] | None = None) -> int:
             raise PlotError("give --from DATA.json [--from …] and --out FILE.png, or --all DIR")
         out = check_target(args.out)
         data = load_data(*args.sources)
-        if len(args.sources) > 1:  # the picture's own data beside it, so it can be redrawn and checked alone
-            out.with_suffix(".json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        beside = out.with_suffix(".json")
+        if [Path(s).resolve() for s in args.sources] != [beside.resolve()]:  # the picture's own data beside it,
+            beside.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")  # so it redraws alone
         draw(data, out)
         print(f"{out} (from {', '.join(args.sources)})")
         return 0
