@@ -430,6 +430,35 @@ def _barge_in(runs: list[dict]) -> dict:
                         "series": false, "y_label": "count"}]}
 
 
+VAD_KEYS = ("backend", "calls", "seconds", "cpu_ms_per_call_s", "cores_at_n", "pass_ms_p50", "pass_ms_p95", "window_ms")
+
+
+def _slim_vad(result: dict) -> dict:
+    """bench/vad_bench.py --out: one row per backend and call count."""
+    return {"results": [{k: r[k] for k in VAD_KEYS if k in r} for r in result["results"]]}
+
+
+def _vad(runs: list[dict]) -> dict:
+    cost, passes = [], []
+    for run in runs:
+        rows = run["result"]["results"]
+        for backend in dict.fromkeys(r["backend"] for r in rows):
+            mine = sorted((r for r in rows if r["backend"] == backend), key=lambda r: r["calls"])
+            name, color = _label(run, backend, runs), f"C{len(cost) % 10}"
+            xs = [r["calls"] for r in mine]
+            cost.append({"label": name, "color": color, "x": xs, "y": [r["cpu_ms_per_call_s"] for r in mine]})
+            passes.append({"label": f"{name} p95", "color": color, "x": xs, "y": [r.get("pass_ms_p95") for r in mine]})
+            passes.append({"label": f"{name} p50", "style": "^:", "color": color, "x": xs, "y": [r.get("pass_ms_p50") for r in mine]})
+    windows = {r["backend"]: r["window_ms"] for run in runs for r in run["result"]["results"] if r.get("window_ms")}
+    window_line = [(min(windows.values()), " / ".join(f"{w:g} ms ({b})" for b, w in windows.items()) + " window")] if windows else []
+    return {"title": "The caller's voice: VAD cost per call, one batched pass for every call's window",
+            "panels": [{"title": "CPU per second of one call's audio", "series": cost, "x_label": "concurrent calls",
+                        "y_label": "CPU ms per call-second"},
+                       {"title": "one pass for all calls (must stay under the window)", "series": passes, "y_log": True,
+                        "x_label": "concurrent calls", "y_label": "pass wall time (ms)",
+                        "hlines": window_line}]}
+
+
 FIGURES = {
     "capacity": (_slim_capacity, _capacity),
     "loadtest": (_slim_loadtest, _loadtest),
@@ -437,6 +466,7 @@ FIGURES = {
     "reference": (_slim_reference, _reference),
     "vocoder": (_slim_vocoder, _vocoder),
     "barge_in": (_slim_barge_in, _barge_in),
+    "vad": (_slim_vad, _vad),
 }
 
 

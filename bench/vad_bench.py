@@ -32,6 +32,7 @@ import numpy as np
 
 from audio.resample import StreamResampler
 from audio.vad import SAMPLE_RATE, VadPool, make_backend
+from bench import plots
 
 FRAME = SAMPLE_RATE // 50  # 20 ms pushes
 
@@ -121,7 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="silero,webrtc")
     ap.add_argument("--wav", help="caller audio to loop (default: generated noise and tones)")
     ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--plot", metavar="FILE.png", help="draw cost and pass time against calls into FILE (.png or .svg), "
+                                                       "the run's data beside it as FILE.json (bench/plots.py)")
     args = ap.parse_args(argv)
+    if args.plot:
+        try:
+            plots.check_target(args.plot, (args.out,))
+        except plots.PlotError as e:
+            ap.error(str(e))
     audio = load_wav(args.wav) if args.wav else default_audio(8.0)
     rows = []
     for kind in args.backend.split(","):
@@ -131,10 +139,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['backend']:7s} calls={row['calls']:4d}  {row['cpu_ms_per_call_s']:7.3f} CPU ms per call-second  "
                   f"{row['cores_at_n']:.3f} cores for all  pass p50 {row['pass_ms_p50']:.2f} ms p95 {row['pass_ms_p95']:.2f} ms "
                   f"(window {row['window_ms']:.0f} ms)  model calls {row['model_calls']} for {row['windows']} windows", flush=True)
+    result = {"host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version.split()[0]}, "results": rows}
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version.split()[0]},
-                       "results": rows}, f, indent=2)
+            json.dump(result, f, indent=2)
+    if args.plot:
+        plots.write_plot("vad", result, args.plot, plots.command_line("bench.vad_bench", argv))
     return 0
 
 

@@ -165,3 +165,12 @@ def test_the_pages_voxgate_commands_parse():
     for command in commands:
         words = [w for w in re.sub(r"\s\[[^\]]*\]", "", command).split() if not re.match(r"\w+=", w)]
         build_parser().parse_args(words[1:])  # SystemExit on an unknown flag
+
+
+def test_vad_bench_plots_a_tiny_run(tmp_path):
+    from bench import vad_bench
+
+    out = tmp_path / "vad.png"
+    assert vad_bench.main(["--calls", "2", "--seconds", "0.5", "--backend", "webrtc", "--plot", str(out)]) == 0
+    (row,) = assert_drawn(out, "vad")["runs"][0]["result"]["results"]
+    assert row["backend"] == "webrtc" and row["calls"] == 2 and row["cpu_ms_per_call_s"] > 0
