@@ -177,3 +177,25 @@ def test_vad_bench_plots_a_tiny_run(tmp_path):
     assert vad_bench.main(["--calls", "2", "--seconds", "0.5", "--backend", "webrtc", "--plot", str(out)]) == 0
     (row,) = assert_drawn(out, "vad")["runs"][0]["result"]["results"]
     assert row["backend"] == "webrtc" and row["calls"] == 2 and row["cpu_ms_per_call_s"] > 0
+
+
+def test_the_pages_python_bench_commands_name_flags_their_tool_has():
+    """`python -m bench.x --flag …` on the page: each flag is one the tool's source defines (its argparse), so a
+    renamed flag fails here without running the bench."""
+    checked, lines = 0, PAGE.read_text().splitlines()
+    for i, line in enumerate(lines):
+        while line.endswith("\\") and i + 1 < len(lines):  # continuation lines
+            i += 1
+            line = line[:-1] + " " + lines[i].strip()
+        m = re.match(r"\s{4,}(?:\w+=\S+ )*(?:nice -n \d+ )?(?:PYTHONPATH=\S+ )?(?:\.venv/bin/)?python (?:-m (\S+)|(\S+\.py))(.*)", line)
+        if not m:
+            continue
+        source = ROOT / (m.group(2) or m.group(1).replace(".", "/") + ".py")
+        if not source.is_file():
+            source = source.with_suffix("") / "__main__.py"  # a package run with -m
+        assert source.is_file(), f"docs/benchmarks.md runs {m.group(1) or m.group(2)}, which does not exist"
+        text = "".join(p.read_text() for p in ([source] if source.name != "__main__.py" else source.parent.glob("*.py")))
+        for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", m.group(3)):
+            assert f'"{flag}"' in text, f"{source.relative_to(ROOT)} has no {flag} (docs/benchmarks.md: {line.strip()})"
+        checked += 1
+    assert checked >= 15
