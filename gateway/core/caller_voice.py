@@ -16,8 +16,8 @@ audio is playing interrupts exactly like the agent's `interrupt`
 playout flushed, far end told to drop its buffer) with `played_text` cut
 where the caller started. Speech in the first `echo_holdoff_ms` after each
 audio start does not count (the agent's own voice echoing back before the
-far end's echo canceller settles); the caller who keeps talking past it
-still interrupts. With `pause_on_onset`, on legs whose buffer voxgate owns
+far end's echo canceller settles), nor does speech that began before the
+turn; the caller who keeps talking past the hold-off still interrupts. With `pause_on_onset`, on legs whose buffer voxgate owns
 the playout holds at the onset and resumes if the speech ends short of
 `min_speech_ms` (counted as a false interruption).
 """
@@ -250,6 +250,9 @@ class CallerVoice:
         etype = event.get("type")
         if etype == "audio.start":
             self._holdoff_until_ms = self.timeline_ms + self.settings.echo_holdoff_ms
+            # Speech already under way counts only from the hold-off's end: what the caller said before
+            # the turn began was not said over it, so it must not cut the turn at its first frame.
+            self._voiced_ms = 0.0
         elif etype == "session.ended":
             self.close()
 

@@ -206,3 +206,31 @@ async def test_the_built_in_agent_answers_what_stt_heard(make_voice_gateway):
         sender.cancel()
         await caller.close()
         await stt.stop()
+
+
+async def test_speech_that_began_before_the_turn_does_not_cut_it_at_once(make_voice_gateway):
+    """A caller already talking when a turn's audio starts: what they said before it counts nothing.
+
+    Only speech past the turn's echo hold-off (300 ms) counts toward min_speech_ms (250 ms), so a caller
+    who keeps talking still barges in, but not before ~550 ms of the turn have played (the old code
+    carried the pre-turn speech over and cut the turn at its first frames)."""
+    gw = await make_voice_gateway()
+    caller = await open_caller(gw, input={"encoding": "pcm16", "sample_rate": 16000})
+    source = PacedSource(16000)
+    sender = asyncio.get_running_loop().create_task(pump(source, lambda f: caller.ws.send(f.astype("<i2").tobytes())))
+    try:
+        pcm, onset_ms = ca.caller_track(16000, lead_ms=200, name="stop")  # ~2.5 s of speech
+        source.play(pcm, onset_ms)
+        await caller.expect("user.speech", state="started")
+        await asyncio.sleep(0.5)  # half a second of speech before the agent says anything
+        await caller.send({"type": "text", "turn_id": "t1", "text": LONG, "final": True})
+        await caller.expect("audio.start")
+        first_frame = len(caller.frames)
+        done = await caller.expect("turn.done", timeout=10)
+        frames_before_cut = len(caller.frames) - first_frame
+        assert done["interrupted_by"] == "caller"  # still talking past the hold-off: a real barge-in
+        # 300 ms hold-off + 250 ms of voiced speech (~27 frames of 20 ms); the old code: 0-3 frames
+        assert frames_before_cut >= 15, f"cut after {frames_before_cut} frames: the pre-turn speech counted"
+    finally:
+        sender.cancel()
+        await caller.close()
