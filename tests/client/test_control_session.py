@@ -152,3 +152,23 @@ async def test_attach_refusals_raise(start_gateway):
     # A call whose media never comes ends with unknown_call, as an event.
     assert (await next_of(agent, Error, timeout=5)).code == "unknown_call"
     await agent.close()
+
+
+@pytest.mark.parametrize("door", ["/v1/control", "/v1/control/", "/v1/control/{call_id}"])
+async def test_attach_takes_a_url_that_already_names_the_door(start_gateway, door):
+    """The cluster docs' path door (`/v1/control/{call_id}`, hashed on by a balancer) and a plain
+    `/v1/control` URL are used as given (the old client appended a second `/v1/control`)."""
+    gw = await start_gateway(TEL)
+    call_id = "door" + str(len(door))
+    agent = await Session.attach(f"http://127.0.0.1:{gw.port}" + door.format(call_id=call_id), call_id)
+    try:
+        assert agent._url == f"ws://127.0.0.1:{gw.port}" + door.format(call_id=call_id).rstrip("/")
+        tw = await TwilioClient.connect(gw, stream_sid=f"MZ{call_id}", call_sid=f"CA{call_id}")
+        await tw.start(params={"call_id": call_id})
+        tw.reader = asyncio.ensure_future(read_twilio(tw))
+        assert (await next_of(agent, CallMedia)).state == "connected"
+        done = await (await agent.say("Through the door.")).done(timeout=10)
+        assert done.played_text == "Through the door."
+        await tw.stop()
+    finally:
+        await agent.close()

@@ -35,13 +35,17 @@ class VoxgateError(Exception):
 
 
 def endpoint(url: str, path: str) -> str:
-    """`http(s)://host:port`, `ws(s)://host:port` or a full `/v1/...` URL → the WebSocket URL of `path`."""
+    """`http(s)://host:port`, `ws(s)://host:port` or a full `/v1/...` URL → the WebSocket URL of `path`.
+
+    A URL that already names the door is kept as it is: `…/v1/control`, and the path door with the call's
+    id in it, `…/v1/control/{call_id}` (what a balancer hashing on the call id routes by)."""
     parts = urlsplit(url)
     scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
     if scheme not in ("ws", "wss"):
         raise ValueError(f"the gateway URL must be http(s):// or ws(s)://, not {url!r}")
     base = parts.path.rstrip("/")
-    if not base.endswith(path):
+    head, _, last = base.rpartition("/")
+    if not (base.endswith(path) or (head.endswith(path) and last)):
         base += path
     return urlunsplit((scheme, parts.netloc, base, parts.query, ""))
 
