@@ -1,4 +1,4 @@
-"""WebRTC media leg and data-channel text leg with aiortc (DESIGN.md §3.3, §3.5).
+"""WebRTC media leg and data-channel text leg with aiortc (docs/webrtc.md, docs/protocol.md).
 
 Signalling is one HTTP exchange: `POST /v1/webrtc/offer {sdp, type}` →
 `{sdp, type, session_id}`; the browser gathers ICE fully before it posts.
@@ -408,7 +408,9 @@ class WebrtcTransport:
         cfg = self.core.config
         turn = self.minted_turn()
         servers = list(cfg.webrtc.ice_servers) + ([turn] if turn else [])
-        return web.json_response({"ice_servers": servers, "agent": cfg.llm.kind, "engine": self.core.engine_kind},
+        # stt tells the page whether the caller's speech reaches the agent (off: it can only interrupt)
+        return web.json_response({"ice_servers": servers, "agent": cfg.llm.kind, "engine": self.core.engine_kind,
+                                  "stt": cfg.stt.kind},
                                  headers={"Cache-Control": "no-store"})
 
     async def offer(self, request: web.Request) -> web.Response:

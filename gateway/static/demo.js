@@ -1,5 +1,5 @@
 // voxgate demo page: one WebRTC call to the gateway (audio track + a data channel
-// speaking the native protocol, DESIGN.md §3.4/§3.5). Plain JS, no build step.
+// speaking the native protocol, docs/protocol.md). Plain JS, no build step.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -63,6 +63,11 @@ async function loadVoices() {
       ? `agent: ${rtc.agent} · voice engine: ${rtc.engine}`
       : `no agent configured: use “Speak this text” · voice engine: ${rtc.engine}`;
     if (!rtc.agent || rtc.agent === "none") document.querySelector('input[value="speak"]').checked = true;
+    // Without speech to text the caller's voice can interrupt but never reaches the agent: say so up front.
+    $("stt-note").textContent = rtc.stt && rtc.stt !== "off"
+      ? "Speech to text is on: what you say reaches the agent as if you had typed it."
+      : "Speech to text is off: your voice can interrupt the agent, but what you say does not reach it. " +
+        "Type instead, or set the config's stt section (an OpenAI-compatible transcription server).";
     vg.iceServers = rtc.ice_servers || [];
     vg.engine = rtc.engine;
   } catch (err) {

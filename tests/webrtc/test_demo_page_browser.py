@@ -63,6 +63,10 @@ async def test_demo_page_calls_the_agent_and_plays_audio(gateway):
     try:
         await asyncio.to_thread(driver.get, gateway.url + "/")
         await wait_for(driver, "document.getElementById('voice').options.length > 0")
+        # the page says up front that speaking reaches the agent only with speech to text configured
+        note = await wait_for(driver, "document.getElementById('stt-note').textContent.includes('Speech to text is') && "
+                                      "document.getElementById('stt-note').textContent")
+        assert "does not reach it" in note
         await asyncio.to_thread(lambda: driver.find_element(By.ID, "connect").click())
         await wait_for(driver, "window.voxgate.state === 'connected'")
 

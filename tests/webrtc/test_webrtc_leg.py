@@ -172,13 +172,16 @@ async def test_offer_needs_the_api_key_when_keys_are_configured(gateway_factory)
 async def test_voices_config_and_demo_page_are_served(gateway):
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{gateway.url}/") as resp:
-            assert resp.status == 200 and "voxgate" in await resp.text()
+            page = await resp.text()
+            assert resp.status == 200 and "voxgate" in page
+            assert "Start here" in page and 'id="stt-note"' in page  # the page says what to do first
         async with http.get(f"{gateway.url}/static/demo.js") as resp:
             assert resp.status == 200 and "RTCPeerConnection" in await resp.text()
         async with http.get(f"{gateway.url}/v1/voices") as resp:
             assert "default" in [v["name"] for v in (await resp.json())["voices"]]
         async with http.get(f"{gateway.url}/v1/webrtc/config") as resp:
-            assert (await resp.json())["agent"] == "simulated"
+            rtc = await resp.json()
+            assert rtc["agent"] == "simulated" and rtc["stt"] == "off"  # the page tells the caller speech won't reach the agent
 
 
 async def test_two_calls_play_their_own_turns_at_the_same_time(gateway):
