@@ -1,4 +1,4 @@
-"""`voxgate` command line (DESIGN.md §3.7).
+"""`voxgate` command line (docs/getting-started.md shows the common commands).
 
 The one entry point. It is the only module that may import `bench/` (lazily)
 and `tts/` internals (for the model tools). Each subcommand's heavy imports
@@ -26,6 +26,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--node-id", help="override cluster.node_id")
     p.add_argument("--isolate-engine", action="store_true", help="run the engine as a supervised child process "
                                                                  "(engine.isolate: true)")
+    p.add_argument("--engine-endpoint", action="append", metavar="URL",
+                   help="use the `voxgate engine` at URL (tcp://HOST:PORT or ipc://PATH; repeat for several): "
+                        "engine.kind remote with these engine.endpoints")
     p.add_argument("--workers", type=int, help="N gateway processes sharing the port (SO_REUSEPORT), one node each; "
                                                "needs cluster.redis_url (gateway/workers.py)")
     p.add_argument("--log-level", default="INFO")

@@ -21,7 +21,7 @@ def setup_logging(level: str) -> None:
 
 
 def engine_overrides(args) -> dict:
-    """The engine section from --model-dir, --vocoder and --model tiny (gateway/cli.py has made the tiny
+    """The engine section from --model-dir, --vocoder, --engine-endpoint and --model tiny (gateway/cli.py has made the tiny
     checkpoint and set args.model_dir by then)."""
     engine: dict = {}
     if args.model_dir:
@@ -30,4 +30,6 @@ def engine_overrides(args) -> dict:
         engine["vocoder"] = args.vocoder
     if getattr(args, "model", None) == "tiny":
         engine.update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
+    if getattr(args, "engine_endpoint", None):  # serve --engine-endpoint: the engine runs elsewhere
+        engine.update({"kind": "remote", "endpoints": list(args.engine_endpoint)})
     return engine
