@@ -1,4 +1,4 @@
-"""Jitter-buffered playout: the single truth about what the caller heard (DESIGN.md §3.3).
+"""Jitter-buffered playout: the single truth about what the caller heard (docs/concepts.md).
 
 The producer side opens utterances (one per turn, in order), pushes their
 audio tagged with the text chunk it belongs to, places marks after a chunk's

@@ -1,4 +1,4 @@
-"""Strict YAML config (DESIGN.md §3.6).
+"""Strict YAML config (docs/configuration.md is generated from these dataclasses).
 
 Every section is a dataclass; unknown keys, wrong types and impossible values
 are refused at start with a `ConfigError` naming the file and the key path.
@@ -119,8 +119,8 @@ class EngineConfig:
     vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (auto: the fastest available, logged)
     vocoder_cache: str | None = None  # ONNX exports + TensorRT engines (default ~/.cache/voxgate/vocoder)
     stall_timeout_s: float = 10.0  # a text chunk with no audio from the engine for this long fails with engine_error
-    voice_cache: str | None = None  # cloned voices' x-vectors and reference codes (default: server.voices_dir/cache,
-    # else ~/.cache/voxgate/voices)
+    # cloned voices' x-vectors and reference codes (default: server.voices_dir/cache, else ~/.cache/voxgate/voices)
+    voice_cache: str | None = None
     # kind remote: engine processes (`voxgate engine`) to place requests on; tcp:// needs VOXGATE_ENGINE_SECRET
     endpoints: list[str] = field(default_factory=list)  # tcp://HOST:PORT | ipc://PATH
     connect_timeout_s: float = 5.0  # remote: how long the start waits for a first engine (then it serves without)

@@ -1,4 +1,4 @@
-"""Native protocol v1 (DESIGN.md §3.4): client message validation and server event builders.
+"""Native protocol v1 (docs/protocol.md): client message validation and server event builders.
 
 Every bad message becomes a `ProtocolError` with a stable code; the
 connection decides whether the session survives it (it does, unless the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the official qwen-tts 0.1.1 (Apache-2.0) into .venv for parity tests and the
 # reference bench only; run-time code never imports it. --no-deps keeps gradio/accelerate
-# and a CUDA torch out; the listed packages are what its import needs (QWEN3_TTS.md).
+# and a CUDA torch out; the listed packages are what its import needs (docs/development.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python

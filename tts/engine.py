@@ -1,4 +1,4 @@
-"""The public face of the speech engine (DESIGN.md §3.1).
+"""The public face of the speech engine (docs/engine.md).
 
 An `Engine` turns a `SynthesisRequest` into a `SynthesisStream` of float32
 PCM chunks at 24 kHz. Engines run their work off the event loop (a worker
@@ -25,7 +25,7 @@ _request_ids = itertools.count(1)
 
 
 class EngineError(Exception):
-    """A request-level failure with a stable protocol code (DESIGN.md §3.4)."""
+    """A request-level failure with a stable protocol code (docs/protocol.md)."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
@@ -249,7 +249,7 @@ class Engine(ABC):
         """Speaker names this engine can speak with (empty: any name works)."""
         return []
 
-    # Turn mode (DESIGN.md §3.1): engines that can feed one generation with a turn's text as it comes.
+    # Turn mode (docs/concepts.md): engines that can feed one generation with a turn's text as it comes.
     supports_turns: bool = False
 
     def open_turn(self, request: SynthesisRequest) -> TurnStream:

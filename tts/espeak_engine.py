@@ -1,4 +1,4 @@
-"""A CPU demo voice: eSpeak NG through the `espeakng-loader` wheel (DESIGN.md §3.1).
+"""A CPU demo voice: eSpeak NG through the `espeakng-loader` wheel (docs/engine.md).
 
 eSpeak NG is GPL-3.0, so it stays an optional extra (`pip install 'voxgate[espeak]'`);
 nothing imports this module unless `engine.kind: espeak` is chosen. The library

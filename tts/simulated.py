@@ -1,4 +1,4 @@
-"""SimulatedEngine: no model, one shared simulated device (DESIGN.md §3.1).
+"""SimulatedEngine: no model, one shared simulated device (docs/engine.md).
 
 Audio is a deterministic voiced tone pattern, `ms_per_char` of audio per
 character. The device produces at most `capacity_x` audio-seconds per wall

@@ -10,7 +10,7 @@ tick without audio is a gap tick, either because nothing had arrived yet
 (source `delivery`) or because the frame that arrived was digital silence —
 the gateway fills its own underruns with silence frames (source `server`).
 Silence before a turn's first audio is latency, and silence after its last
-audio is its end: neither is a gap. This mirrors DESIGN.md §1 and §4.
+audio is its end: neither is a gap. This mirrors docs/concepts.md.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 FRAME_MS = 20
-AUDIBLE_MS = 200.0  # DESIGN.md §4: micro-gap < 200 ms <= audible gap
+AUDIBLE_MS = 200.0  # docs/concepts.md: micro-gap < 200 ms <= audible gap
 # The gateway may send `turn.done` just before the turn's last frame (same tick);
 # the end marker waits one frame so that frame is still heard as part of the turn.
 END_GRACE_S = FRAME_MS / 1000.0

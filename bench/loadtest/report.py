@@ -140,7 +140,7 @@ td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right;font-size:13px}} t
  · CPU {_e((env.get('cpu') or {}).get('model'))} × {_e((env.get('cpu') or {}).get('logical_cores'))} · GPU {_e(env.get('gpu') or 'none')}
  · scenarios <code>{_e(env['scenarios']['path'])}</code> sha256 <code>{_e(env['scenarios']['sha256'][:16])}…</code>
  · window {doc['params']['window_s']:g} s per level, seed {doc['params']['seed']}</p>
-<p>SLO (DESIGN.md §4): TTFA p95 ≤ {slo['ttfa_p95_ms']:g} ms, E2E first audio p95 ≤ {slo['e2e_p95_ms']:g} ms,
+<p>SLO (docs/concepts.md): TTFA p95 ≤ {slo['ttfa_p95_ms']:g} ms, E2E first audio p95 ≤ {slo['e2e_p95_ms']:g} ms,
 audible gaps ≤ {slo['audible_per_turn']:g} per turn (counted {_e(slo['gaps_from'])}), errors ≤ {100 * slo['error_rate']:g} %.
 <b>Strict capacity</b>: highest level with zero audible gaps. Gaps "heard" are measured by each simulated caller's own playback clock;
 "server" are the gateway's <code>underrun</code> events.</p>"""]

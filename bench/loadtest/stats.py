@@ -1,4 +1,4 @@
-"""Per-level statistics, SLO verdicts and capacities (DESIGN.md §4).
+"""Per-level statistics, SLO verdicts and capacities (docs/concepts.md).
 
 Pure functions over turn records (one dict per turn, as in turns.jsonl), so
 the numbers in a report can be recomputed from the run folder and tested on
@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 @dataclass
 class Slo:
-    """Thresholds of DESIGN.md §4 (the seed study's defaults)."""
+    """Thresholds of docs/concepts.md (the seed study's defaults)."""
 
     ttfa_p95_ms: float = 800.0
     e2e_p95_ms: float = 2000.0

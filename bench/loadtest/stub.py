@@ -1,6 +1,6 @@
 """A stand-in gateway that costs almost nothing: for measuring the load client itself.
 
-It speaks just enough of the native protocol (DESIGN.md §3.4) — session.start,
+It speaks just enough of the native protocol (docs/protocol.md) — session.start,
 text, session.end → session.started, audio.start, paced binary frames,
 turn.done, session.ended — with a fixed latency and `ms_per_char` of audio
 per character, every frame a prebuilt constant, all sessions paced by one

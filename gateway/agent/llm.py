@@ -1,4 +1,4 @@
-"""LLM connector: an OpenAI-compatible streaming chat-completions client (DESIGN.md §3.4 `user.text`).
+"""LLM connector: an OpenAI-compatible streaming chat-completions client (docs/protocol.md, `user.text`).
 
 `OpenAiChat.stream_reply(messages)` yields the reply's text pieces as the
 server streams them (server-sent events, `data: {json}` … `data: [DONE]`).

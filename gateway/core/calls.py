@@ -1,4 +1,4 @@
-"""The call registry: joins a telephony media leg and a control socket by the call's id (DESIGN.md §3.5).
+"""The call registry: joins a telephony media leg and a control socket by the call's id (docs/protocol.md).
 
 Either side may come first. A control socket's `call.attach` creates the
 session at once; it joins the shared clock only when the media leg connects

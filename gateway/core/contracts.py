@@ -1,4 +1,4 @@
-"""What the call core asks of a leg (DESIGN.md §3.5). Legs implement these; the core never imports a leg.
+"""What the call core asks of a leg (docs/protocol.md). Legs implement these; the core never imports a leg.
 
 A session has one text leg (agent text in, events out) and one media leg
 (audio out, paced by the shared clock or pulled by the leg). Telephony media

@@ -13,7 +13,7 @@ empty body. A failure after audio went out cannot change the status: an
 hole in the speech), an `sse` body ends with an `error` event.
 
 Errors use OpenAI's body, `{"error": {"message", "type", "param", "code"}}`,
-with our stable error codes in `code` (DESIGN.md §3.4).
+with our stable error codes in `code` (docs/protocol.md).
 """
 
 from __future__ import annotations

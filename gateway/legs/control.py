@@ -1,4 +1,4 @@
-"""/v1/control: the agent's text leg for a telephony call (DESIGN.md §3.5).
+"""/v1/control: the agent's text leg for a telephony call (docs/protocol.md).
 
 One `call.attach` per socket, then the native protocol's text-leg messages
 (`text`, `user.text`, `interrupt`, `session.end`); events come back as on

@@ -1,4 +1,4 @@
-"""/v1/ws: the native protocol (DESIGN.md §3.4), both legs on one WebSocket.
+"""/v1/ws: the native protocol (docs/protocol.md), both legs on one WebSocket.
 
 JSON text messages for control and events, binary messages for the playout's
 20 ms frames in the negotiated encoding, paced by the shared clock — or, with

@@ -1,4 +1,4 @@
-"""The gateway's import graph: arrows point one way (DESIGN.md §2, README "Layout").
+"""The gateway's import graph: arrows point one way (docs/architecture.md).
 
 Read from the source (every `import`, lazy ones inside functions too), so a
 test needs no server and an import that only runs on some path still counts.

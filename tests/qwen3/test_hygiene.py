@@ -1,4 +1,4 @@
-"""Run-time imports stay free of transformers and qwen_tts (DESIGN.md §5)."""
+"""Run-time imports stay free of transformers and qwen_tts (docs/development.md)."""
 
 from __future__ import annotations
 

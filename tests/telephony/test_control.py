@@ -1,4 +1,4 @@
-"""The control channel's rules (DESIGN.md §3.5) and Twilio input that is wrong in every way we could think of."""
+"""The control channel's rules (docs/protocol.md) and Twilio input that is wrong in every way we could think of."""
 
 from __future__ import annotations
 

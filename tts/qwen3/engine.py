@@ -1,6 +1,6 @@
 """`Qwen3Engine`: every request of the process served by one worker thread per device.
 
-The worker loops over steps (DESIGN.md §3.1):
+The worker loops over steps (docs/engine.md):
 
 1. drop cancelled requests (their slots free now);
 2. admit queued requests, earliest deadline first, into free slots (one batched prefill). With

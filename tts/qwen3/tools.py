@@ -1,4 +1,4 @@
-"""`voxgate synth`, `make-tiny-model`, `encode-audio` and `speaker-embedding` (DESIGN.md §3.7)."""
+"""`voxgate synth`, `make-tiny-model`, `encode-audio` and `speaker-embedding` (docs/engine.md)."""
 
 from __future__ import annotations
 

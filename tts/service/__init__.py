@@ -1,4 +1,4 @@
-"""The engine as its own service (DESIGN.md §3.8, docs/engine-protocol.md).
+"""The engine as its own service (docs/engine.md, docs/engine-protocol.md).
 
 * `wire` — the protocol's messages (msgspec structs over msgpack; PCM as raw frames), pure encode/decode;
 * `transport` — ZeroMQ sockets, endpoints and CURVE security for tcp://;

@@ -1,4 +1,4 @@
-"""Typed server events of the native protocol (DESIGN.md §3.4, §3.5).
+"""Typed server events of the native protocol (docs/protocol.md).
 
 Every JSON event becomes one of these dataclasses; fields the gateway adds
 later (it may add, never rename) land in `extra`, and an event type this

@@ -26,7 +26,7 @@ _END = object()
 
 
 class VoxgateError(Exception):
-    """The gateway refused something: `code` is its stable error code (DESIGN.md §3.4)."""
+    """The gateway refused something: `code` is its stable error code (docs/protocol.md)."""
 
     def __init__(self, code: str, message: str):
         super().__init__(f"{code}: {message}")
