@@ -21,7 +21,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 GC_THRESHOLDS_ENV = "VOXGATE_GC_THRESHOLDS"  # "g0,g1,g2": overrides GC_THRESHOLDS (for measuring)
 # gen0 at 20,000 net new tracked objects instead of CPython's 700: a call's objects live seconds, so at the default
 # they outlive two young collections and are promoted, and promotions are what trigger full collections (a walk of
-# every call's objects: 60-180 ms at 400 calls, one per ~12 s). Measured (README, capacity): at 400 calls no full
+# every call's objects: 60-180 ms at 400 calls, one per ~12 s). Measured (docs/benchmarks.md, capacity): at 400 calls no full
 # and no young collection in 3 windows of 12 s, against one full one per window at the default; a young collection
 # of 20,000 objects is still a few ms.
 GC_THRESHOLDS = (20000, 10, 10)

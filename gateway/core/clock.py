@@ -13,7 +13,7 @@ every member the same way.
 With no member it does not tick at all: it waits for the next `add` and
 starts a fresh schedule then. An idle gateway (and each idle worker of
 `serve --workers N`) then costs no timer wake-up every 20 ms (~0.8 % of a
-core on the VM measured, README, capacity), and a call that starts after a
+core on the VM measured, docs/benchmarks.md, capacity), and a call that starts after a
 quiet spell is not "late" by the whole spell.
 """
 

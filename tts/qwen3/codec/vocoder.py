@@ -35,7 +35,7 @@ log = logging.getLogger("voxgate.vocoder")
 
 KINDS = ("auto", "torch", "onnxruntime", "tensorrt")
 DEFAULT_PACKETS = (1, 2, 4)
-# From bench/vocoder_bench.py --backends torch,onnxruntime on the released shape (README table,
+# From bench/vocoder_bench.py --backends torch,onnxruntime on the released shape (docs/benchmarks.md table,
 # 2026-12-01): ONNX Runtime used 13 % less CPU per frame (geometric mean of 9 cells, 1 thread) and
 # kept its speed at 2 threads on a loaded machine, where torch eager slowed ~10x.
 CPU_PREFERS_ONNXRUNTIME = True
@@ -107,7 +107,7 @@ def choose_auto(device: torch.device) -> tuple[str, str]:
 
     CUDA: TensorRT when importable (the public A/B: twice the calls within SLO of the
     eager torch vocoder), else torch with CUDA graphs. CPU: ONNX Runtime when installed
-    (faster than torch eager on CPU in bench/vocoder_bench.py, see the README table),
+    (faster than torch eager on CPU in bench/vocoder_bench.py, see the docs/benchmarks.md table),
     else torch eager."""
     if device.type == "cuda":
         why_not = tensorrt_available(device)
