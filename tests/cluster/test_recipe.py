@@ -7,7 +7,6 @@ path doors on one node."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import secrets

@@ -58,8 +58,7 @@ def test_readme_commands_parse():
         assert script.is_file() and os.access(script, os.X_OK), f"{words[0]} (README: {command!r}) is not an executable script"
         if words[0] == "scripts/serve.sh":
             args = parser.parse_args(["serve", *serve_sh_args(), *words[1:]])  # exits (fails) on an unknown flag
-            for value in (args.config,):
-                assert (ROOT / value).is_file(), f"{command!r}: no such config {value}"
+            assert (ROOT / args.config).is_file(), f"{command!r}: no such config {args.config}"
         elif words[0] == "scripts/test.sh":
             assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     for config in re.findall(r"--config ([\w./-]+\.yaml)", README):
