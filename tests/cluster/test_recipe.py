@@ -83,8 +83,8 @@ async def test_the_recipe_runs_a_call_through_haproxy(tmp_path):
         assert msg["event"] == "media"
         done = await control.expect("turn.done", timeout=20)
         assert done["sent_ms"] > 0 and done["interrupted"] is False  # played_ms waits for mark echoes; this far end sends none
-        await tw.ws.close()
-        await control.ws.close()
+        await tw.stop()  # the caller hangs up: the call ends on its node
+        assert (await control.expect("call.media", timeout=10))["state"] == "ended"
     finally:
         for proc in procs:
             proc.terminate()
