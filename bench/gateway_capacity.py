@@ -42,6 +42,7 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -323,21 +324,25 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
     }
 
 
+BENCH_SECRET_ENV = "VOXGATE_BENCH_CLUSTER_SECRET"  # the workers' hop secret (cluster.secret_env), made per run
+
+
 class Gateways:
     """The server side of a run: one `voxgate serve`, or `voxgate serve --workers N` (beside a redis-server of its own)."""
 
     def __init__(self, workers: int | None, redis_url: str | None = None, cpus: set[int] | None = None):
         self.port = free_port()
         self.nodes: list[tuple[int, int]] = []  # (own HTTP port: its /metrics, pid), one per gateway process
-        cfg = CONFIG.format(port=self.port) + (f"cluster: {{redis_url: '{redis_url}'}}\n" if workers else "")
+        cfg = CONFIG.format(port=self.port) + (f"cluster: {{redis_url: '{redis_url}', secret_env: {BENCH_SECRET_ENV}}}\n" if workers else "")
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
             f.write(cfg)
             self.cfg_path = f.name
         cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", self.cfg_path, "--log-level", "WARNING"]
         if workers:
             cmd += ["--workers", str(workers)]
+        env = {**os.environ, BENCH_SECRET_ENV: os.environ.get(BENCH_SECRET_ENV) or secrets.token_hex(16)}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if workers else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-                                     preexec_fn=_pinned(cpus))  # the workers inherit it
+                                     preexec_fn=_pinned(cpus), env=env)  # the workers inherit it
         try:
             if workers:
                 while len(self.nodes) < workers:  # each worker prints its own address once it serves

@@ -355,7 +355,7 @@ class ClusterConfig:
     advertise_url: str | None = None  # how other nodes reach this one (http://10.0.0.5:8080); default from server.host/port
     key_prefix: str = "voxgate:"  # every key this plane writes starts with it (several planes may share one Redis)
     claim_ttl_s: float = 10.0  # a call's owner claim and a node's registration live this long unless refreshed
-    secret_env: str | None = None  # env var with the node-to-node secret; default: one made once and kept in Redis
+    secret_env: str | None = None  # env var with the nodes' shared hop secret (required with redis_url; never in Redis)
 
     def validate(self, check) -> None:
         if self.redis_url is None:
@@ -376,9 +376,6 @@ class ClusterConfig:
         if self.password_env is not None:
             check(bool(os.environ.get(self.password_env)), "password_env",
                   f"names {self.password_env!r}, but that environment variable is empty or unset")
-        if self.secret_env is not None:
-            check(len(os.environ.get(self.secret_env, "")) >= 16, "secret_env",
-                  f"names {self.secret_env!r}, which must hold at least 16 characters")
         if self.node_id is not None:
             check(bool(self.node_id) and CLUSTER_KEY.fullmatch(self.node_id) is not None, "node_id",
                   "must be 1..64 characters of letters, digits and _ . : -")
@@ -387,6 +384,10 @@ class ClusterConfig:
                   "must be http://host:port or https://host:port (no path)")
         check(CLUSTER_KEY.fullmatch(self.key_prefix) is not None, "key_prefix", "must be up to 64 letters, digits and _ . : -")
         check(1.0 <= self.claim_ttl_s <= 600.0, "claim_ttl_s", "must be 1..600")
+        # required by every gateway node (ClusterPlane.start says so); an engine registering in the plane needs none
+        if self.secret_env is not None:
+            check(len(os.environ.get(self.secret_env, "")) >= 16, "secret_env",
+                  f"names {self.secret_env!r}, which must hold at least 16 characters")
 
     @property
     def enabled(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 import pytest
@@ -11,6 +12,10 @@ import websockets
 
 from gateway.config import load_config
 from gateway.app import Gateway
+
+# cluster configs in tests name this variable in cluster.secret_env (subprocess nodes inherit it)
+CLUSTER_SECRET_ENV = "VOXGATE_TEST_CLUSTER_SECRET"
+os.environ.setdefault(CLUSTER_SECRET_ENV, "voxgate-test-cluster-secret-0123456789")
 
 FAST_SIM = {
     "engine": {"kind": "simulated"},

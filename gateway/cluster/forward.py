@@ -2,9 +2,10 @@
 
 The door decides where a call lives once it knows the call's ids: from the path (`/v1/twilio/{call_id}`,
 before the upgrade) or from the leg's opening messages (Twilio's `start`, `call.attach`, a wire's start:
-read here, then replayed to whoever serves the leg). The owner is told with a signed `X-Voxgate-Hop`
-header that this node already checked the leg (auth, tokens, Origin, per-IP caps), so it checks nothing
-twice and never forwards again. Messages then pass both ways untouched, text as text and binary as
+read here, then replayed to whoever serves the leg). The owner is told with a signed, single-use
+`X-Voxgate-Hop` header (gateway/cluster/hop.py: bound to the method, path, query and call) that this node
+already checked the leg (auth, tokens, Origin, per-IP caps), so it checks nothing twice and never forwards
+again; a leg whose opening messages name another call than its hop is refused. Messages then pass both ways untouched, text as text and binary as
 binary, and a close on either side closes the other with the same code: the far end notices nothing.
 No audio passes through Redis; the hop is one WebSocket (or, for AudioSocket, one TCP stream) per leg.
 """
@@ -12,54 +13,68 @@ No audio passes through Redis; the hop is one WebSocket (or, for AudioSocket, on
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import logging
-import time
 from collections import deque
 from typing import Callable
 
 import aiohttp
 from aiohttp import WSCloseCode, WSMsgType, web
+from yarl import URL
 
 from gateway import protocol as P
-from gateway.cluster.plane import ClusterUnavailable, Owner
+from gateway.cluster import hop
+from gateway.cluster.plane import ClusterPlane, ClusterUnavailable, Owner
 from gateway.core.calls import normalize_call_id
 
 log = logging.getLogger("voxgate.cluster")
 
 HOP_HEADER = "X-Voxgate-Hop"
-HOP_MAX_AGE_S = 60.0
-HOP_KEY = "voxgate.hop"  # request key: the forwarding node's id, set by the guard for a valid hop
+HOP_KEY = web.RequestKey("voxgate.hop", hop.Hop)  # the accepted hop, set by the guard
 CONNECT_TIMEOUT_S = 2.0
 PEEK_MESSAGES = 3  # opening messages read to learn a call's ids (Twilio: connected, start)
 MAX_HOP_MESSAGE = 4 * 2**20
 _CLOSING = (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR)
 
 
-# ------------------------------------------------------------ the hop's signature
-def hop_value(secret: bytes, node_id: str, path: str, now: float | None = None) -> str:
-    stamp = str(int(time.time() if now is None else now))
-    mac = hmac.new(secret, f"{node_id};{stamp};{path}".encode(), hashlib.sha256).hexdigest()
-    return f"{node_id};{stamp};{mac}"
+# ------------------------------------------------------------ the hop, checked where it arrives
+async def accept_hop(plane: ClusterPlane, value: str, method: str, target: str) -> hop.Hop:
+    """A hop that verifies for this request and whose nonce this plane has not seen (now spent); raises
+    HopRefused saying why, or ClusterUnavailable when Redis cannot say whether the nonce is fresh."""
+    if not plane.secret:
+        raise hop.HopRefused("this node has no hop secret")
+    checked = hop.verify(plane.secret, value, method, target)
+    if not await plane.hop_nonce_spend(checked.nonce, int(hop.NONCE_TTL_S * 1000)):
+        raise hop.HopRefused("its nonce was used before (a replayed hop)")
+    return checked
 
 
-def hop_sender(secret: bytes, value: str | None, path: str, now: float | None = None) -> str | None:
-    """The node that forwarded this request, when its header is genuine and fresh; else None."""
-    if not value or not secret:
-        return None
-    node_id, _, rest = value.partition(";")
-    stamp, _, mac = rest.partition(";")
-    try:
-        age = (time.time() if now is None else now) - int(stamp)
-    except ValueError:
-        return None
-    want = hmac.new(secret, f"{node_id};{stamp};{path}".encode(), hashlib.sha256).hexdigest()
-    return node_id if abs(age) <= HOP_MAX_AGE_S and hmac.compare_digest(mac.encode(), want.encode()) else None
+def claimed_node(value: str) -> str:
+    """The node a hop says it comes from, for a refusal's log line (unverified: it is what the value claims)."""
+    parts = value.split(";")
+    return parts[1][:64] if len(parts) > 1 else "?"
+
+
+def hop_of(request: web.BaseRequest) -> hop.Hop | None:
+    return request.get(HOP_KEY)
 
 
 def is_hop(request: web.BaseRequest) -> bool:
-    return request.get(HOP_KEY) is not None
+    return hop_of(request) is not None
+
+
+def hop_matches(request: web.BaseRequest, ids: list[str]) -> bool:
+    """Whether the call a request's hop was signed for is one of `ids` (the leg's own call ids)."""
+    checked = hop_of(request)
+    try:
+        return checked is not None and checked.call_id in {normalize_call_id(i) for i in ids if i}
+    except P.ProtocolError:
+        return False
+
+
+def refuse_wrong_call(request: web.BaseRequest, door: str, ids: list[str]) -> None:
+    checked = hop_of(request)
+    log.warning("cluster: refused a %s leg forwarded by node %s: its hop was signed for call %s, the leg names %s",
+                door, checked.node if checked else "?", checked.call_id if checked else "?", ", ".join(ids) or "no call")
 
 
 # ------------------------------------------------------------ where a call lives
@@ -90,14 +105,23 @@ async def connect_owner(core, request: web.BaseRequest, owner: Owner, ids: list[
     plane = core.cluster
     for _ in range(2):
         if owner.url:
-            headers = {HOP_HEADER: hop_value(plane.secret, plane.node_id, request.path), "Host": request.host,
+            signed = hop.sign(plane.secret, plane.node_id, request.method, request.raw_path, normalize_call_id(ids[0]))
+            headers = {HOP_HEADER: signed, "Host": request.host,
                        "X-Forwarded-For": ", ".join(filter(None, [request.headers.get("X-Forwarded-For"), request.remote])),
                        "X-Forwarded-Proto": request.scheme}
             protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
             try:
-                return await _http(core).ws_connect(ws_url(owner, request.path_qs), headers=headers, protocols=protocols,
+                # encoded=True: the owner sees the very path and query the hop was signed for
+                return await _http(core).ws_connect(URL(ws_url(owner, request.raw_path), encoded=True), headers=headers, protocols=protocols,
                                                     compress=0, max_msg_size=MAX_HOP_MESSAGE, autoping=True,
                                                     timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0))
+            except aiohttp.WSServerHandshakeError as exc:
+                if exc.status != 403:
+                    raise ClusterUnavailable(f"node {owner.node_id} answered the hop with HTTP {exc.status}") from None
+                # the owner lives and refused us: taking its call over would split the call in two
+                log.warning("cluster: node %s refused this node's hop for call %s (HTTP 403; its log says why: most "
+                            "often the nodes hold different secrets in cluster.secret_env)", owner.node_id, ids[0])
+                raise ClusterUnavailable(f"node {owner.node_id} refused this node's hop") from None
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 log.warning("cluster: owner %s of call %s unreachable (%s); taking the call over", owner.node_id, ids[0], exc)
         owner = await plane.take_over(ids, owner.node_id)
@@ -195,8 +219,8 @@ async def forward_tcp(core, owner: Owner, ids: list[str], first: bytes, reader: 
             return False
     else:
         return False
-    hop = hop_value(plane.secret, plane.node_id, "audiosocket").encode()
-    up_writer.write(bytes([hop_kind]) + len(hop).to_bytes(2, "big") + hop + first)
+    signed = hop.sign(plane.secret, plane.node_id, hop.AUDIOSOCKET_METHOD, hop.AUDIOSOCKET_TARGET, ids[0]).encode()
+    up_writer.write(bytes([hop_kind]) + len(signed).to_bytes(2, "big") + signed + first)
     core.metrics.cluster_forwards.labels(door="audiosocket").inc()
     plane.forwarded_legs += 1
 
@@ -222,8 +246,16 @@ async def forward_tcp(core, owner: Owner, ids: list[str], first: bytes, reader: 
     return True
 
 
-def tcp_hop_sender(core, payload: bytes) -> str | None:
-    return hop_sender(core.cluster.secret, payload.decode("ascii", "replace"), "audiosocket")
+async def accept_tcp_hop(core, payload: bytes, peer: str | None) -> hop.Hop | None:
+    """An AudioSocket hop frame's hop, or None (refused, and logged in one line saying why). The caller
+    still checks that the call the connection then names is the hop's call."""
+    value = payload.decode("ascii", "replace")
+    try:
+        return await accept_hop(core.cluster, value, hop.AUDIOSOCKET_METHOD, hop.AUDIOSOCKET_TARGET)
+    except (hop.HopRefused, ClusterUnavailable) as exc:
+        core.metrics.connections_refused.labels(reason="hop").inc()
+        log.warning("cluster: refused an AudioSocket hop from %s claiming node %s: %s", peer, claimed_node(value), exc)
+        return None
 
 
 # ------------------------------------------------------------ the doors
@@ -234,8 +266,13 @@ def unavailable_event(exc: ClusterUnavailable) -> dict:
 async def forward_by_path(core, request: web.Request, door: str, ids: list[str], ws_kwargs: dict | None = None) -> web.StreamResponse | None:
     """A door whose call ids are known before the upgrade: the finished forwarded response, a refusal, or None
     (serve it here)."""
-    if core.cluster is None or not ids or is_hop(request):
+    if core.cluster is None or not ids:
         return None
+    if is_hop(request):  # the owner's side: the hop must name this leg's call
+        if hop_matches(request, ids):
+            return None
+        refuse_wrong_call(request, door, ids)
+        return web.json_response(P.error_event(P.UNAUTHORIZED, "the hop was signed for another call"), status=403)
     try:
         owner = await owner_elsewhere(core, request, ids)
         if owner is None:
@@ -258,7 +295,7 @@ async def forward_after_peek(core, request: web.Request, ws: web.WebSocketRespon
                              ids_of: Callable[[object], list[str] | None], timeout: float, native_errors: bool = False):
     """A door whose call ids come in its opening messages: reads up to a few, then serves the leg here (returns a
     socket that replays them) or forwards it to the owner (returns None: the leg is over)."""
-    if core.cluster is None or is_hop(request):
+    if core.cluster is None:
         return ws
     first, ids = [], []
     try:
@@ -274,6 +311,12 @@ async def forward_after_peek(core, request: web.Request, ws: web.WebSocketRespon
                     break
     except TimeoutError:
         pass
+    if is_hop(request):  # the owner's side: the forwarding node replays the messages it read, naming the hop's call
+        if hop_matches(request, ids):
+            return ReplayingSocket(ws, first)
+        refuse_wrong_call(request, door, ids)
+        await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"the hop was signed for another call")
+        return None
     if not ids:
         return ReplayingSocket(ws, first)
     try:

@@ -14,7 +14,9 @@ and everything already running goes on. Keys (all under `cluster.key_prefix`, de
     voice:{name}     hash    wav, ref_text, x_vector_only, language, added   no TTL (deleted with the voice)
     voices           set     uploaded voice names       no TTL
     voice-deleted:{name} string a deletion's tombstone  PX 7 days
-    secret           string  node-to-node hop secret    no TTL (made once, SET NX)
+    hop:{nonce}      string  "1"                        PX 60 s: a hop's nonce, spent once (SET NX)
+
+The node-to-node hop secret is never written here: every node reads it from `cluster.secret_env`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from gateway.config import Config
 log = logging.getLogger("voxgate.cluster")
 
 VOICE_TOMBSTONE_MS = 7 * 86400 * 1000  # a node away longer than this shares a voice deleted meanwhile again
+MIN_SECRET_CHARS = 16
 REDIS_TIMEOUT_S = 1.0  # a door waits at most this long on Redis before refusing with cluster_unavailable
 
 
@@ -156,6 +158,7 @@ class ClusterPlane:
         """Connect, register this node and start the heartbeat; Redis unreachable refuses the start (ValueError)."""
         import redis.asyncio as aioredis  # the `cluster` extra: only a clustered gateway needs it
 
+        self.secret = hop_secret(self.cc.secret_env)
         self.node_id = self.node_id or default_node_id(port)
         if not self.advertise_url:
             shown = socket.gethostname() if host in WILDCARD_HOSTS else host
@@ -170,7 +173,6 @@ class ClusterPlane:
             self._scripts[name] = self._redis.register_script(text)
         async with refusing_start(self._redis, self.url, self.cc.password_env):
             await self._redis.ping()
-            self.secret = await self._hop_secret()
             await self._beat()
         self.problem = None
         self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_loop(), name="cluster-heartbeat")
@@ -194,13 +196,6 @@ class ClusterPlane:
                 log.debug("cluster: leaving the plane failed", exc_info=True)
             await self._redis.aclose()
             self._redis = None
-
-    async def _hop_secret(self) -> bytes:
-        if self.cc.secret_env:
-            return os.environ[self.cc.secret_env].encode()
-        key = self.key("secret")
-        await self._redis.set(key, secrets.token_hex(32), nx=True)
-        return await self._redis.get(key)
 
     async def _heartbeat_loop(self) -> None:
         period = self.cc.claim_ttl_s / 3
@@ -314,6 +309,11 @@ class ClusterPlane:
         except Exception as exc:
             log.info("cluster: releasing %d call ids failed (%s); they expire within %.0f s", len(keys), _why(exc), self.cc.claim_ttl_s)
 
+    # ------------------------------------------------------------ hops (single use across nodes)
+    async def hop_nonce_spend(self, nonce: str, ttl_ms: int) -> bool:
+        """True for the first use of a hop's nonce anywhere in the plane (SET NX); False for a replay."""
+        return bool(await self._call(self._redis.set(self.key("hop", nonce), b"1", nx=True, px=ttl_ms)))
+
     # ------------------------------------------------------------ tokens (single use across nodes)
     async def token_minted(self, token_id: str, expires_at: float) -> None:
         await self._call(self._redis.set(self.key("token", token_id), b"1", pxat=int(expires_at * 1000)))
@@ -371,6 +371,18 @@ class ClusterPlane:
     async def voice_get(self, name: str) -> dict[str, bytes] | None:
         got = await self._call(self._redis.hgetall(self.key("voice", name)))
         return {k.decode(): v for k, v in got.items()} or None
+
+
+def hop_secret(secret_env: str | None) -> bytes:
+    """The plane's hop secret, from the environment only: one secret on every node, never made up by a node nor
+    kept in Redis (a node with its own, or with one from a Redis that lost its data, would have its legs refused)."""
+    if not secret_env:
+        raise ValueError("cluster.secret_env is required with cluster.redis_url: name the environment variable "
+                         f"holding the nodes' shared secret (at least {MIN_SECRET_CHARS} characters, the same on every node)")
+    value = os.environ.get(secret_env, "")
+    if len(value) < MIN_SECRET_CHARS:
+        raise ValueError(f"cluster.secret_env names {secret_env!r}, which must hold at least {MIN_SECRET_CHARS} characters")
+    return value.encode()
 
 
 def _why(exc: BaseException) -> str:

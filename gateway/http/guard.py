@@ -14,15 +14,19 @@ ever sent (any origin may open a WebSocket, as before, but no other site's scrip
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from gateway import protocol as P
 from gateway.core import CallCore
-from gateway.cluster.forward import HOP_HEADER, HOP_KEY, hop_sender
+from gateway.cluster.forward import HOP_HEADER, HOP_KEY, accept_hop, claimed_node
+from gateway.cluster.hop import HopRefused
 from gateway.cluster.plane import ClusterUnavailable
 from gateway.security.peers import CAP, RATE, client_address
+
+log = logging.getLogger("voxgate.cluster")
 
 
 def origin_allowed(allowed: list[str], origin: str, host: str | None) -> bool:
@@ -68,11 +72,11 @@ def guard_middleware(core: CallCore):
 
     @web.middleware
     async def guard(request: web.Request, handler):
-        if plane is not None and HOP_HEADER in request.headers:
-            sender = hop_sender(plane.secret, request.headers[HOP_HEADER], request.path)
-            if sender is not None:  # another node of the plane forwards a leg it checked already (docs/cluster.md)
-                request[HOP_KEY] = sender
-                return await handler(request)
+        if HOP_HEADER in request.headers:  # another node of the plane forwards a leg it checked already (docs/cluster.md)
+            refused = await _accept_hop(core, request)
+            if refused is not None:
+                return refused
+            return await handler(request)
         origin = request.headers.get("Origin")
         if origin is not None and not origin_allowed(config.server.allowed_origins, origin, request.host):
             core.metrics.connections_refused.labels(reason="origin").inc()
@@ -104,6 +108,29 @@ def guard_middleware(core: CallCore):
                 plane.peer_close(address)
 
     return guard
+
+
+async def _accept_hop(core: CallCore, request: web.Request) -> web.Response | None:
+    """None when the request's hop is genuine, fresh, for this very request and unused (then it is marked as a hop);
+    else the refusal. A hop header is never ignored: a request carrying one that fails is refused, not served as
+    if it had none (a balancer in front must drop the header from outside callers)."""
+    value = request.headers[HOP_HEADER]
+    plane = core.cluster
+    try:
+        if plane is None:
+            raise HopRefused("this node is not in a cluster (no cluster.redis_url)")
+        request[HOP_KEY] = await accept_hop(plane, value, request.method, request.raw_path)
+        return None
+    except (HopRefused, ClusterUnavailable) as exc:
+        # the value itself is never logged: a hop is a credential, however short-lived
+        log.warning("cluster: refused a hop from %s claiming node %s for %s %s: %s", request.remote, claimed_node(value),
+                    request.method, request.path, exc)
+        core.metrics.connections_refused.labels(reason="hop").inc()
+        core.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
+        if isinstance(exc, ClusterUnavailable):
+            return web.json_response(P.error_event(P.CLUSTER_UNAVAILABLE, "the call plane cannot check this hop now"),
+                                     status=503, headers={"Retry-After": "1"})
+        return web.json_response(P.error_event(P.UNAUTHORIZED, f"{HOP_HEADER} refused: {exc}"), status=403)
 
 
 async def _refuse(core: CallCore, request: web.Request, reason: str) -> web.StreamResponse:

@@ -1,8 +1,10 @@
 """What every client WebSocket leg does before its first message: auth, upgrade, the draining check.
 
-Auth is an API key (`server.api_keys`) or a session token from `POST /v1/tokens`, as
-`Authorization: Bearer <key or token>` or `?token=`. A door that opens a session spends the token
-(`spend=True`); read-only routes only check it.
+Auth is an API key (`server.api_keys`) as `Authorization: Bearer <key>`, or a session token from
+`POST /v1/tokens` as `Authorization: Bearer <token>` or `?token=` (for browsers, which cannot set headers on
+a WebSocket). A long-lived API key is never taken from the query string: URLs end up in access logs,
+browser history and Referer headers; one sent there gets 401 naming the header. A door that opens a
+session spends the token (`spend=True`); read-only routes only check it.
 """
 
 from __future__ import annotations
@@ -18,12 +20,19 @@ from gateway.cluster.plane import ClusterUnavailable
 from gateway.core import CallCore
 from gateway.security.tokens import TokenError
 
-UNAUTHORIZED_MESSAGE = "missing or wrong API key (Authorization: Bearer <key> or ?token=)"
+UNAUTHORIZED_MESSAGE = "missing or wrong API key (Authorization: Bearer <key>, or ?token= with a token from POST /v1/tokens)"
+KEY_IN_QUERY_MESSAGE = ("an API key is not accepted in ?token= (URLs end up in logs): send it as "
+                        "Authorization: Bearer <key>, or put a short-lived token from POST /v1/tokens in ?token=")
 
 
 def presented_credential(request: web.Request) -> str:
     header = request.headers.get("Authorization", "")
     return header[7:].strip() if header.startswith("Bearer ") else request.query.get("token", "")
+
+
+def from_query(request: web.Request) -> bool:
+    """Whether presented_credential came from `?token=` (no bearer header)."""
+    return not request.headers.get("Authorization", "").startswith("Bearer ") and "token" in request.query
 
 
 def is_api_key(core: CallCore, credential: str) -> bool:
@@ -35,12 +44,16 @@ def auth_problem(core: CallCore, request: web.Request, spend: bool = False) -> s
     another node of the plane forwards, having checked it), else why not."""
     if not core.config.server.api_keys or is_hop(request):
         return None
-    return credential_problem(core, presented_credential(request), spend)
+    return credential_problem(core, presented_credential(request), spend, tokens_only=from_query(request))
 
 
-def credential_problem(core: CallCore, credential: str, spend: bool = False) -> str | None:
-    """None for an API key or a good session token (spent when `spend`), else why it is refused."""
+def credential_problem(core: CallCore, credential: str, spend: bool = False, tokens_only: bool = False) -> str | None:
+    """None for an API key (unless `tokens_only`: it came in a URL) or a good session token (spent when `spend`),
+    else why it is refused."""
     if is_api_key(core, credential):
+        if tokens_only:
+            core.metrics.connections_refused.labels(reason="key_in_query").inc()
+            return KEY_IN_QUERY_MESSAGE
         return None
     if core.tokens.looks_like_token(credential):
         try:
@@ -62,8 +75,9 @@ async def admit(core: CallCore, request: web.Request, credential: str | None = N
     cannot say. `credential`: one presented another way (HTTP Basic's password)."""
     if not core.config.server.api_keys or is_hop(request):
         return None
+    tokens_only = credential is None and from_query(request)
     credential = presented_credential(request) if credential is None else credential
-    problem = credential_problem(core, credential, spend=True)
+    problem = credential_problem(core, credential, spend=True, tokens_only=tokens_only)
     if problem is None and core.cluster is not None and core.tokens.looks_like_token(credential):
         if not await core.cluster.token_spend(core.tokens.token_id(credential)):
             core.metrics.connections_refused.labels(reason="token").inc()

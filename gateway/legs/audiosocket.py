@@ -22,7 +22,8 @@ import logging
 
 from audio.playout import PlayoutEvent
 from gateway import protocol as P
-from gateway.cluster.forward import forward_tcp, owner_elsewhere, tcp_hop_sender
+from gateway.cluster.forward import accept_tcp_hop, forward_tcp, owner_elsewhere
+from gateway.cluster.hop import Hop
 from gateway.cluster.plane import ClusterUnavailable
 from gateway.core import CallCore
 from gateway.core.backpressure import frame_must_skip
@@ -134,7 +135,7 @@ class AudioSocketServer:
         refused = self._refusal(address)
         if refused is not None:
             # a node of the call plane forwarding a leg (its signed hop frame comes first) was checked where it landed
-            hop = await self._hop_frame(reader) if self.core.cluster is not None else None
+            hop = await self._hop_frame(reader, address) if self.core.cluster is not None else None
             if hop is None:
                 self.core.metrics.connections_refused.labels(reason=refused).inc()
                 log.info("audiosocket: refused %s (%s)", address, refused)
@@ -155,14 +156,14 @@ class AudioSocketServer:
         finally:
             uncount()
 
-    async def _hop_frame(self, reader: asyncio.StreamReader) -> str | None:
+    async def _hop_frame(self, reader: asyncio.StreamReader, address: str | None) -> Hop | None:
         try:
             kind, payload = await _read_frame(reader, HOP_FRAME_TIMEOUT_S)
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, P.ProtocolError):
             return None
-        return tcp_hop_sender(self.core, payload) if kind == wire.KIND_VOXGATE_HOP else None
+        return await accept_tcp_hop(self.core, payload, address) if kind == wire.KIND_VOXGATE_HOP else None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hop: str | None = None,
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hop: Hop | None = None,
                      on_hop=None) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
@@ -186,8 +187,8 @@ class AudioSocketServer:
 
 class _Connection:
     def __init__(self, server: AudioSocketServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 hop: str | None = None, on_hop=None):
-        self.hop = hop  # the node that forwarded this connection (then it is served here, never forwarded again)
+                 hop: Hop | None = None, on_hop=None):
+        self.hop = hop  # the hop of the node that forwarded this connection (then served here, never forwarded again)
         self.on_hop = on_hop
         self.core = server.core
         self.registry = server.registry
@@ -209,7 +210,8 @@ class _Connection:
         try:
             kind, payload = await self._read(HANDSHAKE_TIMEOUT_S)
             if kind == wire.KIND_VOXGATE_HOP and self.core.cluster is not None and self.hop is None:
-                self.hop = tcp_hop_sender(self.core, payload)  # a node of the plane forwards a leg it checked
+                peer = self.peer[0] if isinstance(self.peer, tuple) and self.peer else None
+                self.hop = await accept_tcp_hop(self.core, payload, peer)  # a node of the plane forwards a leg it checked
                 if self.hop is None:
                     raise _Lost(P.UNAUTHORIZED, "a hop frame that does not verify")
                 if self.on_hop is not None:
@@ -219,6 +221,10 @@ class _Connection:
                 call_id = wire.call_uuid(kind, payload)
             except P.ProtocolError as exc:
                 raise _Lost(exc.code, exc.message) from None
+            if self.hop is not None and self.hop.call_id != call_id:  # a hop opens the one call it was signed for
+                log.warning("cluster: refused an AudioSocket leg forwarded by node %s: its hop was signed for call %s, "
+                            "the leg names %s", self.hop.node, self.hop.call_id, call_id)
+                raise _Lost(P.UNAUTHORIZED, "the hop frame was signed for another call")
             if self.core.cluster is not None and self.hop is None and await self._forwarded(call_id, wire.frame(kind, payload)):
                 return
             if not self.core.accepting:

@@ -48,7 +48,7 @@ from gateway.core import CallCore
 from gateway.core.backpressure import frame_must_skip, send_would_wait
 from gateway.core.calls import TELEPHONY_PCM, Call
 from gateway.cluster.plane import ClusterUnavailable
-from gateway.legs.accept import admit, run_media_stream, unavailable_response
+from gateway.legs.accept import KEY_IN_QUERY_MESSAGE, admit, run_media_stream, unavailable_response
 from gateway.legs.host import LegHost
 from gateway.wire.events import (
     Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused, WireAudio,
@@ -61,6 +61,8 @@ MAX_CONTROL_BACKLOG_BYTES = 256 * 1024  # marks and clears still go out above th
 MAX_HELD_FRAMES = 500  # 10 s of audio held while the far end said XOFF
 MAX_OUTSTANDING_MARKS = 256
 MAX_MESSAGE_BYTES = 256 * 1024
+WIRE_UNAUTHORIZED = ("missing or wrong API key (Authorization: Bearer <key>, HTTP Basic with the key as password, "
+                     "or ?token= with a token from POST /v1/tokens)")
 
 
 @dataclass(frozen=True)
@@ -270,28 +272,30 @@ class WireEndpoint:
         """`{path}/{call_id}` names the call in the path (a balancer hashes on it); `?call_id=` and the far end's ids still work."""
         return [web.get(self.spec.path, self.handle), web.get(self.spec.path + "/{call_id}", self.handle)]
 
-    async def authorized(self, request: web.Request) -> bool:
-        """API keys as elsewhere; far ends that cannot send a bearer use `?token=` or HTTP Basic with the key as password."""
+    async def auth_problem(self, request: web.Request) -> str | None:
+        """API keys as elsewhere; far ends that cannot send a bearer use HTTP Basic with the key as password, or
+        `?token=` with a minted token (never a key: a URL ends up in logs). None: it may pass."""
         header = request.headers.get("Authorization", "")
         if header.startswith("Basic "):
             try:
                 password = base64.b64decode(header[6:], validate=True).decode().partition(":")[2]
             except (binascii.Error, ValueError):
-                return False
-            return await admit(self.core, request, password) is None  # an API key or a session token
-        return await admit(self.core, request) is None
+                return WIRE_UNAUTHORIZED
+            problem = await admit(self.core, request, password)  # an API key or a session token
+        else:
+            problem = await admit(self.core, request)
+        return None if problem is None else (problem if problem == KEY_IN_QUERY_MESSAGE else WIRE_UNAUTHORIZED)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         gw = self.core
         try:
-            allowed = await self.authorized(request)
+            problem = await self.auth_problem(request)
         except ClusterUnavailable as exc:
             gw.metrics.errors.labels(code=P.CLUSTER_UNAVAILABLE).inc()
             return unavailable_response(exc)
-        if not allowed:
+        if problem is not None:
             gw.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
-            return web.json_response(P.error_event(P.UNAUTHORIZED, "missing or wrong API key (?token=, Bearer, or Basic with the key as password)"),
-                                     status=401)
+            return web.json_response(P.error_event(P.UNAUTHORIZED, problem), status=401)
         limits = gw.config.server.limits
         known = request.match_info.get("call_id") or request.query.get("call_id")
         if known and gw.cluster is not None:  # another node may own the call: one hop there

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import websockets
 
+from tests.conftest import CLUSTER_SECRET_ENV
 from tests.cluster.harness import Node, Redis
 from tests.telephony.clients import Control, TwilioClient
 
@@ -66,7 +67,7 @@ async def run(args) -> None:
     redis = Redis(tmp)
     redis.start()
     cfg = {"engine": {"kind": "simulated"}, "playout": {"prebuffer_ms": 60}, "server": {"max_sessions": 500},
-           "telephony": {"unknown_call_timeout_s": 10}, "cluster": {"redis_url": redis.url}}
+           "telephony": {"unknown_call_timeout_s": 10}, "cluster": {"redis_url": redis.url, "secret_env": CLUSTER_SECRET_ENV}}
     owner, relay = Node("owner", "127.0.0.2", tmp, cfg), Node("relay", "127.0.0.3", tmp, cfg)
     try:
         for node in (owner, relay):

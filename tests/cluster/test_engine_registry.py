@@ -14,6 +14,7 @@ import time
 import pytest
 import yaml
 
+from tests.conftest import CLUSTER_SECRET_ENV
 from tests.cluster.harness import NEEDS, ROOT, Node, Redis, http_json, speak_one_turn, wait_until
 
 pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)")
@@ -25,7 +26,7 @@ TTL_S = 3.0
 async def test_engines_register_in_redis_and_gateways_find_them_there(tmp_path):
     redis = Redis(tmp_path)
     redis.start()
-    cluster = {"redis_url": redis.url, "claim_ttl_s": TTL_S}
+    cluster = {"redis_url": redis.url, "claim_ttl_s": TTL_S, "secret_env": CLUSTER_SECRET_ENV}
     engine_cfg = tmp_path / "engine.yaml"
     engine_cfg.write_text(yaml.safe_dump({"engine": {"kind": "simulated"}, "cluster": cluster,
                                           "simulated": {"first_packet_ms": 10, "capacity_x": 500, "ms_per_char": 20}}))
@@ -62,7 +63,7 @@ async def test_an_isolated_engine_stays_private_to_its_gateway(tmp_path, start_g
     redis.start()
     try:
         gw = await start_gateway({"engine": {"kind": "simulated", "isolate": True},
-                                  "cluster": {"redis_url": redis.url, "claim_ttl_s": TTL_S}})
+                                  "cluster": {"redis_url": redis.url, "claim_ttl_s": TTL_S, "secret_env": CLUSTER_SECRET_ENV}})
         assert gw.supervisor is not None and (await asyncio.to_thread(http_json, f"http://127.0.0.1:{gw.port}/readyz"))[0] == 200
         r = redis.client()
         assert r.exists(f"voxgate:node:{gw.core.cluster.node_id}")  # the gateway itself is in the plane
@@ -78,7 +79,7 @@ async def test_a_registered_tcp_engine_this_gateway_has_no_secret_for_is_named_i
     monkeypatch.delenv("VOXGATE_ENGINE_SECRET", raising=False)
     redis = Redis(tmp_path)
     redis.start()
-    cluster = {"redis_url": redis.url, "claim_ttl_s": TTL_S}
+    cluster = {"redis_url": redis.url, "claim_ttl_s": TTL_S, "secret_env": CLUSTER_SECRET_ENV}
     engine_cfg = tmp_path / "engine.yaml"
     engine_cfg.write_text(yaml.safe_dump({"engine": {"kind": "simulated"}, "cluster": cluster}))
     from tests.service.engines import free_port

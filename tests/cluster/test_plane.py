@@ -16,6 +16,7 @@ import uuid
 import pytest
 import websockets
 
+from tests.conftest import CLUSTER_SECRET_ENV
 from tests.cluster.harness import NEEDS, HAProxy, Node, Redis, http_json, speak_one_turn, wait_until
 from tests.telephony.clients import AudioSocketClient, Control, TwilioClient, is_silent, tone_ulaw
 from tests.telephony.wire_clients import VonageClient
@@ -35,7 +36,7 @@ def node_config(redis_url: str, **extra) -> dict:
         "simulated": {"first_packet_ms": 10, "capacity_x": 500, "ms_per_char": 20, "stream_rtf": 0.05},
         "playout": {"prebuffer_ms": 40},
         "telephony": {"unknown_call_timeout_s": 1.5, "twilio_allow_unsigned": True},
-        "cluster": {"redis_url": redis_url, "claim_ttl_s": TTL_S},
+        "cluster": {"redis_url": redis_url, "claim_ttl_s": TTL_S, "secret_env": CLUSTER_SECRET_ENV},
     }
     for section, values in extra.items():
         cfg[section] = {**cfg.get(section, {}), **values}

@@ -11,6 +11,7 @@ import pytest
 import websockets
 
 from gateway.app import Gateway
+from tests.conftest import CLUSTER_SECRET_ENV
 from tests.cluster.harness import NEEDS, Redis
 from tests.telephony.clients import AudioSocketClient, Control
 from tests.telephony.conftest import FAST, merge, started_gateways
@@ -24,7 +25,7 @@ async def pair(tmp_path):
     redis.start()
     async with started_gateways() as start:
         async def make(host: str, name: str, **extra) -> Gateway:
-            own = {"server": {"host": host}, "cluster": {"redis_url": redis.url, "node_id": name, "claim_ttl_s": 3}}
+            own = {"server": {"host": host}, "cluster": {"redis_url": redis.url, "node_id": name, "claim_ttl_s": 3, "secret_env": CLUSTER_SECRET_ENV}}
             return await start(merge(merge(FAST, own), extra))
 
         yield make

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests.cluster.harness import NEEDS, ROOT, free_port, wait_port
+from tests.conftest import CLUSTER_SECRET_ENV
 
 pytestmark = pytest.mark.skipif("redis-server" in NEEDS, reason="needs redis-server (scripts/install_test_deps.sh)")
 
@@ -43,7 +44,7 @@ def refusal(tmp_path, command: list[str], cluster: str, env_extra: dict | None =
 
 
 def test_no_password_configured_names_cluster_password_env(locked_redis, tmp_path):
-    line = refusal(tmp_path, ["serve"], f"{{redis_url: '{locked_redis}'}}")
+    line = refusal(tmp_path, ["serve"], f"{{redis_url: '{locked_redis}', secret_env: {CLUSTER_SECRET_ENV}}}")
     assert locked_redis in line and "password" in line and "cluster.password_env" in line, line
     assert "unreachable" not in line and "HELLO" not in line, line
     line = refusal(tmp_path, ["engine", "--listen", f"ipc://{tmp_path}/e.sock"], f"{{redis_url: '{locked_redis}'}}")
@@ -51,6 +52,12 @@ def test_no_password_configured_names_cluster_password_env(locked_redis, tmp_pat
 
 
 def test_a_wrong_password_names_the_variable_it_came_from(locked_redis, tmp_path):
-    line = refusal(tmp_path, ["serve"], f"{{redis_url: '{locked_redis}', password_env: QA_REDIS_PASSWORD}}",
+    line = refusal(tmp_path, ["serve"], f"{{redis_url: '{locked_redis}', password_env: QA_REDIS_PASSWORD, secret_env: {CLUSTER_SECRET_ENV}}}",
                    {"QA_REDIS_PASSWORD": "not-the-password"})
     assert locked_redis in line and "refused the password in QA_REDIS_PASSWORD" in line, line
+
+
+def test_a_node_without_cluster_secret_env_refuses_to_start_naming_it(tmp_path):
+    """The hop secret comes from the environment only (never made up and kept in Redis): without it, no start."""
+    line = refusal(tmp_path, ["serve"], "{redis_url: 'redis://127.0.0.1:1/0'}")
+    assert "cluster.secret_env is required" in line, line

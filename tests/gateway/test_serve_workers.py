@@ -19,6 +19,8 @@ import urllib.request
 import pytest
 import websockets
 
+from tests.conftest import CLUSTER_SECRET_ENV
+
 HOST = "127.0.0.1"
 
 
@@ -49,7 +51,7 @@ def redis_url(tmp_path_factory):
 
 
 def write_config(tmp_path, redis_url: str | None) -> str:
-    cluster = f"cluster: {{redis_url: '{redis_url}'}}\n" if redis_url else ""
+    cluster = f"cluster: {{redis_url: '{redis_url}', secret_env: {CLUSTER_SECRET_ENV}}}\n" if redis_url else ""
     path = tmp_path / "workers.yaml"
     path.write_text(f"server: {{host: {HOST}, port: 0}}\nengine: {{kind: simulated}}\n"
                     "simulated: {first_packet_ms: 20, capacity_x: 1000}\n" + cluster)
@@ -130,7 +132,7 @@ def test_workers_with_an_in_process_qwen3_engine_refuse_in_one_line(tmp_path):
     """N workers would each load the model (N copies on one GPU): the refusal names the engine service."""
     path = tmp_path / "qwen3.yaml"
     path.write_text(f"server: {{host: {HOST}, port: 0}}\nengine: {{kind: qwen3, model_dir: /nonexistent}}\n"
-                    "cluster: {redis_url: 'redis://127.0.0.1:1/0'}\n")
+                    f"cluster: {{redis_url: 'redis://127.0.0.1:1/0', secret_env: {CLUSTER_SECRET_ENV}}}\n")
     serve = Serve(str(path), 2)
     out = serve.rest(timeout=60)
     assert serve.proc.wait(10) == 2
@@ -159,7 +161,7 @@ def test_a_worker_stuck_in_its_shutdown_is_killed_and_the_parent_exits(tmp_path,
 
     path = tmp_path / "stuck.yaml"
     path.write_text(f"server: {{host: {HOST}, port: 0, limits: {{drain_timeout_s: 0.5}}}}\nengine: {{kind: simulated}}\n"
-                    f"cluster: {{redis_url: '{redis_url}', key_prefix: 'stuck:'}}\n")  # the killed worker's keys stay till their TTL
+                    f"cluster: {{redis_url: '{redis_url}', key_prefix: 'stuck:', secret_env: {CLUSTER_SECRET_ENV}}}\n")  # the killed worker's keys stay till their TTL
     serve = Serve(str(path), 2)
     try:
         pids = [int(serve.read_until(r"worker \d+: node \S+, own address \S+ \(pid (\d+)\)").group(1)) for _ in range(2)]
