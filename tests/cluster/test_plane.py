@@ -512,7 +512,8 @@ def test_redis_unreachable_at_start_is_a_one_line_refusal_naming_the_url(tmp_pat
 
     port = free_port("127.0.0.1")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"engine: {{kind: simulated}}\nserver: {{host: 127.0.0.6, port: 0}}\ncluster: {{redis_url: 'redis://127.0.0.1:{port}/0'}}\n")
+    cfg.write_text(f"engine: {{kind: simulated}}\nserver: {{host: 127.0.0.6, port: 0}}\ncluster: {{redis_url: 'redis://127.0.0.1:{port}/0', "
+                   f"secret_env: {CLUSTER_SECRET_ENV}}}\n")
     out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--log-level", "ERROR"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1

@@ -227,3 +227,20 @@ async def test_expired_forged_and_foreign_tokens_are_refused(start_gateway):
     client = await Client.connect(gw, path=f"/v1/ws?token={good['token']}")  # the genuine one still works
     await client.start()
     await client.close()
+
+
+async def test_an_api_key_in_the_query_string_is_refused_naming_the_header(start_gateway):
+    """A long-lived key in a URL ends up in access logs: ?token= takes minted tokens only, on every door."""
+    gw = await start_gateway({"server": {"api_keys": ["k1-long-lived"]}})
+    for path in ("/v1/ws?token=k1-long-lived", "/v1/control?token=k1-long-lived", "/v1/vonage?token=k1-long-lived"):
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await Client.connect(gw, path=path)
+        assert refused.value.response.status_code == 401, path
+        assert b"Authorization: Bearer" in refused.value.response.body and b"not accepted in ?token=" in refused.value.response.body
+    assert refused_count(gw, "key_in_query") == 3
+    status, _ = await http_get(gw, "/v1/models?token=k1-long-lived")
+    assert status == 401
+    _, minted = await mint(gw, key="k1-long-lived")  # a short-lived token is what the query string is for
+    client = await Client.connect(gw, path=f"/v1/ws?token={minted['token']}")
+    assert (await client.start())["session_id"]
+    await client.close()

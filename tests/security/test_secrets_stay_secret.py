@@ -45,7 +45,9 @@ async def _exercise(port: int) -> tuple[str, list[str]]:
         for creds in ("wrong-key", API_KEY[:-1], API_KEY + "x"):  # near misses are refused (and must not echo the key)
             with pytest.raises(websockets.InvalidStatus):
                 await websockets.connect(f"{ws_base}/v1/ws?token={creds}")
-        async with websockets.connect(f"{ws_base}/v1/ws?token={API_KEY}") as ws:
+        with pytest.raises(websockets.InvalidStatus):  # a key is never taken from the query string (and not logged)
+            await websockets.connect(f"{ws_base}/v1/ws?token={API_KEY}")
+        async with websockets.connect(f"{ws_base}/v1/ws", additional_headers=key) as ws:
             await ws.send(json.dumps({"type": "session.start"}))
             await ws.send(json.dumps({"type": "text", "turn_id": "t1", "text": f"Say {API_KEY[:3]} please.", "final": True}))
             await ws.send(json.dumps({"type": "no.such.type", "key": API_KEY}))  # a bad message quoting a secret

@@ -108,6 +108,40 @@ async def test_a_gateway_with_another_secret_cannot_connect(server):
         await remote.close()
 
 
+async def test_a_stranger_key_that_knows_the_engines_public_key_gets_no_welcome(server):
+    """The engine's own check of the client key (ZAP), not the client's check of the server: a peer with a key pair
+    of its own completes no handshake, even knowing the engine's public key (public keys are not secrets)."""
+    from tts.service.transport import _keypair
+
+    server_public, _ = _keypair(SECRET, b"server")
+    transport = Transport()
+    stranger = transport.context.socket(zmq.DEALER)
+    stranger.setsockopt(zmq.LINGER, 0)
+    stranger.curve_serverkey = server_public
+    stranger.curve_publickey, stranger.curve_secretkey = zmq.curve_keypair()
+    stranger.connect(server.endpoint)
+    try:
+        await stranger.send_multipart(W.encode(W.Hello(v=W.VERSION, gateway="stranger")))
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(stranger.recv_multipart(), 1.5)
+        assert server.gateways == 0
+    finally:
+        stranger.close(linger=0)
+        transport.close()
+
+
+def test_curve_keys_come_from_a_memory_hard_kdf_not_one_hash():
+    import hashlib
+
+    from tts.service import transport as T
+
+    public, private = T._keypair(SECRET, b"client")
+    one_hash = zmq.utils.z85.encode(hashlib.sha256(b"voxgate-engine-curve-v1/client/" + SECRET).digest())
+    assert private != one_hash and len(zmq.utils.z85.decode(private)) == 32
+    assert private == zmq.utils.z85.encode(hashlib.scrypt(SECRET, salt=T.KDF_SALT + b"client", dklen=32, **T.KDF_COST))
+    assert T._keypair(SECRET, b"server")[1] != private
+
+
 async def test_one_message_per_loop_turn_each_way_carries_every_streams_packets():
     from tts import SynthesisRequest
 
@@ -218,3 +252,18 @@ print("closed")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and "closed" in out.stdout, out.stderr[-2000:]
+
+
+def test_an_ipc_socket_folder_that_others_may_enter_is_refused_even_when_voxgate_did_not_make_it(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)  # made by someone else, readable by every user of the machine
+    transport = Transport()
+    try:
+        with pytest.raises(EndpointError, match="mode 0700") as refused:
+            transport.server_socket(f"ipc://{shared}/engine.sock", None)
+        assert "0755" in str(refused.value) and not (shared / "engine.sock").exists()
+        shared.chmod(0o700)
+        transport.server_socket(f"ipc://{shared}/engine.sock", None).close(linger=0)
+    finally:
+        transport.close()

@@ -2,17 +2,21 @@
 
 tcp:// endpoints are always encrypted and mutually authenticated with ZeroMQ's
 CURVE (Curve25519 keys, as in CurveZMQ): both key pairs derive from the shared
-secret in `VOXGATE_ENGINE_SECRET`, so a peer without the secret can neither
-read the stream nor complete the handshake. ipc:// sockets are guarded by the
+secret in `VOXGATE_ENGINE_SECRET` through scrypt (a memory-hard KDF, so a
+guessable secret costs a guesser ~16 MiB and tens of milliseconds per try), so a
+peer without the secret can neither read the stream nor complete the handshake,
+and the engine admits only the one client key derived from it. ipc:// sockets are guarded by the
 file system (the socket's folder); the secret is not needed there.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
 import socket
+import stat
 import threading
 import weakref
 
@@ -81,11 +85,27 @@ def secret_from_env(endpoints: list[str], env: dict | None = None) -> bytes | No
     return value.encode()
 
 
+KDF_SALT = b"voxgate-engine-curve-v2/"  # v1 was one SHA-256: engines and gateways of v1 and v2 do not pair
+KDF_COST = {"n": 2**14, "r": 8, "p": 1, "maxmem": 64 * 2**20}
+
+
+@functools.lru_cache(maxsize=8)  # derived once per process and role: scrypt is slow on purpose
 def _keypair(secret: bytes, role: bytes) -> tuple[bytes, bytes]:
     """(public, secret) z85 CURVE keys derived from the shared secret for one role (server | client)."""
-    raw = hashlib.sha256(b"voxgate-engine-curve-v1/" + role + b"/" + secret).digest()
+    raw = hashlib.scrypt(secret, salt=KDF_SALT + role, dklen=32, **KDF_COST)
     private = z85.encode(raw)
     return zmq.curve_public(private), private
+
+
+def check_private_folder(folder: str) -> None:
+    """An ipc:// socket is guarded by its folder alone (no secret): the folder must be ours and mode 0700, also
+    when voxgate did not create it (anyone who may enter it could talk to the engine)."""
+    st = os.stat(folder)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.getuid() or mode & 0o077:
+        raise EndpointError(f"ipc:// socket folder {folder} must belong to this user and have mode 0700 "
+                            f"(it is owned by uid {st.st_uid}, mode {mode:04o}): other users could reach the engine "
+                            "through it; use a private folder (chmod 700) or a tcp:// endpoint with the secret")
 
 
 def _unix_socket_serves(path: str) -> bool:
@@ -154,9 +174,9 @@ class Transport:
                 sock.curve_publickey, sock.curve_secretkey = server_public, server_private
             elif endpoint.startswith("ipc://"):
                 path = endpoint[len("ipc://"):]
-                folder = os.path.dirname(path)
-                if folder:
-                    os.makedirs(folder, mode=0o700, exist_ok=True)
+                folder = os.path.dirname(path) or "."
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+                check_private_folder(folder)
                 if _unix_socket_serves(path):  # ZeroMQ's bind would unlink it and orphan that process
                     raise EndpointError(f"{endpoint}: another process serves on this socket (stop it first, "
                                         "or listen on another path)")
