@@ -356,10 +356,11 @@ class ClusterConfig:
     key_prefix: str = "voxgate:"  # every key this plane writes starts with it (several planes may share one Redis)
     claim_ttl_s: float = 10.0  # a call's owner claim and a node's registration live this long unless refreshed
     secret_env: str | None = None  # env var with the nodes' shared hop secret (required with redis_url; never in Redis)
+    peer_ca_file: str | None = None  # PEM CA bundle that signs other nodes' https:// advertise_url (default: the system's)
 
     def validate(self, check) -> None:
         if self.redis_url is None:
-            for name in ("password_env", "node_id", "advertise_url", "secret_env"):
+            for name in ("password_env", "node_id", "advertise_url", "secret_env", "peer_ca_file"):
                 check(getattr(self, name) is None, name, "needs cluster.redis_url (without it the gateway is one process)")
             return
         parts = urlsplit(self.redis_url)
@@ -384,6 +385,8 @@ class ClusterConfig:
                   "must be http://host:port or https://host:port (no path)")
         check(CLUSTER_KEY.fullmatch(self.key_prefix) is not None, "key_prefix", "must be up to 64 letters, digits and _ . : -")
         check(1.0 <= self.claim_ttl_s <= 600.0, "claim_ttl_s", "must be 1..600")
+        if self.peer_ca_file is not None:
+            check(os.path.isfile(self.peer_ca_file), "peer_ca_file", "must name a readable PEM file of CA certificates")
         # required by every gateway node (ClusterPlane.start says so); an engine registering in the plane needs none
         if self.secret_env is not None:
             check(len(os.environ.get(self.secret_env, "")) >= 16, "secret_env",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from typing import Callable
 
@@ -122,6 +123,10 @@ async def connect_owner(core, request: web.BaseRequest, owner: Owner, ids: list[
                 log.warning("cluster: node %s refused this node's hop for call %s (HTTP 403; its log says why: most "
                             "often the nodes hold different secrets in cluster.secret_env)", owner.node_id, ids[0])
                 raise ClusterUnavailable(f"node {owner.node_id} refused this node's hop") from None
+            except aiohttp.ClientSSLError as exc:  # it answers, we cannot trust it: not a dead owner either
+                log.warning("cluster: node %s's TLS certificate does not verify (%s; is its CA in cluster.peer_ca_file?)",
+                            owner.node_id, exc)
+                raise ClusterUnavailable(f"node {owner.node_id}'s certificate does not verify") from None
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 log.warning("cluster: owner %s of call %s unreachable (%s); taking the call over", owner.node_id, ids[0], exc)
         owner = await plane.take_over(ids, owner.node_id)
@@ -133,7 +138,12 @@ async def connect_owner(core, request: web.BaseRequest, owner: Owner, ids: list[
 def _http(core) -> aiohttp.ClientSession:
     plane = core.cluster
     if plane.http is None:
-        plane.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S))
+        # an owner that advertises https:// is reached over wss://, its certificate checked against
+        # cluster.peer_ca_file (a private CA for the nodes) or the system's CAs
+        ca_file = core.config.cluster.peer_ca_file
+        tls = ssl.create_default_context(cafile=ca_file) if ca_file else True
+        plane.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls),
+                                           timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S))
     return plane.http
 
 

@@ -169,9 +169,11 @@ defaults
   timeout tunnel 60s
 frontend round_robin
   bind {host}:{rr}
+  http-request del-header X-Voxgate-Hop
   default_backend rr_nodes
 frontend by_call
   bind {host}:{hashed}
+  http-request del-header X-Voxgate-Hop  # as docs/cluster.md's example: only nodes send it
   # the call id is the path's third segment (/v1/twilio/ID, /v1/control/ID): both legs of a call hash alike
   http-request set-header X-Call-Id %[path,field(4,/)]
   default_backend hashed_nodes

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import uuid
 
 import pytest
@@ -222,3 +223,76 @@ def hop_value_in(line: str) -> bool:
     import re
 
     return re.search(r"[0-9a-f]{64}", line) is not None
+
+
+# ---------------------------------------------------------------- wss:// between nodes
+def self_signed(tmp_path, host: str) -> tuple[str, str]:
+    """(cert + key PEM for HAProxy, cert PEM as the CA a node trusts): a self-signed certificate for `host`."""
+    import subprocess
+
+    key, cert = tmp_path / "node.key", tmp_path / "node.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=voxgate-node",
+                    "-addext", f"subjectAltName=IP:{host}", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    pem = tmp_path / "node.pem"
+    pem.write_bytes(cert.read_bytes() + key.read_bytes())
+    return str(pem), str(cert)
+
+
+TLS_FRONT = """global
+  maxconn 200
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+  timeout tunnel 30s
+frontend tls
+  bind {host}:{port} ssl crt {pem}
+  http-request set-header X-Forwarded-Proto https
+  default_backend node
+backend node
+  server owner {target}
+"""
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl (scripts/install_test_deps.sh installs it)")
+async def test_nodes_reach_an_https_owner_over_wss_with_a_configured_ca(plane, tmp_path):
+    """The owner advertises https:// (TLS ends at a proxy in front of it, as a sidecar would): the forwarding node
+    dials wss://, trusts the owner's self-signed certificate through cluster.peer_ca_file, and the call plays."""
+    import subprocess
+
+    from tests.cluster.harness import free_port, wait_port
+
+    owner, _ = plane
+    host = "127.0.0.6"
+    pem, ca = self_signed(tmp_path, host)
+    port = free_port(host)
+    cfg = tmp_path / "tls.cfg"
+    cfg.write_text(TLS_FRONT.format(host=host, port=port, pem=pem, target=f"{OWNER_HOST}:{owner.port}"))
+    haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_port(host, port, proc=haproxy)
+        owner.core.cluster.advertise_url = f"https://{host}:{port}"
+        await owner.core.cluster._beat()
+        async with started_gateways() as start:
+            async def relay(name: str, ca_file: str | None) -> Gateway:
+                cluster = {"redis_url": owner.config.cluster.redis_url, "node_id": name, "secret_env": CLUSTER_SECRET_ENV}
+                return await start(merge(FAST, {"server": {"host": "127.0.0.7", "api_keys": [KEY]},
+                                                "telephony": {"twilio_allow_unsigned": True},
+                                                "cluster": cluster | ({"peer_ca_file": ca_file} if ca_file else {})}))
+
+            trusting, untrusting = await relay("trusting", ca), await relay("untrusting", None)
+            call_id = f"CA{uuid.uuid4().hex}"
+            control = await attach(owner, call_id)
+            assert await refused_status(ws(untrusting, f"/v1/twilio/{call_id}"), {}) == 503  # an unknown CA: refused
+            tw = TwilioClient(await websockets.connect(ws(trusting, f"/v1/twilio/{call_id}"), compression=None), f"MZ{call_id}", call_id)
+            await tw.start()
+            assert (await control.expect("call.media", timeout=5))["state"] == "connected"
+            await control.send({"type": "text", "turn_id": "t1", "text": "Hello over TLS.", "final": True})
+            assert (await control.expect("turn.done", turn_id="t1", timeout=10))["interrupted"] is False
+            await tw.stop()
+            assert trusting.metrics.cluster_forwards.labels(door="twilio")._value.get() == 1
+    finally:
+        haproxy.terminate()
+        haproxy.wait(5)

@@ -294,6 +294,16 @@ async def test_a_websocket_wire_whose_legs_land_apart_meets_through_the_hop(plan
     assert forwards(plane.nodes) - before == len(ids)
 
 
+async def test_the_balancer_drops_a_callers_hop_header_and_a_node_refuses_one_it_gets(plane):
+    """Only nodes send X-Voxgate-Hop: the balancer (configured as docs/cluster.md shows) removes a caller's, and a
+    node reached directly refuses a request carrying a hop that does not verify instead of serving it."""
+    forged = {"X-Voxgate-Hop": "v2;n1;0;0;call;" + "0" * 64, **AUTH}
+    via_balancer = plane.haproxy.rr.replace("ws://", "http://")
+    assert http_json(via_balancer + "/v1/voices", headers=forged)[0] == 200
+    status, body = http_json(plane.nodes[0].url + "/v1/voices", headers=forged)
+    assert status == 403 and "X-Voxgate-Hop" in body["message"]
+
+
 # ---------------------------------------------------------------- shared locks and state
 async def native_session(node: Node, token: str | None = None, voice: str | None = None, **connect) -> dict:
     """Open /v1/ws, start a session (optionally with a voice), speak one short turn; returns session.started."""
