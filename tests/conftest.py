@@ -12,10 +12,67 @@ import websockets
 
 from gateway.config import load_config
 from gateway.app import Gateway
+from tests import required
 
 # cluster configs in tests name this variable in cluster.secret_env (subprocess nodes inherit it)
 CLUSTER_SECRET_ENV = "VOXGATE_TEST_CLUSTER_SECRET"
 os.environ.setdefault(CLUSTER_SECRET_ENV, "voxgate-test-cluster-secret-0123456789")
+
+# ---------------------------------------------------------------- under CI=true, a missing dependency fails
+_MISSING = required.missing() if required.in_ci() else []
+
+
+def pytest_report_header(config):
+    if _MISSING:
+        return [f"CI=true: missing required test dependencies: {', '.join(n.name for n in _MISSING)} "
+                "(their suites FAIL; tests/required.py)"]
+    return None
+
+
+def _missing_named_in(report) -> tuple[required.Need, str] | None:
+    """The required dependency, missing here, that a skip's reason names (and the reason), or None."""
+    if not _MISSING or not report.skipped:
+        return None
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    need = next((n for n in _MISSING if n.named_in(reason)), None)
+    return None if need is None else (need, reason)
+
+
+def _why_failed(need: required.Need, reason: str) -> str:
+    return (f"CI=true: this would skip ({reason}), but {need.name} is a required test dependency "
+            f"(tests/required.py): install {need.installs}")
+
+
+_SKIPPED_MODULES: list[str] = []  # modules skipped whole at collection for a missing dependency (CI=true)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    found = _missing_named_in(report)
+    if found is not None:  # the test fails instead of skipping
+        report.outcome, report.longrepr = "failed", _why_failed(*found)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield  # a module-level skip (importorskip at import) happens here: the module stays skipped, the run fails
+    report = outcome.get_result()
+    found = _missing_named_in(report)
+    if found is not None:
+        _SKIPPED_MODULES.append(f"{report.nodeid}: {_why_failed(*found)}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _SKIPPED_MODULES:
+        terminalreporter.write_line(f"FAILED {line}", red=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _SKIPPED_MODULES and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 FAST_SIM = {
     "engine": {"kind": "simulated"},
