@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 venv=.venv-plugins
 py="${PYTHON:-}"
 if [ -z "$py" ]; then
-  for cand in python3.11 python3.12 python3.10 python3; do
-    if command -v "$cand" >/dev/null 2>&1; then py="$cand"; break; fi
+  for cand in python3.11 python3.12 python3.13 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then py="$cand"; break; fi
   done
 fi
 # Re-install only when what it is built from changed (a fresh clone, a new pin, a plugin's dependencies).

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Creates .venv (Python 3.10+) and installs voxgate with the CPU torch pin.
+# Creates .venv (Python 3.11+: the code uses asyncio.timeout; CI tests 3.11) and installs voxgate with the CPU torch pin.
 # Usage: scripts/setup_env.sh [extras]   e.g. scripts/setup_env.sh test,webrtc,stress,espeak
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-webrtc,espeak,vad,onnx}"
 py="${PYTHON:-}"
 if [ -z "$py" ]; then
-  for cand in python3.11 python3.12 python3.10 python3; do
-    if command -v "$cand" >/dev/null 2>&1; then py="$cand"; break; fi
+  for cand in python3.11 python3.12 python3.13 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then py="$cand"; break; fi
   done
+fi
+if [ -z "$py" ]; then
+  echo "setup_env: no Python 3.11+ found (python3.11, python3.12, python3.13, python3); set PYTHON=/path/to/python3.11" >&2
+  exit 1
 fi
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
