@@ -197,6 +197,26 @@ async def test_a_request_with_a_forged_hop_is_refused_not_served(plane):
         assert await refused_status(ws(owner, "/v1/control"), {"X-Voxgate-Hop": forged, **AUTH}) == 403
 
 
+async def test_no_secret_is_written_to_redis(plane):
+    import os
+
+    import redis as redis_lib
+
+    owner, _ = plane
+    secret = os.environ[CLUSTER_SECRET_ENV].encode()
+    r = redis_lib.Redis.from_url(owner.config.cluster.redis_url)
+    try:
+        keys = r.keys("*")
+        assert keys and not any(k.endswith(b"secret") for k in keys), keys
+        for key in keys:
+            kind = r.type(key)
+            values = ([r.get(key)] if kind == b"string" else list(r.hgetall(key).values()) if kind == b"hash" else
+                      list(r.smembers(key)) if kind == b"set" else [m for m, _ in r.zrange(key, 0, -1, withscores=True)])
+            assert not any(v and secret in v for v in values), key
+    finally:
+        r.close()
+
+
 async def test_nodes_with_different_secrets_say_why_in_one_line_and_do_not_split_the_call(plane, tmp_path, monkeypatch, caplog):
     owner, _ = plane
     monkeypatch.setenv("VOXGATE_TEST_OTHER_SECRET", "a-different-secret-0123456789")
