@@ -5,8 +5,9 @@ before the upgrade) or from the leg's opening messages (Twilio's `start`, `call.
 read here, then replayed to whoever serves the leg). The owner is told with a signed, single-use
 `X-Voxgate-Hop` header (gateway/cluster/hop.py: bound to the method, path, query and call) that this node
 already checked the leg (auth, tokens, Origin, per-IP caps), so it checks nothing twice and never forwards
-again; a leg whose opening messages name another call than its hop is refused. Messages then pass both ways untouched, text as text and binary as
-binary, and a close on either side closes the other with the same code: the far end notices nothing.
+again; a leg whose opening messages name another call than its hop is refused. Messages then pass both
+ways untouched, text as text and binary as binary, and a close on either side closes the other with the
+same code: the far end notices nothing.
 No audio passes through Redis; the hop is one WebSocket (or, for AudioSocket, one TCP stream) per leg.
 """
 
@@ -72,7 +73,7 @@ def hop_matches(request: web.BaseRequest, ids: list[str]) -> bool:
         return False
 
 
-def refuse_wrong_call(request: web.BaseRequest, door: str, ids: list[str]) -> None:
+def log_wrong_call(request: web.BaseRequest, door: str, ids: list[str]) -> None:
     checked = hop_of(request)
     log.warning("cluster: refused a %s leg forwarded by node %s: its hop was signed for call %s, the leg names %s",
                 door, checked.node if checked else "?", checked.call_id if checked else "?", ", ".join(ids) or "no call")
@@ -281,7 +282,7 @@ async def forward_by_path(core, request: web.Request, door: str, ids: list[str],
     if is_hop(request):  # the owner's side: the hop must name this leg's call
         if hop_matches(request, ids):
             return None
-        refuse_wrong_call(request, door, ids)
+        log_wrong_call(request, door, ids)
         return web.json_response(P.error_event(P.UNAUTHORIZED, "the hop was signed for another call"), status=403)
     try:
         owner = await owner_elsewhere(core, request, ids)
@@ -324,7 +325,7 @@ async def forward_after_peek(core, request: web.Request, ws: web.WebSocketRespon
     if is_hop(request):  # the owner's side: the forwarding node replays the messages it read, naming the hop's call
         if hop_matches(request, ids):
             return ReplayingSocket(ws, first)
-        refuse_wrong_call(request, door, ids)
+        log_wrong_call(request, door, ids)
         await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"the hop was signed for another call")
         return None
     if not ids:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import os
 import re
 import shutil
