@@ -126,10 +126,11 @@ async def _accept_hop(core: CallCore, request: web.Request) -> web.Response | No
         log.warning("cluster: refused a hop from %s claiming node %s for %s %s: %s", request.remote, claimed_node(value),
                     request.method, request.path, exc)
         core.metrics.connections_refused.labels(reason="hop").inc()
-        core.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
         if isinstance(exc, ClusterUnavailable):
+            core.metrics.errors.labels(code=P.CLUSTER_UNAVAILABLE).inc()
             return web.json_response(P.error_event(P.CLUSTER_UNAVAILABLE, "the call plane cannot check this hop now"),
                                      status=503, headers={"Retry-After": "1"})
+        core.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
         return web.json_response(P.error_event(P.UNAUTHORIZED, f"{HOP_HEADER} refused: {exc}"), status=403)
 
 
