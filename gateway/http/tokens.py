@@ -1,7 +1,7 @@
 """POST /v1/tokens: a short-lived token that opens one session, so a browser page never holds an API key.
 
 Your backend calls it with an API key and hands the token to the page; the page uses it where an API key
-goes (`Authorization: Bearer <token>` or `?token=`). Body (optional JSON): `{"ttl_s": N}`, at most
+goes (`Authorization: Bearer <token>` or `?token=`, which takes tokens only, never an API key). Body (optional JSON): `{"ttl_s": N}`, at most
 `server.token_ttl_s`. Answer: `{"token", "expires_at" (unix seconds), "expires_in"}`.
 """
 
@@ -15,7 +15,7 @@ from aiohttp import web
 from gateway import protocol as P
 from gateway.core import CallCore
 from gateway.cluster.plane import ClusterUnavailable
-from gateway.legs.accept import is_api_key, presented_credential, unavailable_response
+from gateway.legs.accept import from_query, is_api_key, presented_credential, unavailable_response
 
 MAX_BODY_BYTES = 1024
 
@@ -23,7 +23,8 @@ MAX_BODY_BYTES = 1024
 def routes(core: CallCore) -> list[web.RouteDef]:
     async def mint(request: web.Request) -> web.Response:
         keys = core.config.server.api_keys
-        if keys and not is_api_key(core, presented_credential(request)):  # a token cannot mint tokens
+        # a token cannot mint tokens, and a key is taken from the Authorization header only (URLs end up in logs)
+        if keys and (from_query(request) or not is_api_key(core, presented_credential(request))):
             core.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
             return web.json_response(P.error_event(P.UNAUTHORIZED, "POST /v1/tokens takes an API key (Authorization: Bearer <key>)"),
                                      status=401)

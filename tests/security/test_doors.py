@@ -240,6 +240,9 @@ async def test_an_api_key_in_the_query_string_is_refused_naming_the_header(start
     assert refused_count(gw, "key_in_query") == 3
     status, _ = await http_get(gw, "/v1/models?token=k1-long-lived")
     assert status == 401
+    async with aiohttp.ClientSession() as http:  # nor does minting take a key from the URL
+        async with http.post(f"{gw.url}/v1/tokens?token=k1-long-lived") as r:
+            assert r.status == 401
     _, minted = await mint(gw, key="k1-long-lived")  # a short-lived token is what the query string is for
     client = await Client.connect(gw, path=f"/v1/ws?token={minted['token']}")
     assert (await client.start())["session_id"]
