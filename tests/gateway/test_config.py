@@ -8,7 +8,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
-def test_shipped_configs_load(name):
+def test_shipped_configs_load(name, monkeypatch):
+    monkeypatch.setenv("VOXGATE_CLUSTER_SECRET", "s" * 32)  # configs/cluster.yaml's secret_env must hold a secret at load
     cfg = load_config(ROOT / "configs" / name)
     assert cfg.voices and cfg.default_voice_name in cfg.voices
 
