@@ -84,7 +84,10 @@ def engine_choice(config: Config) -> EngineChoice:
     return EngineChoice(kind=e.kind, model_dir=e.model_dir, device=e.device, dtype=e.dtype, max_batch=e.max_batch,
                         max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache,
                         voice_cache_dir=voice_cache, simulated=simulated, endpoints=list(e.endpoints),
-                        connect_timeout_s=e.connect_timeout_s, discover=engine_discovery(config))
+                        connect_timeout_s=e.connect_timeout_s, discover=engine_discovery(config),
+                        model=e.model, api_key_env=e.api_key_env, sample_rate=e.sample_rate, task_type=e.task_type,
+                        # openai-speech: the names sent as `voice` must be voices the servers list (clones are sent whole)
+                        voices_required=[v.speaker or name for name, v in config.voices.items() if not v.ref_audio])
 
 
 def engine_discovery(config: Config) -> bool:
@@ -115,6 +118,8 @@ class Gateway:
         # /metrics: the vocoder backend actually serving (auto resolves at load), else what was asked for
         vocoder = (lambda: getattr(engine, "vocoder_name", None) or config.engine.vocoder) if kind == "qwen3" else "none"
         self.core = CallCore(config, engine, kind, vocoder)
+        if hasattr(engine, "endpoint_stats"):  # openai-speech: its servers on /metrics
+            self.core.metrics.watch_speech_endpoints(engine.endpoint_stats)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.reuse_port = False  # `serve --workers`: the port is shared with the other workers (SO_REUSEPORT)

@@ -106,6 +106,12 @@ class ServerConfig:
 
 
 VOCODERS = ("auto", "torch", "onnxruntime", "tensorrt")
+ENGINE_KINDS = ("auto", "qwen3", "simulated", "espeak", "remote", "openai-speech")
+
+
+def _is_http_url(text: str) -> bool:
+    parts = urlsplit(text)
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment
 
 
 @dataclass
@@ -127,13 +133,28 @@ class EngineConfig:
     # the engine in its own process on this box: `voxgate engine` as a supervised child on an ipc:// socket
     isolate: bool = False
     isolate_start_timeout_s: float = 600.0  # isolate: how long the start waits for the child to load
+    # kind openai-speech: `endpoints` are OpenAI-compatible speech servers' base URLs (http://HOST:PORT/v1)
+    model: str | None = None  # sent as "model"
+    api_key_env: str | None = None  # environment variable with the servers' bearer token
+    sample_rate: int = 24000  # what the servers stream (a server that states another rate is refused)
+    task_type: str | None = None  # vLLM-Omni Qwen3-TTS: CustomVoice | VoiceDesign | Base (default: the server's)
 
     def validate(self, check) -> None:
-        check(self.kind in ("auto", "qwen3", "simulated", "espeak", "remote"), "kind",
-              "must be auto, qwen3, simulated, espeak or remote")
-        check(self.kind == "remote" or not self.endpoints, "endpoints", "are only for kind: remote")
-        check(all(isinstance(e, str) and _is_engine_endpoint(e) for e in self.endpoints), "endpoints",
-              "entries must be tcp://HOST:PORT or ipc://PATH")
+        check(self.kind in ENGINE_KINDS, "kind", "must be " + ", ".join(ENGINE_KINDS[:-1]) + " or " + ENGINE_KINDS[-1])
+        check(self.kind in ("remote", "openai-speech") or not self.endpoints, "endpoints",
+              "are only for kind: remote or openai-speech")
+        if self.kind == "openai-speech":
+            check(bool(self.endpoints), "endpoints", "must list at least one speech server for kind: openai-speech")
+            check(all(isinstance(e, str) and _is_http_url(e) for e in self.endpoints), "endpoints",
+                  "entries must be http(s)://HOST:PORT/v1 base URLs for kind: openai-speech")
+            check(self.sample_rate in (8000, 16000, 22050, 24000, 44100, 48000), "sample_rate",
+                  "must be 8000, 16000, 22050, 24000, 44100 or 48000")
+            check(self.task_type in (None, "CustomVoice", "VoiceDesign", "Base"), "task_type",
+                  "must be CustomVoice, VoiceDesign or Base")
+            check(not self.isolate, "isolate", "runs a local engine as a child; kind: openai-speech uses speech servers")
+        else:
+            check(all(isinstance(e, str) and _is_engine_endpoint(e) for e in self.endpoints), "endpoints",
+                  "entries must be tcp://HOST:PORT or ipc://PATH")
         check(len(set(self.endpoints)) == len(self.endpoints), "endpoints", "lists an engine twice")
         check(not (self.isolate and self.kind == "remote"), "isolate",
               "runs a local engine (qwen3, simulated, espeak) as a child; kind: remote connects to engines instead")
@@ -423,6 +444,9 @@ class Config:
         if self.engine.kind == "remote" and not self.engine.endpoints and not self.cluster.enabled:
             raise ConfigError(f"{self.source}: engine.endpoints: must list at least one engine for kind: remote "
                               "(or set cluster.redis_url: engines register themselves there)")
+        if self.engine.kind == "openai-speech" and self.chunker.mode == "turn":
+            raise ConfigError(f"{self.source}: chunker.mode: turn is unsupported_mode with engine.kind: openai-speech "
+                              "(speech servers take a whole text per request and no streaming text input yet); use sentence")
         if self.default_voice is not None:
             check(self.default_voice in self.voices, "default_voice", f"{self.default_voice!r} is not in voices")
         seen: dict[str, str] = {}

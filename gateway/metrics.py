@@ -59,6 +59,13 @@ class GatewayMetrics:
         self.voice_inbound_dropped_samples = Counter(
             "voxgate_voice_inbound_dropped_samples_total", "Caller audio samples dropped for arriving faster than real time", registry=r)
 
+        # POST /v1/audio/speech: requests being answered now (a chained gateway's interrupt shows here as a drop)
+        self.speech_in_flight = Gauge("voxgate_speech_requests_in_flight", "POST /v1/audio/speech requests being answered now", registry=r)
+
+    def watch_speech_endpoints(self, endpoint_stats: Callable[[], list[dict]]) -> None:
+        """engine.kind openai-speech: per speech server, up, in flight, first-byte time and errors by code."""
+        self.registry.register(_SpeechEndpoints(endpoint_stats))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -78,6 +85,31 @@ class _EngineStats:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 family.add_metric([name], float(value))
         yield family
+
+
+class _SpeechEndpoints:
+    """`voxgate_speech_endpoint_*{endpoint}`: the openai-speech engine's servers, read at each scrape."""
+
+    def __init__(self, endpoint_stats: Callable[[], list[dict]]):
+        self.endpoint_stats = endpoint_stats
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
+
+        up = GaugeMetricFamily("voxgate_speech_endpoint_up", "1 while the speech server serves", labels=["endpoint"])
+        in_flight = GaugeMetricFamily("voxgate_speech_endpoint_in_flight", "Requests streaming from the speech server now", labels=["endpoint"])
+        ttfb = SummaryMetricFamily("voxgate_speech_endpoint_ttfb_seconds", "Request sent to first audio byte", labels=["endpoint"])
+        errors = CounterMetricFamily("voxgate_speech_endpoint_errors", "Failed requests by code", labels=["endpoint", "code"])
+        for e in self.endpoint_stats():
+            up.add_metric([e["endpoint"]], 1.0 if e["up"] else 0.0)
+            in_flight.add_metric([e["endpoint"]], float(e["in_flight"]))
+            ttfb.add_metric([e["endpoint"]], count_value=e["ttfb_count"], sum_value=e["ttfb_sum_s"])
+            for code, n in sorted(e["errors"].items()):
+                errors.add_metric([e["endpoint"], code], float(n))
+        yield from (up, in_flight, ttfb, errors)
 
 
 class _EngineInfo:

@@ -15,7 +15,7 @@ from tts.engine import Engine
 
 log = logging.getLogger("voxgate.tts")
 
-KINDS = ("auto", "qwen3", "simulated", "espeak", "remote")
+KINDS = ("auto", "qwen3", "simulated", "espeak", "remote", "openai-speech")
 
 
 @dataclass
@@ -35,6 +35,12 @@ class EngineChoice:
     endpoints: list[str] = field(default_factory=list)  # remote: engine processes (tcp://HOST:PORT | ipc://PATH)
     discover: bool = False  # remote without endpoints: the caller names them later (RemoteEngine.set_endpoints)
     connect_timeout_s: float = 5.0  # remote: start() waits this long for a first engine (then serves without one)
+    # openai-speech: `endpoints` are base URLs (http://HOST:PORT/v1) of OpenAI-compatible speech servers
+    model: str | None = None  # sent as "model"
+    api_key_env: str | None = None  # environment variable with the servers' bearer token
+    sample_rate: int = 24_000  # what the servers stream
+    task_type: str | None = None  # vLLM-Omni's Qwen3-TTS task_type (CustomVoice | VoiceDesign | Base)
+    voices_required: list[str] = field(default_factory=list)  # voice names to find in the servers' voice lists
 
 
 def resolve_engine_kind(kind: str, model_dir: str | None) -> str:
@@ -96,4 +102,11 @@ def build_engine(choice: EngineChoice) -> Engine:
             raise ValueError("engine.endpoints must list at least one engine for engine.kind: remote")
         return RemoteEngine(choice.endpoints, secret=secret_from_env(choice.endpoints),
                             connect_timeout_s=choice.connect_timeout_s, discovered=choice.discover)
+    if kind == "openai-speech":
+        from tts.openai_speech import OpenAISpeechEngine, SpeechServerSettings
+
+        return OpenAISpeechEngine(SpeechServerSettings(
+            endpoints=list(choice.endpoints), model=choice.model, api_key_env=choice.api_key_env,
+            sample_rate=choice.sample_rate, task_type=choice.task_type, voices_required=list(choice.voices_required),
+            connect_timeout_s=choice.connect_timeout_s))
     raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")

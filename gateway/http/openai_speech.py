@@ -186,9 +186,11 @@ class OpenAISpeech:
         limit = core.config.server.limits.max_call_s
         timer = asyncio.get_running_loop().call_later(
             limit, session.playout.fail, P.CALL_TOO_LONG, f"the request reached limits.max_call_s = {limit:g} s")
+        core.metrics.speech_in_flight.inc()
         try:
             return await self._stream(request, req, session, encoder)
         finally:
+            core.metrics.speech_in_flight.dec()
             timer.cancel()
             if not session.closed:
                 await session.close()

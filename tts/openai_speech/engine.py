@@ -1,0 +1,424 @@
+"""`OpenAISpeechEngine`: `tts.Engine` over servers that speak OpenAI's streaming `POST {base}/audio/speech`
+(vLLM-Omni, SGLang-Omni, voxgate itself).
+
+One streamed request per text chunk; the body comes back as raw 16-bit PCM in network-sized pieces, re-cut
+here into whole 80 ms packets. Cancelling a stream closes its HTTP connection at once, so the server sees the
+disconnect and stops generating.
+
+Placement: a session's chunks stay on one endpoint while it serves (the session is the first part of the
+request's tag, `session/turn/chunk`); otherwise the serving endpoint with the fewest requests in flight. Before
+the first audio byte a request may move: an endpoint that does not answer is taken out (and probed back), one
+that answers 429/503 is busy; when every endpoint was tried the chunk fails with `overloaded` (some were busy)
+or `engine_unavailable` (none answered). After the first byte nothing moves: a cut stream is `engine_error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tts.engine import Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream, TurnStream, VoiceClone
+from tts.openai_speech.endpoint import Endpoint
+from tts.openai_speech.request_body import DEFAULT_VOICE, speech_body, voice_names
+
+log = logging.getLogger("voxgate.openai_speech_engine")
+
+AFFINITY_LIMIT = 65_536
+TURN_MODE_REASON = ("speech servers take a whole text per request (POST /audio/speech) and no streaming text "
+                    "input yet, which turn mode needs; use sentence mode")
+
+
+@dataclass
+class SpeechServerSettings:
+    endpoints: list[str]
+    model: str | None = None  # sent as "model" when set
+    api_key_env: str | None = None  # environment variable holding a bearer token
+    sample_rate: int = 24_000  # what the servers stream; a server that says otherwise is refused
+    task_type: str | None = None  # Qwen3-TTS on vLLM-Omni: CustomVoice | VoiceDesign | Base (None: the server's default)
+    voices_required: list[str] = field(default_factory=list)  # voice names the config speaks with; checked at start
+    connect_timeout_s: float = 5.0  # start waits this long for a first endpoint; also the TCP connect timeout
+    read_timeout_s: float = 30.0  # no byte from a stream for this long: the endpoint is taken out
+    probe_interval_s: float = 1.0  # how often an endpoint that is out is asked whether it is back
+    packet_ms: int = 80  # the playout's packet: audio is handed on in whole packets (the last one may be short)
+
+
+class OpenAISpeechEngine(Engine):
+    name = "openai-speech"
+    can_clone = True  # the servers decide: a voice they refuse fails with their answer
+
+    def __init__(self, settings: SpeechServerSettings):
+        if not settings.endpoints:
+            raise ValueError("engine.endpoints must list at least one speech server for engine.kind: openai-speech")
+        self.settings = settings
+        self.endpoints = [Endpoint(url) for url in settings.endpoints]
+        if len({e.base for e in self.endpoints}) != len(self.endpoints):
+            raise ValueError("engine.endpoints lists a speech server twice")
+        if settings.sample_rate not in (8000, 16000, 22050, 24000, 44100, 48000):
+            raise ValueError(f"engine.sample_rate {settings.sample_rate} is not a rate speech servers stream "
+                             "(8000, 16000, 22050, 24000, 44100 or 48000)")
+        self.sample_rate = settings.sample_rate  # the session resamples from this to each leg's rate
+        self._packet = settings.sample_rate * settings.packet_ms // 1000
+        self._token: str | None = None
+        if settings.api_key_env:
+            self._token = os.environ.get(settings.api_key_env) or None
+            if self._token is None:
+                raise ValueError(f"engine.api_key_env names {settings.api_key_env}, which is not set")
+        self._http = None  # aiohttp.ClientSession, made in start() (it needs the running loop)
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._affinity: collections.OrderedDict[str, Endpoint] = collections.OrderedDict()
+        self._clones: dict[str, VoiceClone] = {}
+        self._prober: asyncio.Task | None = None
+        self.audio_seconds = 0.0
+        self.counters = {"requests": 0, "retried": 0, "refused_everywhere": 0, "unavailable": 0, "cut_mid_chunk": 0,
+                         "cancelled": 0}
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        import aiohttp
+
+        connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
+        self._http = aiohttp.ClientSession(connector=connector, headers=self._headers(),
+                                           timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout_s,
+                                                                         sock_read=self.settings.read_timeout_s))
+        deadline = time.monotonic() + self.settings.connect_timeout_s
+        while True:
+            await asyncio.gather(*(self._probe(e) for e in self.endpoints))
+            if any(e.up for e in self.endpoints) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(0.2, self.settings.probe_interval_s))
+        if not any(e.up for e in self.endpoints):
+            log.warning("no speech server answered in %.1f s (%s); new sessions are refused with engine_unavailable "
+                        "until one does", self.settings.connect_timeout_s, self._why_none())
+        self._check_voices()
+        self._prober = asyncio.get_running_loop().create_task(self._probe_loop(), name="speech-server-probe")
+
+    async def close(self) -> None:
+        if self._prober is not None:
+            self._prober.cancel()
+            self._prober = None
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    def _check_voices(self) -> None:
+        """Refuse a config that speaks with a voice the servers do not list (where they list voices)."""
+        for e in self.endpoints:
+            if e.voices is None:
+                continue
+            known = {v.lower() for v in e.voices}
+            missing = [v for v in self.settings.voices_required if v != DEFAULT_VOICE and v.lower() not in known]
+            if missing:
+                raise ValueError(f"speech server {e.base} has no voice {', '.join(repr(m) for m in missing)} "
+                                 f"(it lists: {', '.join(sorted(e.voices)) or 'none'})")
+
+    # ------------------------------------------------------------ health probes
+    async def _probe_loop(self) -> None:
+        checks = 0
+        while True:
+            await asyncio.sleep(self.settings.probe_interval_s)
+            checks += 1
+            # endpoints that are out, every interval; the serving ones every fifth (a server that died quietly)
+            due = [e for e in self.endpoints if not e.up or checks % 5 == 0]
+            if due:
+                await asyncio.gather(*(self._probe(e) for e in due), return_exceptions=True)
+
+    async def _probe(self, e: Endpoint) -> None:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=max(1.0, self.settings.connect_timeout_s))
+        try:
+            if e.health_url is None:
+                await self._discover(e, timeout)
+            async with self._http.get(e.health_url, timeout=timeout) as resp:
+                text = await resp.text()
+                if resp.status == 200:
+                    if not e.up:
+                        log.info("speech server %s serves (%s)", e.base, e.flavour)
+                    e.mark_up()
+                else:
+                    e.mark_down(f"{e.health_url} answered {resp.status}: {text[:200]}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+            was_up = e.up
+            e.mark_down(f"no answer ({type(exc).__name__}: {exc})" if str(exc) else f"no answer ({type(exc).__name__})")
+            if was_up:
+                log.warning("speech server %s is out: %s", e.base, e.why_down)
+
+    async def _discover(self, e: Endpoint, timeout) -> None:
+        """What the server is (its /models), its voices, and which route tells its health."""
+        async with self._http.get(f"{e.base}/models", timeout=timeout) as resp:
+            models = await resp.json(content_type=None) if resp.status == 200 else None
+        data = models.get("data") if isinstance(models, dict) else None
+        if isinstance(data, list) and data and isinstance(data[0], dict):
+            e.model = data[0].get("id")
+            e.flavour = "voxgate" if "voxgate" in data[0] else "openai"
+        voices_url = f"{e.base}/voices" if e.flavour == "voxgate" else f"{e.base}/audio/voices"
+        async with self._http.get(voices_url, timeout=timeout) as resp:
+            e.voices = voice_names(await resp.json(content_type=None)) if resp.status == 200 else None
+        # the server's own health route: vLLM's /health, voxgate's /healthz; else its models route
+        for url in (f"{e.root}/health", f"{e.root}/healthz"):
+            async with self._http.get(url, timeout=timeout) as resp:
+                if resp.status != 404:
+                    e.health_url = url
+                    return
+        e.health_url = f"{e.base}/models"
+
+    def health(self) -> str | None:
+        if any(e.up for e in self.endpoints):
+            return None
+        return f"no speech server serves ({self._why_none()})"
+
+    def _why_none(self) -> str:
+        return "; ".join(f"{e.base}: {e.why_down or 'down'}" for e in self.endpoints)
+
+    # ------------------------------------------------------------ requests
+    def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
+        if self._http is None:
+            raise EngineError("engine_unavailable", "the openai-speech engine is not started")
+        if not any(e.up for e in self.endpoints):
+            self.counters["unavailable"] += 1
+            raise EngineError("engine_unavailable", self.health())
+        stream = SynthesisStream(request, self)
+        self.counters["requests"] += 1
+        task = asyncio.get_running_loop().create_task(self._run(stream), name=f"speech {request.tag or request.request_id}")
+        self._tasks[id(stream)] = task
+        task.add_done_callback(lambda _t, key=id(stream): self._tasks.pop(key, None))
+        return stream
+
+    supports_turns = False
+
+    def turn_supported(self, voice: str) -> str | None:
+        return TURN_MODE_REASON
+
+    def open_turn(self, request: SynthesisRequest) -> TurnStream:
+        raise EngineError("unsupported_mode", TURN_MODE_REASON)
+
+    def _cancel(self, stream: SynthesisStream) -> None:
+        task = self._tasks.pop(id(stream), None)
+        if task is not None and not task.done():
+            self.counters["cancelled"] += 1
+            task.cancel()  # closes the HTTP connection: the server sees the disconnect
+
+    def _choose(self, key: str, tried: set) -> Endpoint | None:
+        candidates = [e for e in self.endpoints if e.up and e not in tried]
+        if not candidates:
+            return None
+        sticky = self._affinity.get(key) if key else None
+        if sticky in candidates:
+            self._affinity.move_to_end(key)
+            return sticky
+        chosen = min(candidates, key=lambda e: (e.in_flight, e.requests))
+        if key:
+            self._affinity[key] = chosen
+            self._affinity.move_to_end(key)
+            while len(self._affinity) > AFFINITY_LIMIT:
+                self._affinity.popitem(last=False)
+        return chosen
+
+    async def _run(self, stream: SynthesisStream) -> None:
+        request = stream.request
+        key = request.tag.partition("/")[0] if "/" in request.tag else ""
+        tried: set[Endpoint] = set()
+        busy: list[str] = []
+        while not stream.done:
+            e = self._choose(key, tried)
+            if e is None:
+                if busy:
+                    self.counters["refused_everywhere"] += 1
+                    stream._fail(EngineError("overloaded", "every speech server is busy (" + "; ".join(busy) + ")"))
+                else:
+                    self.counters["unavailable"] += 1
+                    stream._fail(EngineError("engine_unavailable", self.health() or "no speech server answered"))
+                return
+            if tried:
+                self.counters["retried"] += 1
+            tried.add(e)
+            why_busy = await self._stream_from(e, stream)
+            if why_busy is not None:
+                busy.append(f"{e.base}: {why_busy}")
+
+    async def _stream_from(self, e: Endpoint, stream: SynthesisStream) -> str | None:
+        """Stream one chunk from `e`. Returns None when the stream ended here (audio, or a failure delivered), or
+        why `e` was busy; raises nothing. An endpoint that does not answer is taken out (the caller tries another)."""
+        import aiohttp
+
+        request = stream.request
+        body = speech_body(request, flavour=e.flavour, model=self.settings.model, sample_rate=self.sample_rate,
+                           task_type=self.settings.task_type, clone=self._clones.get(request.voice))
+        e.in_flight += 1
+        e.requests += 1
+        sent = time.monotonic()
+        resp = None
+        try:
+            resp = await self._http.post(f"{e.base}/audio/speech", json=body)
+            if resp.status in (429, 503):
+                e.errors["overloaded"] += 1
+                return f"{resp.status} {await _error_text(resp)}"
+            if resp.status in (502, 504):
+                raise aiohttp.ClientConnectionError(f"{resp.status} {await _error_text(resp)}")
+            if resp.status >= 400:
+                e.errors["engine_error"] += 1
+                stream._fail(EngineError("engine_error", f"speech server {e.base} refused the request "
+                                                         f"({resp.status}): {await _error_text(resp)}"))
+                return None
+            rate = _stated_rate(resp.headers)
+            if rate is not None and rate != self.sample_rate:
+                e.errors["engine_error"] += 1
+                stream._fail(EngineError("engine_error", f"speech server {e.base} streams {rate} Hz, but engine.sample_rate "
+                                                         f"is {self.sample_rate}: set engine.sample_rate: {rate}"))
+                return None
+            await self._relay(e, resp, stream, sent)
+            return None
+        except asyncio.CancelledError:
+            raise
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if getattr(stream, "_first_byte", False):
+                e.errors["engine_error"] += 1
+                self.counters["cut_mid_chunk"] += 1
+                e.mark_down(f"a stream was cut mid-chunk ({what})")
+                log.warning("speech server %s cut %s mid-chunk (%s); it is out until it answers again", e.base,
+                            request.tag or "a request", what)
+                stream._fail(EngineError("engine_error", f"speech server {e.base} cut the stream mid-chunk ({what})"))
+            else:
+                e.errors["engine_unavailable"] += 1
+                e.mark_down(f"no answer ({what})")
+                log.warning("speech server %s does not answer (%s); trying another", e.base, what)
+            return None
+        finally:
+            e.in_flight -= 1
+            if resp is not None:
+                if stream.done and not stream.cancelled and resp.content.at_eof():
+                    resp.release()  # read to the end: the connection goes back to the pool
+                else:
+                    resp.close()  # cancelled or failed: close the connection so the server sees it
+
+    async def _relay(self, e: Endpoint, resp, stream: SynthesisStream, sent: float) -> None:
+        """The body's s16le bytes as float32 packets of whole `packet_ms` (the last one may be short)."""
+        carry = b""
+        held: list[np.ndarray] = []
+        held_n = 0
+        delivered = 0  # samples handed on; the chunks' frame index counts 80 ms codec frames
+        codec_frame = self.sample_rate * 2 // 25
+        async for data in resp.content.iter_any():
+            if not data:
+                continue
+            if not getattr(stream, "_first_byte", False):
+                stream._first_byte = True
+                e.record_ttfb(time.monotonic() - sent)
+            data = carry + data
+            whole = len(data) & ~1
+            carry = data[whole:]
+            if not whole:
+                continue
+            pcm = np.frombuffer(data[:whole], "<i2").astype(np.float32) * (1.0 / 32768.0)
+            held.append(pcm)
+            held_n += len(pcm)
+            if held_n >= self._packet:
+                joined = np.concatenate(held) if len(held) > 1 else held[0]
+                cut = held_n - held_n % self._packet
+                self._deliver(stream, joined[:cut], delivered // codec_frame, False)
+                delivered += cut
+                rest = joined[cut:]
+                held, held_n = ([rest] if len(rest) else []), len(rest)
+        tail = np.concatenate(held) if held else np.zeros(0, np.float32)
+        self._deliver(stream, tail, delivered // codec_frame, True)
+
+    def _deliver(self, stream: SynthesisStream, pcm: np.ndarray, frame: int, last: bool) -> None:
+        self.audio_seconds += len(pcm) / self.sample_rate
+        stream._deliver(PcmChunk(pcm, frame, last))
+
+    # ------------------------------------------------------------ voices
+    def voices(self) -> list[str]:
+        names: set[str] = set()
+        for e in self.endpoints:
+            names.update(e.voices or ())
+        return sorted(names | set(self._clones))
+
+    async def add_voice(self, voice: VoiceClone) -> dict:
+        """voxgate servers get the recording uploaded (`POST /v1/voices`); the others receive it with every request
+        that speaks with it (`ref_audio`, as vLLM-Omni takes Base voice clones). A refusal names the server's answer."""
+        import aiohttp
+
+        uploads = [e for e in self.endpoints if e.up and e.flavour == "voxgate"]
+        for e in uploads:
+            form = aiohttp.FormData()
+            form.add_field("name", voice.name)
+            form.add_field("audio", voice.ref_audio, filename="reference.wav", content_type="audio/wav")
+            if voice.ref_text:
+                form.add_field("ref_text", voice.ref_text)
+            form.add_field("x_vector_only", "true" if voice.x_vector_only else "false")
+            try:
+                async with self._http.post(f"{e.base}/voices", data=form) as resp:
+                    if resp.status >= 400:
+                        raise EngineError("bad_voice", f"speech server {e.base} refused voice {voice.name!r} "
+                                                       f"({resp.status}): {await _error_text(resp)}")
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                raise EngineError("engine_unavailable", f"speech server {e.base} did not take voice {voice.name!r}: {exc}") from None
+        self._clones[voice.name] = voice
+        return {"name": voice.name, "kind": voice.kind, "sent": "uploaded" if uploads else "with each request"}
+
+    def remove_voice(self, name: str) -> bool:
+        return self._clones.pop(name, None) is not None
+
+    def cloned_voices(self) -> list[dict]:
+        return [{"name": v.name, "kind": v.kind} for v in self._clones.values()]
+
+    # ------------------------------------------------------------ stats
+    def stats(self) -> dict:
+        up = sum(1 for e in self.endpoints if e.up)
+        return {"queued": 0, "active": sum(e.in_flight for e in self.endpoints), "audio_seconds": self.audio_seconds,
+                "endpoints": len(self.endpoints), "endpoints_up": up, **self.counters}
+
+    def endpoint_stats(self) -> list[dict]:
+        """Per speech server: address, up (or why not), in flight, first-byte times, errors by code."""
+        return [e.describe() for e in self.endpoints]
+
+
+async def _error_text(resp) -> str:
+    """The server's error message: OpenAI's `{"error": {"message"}}`, FastAPI's `{"detail"}`, or the text."""
+    try:
+        text = await resp.text()
+    except Exception:  # noqa: BLE001 - the body is only for the message
+        return resp.reason or ""
+    try:
+        import json
+
+        body = json.loads(text)
+    except ValueError:
+        return text.strip()[:500]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:500]
+        if isinstance(err, str):
+            return err[:500]
+        if body.get("detail"):
+            return str(body["detail"])[:500]
+        if body.get("message"):
+            return str(body["message"])[:500]
+    return text.strip()[:500]
+
+
+def _stated_rate(headers) -> int | None:
+    """The sample rate a response states (`audio/pcm;rate=24000`, `X-Sample-Rate`), if any."""
+    for name in ("X-Sample-Rate", "X-Audio-Sample-Rate"):
+        if headers.get(name, "").isdigit():
+            return int(headers[name])
+    for part in headers.get("Content-Type", "").split(";")[1:]:
+        key, _, value = part.strip().partition("=")
+        if key.lower() in ("rate", "samplerate", "sample_rate") and value.isdigit():
+            return int(value)
+    return None
