@@ -20,8 +20,7 @@ from tests.service.engines import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # simulated speech that takes a while to make: a chunk is still streaming when the test acts on it
-SLOW_SIM = {"first_packet_ms": 20, "capacity_x": 50, "ms_per_char": 70, "stream_rtf": 0.5, "packet_ms": 80,
-            "first_packet_audio_ms": 80}
+SLOW_SIM = {"first_packet_ms": 20, "capacity_x": 50, "ms_per_char": 70, "stream_rtf": 0.5, "packet_ms": 80}
 FAST_SIM = {"first_packet_ms": 20, "capacity_x": 200, "ms_per_char": 40, "stream_rtf": 0.05}
 
 
