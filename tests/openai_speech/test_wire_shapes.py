@@ -163,3 +163,25 @@ def test_base_voice_clones_travel_as_vllm_omni_takes_them_and_voxgate_gets_codes
                     "model": "voxgate", "language": "auto"}
     assert voice_names({"voices": [{"name": "narrator", "aliases": ["alloy"]}], "uploaded_voices": ["mine"]}) == {"narrator", "alloy", "mine"}
     assert voice_names(json.loads('{"detail": "Not Found"}')) is None
+
+
+async def test_a_call_sends_the_frontends_text_and_the_voices_speaker(vllm_like):
+    from gateway.app import Gateway
+    from gateway.config import load_config
+    from tests.conftest import Client
+
+    server, base = await vllm_like()
+    gw = Gateway(load_config(None, {"engine": {"kind": "openai-speech", "endpoints": [base]},
+                                    "voices": {"agent": {"speaker": "ryan", "language": "en"}}}))
+    await gw.start(host="127.0.0.1", port=0)
+    try:
+        c = await Client.connect(gw)
+        await c.start()
+        await c.send({"type": "text", "turn_id": "t1", "text": "I have 42 apples.", "final": True})
+        await c.until("turn.done", timeout=15)
+        await c.ws.close()
+    finally:
+        await gw.stop()
+    (body,) = server.bodies
+    assert body["voice"] == "ryan" and body["language"] == "English"
+    assert "42" not in body["input"] and "forty" in body["input"].lower()  # normalised before it was sent
