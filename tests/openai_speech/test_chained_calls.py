@@ -119,3 +119,39 @@ async def test_openai_route_chained_to_another_voxgate(speech_servers, chained_g
     assert ready["endpoints"] == [{"endpoint": up.base, "up": True, "why_down": None, "in_flight": 0,
                                    "ttfb_p50_ms": ready["endpoints"][0]["ttfb_p50_ms"]}]
     assert up.metric('voxgate_sessions_total{leg="openai"}') >= 2  # the downstream's chunks, each one request
+
+
+def reference_wav(seconds: float = 2.0, rate: int = 16000) -> bytes:
+    import io
+    import wave
+
+    t = np.arange(int(seconds * rate)) / rate
+    pcm = (0.3 * np.sin(2 * np.pi * 180 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t)) * 32767).astype("<i2")
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+    return out.getvalue()
+
+
+async def test_an_uploaded_voice_becomes_the_speech_servers_reference_and_speaks(speech_servers, chained_gateway):
+    up = await speech_servers("clones")
+    gw = await chained_gateway([up.base])
+    async with aiohttp.ClientSession() as http:
+        form = aiohttp.FormData()
+        form.add_field("name", "mine")
+        form.add_field("audio", reference_wav(), filename="ref.wav", content_type="audio/wav")
+        form.add_field("ref_text", "The words of the reference.")
+        async with http.post(f"http://127.0.0.1:{gw.port}/v1/voices", data=form) as resp:
+            assert resp.status == 201, await resp.text()
+        async with http.get(f"{up.base}/voices") as resp:  # the upstream holds the recording now
+            listed = {v["name"]: v for v in (await resp.json())["voices"]}
+    assert listed["mine"]["kind"] == "clone_icl"
+    c = await Client.connect(gw)
+    await c.start(voice="mine")
+    await c.send({"type": "text", "turn_id": "t1", "text": "Spoken with the uploaded voice.", "final": True})
+    done = await c.until("turn.done")
+    assert done["played_text"] == "Spoken with the uploaded voice." and done["played_ms"] > 500
+    await c.ws.close()
