@@ -70,7 +70,10 @@ def level_row(label: str, kind: str, level: int, metrics: dict, gw_cpu: float, u
     return {"target": label, "engine": kind, "level": level, "turns": m["turns"], "error_pct": round(100 * m["error_rate"], 2),
             "ttfa_p50_ms": m["ttfa_client_ms"]["p50"], "ttfa_p95_ms": m["ttfa_client_ms"]["p95"],
             "micro_per_100t": m["heard_gaps"]["per_100_turns"]["micro"], "audible_per_100t": m["heard_gaps"]["per_100_turns"]["audible"],
+            "srv_micro_per_100t": m["server_gaps"]["per_100_turns"]["micro"],
             "srv_audible_per_100t": m["server_gaps"]["per_100_turns"]["audible"],
+            "heard_gaps_in_client_stalls": m["heard_gaps"]["during_client_stall"],  # the load client's own clock was late
+            "gateway_cpu_s": round(gw_cpu, 2),
             "gateway_cpu_pct": round(100 * gw_cpu / wall, 1), "upstream_cpu_pct": round(100 * up_cpu / wall, 1), "seconds": round(wall, 1)}
 
 
@@ -132,20 +135,24 @@ async def main(args) -> int:
                 proc.kill()
 
 
-HEAD = ("engine", "level", "turns", "err%", "TTFA p50", "TTFA p95", "micro/100t", "audible/100t", "gateway CPU %", "upstream CPU %")
+HEAD = ("engine", "level", "turns", "err%", "TTFA p50", "TTFA p95", "micro/100t heard (how many in client stalls)",
+        "audible/100t heard", "server micro/audible per 100t", "gateway CPU s (% of a core)", "upstream CPU %")
 
 
 def format_row(r: dict) -> str:
     return (f"{r['engine']:<14} {r['level']:>5} {r['turns']:>5} {r['error_pct']:>5} {r['ttfa_p50_ms'] or 0:>8.0f} {r['ttfa_p95_ms'] or 0:>8.0f} "
-            f"{r['micro_per_100t']:>10.1f} {r['audible_per_100t']:>12.1f} {r['gateway_cpu_pct']:>13} {r['upstream_cpu_pct']:>14}")
+            f"{r['micro_per_100t']:>8.1f} ({r['heard_gaps_in_client_stalls']}) {r['audible_per_100t']:>8.1f} "
+            f"{r['srv_micro_per_100t']:>6.1f}/{r['srv_audible_per_100t']:<6.1f} {r['gateway_cpu_s']:>7} ({r['gateway_cpu_pct']}) "
+            f"{r['upstream_cpu_pct']:>8}")
 
 
 def markdown(doc: dict) -> str:
     lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     for r in doc["rows"]:
         lines.append(f"| {r['engine']} | {r['level']} | {r['turns']} | {r['error_pct']} | {r['ttfa_p50_ms'] or 0:.0f} | "
-                     f"{r['ttfa_p95_ms'] or 0:.0f} | {r['micro_per_100t']:.1f} | {r['audible_per_100t']:.1f} | "
-                     f"{r['gateway_cpu_pct']} | {r['upstream_cpu_pct']} |")
+                     f"{r['ttfa_p95_ms'] or 0:.0f} | {r['micro_per_100t']:.1f} ({r['heard_gaps_in_client_stalls']}) | "
+                     f"{r['audible_per_100t']:.1f} | {r['srv_micro_per_100t']:.1f} / {r['srv_audible_per_100t']:.1f} | "
+                     f"{r['gateway_cpu_s']} ({r['gateway_cpu_pct']}) | {r['upstream_cpu_pct']} |")
     lines.append("")
     lines.append(f"window {doc['window_s']} s per level; {doc['cpus']} CPUs; load average before "
                  f"{', '.join(f'{x:.2f}' for x in doc['loadavg_before'])}, after {', '.join(f'{x:.2f}' for x in doc['loadavg_after'])}; "
