@@ -155,3 +155,35 @@ async def test_an_uploaded_voice_becomes_the_speech_servers_reference_and_speaks
     done = await c.until("turn.done")
     assert done["played_text"] == "Spoken with the uploaded voice." and done["played_ms"] > 500
     await c.ws.close()
+
+
+async def test_a_tiny_qwen3_speech_server_speaks_a_call_and_the_openai_route(tmp_path, chained_gateway):
+    from tests.openai_speech.servers import SpeechServer
+    from tts.qwen3.tools import ensure_tiny_model
+
+    up = SpeechServer(tmp_path, "qwen3", {"engine": {"kind": "qwen3", "model_dir": ensure_tiny_model(), "dtype": "float32",
+                                                     "device": "cpu"}}).start()
+    try:
+        await up.wait_ready(180)
+        gw = await chained_gateway([up.base])
+        c = await Client.connect(gw)
+        await c.start(output={"encoding": "pcm16", "sample_rate": 16000})
+        await c.send({"type": "text", "turn_id": "t1", "text": "Hello there.", "final": True})
+        await c.until("audio.start", timeout=60)
+        await asyncio.sleep(0.5)  # random weights speak until the frame cap: cut it short
+        await c.send({"type": "interrupt"})
+        done = await c.until("turn.done", timeout=10)
+        assert done["interrupted"] is True and done["played_ms"] >= 400
+        audio = np.frombuffer(b"".join(f for _, f in c.frames), "<i2")
+        assert len(audio) >= 0.4 * 16000 and np.abs(audio).max() > 0
+        assert await wait_for(lambda: up.in_flight() == 0, timeout=3.0)  # the qwen3 server's request was closed too
+        await c.ws.close()
+        async with aiohttp.ClientSession() as http:  # the OpenAI route, chained: its first audio, then hang up
+            async with http.post(f"http://127.0.0.1:{gw.port}/v1/audio/speech",
+                                 json={"model": "tts-1", "input": "Hi.", "response_format": "wav"}) as resp:
+                assert resp.status == 200, await resp.text()
+                head = await resp.content.readexactly(44 + 3200)
+        assert head[:4] == b"RIFF"
+        assert await wait_for(lambda: up.in_flight() == 0, timeout=5.0)
+    finally:
+        up.stop()
