@@ -67,7 +67,7 @@ async def vllm_like():
 
     async def _start(**kw) -> tuple[VllmLike, str]:
         server = VllmLike(**kw)
-        runner = web.AppRunner(server.app())
+        runner = server.runner = web.AppRunner(server.app())
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -76,7 +76,7 @@ async def vllm_like():
 
     yield _start
     for runner in runners:
-        await runner.cleanup()
+        await runner.cleanup()  # idempotent: a test may have stopped one already
 
 
 async def engine_for(base: str, **kw) -> OpenAISpeechEngine:
@@ -185,3 +185,20 @@ async def test_a_call_sends_the_frontends_text_and_the_voices_speaker(vllm_like)
     (body,) = server.bodies
     assert body["voice"] == "ryan" and body["language"] == "English"
     assert "42" not in body["input"] and "forty" in body["input"].lower()  # normalised before it was sent
+
+
+async def test_a_server_gone_before_the_first_byte_is_taken_out_and_the_chunk_moves(vllm_like):
+    gone, base_gone = await vllm_like()
+    other, base_other = await vllm_like()
+    engine = OpenAISpeechEngine(SpeechServerSettings(endpoints=[base_gone, base_other], connect_timeout_s=2))
+    await engine.start()
+    try:
+        assert [e["up"] for e in engine.endpoint_stats()] == [True, True]
+        await gone.runner.cleanup()  # it goes away between two probes: the next chunk placed there finds nobody
+        chunks = await collect(engine.synthesize(SynthesisRequest(text="Hi.", voice="ryan", tag="s1/t1/0")))
+        assert sum(len(c.pcm) for c in chunks) == len(RAMP) and len(other.bodies) == 1  # whole, from the other one
+        down, up = engine.endpoint_stats()
+        assert not down["up"] and down["errors"] == {"engine_unavailable": 1} and up["up"]
+        assert engine.stats()["retried"] == 1
+    finally:
+        await engine.close()
