@@ -42,9 +42,10 @@ class SpeechServer:
 
     def start(self) -> "SpeechServer":
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(self.config),
-                                      "--host", "127.0.0.1", "--port", str(self.port)],
-                                     cwd=ROOT, env=env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        with open(self.log, "ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(self.config),
+                                          "--host", "127.0.0.1", "--port", str(self.port)],
+                                         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         return self
 
     def get(self, path: str) -> tuple[int, str]:

@@ -95,7 +95,11 @@ class OpenAISpeechEngine(Engine):
         if not any(e.up for e in self.endpoints):
             log.warning("no speech server answered in %.1f s (%s); new sessions are refused with engine_unavailable "
                         "until one does", self.settings.connect_timeout_s, self._why_none())
-        self._check_voices()
+        try:
+            self._check_voices()
+        except ValueError:
+            await self.close()  # the start fails: leave no connection open
+            raise
         self._prober = asyncio.get_running_loop().create_task(self._probe_loop(), name="speech-server-probe")
 
     async def close(self) -> None:
