@@ -263,7 +263,7 @@ class OpenAISpeechEngine(Engine):
                            task_type=self.settings.task_type, clone=self._clones.get(request.voice))
         e.in_flight += 1
         e.requests += 1
-        sent = time.monotonic()
+        attempt = _Attempt(time.monotonic())
         resp = None
         try:
             resp = await self._http.post(f"{e.base}/audio/speech", json=body)
@@ -283,13 +283,13 @@ class OpenAISpeechEngine(Engine):
                 stream._fail(EngineError("engine_error", f"speech server {e.base} streams {rate} Hz, but engine.sample_rate "
                                                          f"is {self.sample_rate}: set engine.sample_rate: {rate}"))
                 return None
-            await self._relay(e, resp, stream, sent)
+            await self._relay(e, resp, stream, attempt)
             return None
         except asyncio.CancelledError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if getattr(stream, "_first_byte", False):
+            if attempt.got_bytes:
                 e.errors["engine_error"] += 1
                 self.counters["cut_mid_chunk"] += 1
                 e.mark_down(f"a stream was cut mid-chunk ({what})")
@@ -309,7 +309,7 @@ class OpenAISpeechEngine(Engine):
                 else:
                     resp.close()  # cancelled or failed: close the connection so the server sees it
 
-    async def _relay(self, e: Endpoint, resp, stream: SynthesisStream, sent: float) -> None:
+    async def _relay(self, e: Endpoint, resp, stream: SynthesisStream, attempt: "_Attempt") -> None:
         """The body's s16le bytes as float32 packets of whole `packet_ms` (the last one may be short)."""
         carry = b""
         held: list[np.ndarray] = []
@@ -319,9 +319,9 @@ class OpenAISpeechEngine(Engine):
         async for data in resp.content.iter_any():
             if not data:
                 continue
-            if not getattr(stream, "_first_byte", False):
-                stream._first_byte = True
-                e.record_ttfb(time.monotonic() - sent)
+            if not attempt.got_bytes:
+                attempt.got_bytes = True
+                e.record_ttfb(time.monotonic() - attempt.sent_at)
             data = carry + data
             whole = len(data) & ~1
             carry = data[whole:]
@@ -389,6 +389,16 @@ class OpenAISpeechEngine(Engine):
     def endpoint_stats(self) -> list[dict]:
         """Per speech server: address, up (or why not), in flight, first-byte times, errors by code."""
         return [e.describe() for e in self.endpoints]
+
+
+class _Attempt:
+    """One request of a chunk to one server: before its first audio byte the chunk may still move elsewhere."""
+
+    __slots__ = ("sent_at", "got_bytes")
+
+    def __init__(self, sent_at: float):
+        self.sent_at = sent_at
+        self.got_bytes = False
 
 
 async def _error_text(resp) -> str:
