@@ -202,3 +202,23 @@ async def test_a_server_gone_before_the_first_byte_is_taken_out_and_the_chunk_mo
         assert engine.stats()["retried"] == 1
     finally:
         await engine.close()
+
+
+def test_packet_cutter_keeps_every_sample_across_any_split():
+    from tts.openai_speech.packets import PacketCutter
+
+    data = RAMP.tobytes()
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        cutter, out, pos = PacketCutter(1920), [], 0
+        while pos < len(data):
+            n = int(rng.integers(1, 9000))
+            packets = cutter.feed(data[pos : pos + n])
+            pos += n
+            if packets is not None:
+                assert len(packets) % 1920 == 0
+                out.append(packets)
+        tail = cutter.flush()
+        assert len(tail) < 1920
+        got = np.round(np.concatenate(out + [tail]) * 32768).astype(np.int32)
+        assert np.array_equal(got, RAMP.astype(np.int32))

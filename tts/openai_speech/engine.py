@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tts.engine import Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream, TurnStream, VoiceClone
+from tts.openai_speech.answers import error_text, stated_rate
 from tts.openai_speech.endpoint import Endpoint
+from tts.openai_speech.packets import PacketCutter
 from tts.openai_speech.request_body import DEFAULT_VOICE, speech_body, voice_names
 
 log = logging.getLogger("voxgate.openai_speech_engine")
@@ -269,15 +271,15 @@ class OpenAISpeechEngine(Engine):
             resp = await self._http.post(f"{e.base}/audio/speech", json=body)
             if resp.status in (429, 503):
                 e.errors["overloaded"] += 1
-                return f"{resp.status} {await _error_text(resp)}"
+                return f"{resp.status} {await error_text(resp)}"
             if resp.status in (502, 504):
-                raise aiohttp.ClientConnectionError(f"{resp.status} {await _error_text(resp)}")
+                raise aiohttp.ClientConnectionError(f"{resp.status} {await error_text(resp)}")
             if resp.status >= 400:
                 e.errors["engine_error"] += 1
                 stream._fail(EngineError("engine_error", f"speech server {e.base} refused the request "
-                                                         f"({resp.status}): {await _error_text(resp)}"))
+                                                         f"({resp.status}): {await error_text(resp)}"))
                 return None
-            rate = _stated_rate(resp.headers)
+            rate = stated_rate(resp.headers)
             if rate is not None and rate != self.sample_rate:
                 e.errors["engine_error"] += 1
                 stream._fail(EngineError("engine_error", f"speech server {e.base} streams {rate} Hz, but engine.sample_rate "
@@ -311,9 +313,7 @@ class OpenAISpeechEngine(Engine):
 
     async def _relay(self, e: Endpoint, resp, stream: SynthesisStream, attempt: "_Attempt") -> None:
         """The body's s16le bytes as float32 packets of whole `packet_ms` (the last one may be short)."""
-        carry = b""
-        held: list[np.ndarray] = []
-        held_n = 0
+        cutter = PacketCutter(self._packet)
         delivered = 0  # samples handed on; the chunks' frame index counts 80 ms codec frames
         codec_frame = self.sample_rate * 2 // 25
         async for data in resp.content.iter_any():
@@ -322,23 +322,11 @@ class OpenAISpeechEngine(Engine):
             if not attempt.got_bytes:
                 attempt.got_bytes = True
                 e.record_ttfb(time.monotonic() - attempt.sent_at)
-            data = carry + data
-            whole = len(data) & ~1
-            carry = data[whole:]
-            if not whole:
-                continue
-            pcm = np.frombuffer(data[:whole], "<i2").astype(np.float32) * (1.0 / 32768.0)
-            held.append(pcm)
-            held_n += len(pcm)
-            if held_n >= self._packet:
-                joined = np.concatenate(held) if len(held) > 1 else held[0]
-                cut = held_n - held_n % self._packet
-                self._deliver(stream, joined[:cut], delivered // codec_frame, False)
-                delivered += cut
-                rest = joined[cut:]
-                held, held_n = ([rest] if len(rest) else []), len(rest)
-        tail = np.concatenate(held) if held else np.zeros(0, np.float32)
-        self._deliver(stream, tail, delivered // codec_frame, True)
+            packets = cutter.feed(data)
+            if packets is not None:
+                self._deliver(stream, packets, delivered // codec_frame, False)
+                delivered += len(packets)
+        self._deliver(stream, cutter.flush(), delivered // codec_frame, True)
 
     def _deliver(self, stream: SynthesisStream, pcm: np.ndarray, frame: int, last: bool) -> None:
         self.audio_seconds += len(pcm) / self.sample_rate
@@ -368,7 +356,7 @@ class OpenAISpeechEngine(Engine):
                 async with self._http.post(f"{e.base}/voices", data=form) as resp:
                     if resp.status >= 400:
                         raise EngineError("bad_voice", f"speech server {e.base} refused voice {voice.name!r} "
-                                                       f"({resp.status}): {await _error_text(resp)}")
+                                                       f"({resp.status}): {await error_text(resp)}")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 raise EngineError("engine_unavailable", f"speech server {e.base} did not take voice {voice.name!r}: {exc}") from None
         self._clones[voice.name] = voice
@@ -399,40 +387,3 @@ class _Attempt:
     def __init__(self, sent_at: float):
         self.sent_at = sent_at
         self.got_bytes = False
-
-
-async def _error_text(resp) -> str:
-    """The server's error message: OpenAI's `{"error": {"message"}}`, FastAPI's `{"detail"}`, or the text."""
-    try:
-        text = await resp.text()
-    except Exception:  # noqa: BLE001 - the body is only for the message
-        return resp.reason or ""
-    try:
-        import json
-
-        body = json.loads(text)
-    except ValueError:
-        return text.strip()[:500]
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:500]
-        if isinstance(err, str):
-            return err[:500]
-        if body.get("detail"):
-            return str(body["detail"])[:500]
-        if body.get("message"):
-            return str(body["message"])[:500]
-    return text.strip()[:500]
-
-
-def _stated_rate(headers) -> int | None:
-    """The sample rate a response states (`audio/pcm;rate=24000`, `X-Sample-Rate`), if any."""
-    for name in ("X-Sample-Rate", "X-Audio-Sample-Rate"):
-        if headers.get(name, "").isdigit():
-            return int(headers[name])
-    for part in headers.get("Content-Type", "").split(";")[1:]:
-        key, _, value = part.strip().partition("=")
-        if key.lower() in ("rate", "samplerate", "sample_rate") and value.isdigit():
-            return int(value)
-    return None
