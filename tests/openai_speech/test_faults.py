@@ -136,3 +136,22 @@ async def test_a_voice_the_server_lacks_is_refused_at_start_and_turn_mode_is_ref
         await c.ws.close()
     finally:
         await gw.stop()
+
+
+async def test_a_bearer_token_from_the_environment_opens_a_locked_server(speech_servers, chained_gateway, monkeypatch):
+    locked = await speech_servers("locked", server={"api_keys": ["s3cret-key-0123456789"]})
+    monkeypatch.setenv("SPEECH_API_KEY", "s3cret-key-0123456789")
+    gw = await chained_gateway([locked.base], {"engine": {"api_key_env": "SPEECH_API_KEY"}})
+    assert gw.engine.endpoint_stats()[0]["flavour"] == "voxgate"  # its /v1/models answered with the token
+    chunks = [c async for c in gw.engine.synthesize(SynthesisRequest(text="Hello.", tag="s/t/0"))]
+    assert sum(len(c.pcm) for c in chunks) > 0
+
+    monkeypatch.setenv("SPEECH_API_KEY", "wrong-key-0123456789")
+    gw2 = await chained_gateway([locked.base], {"engine": {"api_key_env": "SPEECH_API_KEY"}})
+    with pytest.raises(EngineError) as err:
+        async for _ in gw2.engine.synthesize(SynthesisRequest(text="Hello.", tag="s/t/0")):
+            pass
+    assert err.value.code == "engine_error" and "(401)" in err.value.message and "API key" in err.value.message
+    monkeypatch.delenv("SPEECH_API_KEY")
+    with pytest.raises(ValueError, match="api_key_env names SPEECH_API_KEY, which is not set"):
+        await chained_gateway([locked.base], {"engine": {"api_key_env": "SPEECH_API_KEY"}})
