@@ -9,7 +9,7 @@ Upstreams (started here, one process each): `voxgate serve` (its `POST /v1/audio
 and `voxgate engine` (ipc socket), both with the same engine (SimulatedEngine by default, or a Qwen3 checkpoint
 with --model-dir). Then per level, A then B: `voxgate loadtest` against one gateway (sentence mode, two chunks
 in flight), the gateway's and its upstream's CPU taken from /proc around it. Prints one table and writes
-`study.json` and `study.md` to --out.
+`study.json` and the table as Markdown text in `table.txt` to --out.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ async def main(args) -> int:
                "engine": engine, "window_s": args.window, "loadavg_before": load0, "loadavg_after": os.getloadavg(),
                "cpus": os.cpu_count(), "rows": rows}
         (out / "study.json").write_text(json.dumps(doc, indent=1))
-        (out / "study.md").write_text(markdown(doc))
+        (out / "table.txt").write_text(markdown(doc))  # Markdown text
         print(markdown(doc))
         return 0
     finally:

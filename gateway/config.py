@@ -116,7 +116,7 @@ def _is_http_url(text: str) -> bool:
 
 @dataclass
 class EngineConfig:
-    kind: str = "auto"  # auto | qwen3 | simulated | espeak (auto: qwen3 with a model_dir, else espeak, else simulated)
+    kind: str = "auto"  # auto | qwen3 | simulated | espeak | remote | openai-speech (auto: qwen3 with a model_dir, else espeak, else simulated)
     model_dir: str | None = None
     dtype: str = "bfloat16"
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
@@ -128,16 +128,15 @@ class EngineConfig:
     # cloned voices' x-vectors and reference codes (default: server.voices_dir/cache, else ~/.cache/voxgate/voices)
     voice_cache: str | None = None
     # kind remote: engine processes (`voxgate engine`) to place requests on; tcp:// needs VOXGATE_ENGINE_SECRET
-    endpoints: list[str] = field(default_factory=list)  # tcp://HOST:PORT | ipc://PATH
+    endpoints: list[str] = field(default_factory=list)  # tcp://HOST:PORT | ipc://PATH; kind openai-speech: http(s)://HOST:PORT/v1
     connect_timeout_s: float = 5.0  # remote: how long the start waits for a first engine (then it serves without)
     # the engine in its own process on this box: `voxgate engine` as a supervised child on an ipc:// socket
     isolate: bool = False
     isolate_start_timeout_s: float = 600.0  # isolate: how long the start waits for the child to load
-    # kind openai-speech: `endpoints` are OpenAI-compatible speech servers' base URLs (http://HOST:PORT/v1)
-    model: str | None = None  # sent as "model"
-    api_key_env: str | None = None  # environment variable with the servers' bearer token
-    sample_rate: int = 24000  # what the servers stream (a server that states another rate is refused)
-    task_type: str | None = None  # vLLM-Omni Qwen3-TTS: CustomVoice | VoiceDesign | Base (default: the server's)
+    model: str | None = None  # kind openai-speech (endpoints: the speech servers' http://HOST:PORT/v1): sent as "model"
+    api_key_env: str | None = None  # openai-speech: environment variable with the servers' bearer token
+    sample_rate: int = 24000  # openai-speech: what the servers stream (a server that states another rate is refused)
+    task_type: str | None = None  # openai-speech on vLLM-Omni Qwen3-TTS: CustomVoice | VoiceDesign | Base (default: the server's)
 
     def validate(self, check) -> None:
         check(self.kind in ENGINE_KINDS, "kind", "must be " + ", ".join(ENGINE_KINDS[:-1]) + " or " + ENGINE_KINDS[-1])
