@@ -319,7 +319,11 @@ async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = 
 
 def serve_main(args) -> int:
     setup_logging(args.log_level)
-    overrides: dict = {"server": {}, "engine": engine_overrides(args)}
+    try:
+        overrides: dict = {"server": {}, "engine": engine_overrides(args)}
+    except ValueError as exc:
+        say(f"voxgate: {exc}")
+        return 2
     if args.host:
         overrides["server"]["host"] = args.host
     if args.port is not None:

@@ -29,6 +29,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--engine-endpoint", action="append", metavar="URL",
                    help="use the `voxgate engine` at URL (tcp://HOST:PORT or ipc://PATH; repeat for several): "
                         "engine.kind remote with these engine.endpoints")
+    p.add_argument("--speech-endpoint", action="append", metavar="URL",
+                   help="speak through the OpenAI-compatible speech server at URL (http://HOST:PORT/v1: vLLM-Omni, "
+                        "SGLang-Omni, voxgate; repeat for several): engine.kind openai-speech with these engine.endpoints")
     p.add_argument("--workers", type=int, help="N gateway processes sharing the port (SO_REUSEPORT), one node each; "
                                                "needs cluster.redis_url (gateway/workers.py)")
     p.add_argument("--log-level", default="INFO")

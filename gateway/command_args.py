@@ -21,7 +21,7 @@ def setup_logging(level: str) -> None:
 
 
 def engine_overrides(args) -> dict:
-    """The engine section from --model-dir, --vocoder, --engine-endpoint and --model tiny (gateway/cli.py has made the tiny
+    """The engine section from --model-dir, --vocoder, --engine-endpoint, --speech-endpoint and --model tiny (gateway/cli.py has made the tiny
     checkpoint and set args.model_dir by then)."""
     engine: dict = {}
     if args.model_dir:
@@ -32,4 +32,8 @@ def engine_overrides(args) -> dict:
         engine.update({"kind": "qwen3", "device": "cpu", "dtype": "float32"})
     if getattr(args, "engine_endpoint", None):  # serve --engine-endpoint: the engine runs elsewhere
         engine.update({"kind": "remote", "endpoints": list(args.engine_endpoint)})
+    if getattr(args, "speech_endpoint", None):  # serve --speech-endpoint: an OpenAI-compatible speech server speaks
+        if getattr(args, "engine_endpoint", None):
+            raise ValueError("--speech-endpoint and --engine-endpoint name two different engines: give one")
+        engine.update({"kind": "openai-speech", "endpoints": list(args.speech_endpoint)})
     return engine

@@ -155,3 +155,36 @@ async def test_a_bearer_token_from_the_environment_opens_a_locked_server(speech_
     monkeypatch.delenv("SPEECH_API_KEY")
     with pytest.raises(ValueError, match="api_key_env names SPEECH_API_KEY, which is not set"):
         await chained_gateway([locked.base], {"engine": {"api_key_env": "SPEECH_API_KEY"}})
+
+
+async def test_serve_speech_endpoint_runs_a_gateway_in_front_of_the_server(speech_servers, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.openai_speech.servers import ROOT
+
+    up = await speech_servers("behind")
+    port = free_port()
+    gw = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", "configs/simulated.yaml",
+                           "--speech-endpoint", up.base, "--host", "127.0.0.1", "--port", str(port)],
+                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ready = None
+        async with aiohttp.ClientSession() as http:
+            for _ in range(150):
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                        ready = await resp.json()
+                        break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.1)
+            assert ready and ready["engine"] == "openai-speech" and ready["endpoints"][0]["endpoint"] == up.base
+            async with http.post(f"http://127.0.0.1:{port}/v1/audio/speech",
+                                 json={"model": "x", "input": "Hello.", "response_format": "pcm"}) as resp:
+                assert resp.status == 200 and len(await resp.read()) > 4800
+    finally:
+        gw.terminate()
+        gw.wait(15)
+    both = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--speech-endpoint", up.base,
+                           "--engine-endpoint", "ipc:///tmp/x.sock"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert both.returncode == 2 and "give one" in both.stdout + both.stderr
