@@ -222,3 +222,14 @@ def test_packet_cutter_keeps_every_sample_across_any_split():
         assert len(tail) < 1920
         got = np.round(np.concatenate(out + [tail]) * 32768).astype(np.int32)
         assert np.array_equal(got, RAMP.astype(np.int32))
+
+
+async def test_closing_the_engine_ends_its_streams_with_a_code(vllm_like):
+    _, base = await vllm_like(piece_bytes=2)  # a slow body: still streaming when the engine closes
+    engine = await engine_for(base)
+    stream = engine.synthesize(SynthesisRequest(text="Hi.", voice="ryan"))
+    await asyncio.sleep(0.05)
+    await engine.close()
+    with pytest.raises(EngineError) as err:
+        await asyncio.wait_for(collect(stream), 5)
+    assert err.value.code == "engine_unavailable"

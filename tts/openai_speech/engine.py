@@ -234,6 +234,15 @@ class OpenAISpeechEngine(Engine):
         return chosen
 
     async def _run(self, stream: SynthesisStream) -> None:
+        try:
+            await self._place(stream)
+        except asyncio.CancelledError:
+            if not stream.done:  # close(), not the consumer's cancel: nobody may wait on it for ever
+                stream._fail(EngineError("engine_unavailable", "the openai-speech engine closed"))
+            raise
+
+    async def _place(self, stream: SynthesisStream) -> None:
+        """Try the chosen server, then the others, until the chunk streamed or failed for good."""
         request = stream.request
         key = request.tag.partition("/")[0] if "/" in request.tag else ""
         tried: set[Endpoint] = set()
