@@ -15,6 +15,7 @@ from tts.qwen3.batch import TalkerBatch
 from tts.qwen3.engine import EngineSettings, Qwen3Engine
 from tts.qwen3.generate import GenerationSettings, generate_codes
 from tts.qwen3.prompt import build_prompt
+from tts.qwen3.vocoder_lane import VocoderLane
 
 GREEDY = SamplingSettings(greedy=True)
 
@@ -173,7 +174,7 @@ async def test_the_vocoder_really_runs_beside_the_talker(ckpt, monkeypatch):
     async def spans(pipeline):
         eng = _engine(ckpt, pipeline=pipeline, frames_base=12, frames_per_token=0, ignore_eos=True)
         dec, steps = [], []
-        real_decode, real_launch = Qwen3Engine._decode, TalkerBatch.launch
+        real_decode, real_launch = VocoderLane._decode, TalkerBatch.launch
 
         def slow_decode(self, entries, owners):
             t0 = time.perf_counter()
@@ -190,7 +191,7 @@ async def test_the_vocoder_really_runs_beside_the_talker(ckpt, monkeypatch):
             finally:
                 steps.append((t0, time.perf_counter()))
 
-        monkeypatch.setattr(Qwen3Engine, "_decode", slow_decode)
+        monkeypatch.setattr(VocoderLane, "_decode", slow_decode)
         monkeypatch.setattr(TalkerBatch, "launch", launch)
         await eng.start()
         try:
@@ -272,13 +273,13 @@ async def test_a_burst_is_admitted_over_several_steps_within_the_prefill_budget(
     eng = _engine(ckpt, max_batch=8, prefill_budget_tokens=40, frames_base=6, frames_per_token=0, ignore_eos=True)
     await eng.start()
     sizes = []
-    real = eng._admit
+    real = eng.step_loop.admit
 
     def admit(jobs, free):
         sizes.append(len(jobs))
         return real(jobs, free)
 
-    eng._admit = admit
+    eng.step_loop.admit = admit
     try:
         running = eng.synthesize(_req("Already talking."))
         it = running.__aiter__()

@@ -231,13 +231,13 @@ async def test_urgent_requests_arriving_together_all_get_a_slot_in_one_step(ckpt
     eng = _engine(ckpt, max_batch=2, frames_base=40, frames_per_token=0, ignore_eos=True, preempt_slack_s=0.5)
     await eng.start()
     admitted: list[list[int]] = []
-    admit = eng._admit
+    admit = eng.step_loop.admit
 
     def recording_admit(jobs, free):
         admitted.append([j.request.request_id for j in jobs])
         return admit(jobs, free)
 
-    eng._admit = recording_admit
+    eng.step_loop.admit = recording_admit
     try:
         far = [eng.synthesize(_req("A long answer.", deadline=time.monotonic() + 10)) for _ in range(2)]
         its = [s.__aiter__() for s in far]

@@ -1,19 +1,31 @@
-"""The Qwen3 engine's health, injected faults (tests) and trace spans."""
+"""The Qwen3 engine's health, timings, trace spans and injected faults (tests): one object, written by the
+step loop and the vocoder lane, read by the engine's face (stats, /readyz, benches)."""
 
 from __future__ import annotations
 
+import collections
 import time
 
 from tts.qwen3.jobs import WorkerDeath
 
 
 class Diagnostics:
-    """Mixin of `Qwen3Engine` (tts/qwen3/engine.py): the state it reads is set up there."""
+    def __init__(self):
+        self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}
+        self.step_times: list | None = None  # (batch bucket, kv bucket, seconds, end perf_counter) per step
+        self.prefill_times: list = []  # (requests, prompt positions, seconds, end) per admission, with step_times
+        self.trace: list | None = None  # (name, start_s, dur_s, args) spans when enabled
+        self.recent_step_s: collections.deque = collections.deque(maxlen=4096)  # each step's seconds (/metrics)
+        # health (gateway /readyz): the worker's death, or a step that does not return
+        self.died: str | None = None
+        self.busy_since: float | None = None
+        self.stall_after_s = 30.0
+        self.fault: tuple[str, float] | None = None  # inject_fault (tests)
 
     def health(self) -> str | None:
-        if self._died:
-            return self._died
-        busy = self._busy_since
+        if self.died:
+            return self.died
+        busy = self.busy_since
         if busy is not None and time.monotonic() - busy > self.stall_after_s:
             return f"the engine step has not returned for {time.monotonic() - busy:.1f} s (hung)"
         return None
@@ -22,12 +34,10 @@ class Diagnostics:
         """Tests: the worker's next step `raise`s, `hang`s for `seconds`, or the worker `die`s."""
         if kind not in ("raise", "hang", "die"):
             raise ValueError(f"unknown fault {kind!r}")
-        with self._cond:
-            self._fault = (kind, seconds)
-            self._cond.notify()
+        self.fault = (kind, seconds)
 
-    def _fault_point(self) -> None:
-        fault, self._fault = self._fault, None
+    def fault_point(self) -> None:
+        fault, self.fault = self.fault, None
         if fault is None:
             return
         if fault[0] == "hang":
@@ -37,29 +47,6 @@ class Diagnostics:
         else:
             raise WorkerDeath("injected fault: the worker died")
 
-    def enable_trace(self, stages: bool = True) -> None:
-        """Record spans; with `stages` (eager only) also code_predictor / talker_step / sampling
-        inside each step, synchronising the device between them (slower: for traces, not numbers)."""
-        self.trace = []
-        if stages and self._batch is not None and not self._batch.use_cuda_graphs:
-            import torch
-
-            cuda = self._batch.device.type == "cuda"
-            last = [time.perf_counter()]
-
-            def mark(name: str) -> None:
-                if cuda:
-                    torch.cuda.synchronize()
-                now = time.perf_counter()
-                self.trace.append((name, last[0], now - last[0], {}))
-                last[0] = now
-
-            def reset() -> None:
-                last[0] = time.perf_counter()
-
-            self._batch.stage_marks = mark
-            self._stage_reset = reset
-
-    def _span(self, name: str, t0: float, args: dict) -> None:
+    def span(self, name: str, t0: float, args: dict) -> None:
         if self.trace is not None:
             self.trace.append((name, t0, time.perf_counter() - t0, args))

@@ -26,14 +26,17 @@ request only. The frame cap per request comes from its text length, so a sequenc
 without EOS ends cleanly. Per-request seeds are not honoured in a batch (one generator
 per engine); greedy settings are.
 
-Where each part lives (one class, its parts as mixins that share its state):
+Where each part lives (each an object with its own state; tts/qwen3/README.md has the contract):
 
-* this file — `Qwen3Engine`: construction and loading, the `tts.Engine` API (requests, voices, stats);
-* `jobs.py` — `EngineSettings`, one request's state (`Job`), request checks;
-* `scheduler.py` — step 1-2: who gets a slot (EDF, prefill budget, preemption, compaction);
-* `step_loop.py` — the worker thread, admission (prompts, prefill) and step 3 (one batched frame);
-* `vocoder_lane.py` — steps 4-5: the vocoder lane and the hand-over of PCM to the event loop;
-* `diagnostics.py` — health, injected faults (tests), trace spans.
+* this file — `Qwen3Engine`, the face: construction and loading, the `tts.Engine` API (requests, voices,
+  stats); it wires the parts below and holds no scheduling state of its own;
+* `scheduler.py` — `Scheduler`: steps 1-2 and the bookkeeping of 3-4 (queue, slots, EDF, prefill budget,
+  preemption, turn pauses, compaction), host state only, no torch, behind its own lock;
+* `step_loop.py` — `StepLoop`, the executor: the worker thread, the device, the batch and its graphs
+  (prompts, prefill, step 3, the device work of the scheduler's decisions);
+* `vocoder_lane.py` — `VocoderLane`: steps 4-5, its thread and CUDA stream, the codec state rows;
+* `diagnostics.py` — `Diagnostics`: health, injected faults (tests), timings and trace spans;
+* `jobs.py` — `EngineSettings`, one request's state (`Job`), request checks, the frame-cap rule.
 
 Served to other processes, the engine is `tts.service` (`voxgate engine`).
 """
@@ -41,26 +44,22 @@ Served to other processes, the engine is `tts.service` (`voxgate engine`).
 from __future__ import annotations
 
 import asyncio
-import collections
-import concurrent.futures
-import itertools
 import logging
-import threading
 import time
 
 from tts.engine import Engine, EngineError, SynthesisRequest, SynthesisStream, TurnStream
 from tts.qwen3.diagnostics import Diagnostics
-from tts.qwen3.jobs import FRAME_S, EngineSettings, Job, check_deadline, check_sampling
+from tts.qwen3.jobs import EngineSettings, check_deadline, check_sampling
 from tts.qwen3.scheduler import Scheduler
 from tts.qwen3.step_loop import StepLoop
-from tts.qwen3.vocoder_lane import ModeChooser, VocoderLane
+from tts.qwen3.vocoder_lane import VocoderLane
 
 log = logging.getLogger("voxgate.qwen3")
 
 __all__ = ["EngineSettings", "Qwen3Engine"]
 
 
-class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
+class Qwen3Engine(Engine):
     name = "qwen3"
 
     def __init__(self, settings: EngineSettings, checkpoint=None, keep_codes: bool = True):
@@ -68,44 +67,58 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         self._ckpt = checkpoint
         self._batch = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._cond = threading.Condition()
-        self._queue: list[Job] = []
-        self._jobs: dict[int, Job] = {}  # by stream id
-        self._turns_open = 0  # turn-mode requests ever opened (turn bookkeeping runs only once there is one)
-        self._slots: dict[int, Job] = {}  # slot -> job whose talker row is generating
-        self._held: dict[int, Job] = {}  # slot -> job owning it (generating, or vocoding its last frames)
-        self._vstate = None  # the codec's streaming state, one row per slot
-        self._vocoder = None  # the vocoder backend (tts.qwen3.codec.vocoder.Vocoder) decoding codes
         self._clones = None  # tts.qwen3.cloned_voices.ClonedVoices on Base checkpoints
-        self._seq = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._stop = False
         self._keep_codes = keep_codes
-        # host_syncs: what made the host wait for the device, counted by watching the ops that ran (worker
-        # and vocoder lane, the vocoder's PCM copy included) when `watch_syncs` is on; None otherwise.
-        self.counters = {"steps": 0, "host_syncs": None, "frames": 0, "admitted": 0, "completed": 0, "failed": 0,
-                         "cancelled": 0, "preempted": 0, "vocoder_calls": 0, "audio_s": 0.0, "compacted": 0,
-                         "prefill_deferred": 0, "vocoder_waited": 0, "vocoder_overlapped": 0, "vocoder_mode_switches": 0}
-        self.timings = {"prefill": 0.0, "step": 0.0, "vocoder": 0.0}
-        self.step_times: list | None = None  # (batch bucket, kv bucket, seconds, end perf_counter) per step
-        self.prefill_times: list = []  # (requests, prompt positions, seconds, end) per admission, with step_times
         self.memory: dict = {}  # bytes at start: weights, kv_cache, codec_state, graphs (CUDA)
-        self.trace: list | None = None  # (name, start_s, dur_s, args) spans when enabled
-        # health (gateway /readyz): the worker's death, or a step that does not return
-        self._died: str | None = None
-        self._busy_since: float | None = None
-        self.stall_after_s = 30.0
-        self._fault: tuple[str, float] | None = None  # inject_fault (tests)
-        self._tally = None  # tts.qwen3.syncs.SyncTally while watching
-        self._lane: concurrent.futures.ThreadPoolExecutor | None = None
-        self._lane_stream = None  # CUDA stream of the vocoder lane
-        self._voc_inflight: concurrent.futures.Future | None = None
         self.cpu_threads: int | None = None
-        # the vocoder lane's per-step choice (vocoder_lane.VocoderLane._serial_step), resolved at load
-        self._serial_rows = 0
-        self._serial_mode: bool | None = None
-        self._chooser = ModeChooser()
-        self.recent_step_s: collections.deque = collections.deque(maxlen=4096)  # each step's seconds (/metrics)
+        self.diagnostics = Diagnostics()
+        # host_syncs (counters): what made the host wait for the device, counted by watching the ops that ran
+        # (worker and vocoder lane, the vocoder's PCM copy included) when `watch_syncs` is on; None otherwise.
+        self.scheduler = Scheduler(settings, cuda=settings.device.startswith("cuda"))
+        self.lane = VocoderLane(settings, self.scheduler, self.diagnostics, self._post)
+        self.step_loop = StepLoop(settings, self.scheduler, self.lane, self.diagnostics, self._post)
+
+    def _post(self, fn, *args) -> None:
+        """Run `fn(*args)` on the event loop (from the worker or the lane)."""
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    # ------------------------------------------------------------ the parts' state, as the engine's
+    counters = property(lambda self: self.scheduler.counters)
+    timings = property(lambda self: self.diagnostics.timings)
+    prefill_times = property(lambda self: self.diagnostics.prefill_times)
+    recent_step_s = property(lambda self: self.diagnostics.recent_step_s)
+    trace = property(lambda self: self.diagnostics.trace)
+    _cond = property(lambda self: self.scheduler.lock)  # the scheduler's lock (tests hold it to batch calls)
+    _jobs = property(lambda self: self.scheduler.jobs)
+    _held = property(lambda self: self.scheduler.held)
+    _vocoder = property(lambda self: self.lane.vocoder)
+
+    @property
+    def step_times(self) -> list | None:
+        return self.diagnostics.step_times
+
+    @step_times.setter
+    def step_times(self, value: list | None) -> None:
+        self.diagnostics.step_times = value
+
+    @property
+    def stall_after_s(self) -> float:
+        return self.diagnostics.stall_after_s
+
+    @stall_after_s.setter
+    def stall_after_s(self, value: float) -> None:
+        self.diagnostics.stall_after_s = value
+
+    @property
+    def _lane(self):
+        return self.lane.pool
+
+    @_lane.setter
+    def _lane(self, pool) -> None:
+        self.lane.pool = pool
+
+    def _on_lane(self, fn, *args):
+        return self.lane.submit(fn, *args)
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -149,26 +162,30 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
             # ops are too small for more threads: 2 threads ran c=1 15-30 % slower than 1 on two cores)
             torch.set_num_threads(s.cpu_threads or max(1, cores // 2 if s.pipeline else cores))
         self.cpu_threads = torch.get_num_threads()
-        self._serial_rows = s.serial_vocoder_rows if s.serial_vocoder_rows >= 0 else (0 if cuda else 1)
+        self.lane.serial_rows = s.serial_vocoder_rows if s.serial_vocoder_rows >= 0 else (0 if cuda else 1)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         mem0 = torch.cuda.memory_allocated() if cuda else 0
         self._batch = TalkerBatch(self._ckpt.model, s.max_batch, s.max_seq_len, use_cuda_graphs=s.use_cuda_graphs,
                                   generator=gen, kv_step=s.kv_bucket, live_lengths=s.live_lengths)
         mem_kv = torch.cuda.memory_allocated() if cuda else 0
+        self.scheduler.bind(self._ckpt.tokenizer, self._ckpt.config.talker.codec_eos_token_id,
+                            self._ckpt.config.tts_eos_token_id, cuda=cuda)
+        self.step_loop.attach(self._ckpt, self._batch, self._clones)
+        self.lane.batch = self._batch
         if self._ckpt.codec is not None:
             from tts.qwen3.codec import CodecError
             from tts.qwen3.codec.vocoder import build_vocoder
 
             try:
-                self._vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
+                self.lane.vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
                                               packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache,
                                               cuda_graphs=s.use_cuda_graphs if cuda else False)
             except CodecError as e:
                 raise EngineError("vocoder_unavailable", e.message) from None
             log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
             # codec state for every slot now, not on the first admission
-            self._vstate = self._vocoder.new_state(s.max_batch)
+            self.lane.state = self._vocoder.new_state(s.max_batch)
         mem_codec = torch.cuda.memory_allocated() if cuda else 0
         if cuda and s.pin_sdpa and self._batch.use_cuda_graphs:
             from tts.qwen3.attention import choose
@@ -190,7 +207,7 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         log.info("qwen3 engine memory: %s", {k: (f"{v / 2**20:.0f} MiB" if isinstance(v, int) else v)
                                              for k, v in self.memory.items()})
         if s.pipeline and cuda:
-            self._lane_stream = torch.cuda.Stream()
+            self.lane.stream = torch.cuda.Stream()
 
     @property
     def vocoder_name(self) -> str | None:
@@ -207,7 +224,7 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         kv = nbytes(b for m in model.modules() if m.__class__.__name__ == "KVCache" for b in m.buffers())
         codec = self._ckpt.codec
         report = {"weights": nbytes(model.parameters()) + (nbytes(codec.parameters()) if codec is not None else 0),
-                  "kv_cache": kv, "codec_state": nbytes(self._vstate.buffers) if self._vstate is not None else 0,
+                  "kv_cache": kv, "codec_state": nbytes(self.lane.state.buffers) if self.lane.state is not None else 0,
                   "graphs": graphs}
         if torch.device(self.settings.device).type == "cuda":
             report["graph_pool"] = torch.cuda.memory_allocated() - mem_codec
@@ -229,26 +246,15 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         self._start_worker()
 
     def _start_worker(self) -> None:
-        if self.settings.pipeline and self._lane is None:
-            self._lane = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qwen3-vocoder")
-        if self._thread is None:
-            self._stop = False
-            self._thread = threading.Thread(target=self._run, name="qwen3-worker", daemon=True)
-            self._thread.start()
+        self.lane.start()
+        self.step_loop.start()
 
     async def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
-            self._thread = None
-        if self._lane is not None:
-            self._lane.shutdown(wait=True)
-            self._lane = None
-        for job in list(self._jobs.values()):
+        self.scheduler.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.step_loop.join)
+        self.lane.shutdown()
+        for job in self.scheduler.drain_all():
             job.stream._fail(EngineError("internal", "engine closed"))
-        self._jobs.clear()
 
     # ------------------------------------------------------------ API
     def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
@@ -288,32 +294,13 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         return stream
 
     def _enqueue(self, stream, request: SynthesisRequest, turn=None) -> None:
-        """Queue a new stream's job for the loop thread (a turn-mode stream with its TurnFeed), or refuse it with
-        "overloaded" when max_queued requests are already waiting."""
-        with self._cond:
-            if len(self._queue) >= self.settings.max_queued:
-                raise EngineError("overloaded", f"engine queue is full ({self.settings.max_queued} requests waiting)")
-            job = Job(stream, request, next(self._seq), request.deadline)
-            if turn is not None:
-                job.turn = turn
-                self._turns_open += 1
-            self._queue.append(job)
-            self._jobs[id(stream)] = job
-            self._cond.notify()
+        self.scheduler.enqueue(stream, request, turn)
 
     def _turn_append(self, stream: TurnStream, text: str) -> None:
-        with self._cond:
-            job = self._jobs.get(id(stream))
-            if job is not None and job.turn is not None:
-                job.turn.inbox.append(text)
-                self._cond.notify()
+        self.scheduler.turn_text(stream, text)
 
     def _turn_finish(self, stream: TurnStream) -> None:
-        with self._cond:
-            job = self._jobs.get(id(stream))
-            if job is not None and job.turn is not None:
-                job.turn.finish_asked = True
-                self._cond.notify()
+        self.scheduler.turn_finish(stream)
 
     def voices(self) -> list[str]:
         if self._ckpt is None:
@@ -338,12 +325,12 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         """`add_voice`, blocking (the CLI, benches, or an executor thread)."""
         if self._clones is None:
             raise EngineError("unsupported_voice", "this checkpoint is not a Base model: it cannot clone voices")
-        with self._capture_gate():  # cloning runs on this thread's CUDA stream: never during a graph capture
+        with self.lane.capture_gate():  # cloning runs on this thread's CUDA stream: never during a graph capture
             cv = self._clones.add(voice)
-        if cv.clone.icl and self._vocoder is not None and self._lane is not None:
+        if cv.clone.icl and self.lane.vocoder is not None and self.lane.pool is not None:
             # prime the vocoder row now, on the lane, so the voice's first call does not pay the reference decode
             t0 = time.perf_counter()
-            self._primed(cv).result()
+            self.lane.primed(cv).result()
             cv.prepare_s += time.perf_counter() - t0
         return cv.info()
 
@@ -354,56 +341,30 @@ class Qwen3Engine(StepLoop, Scheduler, VocoderLane, Diagnostics, Engine):
         return self._clones.infos() if self._clones is not None else []
 
     def stats(self) -> dict:
-        with self._cond:
-            return {"queued": len(self._queue), "active": len(self._slots), **self.counters}
+        return self.scheduler.stats()
 
     def _cancel(self, stream: SynthesisStream) -> None:
-        with self._cond:
-            job = self._jobs.get(id(stream))
-            if job is not None:
-                job.cancelled = True
-                self._cond.notify()
+        self.scheduler.cancel(stream)
 
     def _update_deadline(self, stream: SynthesisStream, deadline: float) -> None:
         check_deadline(deadline)
-        with self._cond:
-            job = self._jobs.get(id(stream))
-            if job is not None:
-                job.deadline = deadline - job.vocoded * FRAME_S
+        self.scheduler.update_deadline(stream, deadline)
 
+    # ------------------------------------------------------------ diagnostics
+    @property
+    def _died(self) -> str | None:
+        return self.diagnostics.died
 
+    def health(self) -> str | None:
+        return self.diagnostics.health()
 
+    def inject_fault(self, kind: str, seconds: float = 3600.0) -> None:
+        """Tests: the worker's next step `raise`s, `hang`s for `seconds`, or the worker `die`s."""
+        self.diagnostics.inject_fault(kind, seconds)
+        self.scheduler.notify()
 
+    def enable_trace(self, stages: bool = True) -> None:
+        self.step_loop.enable_trace(stages)
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+    def watch_syncs(self, on: bool = True) -> None:
+        self.step_loop.watch_syncs(on)

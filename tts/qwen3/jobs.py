@@ -11,6 +11,22 @@ from tts.engine import CODEC_FRAME_SAMPLES, EngineError, SamplingSettings, Synth
 
 FRAME_S = CODEC_FRAME_SAMPLES / 24000
 
+# The frame cap of a text, the one rule for every request (whole text or a turn's segment): a sequence
+# that never samples end-of-speech ends at FRAMES_BASE + FRAMES_PER_TOKEN * its text tokens frames
+# (~0.67 s of speech per token: far above real speech, well below a runaway).
+FRAMES_BASE = 24
+FRAMES_PER_TOKEN = 8.0
+
+
+def frame_cap(tokens: int, base: float = FRAMES_BASE, per_token: float = FRAMES_PER_TOKEN) -> int:
+    """Frames a text of `tokens` text tokens may take at most (a text counts as one token at least)."""
+    return max(1, int(base + per_token * max(tokens, 1)))
+
+
+def tokens_within(frames: int, base: float = FRAMES_BASE, per_token: float = FRAMES_PER_TOKEN) -> int:
+    """Text tokens whose frame cap fits in `frames` (0 when not even one does)."""
+    return max(0, int((frames - base) // max(per_token, 1.0)))
+
 
 @dataclass
 class EngineSettings:
@@ -23,8 +39,8 @@ class EngineSettings:
     max_queued: int = 1024
     max_seq_len: int = 1024  # KV cache columns per slot: prompt + frames
     max_frames: int = 900  # hard cap per request (72 s)
-    frames_base: int = 24  # cap from text: base + per_token * text tokens
-    frames_per_token: float = 8.0
+    frames_base: int = FRAMES_BASE  # cap from text: `frame_cap` (base + per_token * text tokens)
+    frames_per_token: float = FRAMES_PER_TOKEN
     ignore_eos: bool = False  # benches: fixed lengths
     packet_ramp: tuple[int, ...] = (1, 2, 4)  # frames per packet; 4 (320 ms) measured best per frame
     vocoder_rows: int = 0  # rows vocoded per step at most (0: no limit)
@@ -69,6 +85,7 @@ class Job:
     codes: list = field(default_factory=list)  # every frame so far (to resume after preemption)
     admitted_at: float = 0.0
     prompt: object = None  # tts.qwen3.prompt.Prompt, kept to resume
+    prompt_len: int = 0  # its positions (the scheduler reads this, never the prompt's tensors)
     next_code0: int = -1  # the codebook-0 token already sampled for the next frame
     codec_state: object = None  # future of the stream's vocoder state row while it has no slot
     preempted: int = 0

@@ -1,79 +1,435 @@
-"""The Qwen3 engine's scheduler: who gets a slot this step.
+"""The Qwen3 engine's scheduler: who holds which slot, and what each step does. Host state only.
 
-Earliest deadline first over the queue (a request's priority is when its audio runs out), a prefill
-budget per step (the head always fits), preemption of a stream seconds from running dry for one needed
-sooner (it resumes later by re-prefilling its frames), and compaction of the slots so the batch bucket
-follows the live streams. Every method runs on the worker thread; those marked so run under `_cond`.
+It owns the queue, the slots, earliest-deadline-first admission under a prefill budget (the head always
+fits), preemption of a stream seconds from running dry for one needed sooner (it resumes later by
+re-prefilling its frames), turn-mode pauses, and compaction of the slots so the batch bucket follows the
+live streams. It does no device work and imports no torch: what the device must do follows from its
+decisions as `Op`s, which the step loop (tts.qwen3.step_loop) carries out after the lock is released.
+
+The contract with the step loop (the executor), once per iteration on the worker thread:
+
+    plan = scheduler.schedule()            # StepPlan: ops to run in order, then jobs to admit
+    ... the step loop runs plan.ops, builds the admitted jobs' prompts, then
+    scheduler.admitted(jobs, slots)        # they hold their slots
+    ops = scheduler.after_prefill(jobs)    # turn rows for them
+    rows = scheduler.rows()                # the step's batch rows (0: no step)
+    ops = scheduler.update(StepResult)     # the step's codes: frames, ends, turn segments
+    work = scheduler.vocoder_work()        # who hands frames to the vocoder lane
+
+The event loop calls `enqueue`, `turn_text`, `turn_finish`, `cancel`, `update_deadline`, `stats`; the
+vocoder lane `delivered`, `fail`, `count`. Every public method takes `lock` itself; torch never runs
+while it is held (tests/engine/test_engine_lock.py), so the event loop never waits on a device.
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
+from dataclasses import dataclass, field
 
-from tts.qwen3.jobs import Job
+import numpy as np
+
+from tts.engine import EngineError
+from tts.qwen3.jobs import FRAME_S, EngineSettings, Job, frame_cap, tokens_within
+
+
+# -- device work the scheduler's decisions need, run by the step loop in this order ----------------
+@dataclass(frozen=True)
+class Release:
+    """The talker row of `slot` stops generating (its cache row may be reused)."""
+    slot: int
+
+
+@dataclass(frozen=True)
+class SaveRow:
+    """`job` leaves `slot` for a while (preempted, or a turn's next segment): keep its vocoder row."""
+    job: Job
+    slot: int
+
+
+@dataclass(frozen=True)
+class Move:
+    """Compaction: the stream in `src` moves down into `dst` (KV rows, sampler state, vocoder row)."""
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True)
+class WriteText:
+    """Turn mode: text-track rows `start`.. of `slot` from these text ids."""
+    slot: int
+    start: int
+    ids: tuple
+
+
+@dataclass(frozen=True)
+class EosAt:
+    """Turn mode: end-of-speech allowed in `slot` from this trailing row on."""
+    slot: int
+    row: int
+
+
+@dataclass(frozen=True)
+class SetActive:
+    """Turn mode: the row of `slot` pauses (waits for its text) or resumes."""
+    slot: int
+    on: bool
+
+
+Op = Release | SaveRow | Move | WriteText | EosAt | SetActive
+
+
+@dataclass
+class StepPlan:
+    ops: list = field(default_factory=list)  # to run in order, before the admission
+    admit: list = field(default_factory=list)  # jobs to prefill this step (EDF order)
+    free: list = field(default_factory=list)  # free slots: the admitted jobs take the first ones
+
+
+@dataclass
+class StepResult:
+    out: np.ndarray  # [rows, groups + 1]: each row's codes and its next codebook-0 token
+    groups: int
+    host_syncs: int | None = None  # the sync watch's count so far (None: not watching)
+
+
+@dataclass
+class VocoderWork:
+    tasks: list  # (job, slot, frames, last) in EDF order
+    owners: dict  # slot -> id(job) of every held slot
+    held: int  # slots held this step (before the releases of the streams that ended)
 
 
 class Scheduler:
-    """Mixin of `Qwen3Engine` (tts/qwen3/engine.py): the state it reads is set up there."""
+    def __init__(self, settings: EngineSettings, *, cuda: bool = False, tokenizer=None, eos_id: int = -1,
+                 tts_eos_id: int = -1):
+        self.settings = settings
+        # an RLock underneath: who holds it is known (`held_by_me`), which the lock test checks
+        self.lock = threading.Condition(threading.RLock())
+        self.queue: list[Job] = []
+        self.jobs: dict[int, Job] = {}  # by stream id
+        self.slots: dict[int, Job] = {}  # slot -> job whose talker row is generating
+        self.held: dict[int, Job] = {}  # slot -> job owning it (generating, paused, or vocoding its last frames)
+        self.turns_open = 0  # turn-mode requests ever opened (turn bookkeeping runs only once there is one)
+        self.closed = False
+        self.counters = {"steps": 0, "host_syncs": None, "frames": 0, "admitted": 0, "completed": 0, "failed": 0,
+                         "cancelled": 0, "preempted": 0, "vocoder_calls": 0, "audio_s": 0.0, "compacted": 0,
+                         "prefill_deferred": 0, "vocoder_waited": 0, "vocoder_overlapped": 0,
+                         "vocoder_mode_switches": 0}
+        self.tokenizer = tokenizer  # for prompt-length estimates only
+        self.eos_id, self.tts_eos_id = eos_id, tts_eos_id  # codec end-of-speech; the text track's end
+        self.prefill_budget = settings.prefill_budget_tokens or (1024 if cuda else 256)
+        self._seq = itertools.count()
+        self._ops: list = []  # device work decided under the lock, handed to the step loop at its next call
+
+    def bind(self, tokenizer, eos_id: int, tts_eos_id: int, *, cuda: bool) -> None:
+        """The loaded checkpoint's ids (and its device's default prefill budget)."""
+        self.tokenizer, self.eos_id, self.tts_eos_id = tokenizer, eos_id, tts_eos_id
+        self.prefill_budget = self.settings.prefill_budget_tokens or (1024 if cuda else 256)
+
+    def held_by_me(self) -> bool:
+        return self.lock._is_owned()
+
+    # ------------------------------------------------------------ event loop side
+    def enqueue(self, stream, request, turn=None) -> Job:
+        """Queue a new stream's job (a turn-mode stream with its TurnFeed), or refuse it with "overloaded"
+        when max_queued requests are already waiting."""
+        with self.lock:
+            if len(self.queue) >= self.settings.max_queued:
+                raise EngineError("overloaded", f"engine queue is full ({self.settings.max_queued} requests waiting)")
+            job = Job(stream, request, next(self._seq), request.deadline)
+            if turn is not None:
+                job.turn = turn
+                self.turns_open += 1
+            self.queue.append(job)
+            self.jobs[id(stream)] = job
+            self.lock.notify()
+            return job
+
+    def turn_text(self, stream, text: str) -> None:
+        with self.lock:
+            job = self.jobs.get(id(stream))
+            if job is not None and job.turn is not None:
+                job.turn.inbox.append(text)
+                self.lock.notify()
+
+    def turn_finish(self, stream) -> None:
+        with self.lock:
+            job = self.jobs.get(id(stream))
+            if job is not None and job.turn is not None:
+                job.turn.finish_asked = True
+                self.lock.notify()
+
+    def cancel(self, stream) -> None:
+        with self.lock:
+            job = self.jobs.get(id(stream))
+            if job is not None:
+                job.cancelled = True
+                self.lock.notify()
+
+    def update_deadline(self, stream, deadline: float) -> None:
+        with self.lock:
+            job = self.jobs.get(id(stream))
+            if job is not None:
+                job.deadline = deadline - job.vocoded * FRAME_S
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {"queued": len(self.queue), "active": len(self.slots), **self.counters}
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.lock.notify_all()
+
+    def notify(self) -> None:
+        with self.lock:
+            self.lock.notify_all()
+
+    def count(self, name: str, n: float = 1, host_syncs: int | None = None) -> None:
+        with self.lock:
+            self.counters[name] += n
+            if host_syncs is not None:
+                self.counters["host_syncs"] = host_syncs
+
+    def set_counter(self, name: str, value) -> None:
+        with self.lock:
+            self.counters[name] = value
+
+    # ------------------------------------------------------------ worker side
+    def wait_for_work(self) -> bool:
+        """Block until there is a queued or held job; False once closed."""
+        with self.lock:
+            while not self.closed and not self.queue and not self.held:
+                self.lock.wait()
+            return not self.closed
+
+    def wait_for_text(self, timeout: float = 0.05) -> None:
+        """Only turns waiting for text hold the worker: sleep until text (or anything) arrives."""
+        with self.lock:
+            if not any(j.pending or j.pcm for j in self.held.values()):
+                self.lock.wait(timeout)
+
+    def turns_needing_heads(self) -> list[Job]:
+        """Queued turns whose first text arrived but whose voice head (a device build) is not made yet."""
+        with self.lock:
+            need = []
+            for job in self.queue:
+                feed = job.turn
+                if feed is not None and not job.cancelled and not feed.has_head and job.prompt is None:
+                    feed.drain()
+                    if feed.has_text():
+                        need.append(job)
+            return need
+
+    def head_built(self, job: Job, room: int) -> None:
+        """The turn's voice head is made: `room` positions of its slot are left for a segment's text and frames,
+        which sets how many text tokens a segment may take (its prompt and frame cap fit the slot)."""
+        s = self.settings
+        with self.lock:
+            job.turn.limit = max(1, tokens_within(room, s.frames_base, s.frames_per_token))
+            job.turn.fill()
+
+    def schedule(self) -> StepPlan:
+        """This step's plan: cancelled jobs leave, turns take their new text, the queue is sorted by when each
+        stream's audio runs out, urgent ones preempt, slots compact, and the admissions are taken."""
+        with self.lock:
+            self._drop_cancelled()
+            if self.turns_open:
+                self._turns_update()
+            self.queue.sort(key=lambda j: (j.priority, j.seq))
+            self._preempt_for_deadlines()
+            if self.settings.compact:
+                self._compact()
+            free = [s for s in range(self.settings.max_batch) if s not in self.held]
+            admit = self._take_admissions(len(free))
+            return StepPlan(self._take_ops(), admit, free)
+
+    def cap_for(self, job: Job) -> int:
+        """The frame count at which this job (its prompt just built) ends at the latest; refuses a text whose
+        prompt leaves no room in a slot."""
+        s = self.settings
+        room = min(s.max_frames, s.max_seq_len - job.prompt_len - 1)
+        if job.turn is not None:  # a segment: its cap counts from the stream's frames before it
+            feed = job.turn
+            if feed.finished:
+                room = max(1, min(room, frame_cap(len(feed.body), s.frames_base, s.frames_per_token)))
+            cap = feed.frame0 + room
+        else:
+            cap = min(frame_cap(job.prompt.text_tokens, s.frames_base, s.frames_per_token), room)
+        if cap < 1:
+            raise EngineError("text_too_long", f"text needs {job.prompt_len} prompt positions; the engine "
+                                               f"holds {s.max_seq_len} per request")
+        return cap
+
+    def admitted(self, jobs: list[Job], slots: list[int]) -> None:
+        """The jobs hold these slots from now (their prefill follows)."""
+        with self.lock:
+            for job, slot in zip(jobs, slots):
+                job.slot = slot
+                self.slots[slot] = self.held[slot] = job
+            self.counters["admitted"] += len(jobs)
+
+    def after_prefill(self, jobs: list[Job]) -> list:
+        """Turns just prefilled: end-of-speech held until their `tts_eos`, paused at once if their text ran out."""
+        with self.lock:
+            turns = [j for j in jobs if j.turn is not None and j.slot is not None]
+            for job in turns:
+                self._ops.append(EosAt(job.slot, job.turn.eos_row()))
+            if turns:
+                self._turns_update()
+            return self._take_ops()
+
+    def rows(self) -> int:
+        """Batch rows this step runs (the highest generating slot + 1; 0: nothing generates)."""
+        with self.lock:
+            return max(self.slots) + 1 if self.slots else 0
+
+    def update(self, result: StepResult) -> list:
+        """The step's codes: each generating stream takes its frame; streams that ended give up their row,
+        a cut turn goes on in a fresh prompt. Returns the device work this needs."""
+        out, groups = result.out, result.groups
+        with self.lock:
+            self.counters["steps"] += 1
+            if result.host_syncs is not None:
+                self.counters["host_syncs"] = result.host_syncs
+            for slot, job in list(self.slots.items()):
+                if job.cancelled:
+                    continue
+                job.pending.append(out[slot, :groups].copy())
+                job.codes.append(job.pending[-1])
+                job.next_code0 = int(out[slot, groups])
+                job.generated += 1
+                self.counters["frames"] += 1
+                if job.turn is not None:
+                    job.turn.note_frame(job.generated)
+                ended = (out[slot, groups] == self.eos_id and not self.settings.ignore_eos) or job.generated >= job.cap
+                if ended and job.turn is not None and job.turn.has_next_segment():
+                    self._next_segment(slot, job)
+                elif ended:
+                    job.generating = False
+                    self._ops.append(Release(slot))
+                    del self.slots[slot]  # the slot stays held until its last frames are vocoded
+            return self._take_ops()
+
+    def vocoder_work(self) -> VocoderWork:
+        """The streams whose pending frames make their next packet (1, 2, 4 ... frames), or that ended, in EDF
+        order (at most `vocoder_rows`), their frames taken; a stream whose last frames these are frees its
+        slot now (its vocoder row's next user is reset on the lane after this work)."""
+        s = self.settings
+        ramp = s.packet_ramp
+        with self.lock:
+            live = [j for j in self.held.values() if not j.cancelled and not j.finished]
+            owners = {slot: id(job) for slot, job in self.held.items() if not job.cancelled}
+            held = len(self.held)
+            # a turn paused for its text hands over what it has: the caller would hear a gap otherwise
+            todo = sorted((j for j in live if j.pending and (len(j.pending) >= ramp[min(j.packets, len(ramp) - 1)]
+                                                             or not j.generating or j.paused)),
+                          key=lambda j: (j.priority, j.seq))
+            if s.vocoder_rows:
+                todo = todo[: s.vocoder_rows]
+            ending = [j for j in live if not j.generating and not j.pending]  # everything vocoded: last chunk only
+            tasks = []
+            for job in todo + ending:
+                frames, job.pending = job.pending, []
+                job.vocoded += len(frames)
+                job.packets += 1
+                last = not job.generating
+                job.finished = last
+                tasks.append((job, job.slot, frames, last))
+            for job, _, _, last in tasks:
+                if last:
+                    self._release(job)
+            return VocoderWork(tasks, owners, held)
+
+    # ------------------------------------------------------------ any thread
+    def delivered(self, job: Job, frames: int, last: bool) -> None:
+        """The vocoder lane handed `frames` frames of `job` to its stream (its last chunk when `last`)."""
+        with self.lock:
+            self.counters["audio_s"] += frames * FRAME_S
+            if last:
+                self._release(job)
+                self._forget(job, "completed")
+
+    def fail(self, job: Job) -> None:
+        """The job failed (its stream is told by the caller): it leaves the queue and its slot."""
+        with self.lock:
+            if job in self.queue:
+                self.queue.remove(job)
+            self._release(job)
+            self._forget(job, "failed")
+
+    def drain_all(self) -> list[Job]:
+        """The worker is dying: every job, for its stream to be failed."""
+        with self.lock:
+            jobs, self.queue = list(self.jobs.values()), []
+            self.jobs.clear()
+            return jobs
+
+    # ------------------------------------------------------------ under the lock
+    def _take_ops(self) -> list:
+        ops, self._ops = self._ops, []
+        return ops
 
     def _take_admissions(self, n_free: int) -> list[Job]:
-        """Under the lock, queue sorted: the jobs admitted this step — as many as fit in the free slots
-        and in the prefill budget (the head always fits)."""
-        if not n_free or not self._queue:
+        """Queue sorted: the jobs admitted this step — as many as fit in the free slots and in the prefill
+        budget (the head always fits). A turn waits until its prefill's text is known."""
+        if not n_free or not self.queue:
             return []
-        budget = self.settings.prefill_budget_tokens or (1024 if self._batch.device.type == "cuda" else 256)
-        # a turn waits in the queue until its prefill's text is known (its first word, or more for a clone)
-        ready = [j for j in self._queue if j.turn is None or j.prompt is not None or self._turn_ready(j)]
+        ready = [j for j in self.queue if j.turn is None or j.prompt is not None or self._turn_ready(j)]
         taken, used = 0, 0
         for job in ready[:n_free]:
             need = self._prompt_len_estimate(job)
-            if taken and used + need > budget:
+            if taken and used + need > self.prefill_budget:
                 break
             taken, used = taken + 1, used + need
         if taken < min(n_free, len(ready)):
             self.counters["prefill_deferred"] += min(n_free, len(ready)) - taken
         admit = ready[:taken]
-        self._queue = [j for j in self._queue if j not in admit]
+        self.queue = [j for j in self.queue if j not in admit]
         return admit
+
+    def _turn_ready(self, job: Job) -> bool:
+        feed = job.turn
+        feed.drain()
+        return feed.has_head and feed.can_prefill()
 
     def _prompt_len_estimate(self, job: Job) -> int:
         if job.prompt is not None:  # resuming: prompt + its frames
-            return job.prompt.prefill.shape[0] + len(job.codes)
+            return job.prompt_len + len(job.codes)
         if job.turn is not None:
-            return 16 + len(job.turn.body) + (job.turn.n_codec if job.turn.codec is not None else 1)
+            return 16 + len(job.turn.body) + (job.turn.n_codec or 1)
         if job.est_len is None:  # role/control tokens + the text's tokens (instruction included), once per job
-            tok = self._ckpt.tokenizer
             text = job.request.text + (job.request.instruct or "")
             try:
-                job.est_len = 16 + (len(tok.encode(text)) if tok is not None else len(text) // 4)
+                job.est_len = 16 + (len(self.tokenizer.encode(text)) if self.tokenizer is not None else len(text) // 4)
             except Exception:  # noqa: BLE001 - an estimate only; the prompt build reports real errors
                 job.est_len = 16 + len(text)
         return job.est_len
 
     def _drop_cancelled(self) -> None:
-        """Under the lock: cancelled jobs leave the queue, their slots and the vocoder list."""
-        for job in [j for j in self._queue if j.cancelled]:
-            self._queue.remove(job)
+        for job in [j for j in self.queue if j.cancelled]:
+            self.queue.remove(job)
             self._forget(job, "cancelled")
-        for slot, job in list(self._held.items()):
-            if job.cancelled:
-                self._release(job)
-                self._forget(job, "cancelled")
+        for job in [j for j in self.held.values() if j.cancelled]:
+            self._release(job)
+            self._forget(job, "cancelled")
 
     def _preempt_for_deadlines(self) -> None:
-        """Under the lock, queue sorted: while the waiting requests outnumber the free slots and the next
-        of them needs audio at least preempt_slack_s before a generating stream that is >= preempt_slack_s from
-        running dry, that stream yields its slot. It keeps its frames, its next token and its vocoder state, and
-        re-enters the queue at the time it runs dry."""
+        """Queue sorted: while the waiting requests outnumber the free slots and the next of them needs audio
+        at least preempt_slack_s before a generating stream that is >= preempt_slack_s from running dry, that
+        stream yields its slot. It keeps its frames, its next token and its vocoder row, and re-enters the
+        queue at the time it runs dry."""
         slack = self.settings.preempt_slack_s
         if slack <= 0:
             return
         now = time.monotonic()
-        waiting = [j for j in self._queue if not j.cancelled]
+        waiting = [j for j in self.queue if not j.cancelled]
         for i, head in enumerate(waiting):
-            if i < self.settings.max_batch - len(self._held):
+            if i < self.settings.max_batch - len(self.held):
                 continue  # the heads before it and this one fit in the free slots
-            victims = [j for j in self._slots.values() if not j.cancelled and j.codes and j.turn is None]
+            victims = [j for j in self.slots.values() if not j.cancelled and j.codes and j.turn is None]
             if not victims:
                 return
             victim = max(victims, key=lambda j: j.priority)
@@ -81,52 +437,86 @@ class Scheduler:
             # streams with seconds buffered swap the slot (a re-prefill each) every time their priorities cross
             if victim.priority - now < slack or victim.priority - head.priority < slack:
                 return
-            slot = victim.slot
-            if self._vstate is not None:  # after the lane's work in flight on that row
-                victim.codec_state = self._on_lane(self._vstate.select, [slot])
+            self._ops.append(SaveRow(victim, victim.slot))  # after the lane's work in flight on that row
             self._release(victim)
             victim.slot = None
             victim.preempted += 1
             self.counters["preempted"] += 1
-            self._queue.append(victim)
-            self._queue.sort(key=lambda j: (j.priority, j.seq))
+            self.queue.append(victim)
+            self.queue.sort(key=lambda j: (j.priority, j.seq))
 
     def _compact(self) -> None:
-        """Under the lock: a generating stream above a free lower slot moves down into it (its KV rows,
-        sampler state and vocoder row), so slots 0..n-1 stay dense and the batch bucket follows the number
-        of live streams, not the highest slot ever used. Only streams with nothing left to vocode move:
-        their vocoder row is then idle, and the move goes through the lane in order."""
-        if not self._slots:
+        """A generating stream above a free lower slot moves down into it, so slots 0..n-1 stay dense and the
+        batch bucket follows the number of live streams, not the highest slot ever used. Only streams with
+        nothing left to vocode move: their vocoder row is then idle."""
+        if not self.slots:
             return
-        free = sorted(s for s in range(max(self._held) + 1) if s not in self._held)
-        for src in sorted(self._slots, reverse=True):
+        free = sorted(s for s in range(max(self.held) + 1) if s not in self.held)
+        for src in sorted(self.slots, reverse=True):
             if not free or free[0] >= src:
                 return
-            job = self._slots[src]
+            job = self.slots[src]
             if job.cancelled or job.pending:
                 continue
             dst = free.pop(0)
-            self._batch.move(src, dst)
-            if self._vstate is not None:
-                self._on_lane(self._move_vocoder_row, src, dst)
-            del self._slots[src], self._held[src]
-            self._slots[dst] = self._held[dst] = job
+            self._ops.append(Move(src, dst))
+            del self.slots[src], self.held[src]
+            self.slots[dst] = self.held[dst] = job
             job.slot = dst
             free.append(src)
             free.sort()
             self.counters["compacted"] += 1
 
-    def _move_vocoder_row(self, src: int, dst: int) -> None:
-        self._vstate.assign([dst], self._vstate.select([src]))
+    def _turns_update(self) -> None:
+        """New text into the turns' slots; pause the rows whose next text row is missing, resume the ones whose
+        text came; hold end-of-speech until `tts_eos` is in the track."""
+        for slot, job in list(self.held.items()):
+            feed = job.turn
+            if feed is None or job.cancelled or not job.generating:
+                continue
+            feed.drain()
+            track = feed.track(self.tts_eos_id)
+            n_c = feed.n_codec
+            rows = len(track) - n_c
+            if rows > feed.rows_written:
+                self._ops.append(WriteText(slot, feed.rows_written, tuple(track[n_c + feed.rows_written:])))
+                feed.rows_written = rows
+            if feed.finished and not feed.eos_written:
+                feed.eos_written = True
+            if feed.finished and job.cap != self.cap_for(job):
+                job.cap = self.cap_for(job)
+                self._ops.append(EosAt(slot, feed.eos_row()))
+            waiting = not feed.eos_written and job.generated - feed.frame0 >= feed.rows_written
+            if waiting and not job.paused:
+                job.paused = True
+                self._ops.append(SetActive(slot, False))
+                self.slots.pop(slot, None)
+                self.counters["turn_pauses"] = self.counters.get("turn_pauses", 0) + 1
+            elif not waiting and job.paused:
+                job.paused = False
+                self._ops.append(SetActive(slot, True))
+                self.slots[slot] = job
+
+    def _next_segment(self, slot: int, job: Job) -> None:
+        """A cut turn's segment ended: the stream continues with a fresh prompt (re-queued, its vocoder row
+        kept, as a preempted stream's is)."""
+        job.turn.next_segment(job.generated)
+        self._ops += [Release(slot), SaveRow(job, slot)]
+        del self.slots[slot]
+        if self.held.get(slot) is job:
+            del self.held[slot]
+        job.slot, job.prompt, job.paused = None, None, False
+        self.counters["turn_segments"] = self.counters.get("turn_segments", 0) + 1
+        self.queue.append(job)
 
     def _release(self, job: Job) -> None:
-        """Under the lock: the job gives up its talker row and its slot."""
-        if self._slots.get(job.slot) is job:
-            self._batch.release(job.slot)
-            del self._slots[job.slot]
-        if self._held.get(job.slot) is job:
-            del self._held[job.slot]
+        """The job gives up its slot (and its talker row, if it was generating)."""
+        if self.slots.get(job.slot) is job:
+            self._ops.append(Release(job.slot))
+            del self.slots[job.slot]
+        if self.held.get(job.slot) is job:
+            del self.held[job.slot]
 
     def _forget(self, job: Job, outcome: str) -> None:
-        if self._jobs.pop(id(job.stream), None) is not None:
+        if self.jobs.pop(id(job.stream), None) is not None:
             self.counters[outcome] += 1

@@ -31,18 +31,18 @@ from tts.qwen3.model import Qwen3TTSModel
 from tts.qwen3.prompt import VoiceHead
 from tts.qwen3.sampling import SamplingRows, sample, talker_logits
 from tts.qwen3.tokenizer import TextTokenizer
-from tts.qwen3.turn_text import TextToken, TurnText
+from tts.qwen3.jobs import FRAMES_BASE, FRAMES_PER_TOKEN, frame_cap, tokens_within
+from tts.qwen3.turn_text import PUNCTUATION, TextToken, TurnText
 
-BASE_FRAMES = 25  # frame cap of a segment: BASE_FRAMES + FRAMES_PER_TOKEN * its text tokens
-FRAMES_PER_TOKEN = 6  # ~0.5 s of speech per text token: far above real speech, below a runaway
-PUNCTUATION = (".", "!", "?", ";", ":", ",", "…", "。", "！", "？", "，")
+# a segment's frame cap is every request's (tts.qwen3.jobs.frame_cap): base + per token * its text tokens
+BASE_FRAMES, FRAMES_PER_TOKEN = FRAMES_BASE, FRAMES_PER_TOKEN
 
 
 class TurnTrack:
     """The text track of one segment: which text id the next step adds, or None (paused)."""
 
     def __init__(self, prefix: list[int], n_codec: int, *, pad_id: int, eos_id: int,
-                 base_frames: int = BASE_FRAMES, frames_per_token: int = FRAMES_PER_TOKEN):
+                 base_frames: float = BASE_FRAMES, frames_per_token: float = FRAMES_PER_TOKEN):
         self.prefix = list(prefix)
         self.body: list[int] = []
         self.n_codec = n_codec
@@ -96,7 +96,7 @@ class TurnTrack:
         return max(0, min(len(self.body), self.fed - len(self.prefix)))
 
     def frame_cap(self) -> int:
-        return self.base_frames + self.frames_per_token * max(len(self.body), 1)
+        return frame_cap(len(self.body), self.base_frames, self.frames_per_token)
 
 
 @dataclass
@@ -122,8 +122,8 @@ class TurnGenerator:
     """
 
     def __init__(self, model: Qwen3TTSModel, tokenizer: TextTokenizer, head: VoiceHead, settings: GenerationSettings,
-                 *, normalize=None, max_positions: int = 2048, base_frames: int = BASE_FRAMES,
-                 frames_per_token: int = FRAMES_PER_TOKEN):
+                 *, normalize=None, max_positions: int = 2048, base_frames: float = BASE_FRAMES,
+                 frames_per_token: float = FRAMES_PER_TOKEN):
         self.model, self.talker, self.cfg = model, model.talker, model.config
         self.tokenizer, self.head, self.settings = tokenizer, head, settings
         self.device = self.talker.codec_head.weight.device
@@ -140,7 +140,7 @@ class TurnGenerator:
         self.prefill_len = self._head_embeds.shape[0] + self._codec.shape[0]
         self.max_positions = max_positions
         # body tokens one segment may take so that prefill + its frame cap fits the cache
-        self.segment_tokens = (max_positions - self.prefill_len - base_frames - 1) // frames_per_token
+        self.segment_tokens = tokens_within(max_positions - self.prefill_len - 1, base_frames, frames_per_token)
         if self.segment_tokens < 4:
             raise TurnError("bad_request", f"a cache of {max_positions} positions leaves no room for a turn's "
                                            f"segment after its {self.prefill_len}-position prompt")

@@ -1,8 +1,11 @@
 """Turn mode in the batched Qwen3 engine: one request's growing text track (host side).
 
-The loop thread appends text (`put`, `finish`, under the engine's lock); the worker drains it through
-the turn tokenizer (tts.qwen3.turn_text) and writes the new text-track rows into the request's batch
-slot. The layout is tts.qwen3.turn's: a codec track C (`codec_bos`, then an in-context clone's
+The loop thread appends text (`inbox`, `finish_asked`, under the scheduler's lock); the scheduler drains
+it through the turn tokenizer (tts.qwen3.turn_text) and tells the step loop which new text-track rows to
+write into the request's batch slot. Host state only (no torch): the step loop keeps the voice head's
+tensors here (`head`, `codec`, `pad`) but only it reads them.
+
+The layout is tts.qwen3.turn's: a codec track C (`codec_bos`, then an in-context clone's
 reference frames), a text track T = prefix (the clone's transcript) + body + `tts_eos`; the prefill
 holds T[:len(C)], and frame f's step adds trailing row f = T[len(C) + f] (then `tts_pad`). A slot whose
 next row has not arrived does not step (paused); end-of-speech is masked until the `tts_eos` row.
@@ -14,10 +17,7 @@ follows) and the rest continues in a fresh prompt on the same stream (`next_segm
 
 from __future__ import annotations
 
-import torch
-
-from tts.qwen3.turn import PUNCTUATION
-from tts.qwen3.turn_text import TextToken, TurnText
+from tts.qwen3.turn_text import PUNCTUATION, TextToken, TurnText
 
 NEVER = 1 << 30  # eos_at while the text is still coming
 
@@ -39,16 +39,19 @@ class TurnFeed:
         self.frame0 = 0  # the stream's frames before this segment
         self.spoken_before = 0  # raw text offset the earlier segments spoke up to
         self.frame_raw: list[int] = []  # per frame of the stream: raw text offset its steps had consumed
-        # set when the prompt is built
+        # set by the step loop when the voice head is built (before that the turn cannot be admitted)
         self.prefix: list[int] = []
-        self.codec: torch.Tensor | None = None  # [n_c, D]
-        self.head: torch.Tensor | None = None  # [L, D]
+        self.n_codec: int | None = None  # codec-track positions of the prefill
+        self.head_len = 0  # voice-head positions
+        self.codec = None  # torch.Tensor [n_c, D]
+        self.head = None  # torch.Tensor [L, D]
+        self.pad = None
         self.rows_written = 0  # trailing rows in the batch slot
         self.eos_written = False
 
     @property
-    def n_codec(self) -> int:
-        return self.codec.shape[0]
+    def has_head(self) -> bool:
+        return self.n_codec is not None
 
     def drain(self) -> None:
         """Worker, under the lock: tokenise what arrived and hand it to the current segment."""

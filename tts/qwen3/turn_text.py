@@ -19,6 +19,8 @@ from typing import Callable
 from tts.qwen3.tokenizer import TextTokenizer
 from tts.turn_words import TurnWords
 
+PUNCTUATION = (".", "!", "?", ";", ":", ",", "…", "。", "！", "？", "，")  # a long turn is cut after one of these
+
 
 @dataclass(frozen=True)
 class TextToken:

@@ -16,73 +16,149 @@ import time
 import numpy as np
 
 from tts.engine import EngineError, PcmChunk
-from tts.qwen3.jobs import FRAME_S, Job
 
 log = logging.getLogger("voxgate.qwen3")
 
 
 class VocoderLane:
-    """Mixin of `Qwen3Engine` (tts/qwen3/engine.py): the state it reads is set up there."""
+    """The vocoder passes and the hand-over of PCM. Owns the lane (thread + CUDA stream), the vocoder and its
+    per-slot state rows; every change to a row goes through `submit`, so it happens in order."""
 
-    def _primed(self, cv) -> concurrent.futures.Future:
-        """The vocoder state after the voice's reference codes: decoded once per voice, on the lane."""
-        if cv.primed is None:
-            from tts.qwen3.cloned_voices import prime_vocoder
+    def __init__(self, settings, scheduler, diagnostics, post):
+        self.settings = settings
+        self.scheduler = scheduler
+        self.diag = diagnostics
+        self.post = post  # runs a callable on the event loop
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None  # the lane's thread (None: serial)
+        self.stream = None  # CUDA stream of the lane
+        self.vocoder = None  # tts.qwen3.codec.vocoder.Vocoder (None: a checkpoint without codec)
+        self.state = None  # the codec's streaming state, one row per slot
+        self.batch = None  # the talker batch: its capture gate, its code groups
+        self.tally = None  # tts.qwen3.syncs.SyncTally while watching
+        self.inflight: concurrent.futures.Future | None = None
+        self.serial_rows = 0  # resolved at load (`_serial_step`)
+        self.serial_mode: bool | None = None
+        self.chooser = ModeChooser()
 
-            cv.primed = self._on_lane(prime_vocoder, self._vocoder, cv.clone.ref_codes, max(self.settings.packet_ramp))
-        return cv.primed
+    def start(self) -> None:
+        if self.settings.pipeline and self.pool is None:
+            self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qwen3-vocoder")
 
-    def _on_lane(self, fn, *args) -> concurrent.futures.Future:
-        if self._lane is None:  # serial engine: now, on the worker
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+
+    # -- work on the lane, in order -------------------------------------------------------
+    def submit(self, fn, *args) -> concurrent.futures.Future:
+        if self.pool is None:  # serial engine: now, on the calling thread
             fut: concurrent.futures.Future = concurrent.futures.Future()
             try:
                 fut.set_result(fn(*args))
             except BaseException as e:  # noqa: BLE001 - handed to whoever reads the future
                 fut.set_exception(e)
             return fut
-        tally = self._tally
+        tally = self.tally
 
         def run():
             from tts.qwen3.syncs import watching
 
-            with self._capture_gate(), watching(tally), self._lane_stream_ctx():
+            with self.capture_gate(), watching(tally), self._stream_ctx():
                 return fn(*args)
 
-        return self._lane.submit(run)
+        return self.pool.submit(run)
 
-    def _capture_gate(self):
+    def capture_gate(self):
         """Held by work on other threads that calls into CUDA: a graph capture holds it (tts.qwen3.batch)."""
         import contextlib
 
-        return self._batch.capture_gate.use() if self._batch is not None else contextlib.nullcontext()
+        return self.batch.capture_gate.use() if self.batch is not None else contextlib.nullcontext()
 
-    def _lane_stream_ctx(self):
+    def _stream_ctx(self):
         import contextlib
 
         import torch
 
-        if self._lane_stream is None:
+        if self.stream is None:
             return contextlib.nullcontext()
-        return torch.cuda.stream(self._lane_stream)
+        return torch.cuda.stream(self.stream)
 
-    def _lane_join(self) -> None:
-        fut, self._voc_inflight = self._voc_inflight, None
+    def join(self) -> None:
+        fut, self.inflight = self.inflight, None
         if fut is not None:
             fut.result()
 
-    def _restore_vocoder_row(self, slot: int, saved: concurrent.futures.Future) -> None:
-        self._vstate.assign([slot], saved.result())
+    def primed(self, cv) -> concurrent.futures.Future:
+        """The vocoder state after the voice's reference codes: decoded once per voice, on the lane."""
+        if cv.primed is None:
+            from tts.qwen3.cloned_voices import prime_vocoder
 
-    def _packet_target(self, job: Job) -> int:
-        ramp = self.settings.packet_ramp
-        return ramp[min(job.packets, len(ramp) - 1)]
+            cv.primed = self.submit(prime_vocoder, self.vocoder, cv.clone.ref_codes, max(self.settings.packet_ramp))
+        return cv.primed
+
+    def save_row(self, slot: int) -> concurrent.futures.Future:
+        """The row's state as it stands after the lane's work so far (a stream leaving its slot for a while)."""
+        return self.submit(self.state.select, [slot])
+
+    def restore_row(self, slot: int, saved: concurrent.futures.Future) -> None:
+        self.submit(self._restore_row, slot, saved)
+
+    def _restore_row(self, slot: int, saved: concurrent.futures.Future) -> None:
+        self.state.assign([slot], saved.result())
+
+    def move_row(self, src: int, dst: int) -> None:
+        self.submit(self._move_row, src, dst)
+
+    def _move_row(self, src: int, dst: int) -> None:
+        self.state.assign([dst], self.state.select([src]))
+
+    def reset_rows(self, slots: list[int]) -> None:
+        self.submit(self.state.reset, slots)
+
+    # -- one step's vocoder pass -----------------------------------------------------------
+    def hand_over(self, work) -> None:
+        """Hand the scheduler's `VocoderWork` to the lane. The previous hand-over is waited for first (at most
+        one in flight: a vocoder slower than the talker slows the loop rather than queueing work)."""
+        if not work.tasks:
+            return
+        if self.vocoder is None and any(f for _, _, f, _ in work.tasks):
+            raise EngineError("internal", "this checkpoint has no codec decoder")
+        serial = self._serial_step(work.held)
+        fut = self.submit(self._decode_and_deliver, work.tasks, work.owners)
+        if serial:  # few streams: the worker waits for this decode (no talker work beside it)
+            self.scheduler.count("vocoder_waited")
+            fut.result()
+        else:
+            self.scheduler.count("vocoder_overlapped")
+            self.inflight = fut
+
+    def _serial_step(self, held: int) -> bool:
+        """Whether this step waits for its vocoder pass instead of overlapping it with the next talker step.
+
+        The lane pays off for a batch (a step costs max(talker, vocoder), not their sum) and can cost a single
+        stream on few cores: two busy threads share the cores, each with half the intra-op threads. So a batch
+        of more than `serial_vocoder_rows` streams always overlaps, and a smaller one takes whichever way its
+        measured iterations say is faster (`ModeChooser`), with the same intra-op threads either way."""
+        if self.pool is None:
+            return True
+        small = 0 < held <= self.serial_rows
+        serial = small and self.chooser.serial()
+        if serial != self.serial_mode:
+            self.serial_mode = serial
+            self.scheduler.count("vocoder_mode_switches")
+        return serial
+
+    def note_iteration(self, seconds: float, held: int) -> None:
+        """The worker's iteration time, counted for the mode it ran in while the batch was small."""
+        if self.serial_mode is not None and self.pool is not None and 0 < held <= self.serial_rows:
+            self.chooser.note(self.serial_mode, seconds)
 
     def _decode(self, entries: list[tuple[int, list]], owners: dict[int, int]) -> list[np.ndarray]:
         """On the lane: decode the frames of (slot, frames) entries (their state rows advance in place).
         `owners`: slot -> id of the job holding it when the work was handed over."""
         from tts.qwen3.codec import StreamingCodecState
 
-        vs, g = self._vstate, self._batch.groups
+        vs, g = self.state, self.batch.groups
         n = max(slot for slot, _ in entries) + 1
         chosen = {slot for slot, _ in entries}
         t = len(entries[0][1])
@@ -115,7 +191,7 @@ class VocoderLane:
 
         from tts.qwen3.syncs import wait_for
 
-        codec = self._vocoder
+        codec = self.vocoder
         cuda = codec.device.type == "cuda"
         src = torch.from_numpy(codes)
         with torch.inference_mode():
@@ -129,73 +205,9 @@ class VocoderLane:
             event = torch.cuda.Event()
             event.record()
         wait_for(event)
-        with self._cond:
-            self.counters["vocoder_calls"] += 1
-            if self._tally is not None:
-                self.counters["host_syncs"] = self._tally.count
+        tally = self.tally
+        self.scheduler.count("vocoder_calls", host_syncs=tally.count if tally is not None else None)
         return host.numpy()
-
-    def _vocode(self) -> None:
-        """Hand the streams whose pending frames make their next packet (or that ended) to the lane. The
-        previous hand-over is waited for first (at most one in flight: a vocoder slower than the talker
-        slows the loop rather than queueing work)."""
-        self._lane_join()
-        with self._cond:
-            live = [j for j in self._held.values() if not j.cancelled and not j.finished]
-            owners = {slot: id(job) for slot, job in self._held.items() if not job.cancelled}
-        # a stream is decoded once its pending frames make its next packet (1, 2, 4 ...), or at its end
-        # (a turn paused for its text hands over what it has: the caller would hear a gap otherwise)
-        todo = sorted((j for j in live if j.pending and (len(j.pending) >= self._packet_target(j) or not j.generating
-                                                         or j.paused)),
-                      key=lambda j: (j.priority, j.seq))
-        if self.settings.vocoder_rows:
-            todo = todo[: self.settings.vocoder_rows]
-        ending = [j for j in live if not j.generating and not j.pending]  # everything vocoded: last chunk only
-        tasks = []
-        for job in todo + ending:
-            frames, job.pending = job.pending, []
-            job.vocoded += len(frames)
-            job.packets += 1
-            last = not job.generating
-            job.finished = last
-            tasks.append((job, job.slot, frames, last))
-        if not tasks:
-            return
-        serial = self._serial_step(len(self._held))  # the batch as it stood this step, before the releases below
-        with self._cond:  # a finished stream's slot is free from now: its vocoder row's next user is reset
-            for job, _, _, last in tasks:  # on the lane after this work, so the slot need not wait for it
-                if last:
-                    self._release(job)
-        if self._ckpt.codec is None and any(f for _, _, f, _ in tasks):
-            raise EngineError("internal", "this checkpoint has no codec decoder")
-        fut = self._on_lane(self._decode_and_deliver, tasks, owners)
-        if serial:  # few streams: the worker waits for this decode (no talker work beside it)
-            self.counters["vocoder_waited"] += 1
-            fut.result()
-        else:
-            self.counters["vocoder_overlapped"] += 1
-            self._voc_inflight = fut
-
-    def _serial_step(self, held: int) -> bool:
-        """Whether this step waits for its vocoder pass instead of overlapping it with the next talker step.
-
-        The lane pays off for a batch (a step costs max(talker, vocoder), not their sum) and can cost a single
-        stream on few cores: two busy threads share the cores, each with half the intra-op threads. So a batch
-        of more than `serial_vocoder_rows` streams always overlaps, and a smaller one takes whichever way its
-        measured iterations say is faster (`ModeChooser`), with the same intra-op threads either way."""
-        if self._lane is None:
-            return True
-        small = 0 < held <= self._serial_rows
-        serial = small and self._chooser.serial()
-        if serial != self._serial_mode:
-            self._serial_mode = serial
-            self.counters["vocoder_mode_switches"] += 1
-        return serial
-
-    def _note_iteration(self, seconds: float) -> None:
-        """The worker's iteration time, counted for the mode it ran in while the batch was small."""
-        if self._serial_mode is not None and self._lane is not None and 0 < len(self._held) <= self._serial_rows:
-            self._chooser.note(self._serial_mode, seconds)
 
     def _decode_and_deliver(self, tasks: list, owners: dict[int, int]) -> None:
         """On the lane: decode, then hand each stream its chunk (and finish the ones that ended)."""
@@ -209,11 +221,12 @@ class VocoderLane:
                 log.exception("vocoder failed")
                 for job, _, frames, _ in tasks:
                     if frames:
-                        self._fail(job, EngineError("internal", f"vocoder failed: {e}"))
+                        self.post(job.stream._fail, EngineError("internal", f"vocoder failed: {e}"))
+                        self.scheduler.fail(job)
                 tasks = [t for t in tasks if not t[2]]
                 pcms = []
-            self._span("vocoder", t0, {"rows": len(entries)})
-            self.timings["vocoder"] += time.perf_counter() - t0
+            self.diag.span("vocoder", t0, {"rows": len(entries)})
+            self.diag.timings["vocoder"] += time.perf_counter() - t0
         it = iter(pcms)
         deliveries = []
         for job, _, frames, last in tasks:
@@ -223,17 +236,9 @@ class VocoderLane:
             text_end = job.turn.text_end(job.delivered + len(frames)) if job.turn is not None else None
             deliveries.append((job.stream, PcmChunk(pcm, job.delivered, last, text_end)))
             job.delivered += len(frames)
-            with self._cond:
-                self.counters["audio_s"] += len(frames) * FRAME_S
-            if last:
-                self._complete(job)
+            self.scheduler.delivered(job, len(frames), last)
         if deliveries:  # one callback per vocoder call: the engine service sends one message per step for it
-            self._post(_deliver_all, deliveries)
-
-    def _complete(self, job: Job) -> None:
-        with self._cond:
-            self._release(job)
-            self._forget(job, "completed")
+            self.post(_deliver_all, deliveries)
 
 
 def _deliver_all(deliveries: list) -> None:
