@@ -47,7 +47,8 @@ async def _collect(stream) -> list:
 
 
 async def test_no_torch_call_runs_while_the_engine_lock_is_held(ckpt, monkeypatch):
-    s = EngineSettings(device="cpu", dtype="float32", max_batch=2, max_seq_len=256, frames_base=4,
+    # every stream runs 40+ frames (no end-of-speech): the two slots are still taken when the urgent call comes
+    s = EngineSettings(device="cpu", dtype="float32", max_batch=2, max_seq_len=256, frames_base=40,
                        frames_per_token=1.0, preempt_slack_s=0.5, ignore_eos=True)
     eng = Qwen3Engine(s, checkpoint=ckpt)
     mode = TorchUnderLock(eng._cond)
@@ -69,15 +70,16 @@ async def test_no_torch_call_runs_while_the_engine_lock_is_held(ckpt, monkeypatc
                 turn.append(piece)
                 eng.stats()
             turn.finish()
-            far = eng.synthesize(SynthesisRequest(text="A longer answer that runs a while.", sampling=GREEDY,
-                                                  deadline=time.monotonic() + 30))
-            it = far.__aiter__()
+            far = [eng.synthesize(SynthesisRequest(text="A longer answer that runs a while.", sampling=GREEDY,
+                                                   deadline=time.monotonic() + 30)) for _ in range(2)]
+            it = far[0].__aiter__()
             await it.__anext__()
             gone = eng.synthesize(SynthesisRequest(text="Cancelled soon.", sampling=GREEDY))
             gone.cancel()
             urgent = eng.synthesize(SynthesisRequest(text="Now.", sampling=GREEDY, deadline=time.monotonic()))
             await asyncio.wait_for(asyncio.gather(first, _collect(urgent)), 60)
-            far.cancel()
+            for stream in far:
+                stream.cancel()
             eng.stats()
     finally:
         await eng.close()

@@ -17,8 +17,9 @@ The contract with the step loop (the executor), once per iteration on the worker
     work = scheduler.vocoder_work()        # who hands frames to the vocoder lane
 
 The event loop calls `enqueue`, `turn_text`, `turn_finish`, `cancel`, `update_deadline`, `stats`; the
-vocoder lane `delivered`, `fail`, `count`. Every public method takes `lock` itself; torch never runs
-while it is held (tests/engine/test_engine_lock.py), so the event loop never waits on a device.
+vocoder lane `delivered`, `fail`, `count`. Every method that reads or changes the shared state takes
+`lock` itself (`cap_for` reads only its job, which the worker alone changes between admissions); torch
+never runs while it is held (tests/engine/test_engine_lock.py), so the event loop never waits on a device.
 """
 
 from __future__ import annotations
