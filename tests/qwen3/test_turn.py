@@ -87,3 +87,14 @@ def test_a_long_turn_is_cut_at_punctuation_and_continues_with_a_fresh_prompt(tin
         pass
     n1 = gen.stats.segment_frames[1]
     assert torch.equal(run.codes[n0:n0 + n1][:len(fresh.frames)], fresh.codes()[:n1])
+
+
+def test_a_segment_and_a_whole_text_share_one_frame_cap_rule():
+    """The single-stream generator's segment cap is the engine's cap for the same text (one rule, one place)."""
+    from tts.qwen3.jobs import EngineSettings
+
+    s = EngineSettings()
+    for n in (1, 7, 40):
+        t = TurnTrack([], 1, pad_id=-1, eos_id=-2)
+        t.push(list(range(n)))
+        assert t.frame_cap() == int(s.frames_base + s.frames_per_token * n)

@@ -11,7 +11,8 @@ in advance; here T grows while the turn runs, with these rules (`TurnTrack`):
 * a step whose text entry has not arrived is not taken: the stream is paused (cache kept), never
   fed `tts_pad` while text is still coming (that makes the model end early);
 * codec end-of-speech is masked until the `tts_eos` entry has been fed; then the segment runs to
-  its own end, at most `base_frames + frames_per_token * tokens` frames;
+  its own end, at most `base_frames + frames_per_token * tokens` frames (the engine's rule,
+  `tts.qwen3.jobs.frame_cap`, defaults 24 + 8 per token);
 * a long turn is cut at punctuation before the cache runs out (`TurnGenerator`): the segment
   ends there (its `tts_eos` follows), and the rest continues in a fresh prompt.
 
@@ -27,22 +28,19 @@ from dataclasses import dataclass, field
 import torch
 
 from tts.qwen3.generate import GenerationSettings, new_talker_sampling, predict_codes, prefill, talker_step
+from tts.qwen3.jobs import FRAMES_BASE, FRAMES_PER_TOKEN, frame_cap, tokens_within
 from tts.qwen3.model import Qwen3TTSModel
 from tts.qwen3.prompt import VoiceHead
 from tts.qwen3.sampling import SamplingRows, sample, talker_logits
 from tts.qwen3.tokenizer import TextTokenizer
-from tts.qwen3.jobs import FRAMES_BASE, FRAMES_PER_TOKEN, frame_cap, tokens_within
 from tts.qwen3.turn_text import PUNCTUATION, TextToken, TurnText
-
-# a segment's frame cap is every request's (tts.qwen3.jobs.frame_cap): base + per token * its text tokens
-BASE_FRAMES, FRAMES_PER_TOKEN = FRAMES_BASE, FRAMES_PER_TOKEN
 
 
 class TurnTrack:
     """The text track of one segment: which text id the next step adds, or None (paused)."""
 
     def __init__(self, prefix: list[int], n_codec: int, *, pad_id: int, eos_id: int,
-                 base_frames: float = BASE_FRAMES, frames_per_token: float = FRAMES_PER_TOKEN):
+                 base_frames: float = FRAMES_BASE, frames_per_token: float = FRAMES_PER_TOKEN):
         self.prefix = list(prefix)
         self.body: list[int] = []
         self.n_codec = n_codec
@@ -122,7 +120,7 @@ class TurnGenerator:
     """
 
     def __init__(self, model: Qwen3TTSModel, tokenizer: TextTokenizer, head: VoiceHead, settings: GenerationSettings,
-                 *, normalize=None, max_positions: int = 2048, base_frames: float = BASE_FRAMES,
+                 *, normalize=None, max_positions: int = 2048, base_frames: float = FRAMES_BASE,
                  frames_per_token: float = FRAMES_PER_TOKEN):
         self.model, self.talker, self.cfg = model, model.talker, model.config
         self.tokenizer, self.head, self.settings = tokenizer, head, settings
