@@ -179,6 +179,10 @@ class Scheduler:
         with self.lock:
             return {"queued": len(self.queue), "active": len(self.slots), **self.counters}
 
+    def open(self) -> None:
+        with self.lock:
+            self.closed = False
+
     def close(self) -> None:
         with self.lock:
             self.closed = True
@@ -360,6 +364,10 @@ class Scheduler:
                 self.queue.remove(job)
             self._release(job)
             self._forget(job, "failed")
+
+    def held_jobs(self) -> list[Job]:
+        with self.lock:
+            return list(self.held.values())
 
     def drain_all(self) -> list[Job]:
         """The worker is dying: every job, for its stream to be failed."""

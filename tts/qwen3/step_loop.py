@@ -44,7 +44,7 @@ class StepLoop:
     # ------------------------------------------------------------ thread
     def start(self) -> None:
         if self.thread is None:
-            self.scheduler.closed = False
+            self.scheduler.open()
             self.thread = threading.Thread(target=self.run, name="qwen3-worker", daemon=True)
             self.thread.start()
 
@@ -149,9 +149,7 @@ class StepLoop:
 
     def _fail_all_active(self, error: Exception) -> None:
         err = error if isinstance(error, EngineError) else EngineError("internal", f"engine step failed: {error}")
-        with self.scheduler.lock:
-            held = list(self.scheduler.held.values())
-        for job in held:
+        for job in self.scheduler.held_jobs():
             self.fail(job, err)
 
     # ------------------------------------------------------------ prompts
