@@ -105,15 +105,18 @@ def test_the_transfer_watch_sees_each_kind_of_call():
         t[1, 2] = 3.0  # a scalar into one element: a synchronising copy on CUDA
         t[1] = 0.0  # a row: a device fill (not counted)
         t[:, 0] = 1.0
-        t[torch.tensor([0, 1])] = 2.0
+        t[torch.tensor([0, 1])] = 2.0  # a scalar through a tensor index: index_put_ copies it from the host
+        t[[2, 3], 0] = 2.0  # a list index is a tensor index
+        t.index_fill_(0, torch.tensor([0, 1]), 2.0)  # the scalar as a kernel argument (not counted)
         torch.tensor([1, 2], device="cpu")
         torch.as_tensor([1.0], device=t.device)
         torch.tensor([1, 2])  # host data staying on the host (not counted)
         t[0, 0].item(), t.tolist(), t.numpy(), t.cpu(), bool(t[0, 0]), int(t[0, 0]), float(t[0, 0])
         t.to("cpu"), t.to(t.device), t.to(torch.float64)  # the last is a cast (not counted)
         t.to(t.device, non_blocking=True)  # (not counted: on CUDA the source must also be pinned)
-    assert len(calls.hits) == 12, calls.hits
+    assert len(calls.hits) == 14, calls.hits
     assert calls.hits[0].startswith("t[(1, 2)] = 3.0") and "test_host_syncs.py" in calls.hits[0]
+    assert all("tensor index" in h for h in calls.hits[1:3]), calls.hits[1:3]
 
 
 def test_the_sync_watch_counts_host_to_device_copies(monkeypatch):
@@ -128,6 +131,9 @@ def test_the_sync_watch_counts_host_to_device_copies(monkeypatch):
         dev.copy_(host, non_blocking=True)  # pageable: the driver copies it synchronously
         host.to("meta")
         dev.copy_(dev)  # device to device (not counted)
-    assert watch.count == 3, watch.hits
+        # what `dev[idx] = 1.0` dispatches to on CUDA: the scalar as a CPU 0-dim tensor
+        dev.index_put_((torch.tensor([0, 1], device="meta"),), torch.tensor(1.0))
+        dev.index_put_((torch.tensor([0, 1], device="meta"),), torch.ones(2, device="meta"))  # (not counted)
+    assert watch.count == 4, watch.hits
     assert [h.split(" ", 1)[1] for h in watch.hits] == ["host->device", "host->device from pageable memory",
-                                                         "host->device"]
+                                                         "host->device", "host->device (a scalar)"]

@@ -170,27 +170,30 @@ class TalkerBatch:
         if (self.cb0.rows.shape_key, self.pred_rows.shape_key) != keys and self._graphs:
             raise RuntimeError("sampling layout changed under captured graphs")  # `general` rows never change
         self.pad.copy_(prompts[0].pad.to(self.dtype))
-        self.cb0.seen[idx] = False
-        self.cb0.generated[idx] = 0
-        self.eos_at[idx] = 0
+        # index_fill_ passes the value as a kernel argument: `t[idx] = 0` would copy it from the host (a sync)
+        self.cb0.seen.index_fill_(0, idx, False)
+        self.cb0.generated.index_fill_(0, idx, 0)
+        self.eos_at.index_fill_(0, idx, 0)
         hidden, logits = prefill(self.model.talker, embeds, length_t, rows=idx)
         sub = TalkerSampling(self.cb0.rows.index(idx), self.cb0.seen[idx], self.cb0.generated[idx], self.cb0.suppress,
                              self.cb0.eos_id, self.cb0.min_new_tokens, self.cb0.eos_col)
         tok = sub.next_token(logits, self.generator)
-        self.cb0.seen[idx] = sub.seen
-        self.cb0.generated[idx] = sub.generated
-        self.hidden[idx] = hidden
-        self.code0[idx] = tok
-        self.pos[idx] = length_t
-        self.frame[idx] = 0
+        self.cb0.seen.index_copy_(0, idx, sub.seen)
+        self.cb0.generated.index_copy_(0, idx, sub.generated)
+        self.hidden.index_copy_(0, idx, hidden)
+        self.code0.index_copy_(0, idx, tok)
+        self.pos.index_copy_(0, idx, length_t)
+        self.frame.index_fill_(0, idx, 0)
         if back:  # a resumed row's sampler state, rebuilt from its codes
             ridx = vals[at_rslots].long()
             self.code0.index_copy_(0, ridx, vals[at_code0].long())
             self.cb0.generated.index_copy_(0, ridx, vals[at_gen].long())
             self.frame.index_copy_(0, ridx, vals[at_frame].long())
-            self.cb0.seen[ridx] = False
-            self.cb0.seen[vals[at_seen_rows].long(), vals[at_seen_toks].long()] = True
-        self.active[idx] = True
+            self.cb0.seen.index_fill_(0, ridx, False)
+            seen_rows = vals[at_seen_rows].long()
+            self.cb0.seen.index_put_((seen_rows, vals[at_seen_toks].long()),
+                                     torch.ones_like(seen_rows, dtype=torch.bool))  # values made on the device
+        self.active.index_fill_(0, idx, True)
         for slot, n, ts, ps in zip(slots, lengths, talker_settings, predictor_settings):
             self.host_pos[slot], self.host_active[slot] = n, True
             self.host_wide[slot] = self.cb0.rows.needs_wide(ts["top_k"]) or self.pred_rows.needs_wide(ps["top_k"])

@@ -10,6 +10,8 @@ runs and counts the ones that wait for a device value —
 * copies from host memory to a device that make the host wait: without `non_blocking` (a stream
   synchronise, what `set_sync_debug_mode` reports; a Python scalar written into one element of a
   CUDA tensor is one of these) or from pageable memory (the driver copies it synchronously);
+* `index_put_` into a device tensor with values in host memory: what `t[idx] = <Python scalar>` becomes
+  on CUDA (the scalar travels as a CPU 0-dim tensor, copied with a stream synchronise);
 
 and `wait_for(event)` counts the one explicit wait of the engine's step (an event after the
 non-blocking copy of the step's results). On CPU nothing really waits, but the same ops run, so
@@ -90,6 +92,9 @@ class HostSyncWatch(TorchDispatchMode):
         elif name in ("index", "index_put", "index_put_") and len(args) > 1 and any(
                 isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ())):
             self.tally.add(f"{func} with a bool mask")
+        elif name in ("index_put", "index_put_", "_index_put_impl_") and len(args) > 2 and _on_device(args[0]) \
+                and _is_cpu(args[2]):
+            self.tally.add(f"{func} host->device" + (" (a scalar)" if args[2].dim() == 0 else ""))
         elif name == "_to_copy" and args and _on_device(args[0]) and str(kwargs.get("device", "")) == "cpu" \
                 and not kwargs.get("non_blocking", False):
             self.tally.add(f"{func} device->host")

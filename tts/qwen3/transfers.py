@@ -7,7 +7,10 @@ on CPU is a plain store. Neither the dispatch-level watch (`tts.qwen3.syncs`) no
 see it. `HostDeviceCalls` watches the Python calls instead (a `TorchFunctionMode`) and records each
 one that moves data between host and device on a GPU:
 
-* `t[i, j] = 3` — a Python scalar into a single element (a slice or a tensor index is a device fill);
+* `t[i, j] = 3` — a Python scalar into a single element;
+* `t[idx] = 0` — a Python scalar through a tensor (or list) index: `index_put_` takes its value as a
+  tensor, so the scalar becomes a CPU 0-dim tensor copied to the device with a stream synchronise
+  (`index_fill_(dim, idx, 0)` passes it as a kernel argument instead; a slice `t[:, 0] = 0` is a fill);
 * `torch.tensor` / `as_tensor` / `asarray` with a `device` (host data copied, synchronously, to it);
 * `.item()`, `.tolist()`, `.numpy()`, `.cpu()`, `bool(t)`, `int(t)`, `float(t)`, `t.__index__()`;
 * `.to(device)` / `.cuda()` without `non_blocking=True` (on CUDA the source must be pinned as well).
@@ -43,6 +46,12 @@ def _is_scalar(v) -> bool:
 def _single_element(t: torch.Tensor, index) -> bool:
     parts = index if isinstance(index, tuple) else (index,)
     return len(parts) == t.dim() and all(isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in parts)
+
+
+def _tensor_index(index) -> bool:
+    """An index that makes `t[index] = v` an `index_put_` (a tensor or a list among its parts)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(p, (torch.Tensor, list)) for p in parts)
 
 
 def _device_target(args, kwargs) -> bool:
@@ -85,6 +94,9 @@ class HostDeviceCalls(TorchFunctionMode):
         if func is _T.__setitem__ and len(args) == 3 and _is_scalar(args[2]) and not self._host_side(args[0]) \
                 and _single_element(args[0], args[1]):
             what = f"t[{args[1]!r}] = {args[2]!r} (a scalar into one element)"
+        elif func is _T.__setitem__ and len(args) == 3 and _is_scalar(args[2]) and not self._host_side(args[0]) \
+                and _tensor_index(args[1]):
+            what = f"t[<tensor index>] = {args[2]!r} (a scalar through a tensor index: index_put_ copies it)"
         elif func in _FACTORIES and kwargs.get("device") is not None:
             what = f"{_FACTORIES[func]}(host data, device=...)"
         elif func in _READS and args and not self._host_side(args[0]):
