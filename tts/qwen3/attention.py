@@ -1,4 +1,15 @@
-"""Which scaled-dot-product-attention kernel runs, chosen by measurement and pinned.
+"""The talker's decode attention, laid out for a fused kernel; which SDPA kernel runs, chosen by
+measurement, pinned, and observed.
+
+Layout (`decode_attention`). The talker has 16 query heads on 8 KV heads and a per-row live length
+(a boolean mask over cache columns). On CUDA, flash attention refuses an explicit mask and the
+memory-efficient kernel refuses grouped-query attention (`enable_gqa`), so the plain GQA call falls to
+cuDNN or MATH (which expands K/V and upcasts). Here the query heads that share a KV head become that
+head's query rows: q [B, Hq, T, D] -> [B, Hk, (Hq/Hk)*T, D], one mask row per query row. The call is
+then plain multi-head attention with a mask, which the memory-efficient kernel (and cuDNN) take at
+bf16; each K/V column is read once for both query heads, and the cache keeps its [B, Hk, L, D] size
+(gpt-fast's repeat-at-write doubles the cache and the bytes read per step; FlexAttention needs
+torch.compile). Same sums per output element as the GQA call: tests/qwen3/test_attention.py.
 
 Left to chance, torch picks a backend per call; on sm90 the cuDNN backend builds a plan for each
 new shape (hundreds of ms), which would show up as first-audio spikes in traffic. At start the
@@ -58,21 +69,66 @@ def talker_pinned(talker, name: str | None):
             a.sdpa_backend = b
 
 
+def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """q [B, Hq, T, D], keys/values [B, Hk, L, D], mask [B, 1, T, L] (bool, True: attend) -> [B, Hq, T, D].
+
+    Query head h reads KV head h // (Hq/Hk), as `enable_gqa` (and the reference's repeat_kv) has it."""
+    b, hq, t, d = q.shape
+    hk, length = keys.shape[1], keys.shape[2]
+    group = hq // hk
+    if group == 1:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+    rows = q.reshape(b, hk, group * t, d)  # row j*T + i of KV head k: query head k*G + j at position i
+    rows_mask = mask.expand(b, 1, group, length) if t == 1 else mask.repeat(1, 1, group, 1)
+    out = F.scaled_dot_product_attention(rows, keys, values, attn_mask=rows_mask)
+    return out.view(b, hq, t, d)
+
+
+# the aten op each SDPA backend runs as (what the profiler names), and marks of their CUDA kernels
+SDPA_OPS = {"aten::_scaled_dot_product_flash_attention": "FLASH_ATTENTION",
+            "aten::_scaled_dot_product_flash_attention_for_cpu": "FLASH_ATTENTION (CPU)",
+            "aten::_scaled_dot_product_efficient_attention": "EFFICIENT_ATTENTION",
+            "aten::_scaled_dot_product_cudnn_attention": "CUDNN_ATTENTION",
+            "aten::_scaled_dot_product_attention_math": "MATH",
+            "aten::_scaled_dot_product_fused_attention_overrideable": "OVERRIDEABLE"}
+KERNEL_MARKS = (("cudnn", "CUDNN_ATTENTION"), ("fmha", "EFFICIENT_ATTENTION"), ("memeff", "EFFICIENT_ATTENTION"),
+                ("flash", "FLASH_ATTENTION"))
+
+
+def kernels_that_ran(fn) -> dict:
+    """Run `fn` under the profiler -> which SDPA backend(s) ran: {"backends": [...] (from the aten ops),
+    "kernels": [CUDA kernel names that look like attention], "kernel_backends": [...], "math": bool}.
+    Eager calls only (a graph replay dispatches no aten op)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+    events = list(prof.events())
+    backends = sorted({SDPA_OPS[e.name] for e in events if e.name in SDPA_OPS})
+    kernels = sorted({e.name for e in events if getattr(e.device_type, "name", "") == "CUDA"
+                      and any(m in e.name.lower() for m, _ in KERNEL_MARKS) | ("attention" in e.name.lower())})
+    kernel_backends = sorted({next((b for m, b in KERNEL_MARKS if m in k.lower()), "?") for k in kernels})
+    return {"backends": backends, "kernels": [k[:160] for k in kernels], "kernel_backends": kernel_backends,
+            "math": "MATH" in backends}
+
+
 def time_backend(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                  repeats: int = 20) -> float | None:
     """Mean seconds per call of one backend on these inputs, or None when it cannot run them."""
     if _backend(name) is None:
         return None
-    gqa = q.shape[1] != k.shape[1]
     try:
         with pinned_sdpa(name):
             for _ in range(3):  # warm-up: plan builds and autotuning are not what we pick on
-                F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+                decode_attention(q, k, v, mask)
             if q.device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(repeats):
-                F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+                decode_attention(q, k, v, mask)
             if q.device.type == "cuda":
                 torch.cuda.synchronize()
             return (time.perf_counter() - t0) / repeats
@@ -98,7 +154,7 @@ def decode_inputs(batch: int, kv_len: int, n_heads: int, n_kv: int, head_dim: in
 
 def choose(shape, batches, kv_lens, dtype, device, repeats: int = 20, cache=None,
            deadline: float | None = None) -> tuple[dict, dict]:
-    """For each (batch, kv_len): the fastest backend that runs the decode attention of `shape`
+    """For each (batch, kv_len): the fastest backend that runs `decode_attention` on the shapes of `shape`
     (a DecoderShape). Returns ({(b, L): name}, {(b, L): {name: ms or None}}). CPU: empty (torch's own).
 
     `cache`: the (k, v) cache tensors of one talker layer, whose views are timed (default: a pair

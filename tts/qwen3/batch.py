@@ -32,7 +32,7 @@ import logging
 import torch
 
 from tts.qwen3.gate import CaptureGate
-from tts.qwen3.generate import TalkerSampling, decode_frame, predict_codes, prefill, talker_step
+from tts.qwen3.generate import TalkerSampling, decode_frame, prefill, prepare_caches
 from tts.qwen3.model import Qwen3TTSModel
 from tts.qwen3.prompt import Prompt
 from tts.qwen3.sampling import SamplingRows, eos_mask
@@ -61,7 +61,7 @@ class TalkerBatch:
         cfg = model.config
         self.max_batch, self.max_seq_len = max_batch, max_seq_len
         self.groups = cfg.talker.num_code_groups
-        model.setup_caches(max_batch, max_seq_len)
+        prepare_caches(model, max_batch, max_seq_len)
         d, dev, b = cfg.talker.hidden_size, self.device, max_batch
         self.hidden = torch.zeros(b, d, dtype=self.dtype, device=dev)
         self.code0 = torch.zeros(b, dtype=torch.long, device=dev)
@@ -271,17 +271,8 @@ class TalkerBatch:
                              eos_ok=frame >= self.eos_at[:n], active=act)
         pos = self.pos[:n]
         gen = self.generator if not self.use_cuda_graphs else None
-        if self.stage_marks is None:
-            codes, hidden, tok = decode_frame(talker, self.hidden[:n], self.code0[:n], text, pos, cb0,
-                                              rows_p, gen, kv_len=kv_len)
-        else:  # eager, traced: the same three stages as decode_frame, timed one by one
-            mark = self.stage_marks
-            codes = predict_codes(talker, self.hidden[:n], self.code0[:n], rows_p, gen)
-            mark("code_predictor")
-            hidden, logits = talker_step(talker, codes, text, pos, kv_len=kv_len)
-            mark("talker_step")
-            tok = cb0.next_token(logits, gen)
-            mark("sampling")
+        codes, hidden, tok = decode_frame(talker, self.hidden[:n], self.code0[:n], text, pos, cb0, rows_p, gen,
+                                          kv_len=kv_len, mark=self.stage_marks)  # marks: eager tracing only
         # an inactive row (released, or a turn paused for its text) keeps its state for when it resumes
         self.hidden[:n] = torch.where(act.view(n, 1), hidden, self.hidden[:n])
         self.code0[:n] = torch.where(act, tok, self.code0[:n])

@@ -21,6 +21,13 @@ from tts.qwen3.prompt import Prompt
 from tts.qwen3.sampling import SamplingRows, eos_mask, sample, talker_logits
 
 
+def prepare_caches(model: Qwen3TTSModel, max_batch: int, max_seq_len: int) -> None:
+    """The model's static caches, and the code predictor's lean plan over them, built now (eagerly: the
+    plan's tables are kernels that must not run first inside a CUDA graph capture)."""
+    model.setup_caches(max_batch, max_seq_len)
+    lean_predictor(model.talker.code_predictor)
+
+
 def prefill(talker: Talker, embeds: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor | None = None
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded prompts [B, T, D] with real lengths [B] -> hidden, logits at each last real position.
@@ -98,11 +105,21 @@ class TalkerSampling:
 def decode_frame(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, text_embed: torch.Tensor,
                  pos: torch.Tensor, cb0: TalkerSampling, predictor_rows: SamplingRows,
                  generator: torch.Generator | None = None, rows: torch.Tensor | None = None,
-                 kv_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One frame for the batch: codes [B, G] of the current frame, next hidden, next codebook-0 token."""
+                 kv_len: int | None = None, mark=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One frame for the batch: codes [B, G] of the current frame, next hidden, next codebook-0 token.
+
+    `mark` (eager tracing): called with each stage's name as it ends ("code_predictor", "talker_step",
+    "sampling"); None under graphs and in serving."""
     codes = predict_codes(talker, hidden, code0, predictor_rows, generator, rows)
+    if mark is not None:
+        mark("code_predictor")
     hidden, logits = talker_step(talker, codes, text_embed, pos, rows, kv_len)
-    return codes, hidden, cb0.next_token(logits, generator)
+    if mark is not None:
+        mark("talker_step")
+    tok = cb0.next_token(logits, generator)
+    if mark is not None:
+        mark("sampling")
+    return codes, hidden, tok
 
 
 # ---------------------------------------------------------------- reference loop
@@ -158,7 +175,7 @@ def generate_codes(model: Qwen3TTSModel, prompt: Prompt, settings: GenerationSet
     device = talker.codec_head.weight.device
     total = prompt.prefill.shape[0] + settings.max_frames + 1
     if talker.model.max_seq_len < total or talker.model.layers[0].self_attn.kv_cache is None:
-        model.setup_caches(1, total)
+        prepare_caches(model, 1, total)
     gen = None
     if settings.seed is not None:
         gen = torch.Generator(device=device).manual_seed(settings.seed)

@@ -22,15 +22,13 @@ at the same predictor position, cache rows 0..B-1: the batch's step), on fused p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 
 from tts.qwen3.norm import rms_norm
 
-if TYPE_CHECKING:  # model.py imports this module: the class is only named here
-    from tts.qwen3.model import CodePredictor
+# This module reads a `tts.qwen3.model.CodePredictor`'s weights and caches by attribute and imports
+# nothing from model.py (model.py does not import it either: `generate.prepare_caches` builds the plan).
 
 
 class _Layer:
@@ -59,7 +57,7 @@ class _Layer:
 class LeanPredictor:
     """Single-token steps of one CodePredictor, for rows 0..B-1 all at the same position."""
 
-    def __init__(self, cp: CodePredictor):
+    def __init__(self, cp):  # a tts.qwen3.model.CodePredictor
         dec = cp.model
         self.source = dec.layers[0].self_attn.kv_cache  # the plan's views belong to these caches
         half = dec.shape.head_dim // 2
@@ -130,10 +128,10 @@ class LeanPredictor:
         return torch.mm(rms_norm(h, self.final, self.eps), self.heads_t[j])
 
 
-def lean_predictor(cp: CodePredictor) -> LeanPredictor | None:
-    """The plan for `cp` (built once, rebuilt when its caches are reallocated), or None where the lean path
-    does not apply (unfused projections: the module path serves). `Qwen3TTSModel.setup_caches` builds it:
-    its tables are computed by kernels, which must run eagerly, never first inside a CUDA graph capture."""
+def lean_predictor(cp) -> LeanPredictor | None:
+    """The plan for `cp` (a CodePredictor; built once, rebuilt when its caches are reallocated), or None
+    before its caches exist. `generate.prepare_caches` builds it right after the caches: its tables are
+    computed by kernels, which must run eagerly, never first inside a CUDA graph capture."""
     layers = cp.model.layers
     if not layers or layers[0].self_attn.qkv_weight is None or layers[0].self_attn.kv_cache is None:
         return None

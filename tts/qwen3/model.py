@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tts.qwen3.attention import decode_attention, pinned_sdpa
 from tts.qwen3.config import CodePredictorConfig, DecoderShape, ModelConfig, TalkerConfig
 from tts.qwen3.kv_cache import KVCache
-from tts.qwen3.lean_predictor import lean_predictor
 from tts.qwen3.norm import rms_norm
 from tts.qwen3.speaker_encoder import SpeakerEncoder
 
@@ -61,8 +61,9 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
         self.kv_cache: KVCache | None = None
         self.sdpa_backend: str | None = None  # the talker's pinned SDPA backend while a graph captures (attention.py)
-        # Set by fuse(): one matmul for q, k and v, one norm for q and k heads. Buffers (not saved),
-        # so `.to()` moves them along.
+        # Set by fuse() (Qwen3TTSModel.fuse_projections, before the first forward): one matmul for q, k
+        # and v, one norm for q and k heads; forward uses only these. Buffers (not saved), so `.to()`
+        # moves them along.
         self.register_buffer("qkv_weight", None, persistent=False)
         self.register_buffer("qk_norm_weight", None, persistent=False)
 
@@ -85,16 +86,10 @@ class Attention(nn.Module):
                 input_pos: torch.Tensor | int, rows: torch.Tensor | None, kv_len: int | None = None) -> torch.Tensor:
         b, t, _ = x.shape
         hq, hk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-        if self.qkv_weight is not None:
-            q, k, v = F.linear(x, self.qkv_weight).split([hq, hk, hk], dim=-1)
-        else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, k, v = F.linear(x, self.qkv_weight).split([hq, hk, hk], dim=-1)  # fused: see fuse()
         v = v.reshape(b, t, self.n_kv, self.head_dim)
-        if self.qkv_weight is not None:  # q and k heads side by side: one norm, one RoPE
-            qk = self._norm_qk(torch.cat([q, k], dim=-1).view(b, t, self.n_heads + self.n_kv, self.head_dim))
-        else:
-            qk = torch.cat([self.q_norm(q.reshape(b, t, self.n_heads, self.head_dim)),
-                            self.k_norm(k.reshape(b, t, self.n_kv, self.head_dim))], dim=2)
+        # q and k heads side by side: one norm, one RoPE
+        qk = self._norm_qk(torch.cat([q, k], dim=-1).view(b, t, self.n_heads + self.n_kv, self.head_dim))
         qk = apply_rope(qk.transpose(1, 2), cos, sin)
         q, k = qk[:, : self.n_heads], qk[:, self.n_heads:]
         gqa = self.n_heads != self.n_kv
@@ -103,13 +98,11 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, keys, values, is_causal=t > 1, enable_gqa=gqa)
             return self.o_proj.forward(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
         keys, values = self.kv_cache.update(rows, input_pos, k.transpose(1, 2), v, kv_len)
-        if self.sdpa_backend is None:
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+        if self.sdpa_backend is None:  # torch's choice; GQA folded into query rows, so a fused kernel can take it
+            out = decode_attention(q, keys, values, mask)
         else:
-            from tts.qwen3.attention import pinned_sdpa
-
             with pinned_sdpa(self.sdpa_backend):
-                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+                out = decode_attention(q, keys, values, mask)
         return self.o_proj.forward(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 
@@ -128,10 +121,8 @@ class MLP(nn.Module):
         self.gate_up_weight = w
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up_weight is not None:
-            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
-            return self.down_proj.forward(F.silu(gate) * up)
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)  # fused: see fuse()
+        return self.down_proj.forward(F.silu(gate) * up)
 
 
 class Block(nn.Module):
@@ -291,9 +282,12 @@ class Qwen3TTSModel(nn.Module):
                     layer.mlp.fuse()
 
     def setup_caches(self, max_batch: int, max_seq_len: int, dtype: torch.dtype | None = None, device=None) -> None:
+        """Static KV caches for `max_batch` rows of `max_seq_len` positions (the forward's one layout is the
+        fused one, so this fuses first; idempotent). Code predictor steps go through
+        `tts.qwen3.lean_predictor`, whose plan views these caches: callers build it eagerly after this."""
+        self.fuse_projections()
         p = next(self.parameters())
         dtype, device = dtype or p.dtype, device or p.device
         self.talker.model.setup_caches(max_batch, max_seq_len, dtype, device)
         g = self.config.talker.num_code_groups
         self.talker.code_predictor.model.setup_caches(max_batch, g, dtype, device)
-        lean_predictor(self.talker.code_predictor)  # its plan views these caches: made now, eagerly
