@@ -95,6 +95,11 @@ KERNEL_MARKS = (("cudnn", "CUDNN_ATTENTION"), ("fmha", "EFFICIENT_ATTENTION"), (
                 ("flash", "FLASH_ATTENTION"))
 
 
+def _attention_kernel(name: str) -> bool:
+    low = name.lower()
+    return "attention" in low or any(mark in low for mark, _ in KERNEL_MARKS)
+
+
 def kernels_that_ran(fn) -> dict:
     """Run `fn` under the profiler -> which SDPA backend(s) ran: {"backends": [...] (from the aten ops),
     "kernels": [CUDA kernel names that look like attention], "kernel_backends": [...], "math": bool}.
@@ -108,8 +113,8 @@ def kernels_that_ran(fn) -> dict:
             torch.cuda.synchronize()
     events = list(prof.events())
     backends = sorted({SDPA_OPS[e.name] for e in events if e.name in SDPA_OPS})
-    kernels = sorted({e.name for e in events if getattr(e.device_type, "name", "") == "CUDA"
-                      and any(m in e.name.lower() for m, _ in KERNEL_MARKS) | ("attention" in e.name.lower())})
+    kernels = sorted({e.name for e in events
+                      if getattr(e.device_type, "name", "") == "CUDA" and _attention_kernel(e.name)})
     kernel_backends = sorted({next((b for m, b in KERNEL_MARKS if m in k.lower()), "?") for k in kernels})
     return {"backends": backends, "kernels": [k[:160] for k in kernels], "kernel_backends": kernel_backends,
             "math": "MATH" in backends}
