@@ -1,22 +1,33 @@
-"""The GPU check: one driver, phases with their own time budgets, JSON after each phase, one table.
+"""The GPU check: one driver, phases with their own time budgets, a table row as each phase ends, JSON after
+each phase.
 
     python -m bench.gpu_check --out DIR            # on a lent GPU machine (scripts/gpu_check.sh)
     python -m bench.gpu_check --smoke --out DIR    # tiny shapes on CPU: the driver's logic, end to end
 
-Needs Python 3.12, torch (CUDA build), numpy, safetensors, tokenizers and this tree — nothing else.
-Released shapes with random weights (no checkpoint, no internet), 1.7B first, then 0.6B:
+Needs Python, torch (CUDA build), numpy, safetensors, tokenizers and this tree: nothing else, nothing
+installed. Released shapes with random weights (no checkpoint, no internet), 1.7B first, then 0.6B:
 
 (a) environment; the SDPA backend chosen per (batch bucket, length bucket) with every backend's time;
-(b) CUDA graphs against eager on identical inputs, greedy, buckets 1/8/64/384, 20 steps: codes equal,
-    max hidden-state difference (bf16);
-(c) ms per step by batch bucket at a short and a long cache length, prefill ms, vocoder ms by batch x
-    packet (engineer 12's `bench.gpu_vocoder.run` when importable: every backend; else torch eager);
+    the code predictor's lean steps against its module path;
+(b) CUDA graphs against eager on identical inputs (greedy, buckets 1/8/64/384, 20 steps: codes equal,
+    max hidden-state difference), and for every length bucket serving uses, the pinned/captured step's
+    logits against the eager step's (torch's own kernel choice) on the device: a mismatch fails the
+    phase. Which SDPA kernel ran for the talker's decode, from the profiler (op and kernel names),
+    loudly when it is MATH;
+(c) ms per step by batch bucket at a short and a long cache length (positions reset before every
+    repetition, so each row is timed at the length its kv column names, with no capture inside the
+    timed loop), prefill ms, vocoder ms by batch x packet for the backends this machine can run (the
+    others are named with the reason);
 (d) real syncs per step: the engine with its op watch, and the driver's own count
     (`torch.cuda.set_sync_debug_mode`) over the same run;
-(e) Poisson arrivals holding 64/128/256/320/384 streams, stopping at the first level that fails
-    (a stream falling behind real time, or first audio p95 over 250 ms).
+(e) Poisson arrivals holding 64/128/256/384 streams, stopping at the first level that fails (a stream
+    falling behind real time, or first audio p95 over 250 ms).
 
-Total budget 8 minutes by default (`--budget`); a phase out of time records `skipped` and why.
+Budget: `--budget` seconds in all (default 270: machine start plus two full runs fit a 15-minute loan),
+split per model and phase by `budget_plan`, model construction included; each phase checks what it has
+left before its expensive part (an engine of 384 slots, a graph capture, a batch of timings) and
+records `skipped` with the reason instead of overrunning. The TensorRT vocoder's engine build takes
+minutes: it runs only with `--tensorrt`, as a phase of its own with its own budget line.
 """
 
 from __future__ import annotations
@@ -30,16 +41,38 @@ import statistics
 import sys
 import time
 
-PHASE_SHARE = {"a": 0.05, "b": 0.12, "c": 0.18, "d": 0.08, "e": 0.57}  # of each model's budget
+DEFAULT_BUDGET_S = 270.0
 MODEL_SHARE = {"1.7b": 0.6, "0.6b": 0.4}
+# of each model's share: construction first, then the phases in order
+PHASE_SHARE = {"load": 0.06, "a_env": 0.07, "b_graphs": 0.2, "c_timings": 0.19, "d_syncs": 0.1, "e_poisson": 0.38}
+TENSORRT_BUDGET_S = 240.0  # --tensorrt: the vocoder engine build and its timings, on top of --budget
+# first guesses (s) of the expensive parts on a GPU, replaced by what this run measures
+GUESS = {"capture_s": 1.0, "step_s": 0.05}
+
+
+def budget_plan(budget_s: float, sizes=("1.7b", "0.6b"), tensorrt: bool = False) -> dict:
+    """{model: {part: seconds}}: the run's budget split by MODEL_SHARE (renormalised over `sizes`) and
+    PHASE_SHARE; with `tensorrt` a "tensorrt" line of TENSORRT_BUDGET_S."""
+    total = sum(MODEL_SHARE.get(s, 0.5) for s in sizes)
+    plan = {}
+    for size in sizes:
+        model_s = budget_s * MODEL_SHARE.get(size, 0.5) / total
+        plan[size] = {part: round(model_s * share, 1) for part, share in PHASE_SHARE.items()}
+    if tensorrt:
+        plan["tensorrt"] = {"f_tensorrt": TENSORRT_BUDGET_S}
+    return plan
 
 
 class Budget:
     def __init__(self, seconds: float):
+        self.seconds = seconds
         self.end = time.monotonic() + seconds
 
     def left(self) -> float:
         return self.end - time.monotonic()
+
+    def affords(self, seconds: float) -> bool:
+        return self.left() >= seconds
 
 
 def _sync(device) -> None:
@@ -87,9 +120,11 @@ def phase_env(ctx, budget: Budget) -> dict:
         props = torch.cuda.get_device_properties(0)
         out.update(gpu_memory_gib=round(props.total_memory / 2**30, 1), capability=f"{props.major}.{props.minor}")
     shape = ctx.config.talker
-    # the shapes not timed within the phase's budget keep torch's choice (and say so)
-    picked, timings = attention.choose(shape, ctx.batches, ctx.kv_lens, ctx.dtype, ctx.device,
-                                       deadline=time.monotonic() + budget.left())
+    # every (batch, length) shape phases b and c run; those not timed within the budget keep torch's choice
+    batches = sorted({*ctx.batches, *ctx.graph_buckets, *ctx.compare_batches})
+    kv_lens = sorted({*ctx.serving_kv_lens, ctx.long_len // 4, ctx.long_len})
+    picked, timings = attention.choose(shape, batches, kv_lens, ctx.dtype, ctx.device,
+                                       deadline=time.monotonic() + budget.left() * 0.8)
     out["sdpa"] = [{"batch": b, "kv_len": L, "picked": picked[(b, L)], "ms": timings[(b, L)]} for b, L in picked]
     out["sdpa_note"] = None if ctx.cuda else "CPU: torch's own kernels, nothing to pin"
     ctx.sdpa = picked
@@ -102,12 +137,12 @@ def _lean_check(ctx, b: int = 8) -> dict:
     dtype: greedy codes of one frame for `b` random rows, and the first step's logits."""
     import torch
 
-    from tts.qwen3.generate import predict_codes
+    from tts.qwen3.generate import predict_codes, prepare_caches
     from tts.qwen3.lean_predictor import lean_predictor
     from tts.qwen3.sampling import SamplingRows
 
     talker = ctx.model.talker
-    ctx.model.setup_caches(b, 64)
+    prepare_caches(ctx.model, b, 64)
     g = torch.Generator(device="cpu").manual_seed(5)
     hidden = torch.randn(b, ctx.config.talker.hidden_size, generator=g).to(ctx.device, ctx.dtype)
     code0 = torch.randint(0, ctx.config.talker.code_predictor.vocab_size, (b,), generator=g).to(ctx.device)
@@ -139,58 +174,162 @@ def _prompts(ctx, n: int, length: int):
 
 GREEDY_T = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True, repetition_penalty=1.0)
 GREEDY_P = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True)
+# pinned/captured logits may differ from eager ones by kernel rounding; a wrong mask, bucket or graph is O(1)
+LOGIT_TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 2e-2}  # of the largest |logit|
+
+
+def _release_all(batch, n: int) -> None:
+    for s in range(n):
+        batch.release(s)
 
 
 def phase_graphs(ctx, budget: Budget) -> dict:
-    """Graphs vs eager: the same batch object, the same prompts, prefilled afresh for each run."""
+    """Graphs vs eager over `ctx.steps` greedy frames per batch bucket; then for every serving length
+    bucket the pinned/captured step against torch's own eager step, and which SDPA kernel ran."""
     import torch
 
     from tts.qwen3.batch import TalkerBatch
 
-    rows = []
-    batch = TalkerBatch(ctx.model, max(ctx.graph_buckets), 256, use_cuda_graphs=ctx.cuda, kv_step=128)
-    batch.sdpa_backends = ctx.sdpa
+    rows, buckets = [], []
+    batch = TalkerBatch(ctx.model, max(ctx.graph_buckets + ctx.compare_batches), ctx.serving_seq,
+                        use_cuda_graphs=ctx.cuda, kv_step=ctx.serving_kv)
+    batch.sdpa_backends = dict(ctx.sdpa)
     for b in ctx.graph_buckets:
-        if budget.left() <= 0:
-            rows.append({"batch": b, "skipped": "time budget spent"})
+        need = 2 * ctx.steps * ctx.step_s + ctx.capture_s
+        if not budget.affords(need):
+            rows.append({"batch": b, "skipped": f"time budget spent ({budget.left():.0f} s left, needs ~{need:.0f} s)"})
             continue
         prompts = _prompts(ctx, b, 48)
         runs = {}
         for mode in ("eager", "graphs") if ctx.cuda else ("eager", "eager, full columns"):
             batch.use_cuda_graphs = mode == "graphs"
-            batch.kv_buckets = (256,) if mode == "eager, full columns" else (128, 256)
+            batch.kv_buckets = (ctx.serving_seq,) if mode == "eager, full columns" else ctx.serving_kv_lens
             batch.admit(list(range(b)), prompts, [GREEDY_T] * b, [GREEDY_P] * b)
             codes, hidden = [], []
+            captures, t0 = batch.captures, time.monotonic()
             for _ in range(ctx.steps):
                 codes.append(batch.step(b)[:, : batch.groups].clone())
                 hidden.append(batch.hidden[:b].float().cpu())
+            _learn(ctx, batch, captures, t0, ctx.steps)
             runs[mode] = (torch.stack(codes), torch.stack(hidden))
-            for s in range(b):
-                batch.release(s)
+            _release_all(batch, b)
         (c0, h0), (c1, h1) = runs.values()
         rows.append({"batch": b, "steps": ctx.steps, "compared": list(runs), "codes_equal": bool(torch.equal(c0, c1)),
                      "frames_differing": int((c0 != c1).any(-1).sum()), "max_hidden_diff": float((h0 - h1).abs().max())})
-    batch.use_cuda_graphs = ctx.cuda
+    batch.use_cuda_graphs, batch.kv_buckets = ctx.cuda, ctx.serving_kv_lens
+    for b in ctx.compare_batches:
+        for kv_len in ctx.serving_kv_lens:
+            need = ctx.capture_s + 4 * ctx.step_s
+            if not budget.affords(need):
+                buckets.append({"batch": b, "kv_len": kv_len, "skipped": f"time budget spent ({budget.left():.0f} s left)"})
+                continue
+            buckets.append(_pinned_vs_eager(ctx, batch, b, kv_len))
     del batch
     if ctx.cuda:
         torch.cuda.empty_cache()
-    return {"rows": rows, "note": None if ctx.cuda else "CPU: no graphs; eager live-length vs full-column attention"}
+    compared = [x for x in buckets if "ok" in x]
+    out = {"rows": rows, "buckets": buckets,
+           "note": None if ctx.cuda else "CPU: no graphs; eager live-length vs full-column attention, and the "
+                                         "MATH backend pinned against torch's own choice per length bucket",
+           "sdpa_ran": sorted({k for x in compared for k in x["sdpa_ran"]}),
+           "math_ran": [(x["batch"], x["kv_len"]) for x in compared if "MATH" in x["sdpa_ran"]]}
+    bad = [x for x in compared if not x["ok"]]
+    if bad:
+        out["failed"] = "pinned/captured logits differ from eager at " + ", ".join(
+            f"batch {x['batch']} kv {x['kv_len']} ({x['max_rel_logit_diff']:.2e})" for x in bad)
+    return out
+
+
+def _learn(ctx, batch, captures_before: int, t0: float, steps: int) -> None:
+    """What the last run of steps cost: the seconds per capture (or per step) later phases estimate with."""
+    spent, captured = time.monotonic() - t0, batch.captures - captures_before
+    if captured:
+        ctx.capture_s = max(ctx.capture_s_seen, spent / captured)
+        ctx.capture_s_seen = ctx.capture_s
+    elif steps:
+        ctx.step_s = max(ctx.step_s_seen, spent / steps)
+        ctx.step_s_seen = ctx.step_s
+
+
+def _pinned_vs_eager(ctx, batch, b: int, kv_len: int) -> dict:
+    """One step of `b` rows whose live lengths spread up to `kv_len`: eager with torch's own kernels (the
+    reference) against the step serving runs (CUDA: the graph captured under the pinned backend; CPU: MATH
+    pinned, a stand-in), same state before each; logits of codebook 0 compared. Then the talker's decode
+    alone as serving runs it (under the pin on CUDA), profiled: which SDPA backend and kernels ran."""
+    import torch
+
+    from tts.qwen3.attention import kernels_that_ran, talker_pinned
+    from tts.qwen3.generate import talker_step
+
+    talker = ctx.model.talker
+    batch.admit(list(range(b)), _prompts(ctx, b, 16), [GREEDY_T] * b, [GREEDY_P] * b)
+    pos = [(kv_len - 1) * (s + 1) // b for s in range(b)]  # per-row live lengths, the longest in this bucket
+    for s, p in enumerate(pos):
+        batch.host_pos[s] = p
+    batch.pos[:b].copy_(torch.tensor(pos, device=ctx.device))
+    saved = [t.clone() for t in batch._mutable()]
+
+    def restore():
+        for t, v in zip(batch._mutable(), saved):
+            t.copy_(v)
+
+    with torch.inference_mode():
+        batch._step_rows(b, kv_len)
+        ref, ref_tok = talker.codec_head(batch.hidden[:b]).float(), batch.code0[:b].clone()
+        restore()
+        if ctx.cuda:
+            captures, t0 = batch.captures, time.monotonic()
+            graph = batch._graphs.get((b, kv_len, False)) or batch._capture_gated(b, kv_len, False)
+            _learn(ctx, batch, captures, t0, 0)
+            stream = batch._stream
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                graph.replay()
+            torch.cuda.synchronize()
+            backend, served = batch.sdpa_backends.get((b, kv_len)), "captured graph"
+        else:
+            backend, served = "MATH", "eager, MATH pinned"
+            with talker_pinned(talker, backend):
+                batch._step_rows(b, kv_len)
+        got, got_tok = talker.codec_head(batch.hidden[:b]).float(), batch.code0[:b].clone()
+        restore()
+        codes = batch.out[:b, : batch.groups].clone()
+        text = batch.pad.expand(b, -1)
+        serving_pin = backend if ctx.cuda else None  # CPU serving pins nothing (MATH above is a stand-in)
+        with talker_pinned(talker, serving_pin):
+            ran = kernels_that_ran(lambda: talker_step(talker, codes, text, batch.pos[:b], kv_len=kv_len))
+        restore()
+    _release_all(batch, b)
+    diff = float((ref - got).abs().max())
+    rel = diff / max(float(ref.abs().max()), 1e-12)
+    row = {"batch": b, "kv_len": kv_len, "served": served, "pinned": backend, "max_logit_diff": diff,
+           "max_rel_logit_diff": rel, "tolerance": LOGIT_TOLERANCE.get(ctx.dtype_name, 1e-4),
+           "tokens_equal": bool(torch.equal(ref_tok, got_tok)), "sdpa_ran": ran["backends"], "kernels": ran["kernels"]}
+    row["ok"] = rel <= row["tolerance"]
+    if ran["math"]:
+        print(f"!! gpu_check: the talker's decode attention ran on SDPA MATH at batch {b}, kv {kv_len} "
+              f"(pinned {serving_pin}): no fused kernel took it", flush=True)
+    return row
 
 
 def phase_timings(ctx, budget: Budget) -> dict:
+    """Step ms at a short and a long cache length: before every repetition each row's position is set back
+    so the step reads the length bucket its row names (a step advances positions; left alone they would
+    drift into the next bucket and capture a new graph inside the timed loop)."""
     import torch
 
     from tts.qwen3.batch import TalkerBatch
 
     out: dict = {"step_ms": [], "prefill_ms": [], "vocoder": []}
-    max_b = max(ctx.batches)
-    batch = TalkerBatch(ctx.model, max_b, ctx.long_len, use_cuda_graphs=ctx.cuda, kv_step=ctx.long_len // 4)
+    batch = TalkerBatch(ctx.model, max(ctx.batches), ctx.long_len, use_cuda_graphs=ctx.cuda,
+                        kv_step=ctx.long_len // 4)
     batch.sdpa_backends = ctx.sdpa
-    share = budget.left() * 0.6
-    t_end = time.monotonic() + share
+    steps_budget = Budget(budget.left() * 0.6)
     for b in ctx.batches:
-        if time.monotonic() > t_end:
-            out["step_ms"].append({"batch": b, "skipped": "time budget spent"})
+        need = 2 * (ctx.capture_s + (ctx.reps + 1) * ctx.step_s * 1.5)
+        if not steps_budget.affords(need):
+            out["step_ms"].append({"batch": b, "skipped": f"time budget spent ({steps_budget.left():.0f} s left, "
+                                                          f"needs ~{need:.0f} s)"})
             continue
         prompts = _prompts(ctx, b, 32)
         t0 = time.perf_counter()
@@ -198,37 +337,73 @@ def phase_timings(ctx, budget: Budget) -> dict:
         _sync(ctx.device)
         out["prefill_ms"].append({"batch": b, "prompt": 32, "ms": round((time.perf_counter() - t0) * 1e3, 2)})
         for label, length in (("short", ctx.long_len // 4), ("long", ctx.long_len)):
-            for s in range(b):  # the host's view of the positions picks the length bucket
-                batch.host_pos[s] = length - 2
-            batch.step(b)  # capture / warm
-            times = []
+            def at_length():  # every row at position length - 2: the step reads `length` columns
+                for s in range(b):
+                    batch.host_pos[s] = length - 2
+                batch.pos[:b].fill_(length - 2)
+
+            at_length()
+            captures, t0 = batch.captures, time.monotonic()
+            batch.step(b)  # capture / warm at this length
+            _learn(ctx, batch, captures, t0, 1)
+            captures = batch.captures
+            times, kv_lens = [], set()
             for _ in range(ctx.reps):
+                at_length()
                 t0 = time.perf_counter()
                 batch.step(b)
                 times.append(time.perf_counter() - t0)
-            out["step_ms"].append({"batch": b, "cache": label, "kv_len": batch.last_kv_len,
+                kv_lens.add(batch.last_kv_len)
+            ctx.step_s = max(ctx.step_s_seen, statistics.median(times))
+            ctx.step_s_seen = ctx.step_s
+            timed = sorted(kv_lens)
+            out["step_ms"].append({"batch": b, "cache": label, "kv_len": timed[0] if len(timed) == 1 else timed,
+                                   "kv_lens_timed": timed, "captures_in_timed_loop": batch.captures - captures,
                                    "p50_ms": round(statistics.median(times) * 1e3, 3),
                                    "min_ms": round(min(times) * 1e3, 3)})
-        for s in range(b):
-            batch.release(s)
+        _release_all(batch, b)
     del batch
     if ctx.cuda:
         torch.cuda.empty_cache()
-    out["vocoder"] = _vocoder_timings(ctx, budget)
+    run, out["vocoder_not_exercised"] = vocoder_backends(ctx)
+    out["vocoder"] = _vocoder_timings(ctx, budget, run)
     return out
 
 
-def _vocoder_timings(ctx, budget: Budget) -> list[dict]:
+def vocoder_backends(ctx) -> tuple[tuple[str, ...], dict]:
+    """(the vocoder backends this run times, {backend it cannot exercise: why})."""
+    from tts.qwen3.codec.vocoder import onnxruntime_available, tensorrt_available
+
+    run, why_not = ["torch-eager"], {}
+    if ctx.cuda:
+        run.append("torch-graphs")
+    else:
+        why_not["torch-graphs"] = "CPU: no CUDA graphs"
+    ort = onnxruntime_available(ctx.device)
+    if ctx.cuda and ort is None:
+        run.append("onnxruntime")
+    else:
+        why_not["onnxruntime"] = ort or "CPU smoke: the GPU run times it where onnxruntime-gpu is installed"
+    trt = tensorrt_available(ctx.device)
+    if trt is not None:
+        why_not["tensorrt"] = trt
+    elif not ctx.tensorrt:
+        why_not["tensorrt"] = "its engine build takes minutes: --tensorrt runs it with a budget line of its own"
+    else:
+        why_not["tensorrt"] = "timed in phase f_tensorrt (its own budget)"
+    return tuple(run), why_not
+
+
+def _vocoder_timings(ctx, budget: Budget, backends) -> list[dict]:
     try:
-        from bench.gpu_vocoder import run as vocoder_run  # engineer 12's: every backend side by side
+        from bench.gpu_vocoder import run as vocoder_run  # every backend side by side
     except ImportError:
         vocoder_run = None
     left = max(5.0, budget.left() - 2)
     if vocoder_run is not None:
         try:
-            rows = vocoder_run(budget_s=left, batches=ctx.voc_batches, packets=(1, 4),
-                               device="cuda" if ctx.cuda else "cpu", shape="released" if not ctx.smoke else "tiny",
-                               **({} if ctx.cuda else {"backends": ("torch-eager",)}))
+            rows = vocoder_run(budget_s=left, batches=ctx.voc_batches, packets=(1, 4), backends=backends,
+                               device="cuda" if ctx.cuda else "cpu", shape="released" if not ctx.smoke else "tiny")
         except Exception as e:  # noqa: BLE001 - the step timings this phase measured before must survive
             return [{"source": "bench.gpu_vocoder", "error": f"{type(e).__name__}: {e}"}]
         return [{"source": "bench.gpu_vocoder", **r} for r in rows]
@@ -257,12 +432,36 @@ def _vocoder_timings(ctx, budget: Budget) -> list[dict]:
     return rows
 
 
+def phase_tensorrt(ctx, budget: Budget) -> dict:
+    """--tensorrt only: the TensorRT vocoder's engine build and timings, on a budget line of its own."""
+    from bench.gpu_vocoder import run as vocoder_run
+
+    return {"vocoder": vocoder_run(budget_s=max(5.0, budget.left() - 2), batches=ctx.voc_batches, packets=(1, 4),
+                                   backends=("tensorrt",), device="cuda" if ctx.cuda else "cpu",
+                                   shape="released" if not ctx.smoke else "tiny")}
+
+
+def _engine_captures(ctx, max_batch: int) -> int:
+    """Graphs an engine of `max_batch` slots captures at load (batch buckets x length buckets x 2 layouts)."""
+    from tts.qwen3.batch import DEFAULT_BUCKETS, kv_buckets
+
+    if not ctx.cuda:
+        return 0
+    buckets = {x for x in DEFAULT_BUCKETS if x < max_batch} | {max_batch}
+    return len(buckets) * len(kv_buckets(ctx.engine_seq, ctx.engine_kv)) * 2
+
+
+def _engine_load_s(ctx, max_batch: int) -> float:
+    return 5.0 + _engine_captures(ctx, max_batch) * ctx.capture_s
+
+
 def _engine(ctx, max_batch: int, watch: bool = False):
     from tts.qwen3.engine import EngineSettings, Qwen3Engine
 
     s = EngineSettings(random_weights=ctx.size, device=str(ctx.device), dtype=ctx.dtype_name, max_batch=max_batch,
                        max_queued=100_000, max_seq_len=ctx.engine_seq, frames_base=ctx.frames, frames_per_token=0.0,
-                       max_frames=ctx.frames, ignore_eos=True, watch_syncs=watch, kv_bucket=ctx.engine_seq // 2)
+                       max_frames=ctx.frames, ignore_eos=True, watch_syncs=watch, kv_bucket=ctx.engine_kv,
+                       vocoder="tensorrt" if ctx.tensorrt and ctx.cuda else "torch")  # no TensorRT build unasked
     return Qwen3Engine(s, checkpoint=ctx.ckpt)
 
 
@@ -279,6 +478,10 @@ async def _streams(engine, n: int, sampling) -> list:
 
 def phase_syncs(ctx, budget: Budget) -> dict:
     from tts.engine import SamplingSettings
+
+    need = _engine_load_s(ctx, 16)
+    if not budget.affords(need):
+        return {"skipped": f"time budget spent ({budget.left():.0f} s left, a 16-slot engine needs ~{need:.0f} s)"}
 
     async def go():
         eng = _engine(ctx, 16, watch=True)
@@ -311,25 +514,34 @@ def phase_syncs(ctx, budget: Budget) -> dict:
 
 
 def phase_poisson(ctx, budget: Budget) -> dict:
-    from bench.engine_bench import _arrival_level, poisson_arrivals
+    from bench.engine_bench import MIXED_TEXTS, _arrival_level, poisson_arrivals
     from tts.engine import SamplingSettings
 
+    max_batch = max(ctx.levels)
+    audio_s = ctx.frames * 0.08
+    per_level = ctx.arrival_s + audio_s + 5
+    need = _engine_load_s(ctx, max_batch) + per_level
+    if not budget.affords(need):
+        return {"levels": [], "skipped": f"time budget spent ({budget.left():.0f} s left; a {max_batch}-slot engine "
+                                         f"and one level need ~{need:.0f} s)"}
+
     async def go():
-        eng = _engine(ctx, max(ctx.levels))
+        eng = _engine(ctx, max_batch)
         loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
         await loop.run_in_executor(None, eng.load)
+        load_s = round(time.monotonic() - t0, 1)
         eng.start_sync(loop)
         rows = []
-        audio_s = ctx.frames * 0.08
         try:
             for n in ctx.levels:
-                per_level = ctx.arrival_s + audio_s + 5
                 if budget.left() < per_level:
                     rows.append({"streams": n, "skipped": f"time budget spent ({budget.left():.0f} s left, "
                                                           f"a level needs about {per_level:.0f} s)"})
                     break
                 rate = n / audio_s  # each request plays `audio_s`: n of them talking at once on average
-                arrivals = poisson_arrivals(rate, ctx.arrival_s, seed=n)
+                # a draw with no arrival in a short window would measure nothing: at least one request
+                arrivals = poisson_arrivals(rate, ctx.arrival_s, seed=n) or [(0.0, MIXED_TEXTS[0])]
                 r = await _arrival_level(eng, SamplingSettings(), arrivals, 250.0)
                 rows.append({"streams": n, "rate": round(rate, 2), **{k: v for k, v in r.items() if k != "step_ms"},
                              "step_ms": r["step_ms"]})
@@ -338,7 +550,7 @@ def phase_poisson(ctx, budget: Budget) -> dict:
                     break
         finally:
             await eng.close()
-        return {"levels": rows, "frames_per_request": ctx.frames, "arrival_s": ctx.arrival_s,
+        return {"levels": rows, "frames_per_request": ctx.frames, "arrival_s": ctx.arrival_s, "engine_load_s": load_s,
                 "memory": {k: v for k, v in eng.memory.items()}}
 
     return asyncio.run(go())
@@ -349,13 +561,15 @@ class Ctx:
     pass
 
 
-def _context(size: str, smoke: bool):
+def _context(size: str, smoke: bool, tensorrt: bool = False):
     import torch
 
+    from tts.qwen3.batch import kv_buckets
     from tts.qwen3.checkpoint import Checkpoint
+    from tts.qwen3.jobs import EngineSettings
 
     ctx = Ctx()
-    ctx.size, ctx.smoke = size, smoke
+    ctx.size, ctx.smoke, ctx.tensorrt = size, smoke, tensorrt
     ctx.cuda = torch.cuda.is_available() and not smoke
     ctx.device = torch.device("cuda" if ctx.cuda else "cpu")
     ctx.device_name = torch.cuda.get_device_name(0) if ctx.cuda else f"cpu ({os.cpu_count()} cores)"
@@ -364,24 +578,84 @@ def _context(size: str, smoke: bool):
     ctx.ckpt = Checkpoint.random(size, str(ctx.device), ctx.dtype_name, seed=0)
     ctx.model, ctx.config, ctx.codec = ctx.ckpt.model, ctx.ckpt.config, ctx.ckpt.codec
     if smoke:
-        ctx.batches, ctx.kv_lens, ctx.graph_buckets, ctx.voc_batches = (1, 4), (64, 128), (1, 4), (1, 2)
-        ctx.steps, ctx.reps, ctx.long_len, ctx.frames, ctx.engine_seq = 4, 2, 128, 6, 128
+        ctx.batches, ctx.graph_buckets, ctx.compare_batches, ctx.voc_batches = (1, 4), (1, 4), (4,), (1, 2)
+        ctx.serving_seq, ctx.serving_kv = 128, 32
+        ctx.steps, ctx.reps, ctx.long_len, ctx.frames, ctx.engine_seq, ctx.engine_kv = 4, 3, 128, 6, 128, 64
         ctx.levels, ctx.arrival_s = (2,), 0.5
     else:
-        ctx.batches, ctx.kv_lens = (1, 8, 64, 128, 256, 384), (256, 1024)
-        ctx.graph_buckets, ctx.voc_batches = (1, 8, 64, 384), (1, 64, 256, 384)
-        ctx.steps, ctx.reps, ctx.long_len, ctx.frames, ctx.engine_seq = 20, 10, 1024, 100, 512
-        ctx.levels, ctx.arrival_s = (64, 128, 256, 320, 384), 12.0
+        serving = EngineSettings()  # the length buckets serving uses by default
+        ctx.batches, ctx.graph_buckets, ctx.compare_batches = (1, 8, 64, 128, 256, 384), (1, 8, 64, 384), (8, 384)
+        ctx.voc_batches = (1, 64, 256, 384)
+        ctx.serving_seq, ctx.serving_kv = serving.max_seq_len, serving.kv_bucket
+        ctx.steps, ctx.reps, ctx.long_len, ctx.frames, ctx.engine_seq, ctx.engine_kv = 20, 10, 1024, 60, 256, 256
+        ctx.levels, ctx.arrival_s = (64, 128, 256, 384), 6.0
+    ctx.serving_kv_lens = kv_buckets(ctx.serving_seq, ctx.serving_kv)
+    ctx.capture_s, ctx.step_s = GUESS["capture_s"], GUESS["step_s"]  # replaced by what this run measures
+    ctx.capture_s_seen = ctx.step_s_seen = 0.0
     ctx.sdpa = {}
     return ctx
 
 
-def run(out_dir: str, budget_s: float = 480.0, smoke: bool = False, sizes=("1.7b", "0.6b")) -> dict:
+PHASES = (("a_env", phase_env), ("b_graphs", phase_graphs), ("c_timings", phase_timings), ("d_syncs", phase_syncs),
+          ("e_poisson", phase_poisson))
+
+
+def _status(r) -> str:
+    if not isinstance(r, dict):
+        return "ok"
+    if "error" in r:
+        return "ERROR"
+    if "failed" in r:
+        return "FAILED"
+    if "skipped" in r:
+        return "skipped"
+    return "ok"
+
+
+def _summary(key: str, r: dict) -> str:
+    """A few words per phase for the row printed as it ends."""
+    if "error" in r:
+        return r["error"][:100]
+    if "failed" in r:
+        return r["failed"][:140]
+    if "skipped" in r:
+        return r["skipped"]
+    if key == "a_env":
+        picked = [x["picked"] for x in r.get("sdpa", []) if x["picked"]]
+        return f"{r.get('device')}; SDPA pinned for {len(picked)} shapes; lean == module: " \
+               f"{r.get('lean_predictor', {}).get('codes_equal')}"
+    if key == "b_graphs":
+        g = [x for x in r["rows"] if "codes_equal" in x]
+        p = [x for x in r["buckets"] if "ok" in x]
+        loud = f"; !! MATH ran at {r['math_ran']}" if r["math_ran"] else ""
+        return f"graphs=eager {sum(x['codes_equal'] for x in g)}/{len(g)}, pinned=eager {sum(x['ok'] for x in p)}/" \
+               f"{len(p)} length buckets, SDPA ran: {', '.join(r['sdpa_ran']) or '-'}{loud}"
+    if key == "c_timings":
+        steps = [f"b{x['batch']} {x['cache']} kv{x['kv_len']} {x['p50_ms']} ms" for x in r["step_ms"] if "p50_ms" in x]
+        return "; ".join(steps[:4]) + ("; ..." if len(steps) > 4 else "")
+    if key == "d_syncs":
+        return f"syncs/step {r.get('watched_per_step')} (loop {r.get('loop_syncs_per_step')})"
+    if key == "e_poisson":
+        done = [x for x in r.get("levels", []) if "passed" in x]
+        return ", ".join(f"{x['streams']} streams: {'pass' if x['passed'] else 'FAIL'} ({x['requests']} requests)"
+                         for x in done) or "no level ran"
+    return ""
+
+
+def _print_row(size: str, key: str, budget_s: float, gpu_s: float, used_s: float, status: str, summary: str) -> None:
+    print(f"{size:<6}{key:<12}{budget_s:>8.1f}{gpu_s:>8.1f}{used_s:>8.1f}  {status:<8}{summary}", flush=True)
+
+
+def run(out_dir: str, budget_s: float = DEFAULT_BUDGET_S, smoke: bool = False, sizes=("1.7b", "0.6b"),
+        tensorrt: bool = False) -> dict:
     import torch
 
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "gpu_check.json")
-    result: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "smoke": smoke, "models": {}}
+    plan = budget_plan(budget_s, sizes, tensorrt)
+    gpu_plan = budget_plan(DEFAULT_BUDGET_S, sizes, tensorrt)  # what the default GPU run gives each part
+    result: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "smoke": smoke,
+                    "budget_s": budget_s, "plan_s": plan, "gpu_plan_s": gpu_plan, "models": {}}
 
     def write():
         with open(path, "w") as f:
@@ -393,38 +667,57 @@ def run(out_dir: str, budget_s: float = 480.0, smoke: bool = False, sizes=("1.7b
         result["error"] = "no CUDA device (use --smoke to check the driver's logic on CPU)"
         write()
         return result
+    print(f"{'model':<6}{'phase':<12}{'budget':>8}{'GPU':>8}{'used s':>8}  {'status':<8}summary", flush=True)
     total = Budget(budget_s)
     for size in sizes:
-        model_budget = min(total.left(), budget_s * MODEL_SHARE.get(size, 0.5))
-        if model_budget <= 10:
-            result["models"][size] = {"skipped": "time budget spent"}
+        parts = plan[size]
+        model_budget = Budget(min(total.left(), sum(parts.values())))
+        res = result["models"][size] = {"phase_budget_s": {}, "gpu_phase_budget_s": gpu_plan[size]}
+        t0 = time.monotonic()
+        if model_budget.left() < parts["load"]:
+            res["skipped"] = f"time budget spent ({model_budget.left():.0f} s left)"
+            _print_row(size, "load", model_budget.left(), gpu_plan[size]["load"], 0.0, "skipped", res["skipped"])
             write()
             continue
-        t_model = time.monotonic()
-        res = result["models"][size] = {}
         try:
-            ctx = _context(size, smoke)
+            ctx = _context(size, smoke, tensorrt)
         except Exception as e:  # noqa: BLE001 - e.g. out of memory: record it, go on to the next model
             res["error"] = f"{type(e).__name__}: {e}"
+            _print_row(size, "load", parts["load"], gpu_plan[size]["load"], time.monotonic() - t0, "ERROR", res["error"])
             write()
             continue
         ctx.write_partial = lambda rows, res=res: (res.__setitem__("e_poisson_partial", rows), write())
-        res["load_s"] = round(time.monotonic() - t_model, 1)
-        phases = [("a_env", "a", lambda b: phase_env(ctx, b)), ("b_graphs", "b", lambda b: phase_graphs(ctx, b)),
-                  ("c_timings", "c", lambda b: phase_timings(ctx, b)), ("d_syncs", "d", lambda b: phase_syncs(ctx, b)),
-                  ("e_poisson", "e", lambda b: phase_poisson(ctx, b))]
-        for key, letter, fn in phases:
-            left_for_model = model_budget - (time.monotonic() - t_model)
-            b = Budget(min(left_for_model, model_budget * PHASE_SHARE[letter] if letter != "e" else left_for_model))
-            t0 = time.monotonic()
+        res["load_s"] = round(time.monotonic() - t0, 1)
+        _print_row(size, "load", parts["load"], gpu_plan[size]["load"], res["load_s"], "ok", ctx.device_name)
+        keys = [k for k, _ in PHASES]
+        for i, (key, fn) in enumerate(PHASES):
+            # this phase's share of what the model has left (time saved earlier goes to later phases)
+            rest = sum(parts[k] for k in keys[i:])
+            b = Budget(max(0.0, model_budget.left() * parts[key] / rest))
+            res["phase_budget_s"][key] = round(b.seconds, 1)
+            t_phase = time.monotonic()
             try:
-                res[key] = fn(b)
+                res[key] = fn(ctx, b)
             except Exception as e:  # noqa: BLE001 - one phase failing must not lose the others
                 import traceback
 
                 res[key] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
-            res[key + "_s"] = round(time.monotonic() - t0, 1)
+            res[key + "_s"] = round(time.monotonic() - t_phase, 1)
             write()
+            _print_row(size, key, b.seconds, gpu_plan[size][key], res[key + "_s"], _status(res[key]),
+                       _summary(key, res[key]))
+        if tensorrt:
+            b = Budget(plan["tensorrt"]["f_tensorrt"])
+            t_phase = time.monotonic()
+            try:
+                res["f_tensorrt"] = phase_tensorrt(ctx, b)
+            except Exception as e:  # noqa: BLE001
+                res["f_tensorrt"] = {"error": f"{type(e).__name__}: {e}"}
+            res["f_tensorrt_s"] = round(time.monotonic() - t_phase, 1)
+            write()
+            _print_row(size, "f_tensorrt", b.seconds, gpu_plan["tensorrt"]["f_tensorrt"], res["f_tensorrt_s"],
+                       _status(res["f_tensorrt"]), "")
+            tensorrt = False  # one TensorRT engine build per run: the vocoder is the same for both sizes
         del ctx
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -433,43 +726,66 @@ def run(out_dir: str, budget_s: float = 480.0, smoke: bool = False, sizes=("1.7b
     return result
 
 
+def failures(result: dict) -> list[str]:
+    """'model/phase: why' for every phase that failed or raised."""
+    out = []
+    for size, r in result.get("models", {}).items():
+        for key, v in r.items():
+            if isinstance(v, dict) and ("failed" in v or "error" in v):
+                out.append(f"{size}/{key}: {(v.get('failed') or v.get('error'))[:200]}")
+        if "error" in r:
+            out.append(f"{size}: {r['error'][:200]}")
+    return out
+
+
 def table(result: dict) -> str:
-    """The ten-second read: per model, graphs == eager, step ms, syncs per step, highest Poisson level."""
-    lines = [f"{'model':<6}{'graphs=eager':>13}{'max dh':>9}{'step ms b1/b64/b384 short':>27}{'syncs/step':>11}"
-             f"{'loop':>6}{'best level':>11}{'FA p95 ms':>10}{'keeps up':>9}"]
+    """The ten-second read: per model, graphs == eager, pinned == eager, SDPA kernel, step ms, syncs per
+    step, highest Poisson level."""
+    lines = [f"{'model':<6}{'graphs=eager':>13}{'pinned=eager':>13}{'sdpa ran':>22}{'step ms b1/b64/b384 short':>27}"
+             f"{'syncs/step':>11}{'loop':>6}{'best level':>11}{'FA p95 ms':>10}{'keeps up':>9}"]
     for size, r in result.get("models", {}).items():
         if "error" in r or "skipped" in r:
             lines.append(f"{size:<6} {r.get('error') or r.get('skipped')}")
             continue
-        g = [x for x in r.get("b_graphs", {}).get("rows", []) if "codes_equal" in x]
+        gb = r.get("b_graphs", {})
+        g = [x for x in gb.get("rows", []) if "codes_equal" in x]
         eq = f"{sum(x['codes_equal'] for x in g)}/{len(g)}" if g else "-"
-        dh = f"{max(x['max_hidden_diff'] for x in g):.1e}" if g else "-"
+        p = [x for x in gb.get("buckets", []) if "ok" in x]
+        peq = f"{sum(x['ok'] for x in p)}/{len(p)}" if p else "-"
+        ran = ",".join(x.replace("_ATTENTION", "") for x in gb.get("sdpa_ran", [])) or "-"
+        if gb.get("math_ran"):
+            ran = "!! " + ran
         steps = {x["batch"]: x["p50_ms"] for x in r.get("c_timings", {}).get("step_ms", [])
-                 if x.get("cache") == "short"}
+                 if x.get("cache") == "short" and "p50_ms" in x}
         st = "/".join(f"{steps[b]:.1f}" if b in steps else "-" for b in (1, 64, 384))
         d = r.get("d_syncs", {})
         levels = [x for x in r.get("e_poisson", {}).get("levels", []) if "passed" in x]
         passed = [x for x in levels if x["passed"]]
         best = passed[-1] if passed else None
         last = levels[-1] if levels else {}
-        lines.append(f"{size:<6}{eq:>13}{dh:>9}{st:>27}{str(d.get('watched_per_step', '-')):>11}"
+        lines.append(f"{size:<6}{eq:>13}{peq:>13}{ran[:21]:>22}{st:>27}{str(d.get('watched_per_step', '-')):>11}"
                      f"{str(d.get('loop_syncs_per_step', '-')):>6}{(best['streams'] if best else 0):>11}"
                      f"{str((best or last).get('first_audio_p95_ms', '-')):>10}"
                      f"{str((best or last).get('keeping_up_share', '-')):>9}")
-        errors = [k for k, v in r.items() if isinstance(v, dict) and "error" in v]
-        if errors:
-            lines.append(f"{'':<6} phases with errors: {', '.join(errors)} (see gpu_check.json)")
+        not_run = r.get("c_timings", {}).get("vocoder_not_exercised") or {}
+        for backend, why in not_run.items():
+            lines.append(f"{'':<6} vocoder {backend} not exercised: {why}")
+    for f in failures(result):
+        lines.append(f"FAILED {f} (see gpu_check.json)")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="voxgate GPU check (one driver, JSON after each phase)")
+    ap = argparse.ArgumentParser(description="voxgate GPU check (one driver, a row per phase, JSON after each)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/voxgate_gpu_check"))
-    ap.add_argument("--budget", type=float, default=480.0, help="seconds for everything (default 8 minutes)")
+    ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
+                    help=f"seconds for everything, model construction included (default {DEFAULT_BUDGET_S:.0f})")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on CPU: checks the driver, measures nothing")
     ap.add_argument("--sizes", default="1.7b,0.6b")
+    ap.add_argument("--tensorrt", action="store_true",
+                    help=f"also build and time the TensorRT vocoder ({TENSORRT_BUDGET_S:.0f} s more, its own line)")
     args = ap.parse_args(argv)
-    result = run(args.out, args.budget, args.smoke, tuple(args.sizes.split(",")))
+    result = run(args.out, args.budget, args.smoke, tuple(args.sizes.split(",")), args.tensorrt)
     if "error" in result:
         print(f"gpu_check: {result['error']}", file=sys.stderr)
         return 2
@@ -477,7 +793,7 @@ def main(argv=None) -> int:
           f"{result['models'].get('1.7b', {}).get('a_env', {}).get('device', '')}; JSON: "
           f"{os.path.join(args.out, 'gpu_check.json')}")
     print(table(result))
-    return 0
+    return 1 if failures(result) else 0
 
 
 if __name__ == "__main__":
