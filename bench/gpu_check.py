@@ -452,7 +452,10 @@ def _engine_captures(ctx, max_batch: int) -> int:
 
 
 def _engine_load_s(ctx, max_batch: int) -> float:
-    return 5.0 + _engine_captures(ctx, max_batch) * ctx.capture_s
+    """Estimated seconds to load an engine: its SDPA timings (~0.1 s a shape, half a capture's shapes) and
+    its captures at the capture time measured so far."""
+    captures = _engine_captures(ctx, max_batch)
+    return 5.0 + captures * (ctx.capture_s + 0.05)
 
 
 def _engine(ctx, max_batch: int, watch: bool = False):

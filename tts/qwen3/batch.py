@@ -15,8 +15,9 @@ replayed. Graphs run one sampling layout that serves every request's settings (s
 `SamplingRows.general`), so no request re-captures in traffic.
 
 The step's results go to a host buffer with one non-blocking copy; `read` is the one wait.
-Admission and release write no Python scalar into a device element: per-row values travel in one
-staged, non-blocking copy (`tts.qwen3.staging`), the rest are device fills.
+Admission and release write no Python scalar into a device element or through a tensor index (on CUDA
+both copy the scalar from the host with a stream sync): per-row values travel in one staged, non-blocking
+copy (`tts.qwen3.staging`), constants go in by `index_fill_` / `narrow().fill_()` (a kernel argument).
 
 Graphs read the text-track buffer by address, so under graphs it never grows once a graph exists:
 `reserve_trailing` sizes it for the longest text the engine reads before `capture_all`, and a longer
