@@ -44,7 +44,7 @@ import time
 DEFAULT_BUDGET_S = 270.0
 MODEL_SHARE = {"1.7b": 0.6, "0.6b": 0.4}
 # of each model's share: construction first, then the phases in order
-PHASE_SHARE = {"load": 0.06, "a_env": 0.07, "b_graphs": 0.2, "c_timings": 0.19, "d_syncs": 0.1, "e_poisson": 0.38}
+PHASE_SHARE = {"load": 0.06, "a_env": 0.05, "b_graphs": 0.17, "c_timings": 0.17, "d_syncs": 0.09, "e_poisson": 0.46}
 TENSORRT_BUDGET_S = 240.0  # --tensorrt: the vocoder engine build and its timings, on top of --budget
 # first guesses (s) of the expensive parts on a GPU, replaced by what this run measures
 GUESS = {"capture_s": 1.0, "step_s": 0.05}
@@ -122,7 +122,7 @@ def phase_env(ctx, budget: Budget) -> dict:
     shape = ctx.config.talker
     # every (batch, length) shape phases b and c run; those not timed within the budget keep torch's choice
     batches = sorted({*ctx.batches, *ctx.graph_buckets, *ctx.compare_batches})
-    kv_lens = sorted({*ctx.serving_kv_lens, ctx.long_len // 4, ctx.long_len})
+    kv_lens = list(ctx.serving_kv_lens)
     picked, timings = attention.choose(shape, batches, kv_lens, ctx.dtype, ctx.device,
                                        deadline=time.monotonic() + budget.left() * 0.8)
     out["sdpa"] = [{"batch": b, "kv_len": L, "picked": picked[(b, L)], "ms": timings[(b, L)]} for b, L in picked]
@@ -188,12 +188,8 @@ def phase_graphs(ctx, budget: Budget) -> dict:
     bucket the pinned/captured step against torch's own eager step, and which SDPA kernel ran."""
     import torch
 
-    from tts.qwen3.batch import TalkerBatch
-
     rows, buckets = [], []
-    batch = TalkerBatch(ctx.model, max(ctx.graph_buckets + ctx.compare_batches), ctx.serving_seq,
-                        use_cuda_graphs=ctx.cuda, kv_step=ctx.serving_kv)
-    batch.sdpa_backends = dict(ctx.sdpa)
+    batch = _serving_batch(ctx)
     for b in ctx.graph_buckets:
         need = 2 * ctx.steps * ctx.step_s + ctx.capture_s
         if not budget.affords(need):
@@ -224,9 +220,6 @@ def phase_graphs(ctx, budget: Budget) -> dict:
                 buckets.append({"batch": b, "kv_len": kv_len, "skipped": f"time budget spent ({budget.left():.0f} s left)"})
                 continue
             buckets.append(_pinned_vs_eager(ctx, batch, b, kv_len))
-    del batch
-    if ctx.cuda:
-        torch.cuda.empty_cache()
     compared = [x for x in buckets if "ok" in x]
     out = {"rows": rows, "buckets": buckets,
            "note": None if ctx.cuda else "CPU: no graphs; eager live-length vs full-column attention, and the "
@@ -238,6 +231,18 @@ def phase_graphs(ctx, budget: Budget) -> dict:
         out["failed"] = "pinned/captured logits differ from eager at " + ", ".join(
             f"batch {x['batch']} kv {x['kv_len']} ({x['max_rel_logit_diff']:.2e})" for x in bad)
     return out
+
+
+def _serving_batch(ctx):
+    """The TalkerBatch phases (b) and (c) share (its captured graphs too): every batch they run, serving's
+    default cache length and length buckets, the SDPA backends phase (a) picked."""
+    from tts.qwen3.batch import TalkerBatch
+
+    if ctx.batch is None:
+        ctx.batch = TalkerBatch(ctx.model, max(ctx.batches + ctx.graph_buckets + ctx.compare_batches),
+                                ctx.serving_seq, use_cuda_graphs=ctx.cuda, kv_step=ctx.serving_kv)
+        ctx.batch.sdpa_backends = dict(ctx.sdpa)
+    return ctx.batch
 
 
 def _learn(ctx, batch, captures_before: int, t0: float, steps: int) -> None:
@@ -318,12 +323,9 @@ def phase_timings(ctx, budget: Budget) -> dict:
     drift into the next bucket and capture a new graph inside the timed loop)."""
     import torch
 
-    from tts.qwen3.batch import TalkerBatch
-
     out: dict = {"step_ms": [], "prefill_ms": [], "vocoder": []}
-    batch = TalkerBatch(ctx.model, max(ctx.batches), ctx.long_len, use_cuda_graphs=ctx.cuda,
-                        kv_step=ctx.long_len // 4)
-    batch.sdpa_backends = ctx.sdpa
+    batch = _serving_batch(ctx)  # phase (b)'s, with the graphs it captured
+    _release_all(batch, batch.max_batch)  # whatever phase (b) left, had it stopped half way
     steps_budget = Budget(budget.left() * 0.6)
     for b in ctx.batches:
         need = 2 * (ctx.capture_s + (ctx.reps + 1) * ctx.step_s * 1.5)
@@ -336,7 +338,7 @@ def phase_timings(ctx, budget: Budget) -> dict:
         batch.admit(list(range(b)), prompts, [GREEDY_T] * b, [GREEDY_P] * b)
         _sync(ctx.device)
         out["prefill_ms"].append({"batch": b, "prompt": 32, "ms": round((time.perf_counter() - t0) * 1e3, 2)})
-        for label, length in (("short", ctx.long_len // 4), ("long", ctx.long_len)):
+        for label, length in (("short", ctx.serving_kv), ("long", ctx.serving_seq)):
             def at_length():  # every row at position length - 2: the step reads `length` columns
                 for s in range(b):
                     batch.host_pos[s] = length - 2
@@ -363,6 +365,7 @@ def phase_timings(ctx, budget: Budget) -> dict:
                                    "min_ms": round(min(times) * 1e3, 3)})
         _release_all(batch, b)
     del batch
+    ctx.batch = None  # the KV cache of every slot at every serving length: freed before the engines
     if ctx.cuda:
         torch.cuda.empty_cache()
     run, out["vocoder_not_exercised"] = vocoder_backends(ctx)
@@ -583,19 +586,19 @@ def _context(size: str, smoke: bool, tensorrt: bool = False):
     if smoke:
         ctx.batches, ctx.graph_buckets, ctx.compare_batches, ctx.voc_batches = (1, 4), (1, 4), (4,), (1, 2)
         ctx.serving_seq, ctx.serving_kv = 128, 32
-        ctx.steps, ctx.reps, ctx.long_len, ctx.frames, ctx.engine_seq, ctx.engine_kv = 4, 3, 128, 6, 128, 64
+        ctx.steps, ctx.reps, ctx.frames, ctx.engine_seq, ctx.engine_kv = 4, 3, 6, 128, 64
         ctx.levels, ctx.arrival_s = (2,), 0.5
     else:
         serving = EngineSettings()  # the length buckets serving uses by default
         ctx.batches, ctx.graph_buckets, ctx.compare_batches = (1, 8, 64, 128, 256, 384), (1, 8, 64, 384), (8, 384)
         ctx.voc_batches = (1, 64, 256, 384)
         ctx.serving_seq, ctx.serving_kv = serving.max_seq_len, serving.kv_bucket
-        ctx.steps, ctx.reps, ctx.long_len, ctx.frames, ctx.engine_seq, ctx.engine_kv = 20, 10, 1024, 60, 256, 256
+        ctx.steps, ctx.reps, ctx.frames, ctx.engine_seq, ctx.engine_kv = 20, 10, 60, 256, 256
         ctx.levels, ctx.arrival_s = (64, 128, 256, 384), 6.0
     ctx.serving_kv_lens = kv_buckets(ctx.serving_seq, ctx.serving_kv)
     ctx.capture_s, ctx.step_s = GUESS["capture_s"], GUESS["step_s"]  # replaced by what this run measures
     ctx.capture_s_seen = ctx.step_s_seen = 0.0
-    ctx.sdpa = {}
+    ctx.sdpa, ctx.batch = {}, None
     return ctx
 
 
@@ -706,6 +709,10 @@ def run(out_dir: str, budget_s: float = DEFAULT_BUDGET_S, smoke: bool = False, s
 
                 res[key] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
             res[key + "_s"] = round(time.monotonic() - t_phase, 1)
+            if key == "c_timings" and ctx.batch is not None:  # the engines of (d) and (e) need its memory
+                ctx.batch = None
+                if ctx.cuda:
+                    torch.cuda.empty_cache()
             write()
             _print_row(size, key, b.seconds, gpu_plan[size][key], res[key + "_s"], _status(res[key]),
                        _summary(key, res[key]))
