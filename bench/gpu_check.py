@@ -572,7 +572,7 @@ def _context(size: str, smoke: bool, tensorrt: bool = False):
 
     from tts.qwen3.batch import kv_buckets
     from tts.qwen3.checkpoint import Checkpoint
-    from tts.qwen3.jobs import EngineSettings
+    from tts.qwen3.engine import EngineSettings
 
     ctx = Ctx()
     ctx.size, ctx.smoke, ctx.tensorrt = size, smoke, tensorrt
