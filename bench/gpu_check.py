@@ -221,7 +221,8 @@ def phase_graphs(ctx, budget: Budget) -> dict:
                 continue
             buckets.append(_pinned_vs_eager(ctx, batch, b, kv_len))
     compared = [x for x in buckets if "ok" in x]
-    out = {"rows": rows, "buckets": buckets,
+    predictor = _predictor_kernels(ctx, batch, min(ctx.compare_batches)) if budget.affords(ctx.step_s) else None
+    out = {"rows": rows, "buckets": buckets, "predictor_sdpa_ran": predictor,
            "note": None if ctx.cuda else "CPU: no graphs; eager live-length vs full-column attention, and the "
                                          "MATH backend pinned against torch's own choice per length bucket",
            "sdpa_ran": sorted({k for x in compared for k in x["sdpa_ran"]}),
@@ -243,6 +244,23 @@ def _serving_batch(ctx):
                                 ctx.serving_seq, use_cuda_graphs=ctx.cuda, kv_step=ctx.serving_kv)
         ctx.batch.sdpa_backends = dict(ctx.sdpa)
     return ctx.batch
+
+
+def _predictor_kernels(ctx, batch, b: int) -> list[str]:
+    """The SDPA backends the code predictor's steps run on (torch's choice: causal, GQA, no mask), profiled
+    on one eager frame of `b` rows; loud when MATH."""
+    import torch
+
+    from tts.qwen3.attention import kernels_that_ran
+    from tts.qwen3.generate import predict_codes
+
+    talker = ctx.model.talker
+    with torch.inference_mode():
+        rows = batch.pred_rows.slice(b)
+        ran = kernels_that_ran(lambda: predict_codes(talker, batch.hidden[:b], batch.code0[:b], rows))
+    if ran["math"]:
+        print(f"!! gpu_check: the code predictor's attention ran on SDPA MATH at batch {b}", flush=True)
+    return ran["backends"]
 
 
 def _learn(ctx, batch, captures_before: int, t0: float, steps: int) -> None:

@@ -40,6 +40,7 @@ def test_the_smoke_run_writes_every_phase_and_a_table(tmp_path, tiny_shapes, cap
     assert [x["kv_len"] for x in buckets] == [32, 64, 96, 128]
     assert all(x["ok"] and x["max_rel_logit_diff"] <= x["tolerance"] for x in buckets)
     assert all(x["sdpa_ran"] == ["FLASH_ATTENTION (CPU)"] for x in buckets) and r["b_graphs"]["math_ran"] == []
+    assert r["b_graphs"]["predictor_sdpa_ran"] == ["FLASH_ATTENTION (CPU)"]
     # (c) each row timed at the length its kv column names, every repetition, no capture inside
     steps = r["c_timings"]["step_ms"]
     for b in (1, 4):
