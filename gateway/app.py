@@ -67,6 +67,7 @@ LEGS: tuple[Leg, ...] = (
     Leg("gateway.legs.control"),  # /v1/control (the agent's side of a telephony call)
     Leg("gateway.legs.twilio"),  # /v1/twilio
     Leg("gateway.legs.audiosocket"),  # Asterisk AudioSocket on telephony.audiosocket_port
+    Leg("gateway.legs.sip"),  # direct SIP (UDP) on sip.port, RTP on sip.rtp_ports
     Leg("gateway.legs.asterisk"),  # /v1/asterisk (chan_websocket)
     Leg("gateway.legs.telnyx"),  # /v1/telnyx
     Leg("gateway.legs.vonage"),  # /v1/vonage

@@ -417,6 +417,63 @@ class ClusterConfig:
         return self.redis_url is not None
 
 
+@dataclass
+class SipRegistration:
+    """A registration to a provider (REGISTER), for trunks that send calls to a registered contact."""
+
+    server: str = ""  # sip:provider.example.com or host:port
+    user: str = ""
+    password_env: str | None = None  # env var holding the password (never in the file)
+    expires: int = 600
+
+    def validate(self, check) -> None:
+        check(bool(self.server), "server", "is required")
+        check(bool(self.user), "user", "is required")
+        check(60 <= self.expires <= 86400, "expires", "must be 60..86400")
+
+
+SIP_CODECS = ("PCMU", "PCMA")
+
+
+@dataclass
+class SipConfig:
+    """Direct SIP (gateway/legs/sip.py, docs/sip.md): a trunk or PBX sends INVITEs here; RTP on `rtp_ports`."""
+
+    port: int | None = None  # enables the SIP leg (UDP); 5060 is the usual port
+    host: str | None = None  # bind address; defaults to server.host
+    allow: list[str] = field(default_factory=list)  # trunk/PBX addresses (IPs/CIDRs) that may send INVITEs; others get 403
+    rtp_ports: str = "20000-20999"  # RTP range (each call takes an even port for RTP and the odd one above it for RTCP)
+    public_ip: str | None = None  # the address written into SDP (behind NAT)
+    codecs: list[str] = field(default_factory=lambda: list(SIP_CODECS))  # answer preference among what the caller offers
+    register: list[SipRegistration] = field(default_factory=list)
+    answer_delay_ms: float = 0.0  # ring (180) this long before answering
+    ack_timeout_s: float = 32.0  # a 200 OK not ACKed within this ends the call with BYE (RFC 3261: 64*T1)
+    greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence
+    tls: bool = False  # SIP over TLS: not supported by the SIP stack (refused at start)
+    srtp: bool = False  # SRTP (SDES): not supported by the RTP stack (refused at start)
+
+    def validate(self, check) -> None:
+        check(not self.tls, "tls", "SIP over TLS is not supported (the SIP stack has no TLS transport): terminate TLS in an SBC in front of voxgate")
+        check(not self.srtp, "srtp", "SRTP is not supported (the RTP stack has no SRTP): use plain RTP on a private network or an SBC")
+        if self.port is not None:
+            check(0 <= self.port <= 65535, "port", "must be 0..65535")
+        check(_are_networks(self.allow), "allow", "entries must be IP addresses or CIDR networks")
+        check(sip_port_range(self.rtp_ports) is not None, "rtp_ports", "must be FIRST-LAST, two ports 1024..65535 with room for one even/odd pair")
+        check(bool(self.codecs) and all(c in SIP_CODECS for c in self.codecs), "codecs", f"must list some of {', '.join(SIP_CODECS)}")
+        check(self.answer_delay_ms >= 0, "answer_delay_ms", "must be >= 0")
+        check(self.ack_timeout_s > 0, "ack_timeout_s", "must be > 0")
+        check(not self.register, "register", "registration is not implemented yet: point the trunk at this address (IP authentication)")
+
+
+def sip_port_range(text: str) -> tuple[int, int] | None:
+    """`20000-20999` as (20000, 20999), or None when it is not a usable range."""
+    m = re.fullmatch(r"\s*(\d{1,5})\s*-\s*(\d{1,5})\s*", text or "")
+    if m is None:
+        return None
+    first, last = int(m.group(1)), int(m.group(2))
+    return (first, last) if 1024 <= first and last <= 65535 and last - first >= 2 else None
+
+
 def _default_voices() -> dict[str, VoiceConfig]:
     return {"default": VoiceConfig()}
 
@@ -436,6 +493,7 @@ class Config:
     barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     stt: SttConfig = field(default_factory=SttConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    sip: SipConfig = field(default_factory=SipConfig)
     source: str = "<defaults>"
 
     def validate(self, check) -> None:

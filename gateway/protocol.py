@@ -105,6 +105,7 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
     "user.text": (Field("text", (str,), required=True),),
     "interrupt": (),
     "session.end": (Field("drain", (bool,)),),
+    "call.transfer": (Field("to", (str,), required=True),),  # SIP calls: REFER to a sip:/tel: URI
     "call.attach": (
         Field("call_id", (str,), required=True),
         Field("voice", (str,)),

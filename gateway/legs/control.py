@@ -134,7 +134,12 @@ class ControlEndpoint:
             raise P.ProtocolError(P.NO_SESSION, "send call.attach first")
         if mtype == "session.start":
             raise P.ProtocolError(P.BAD_MESSAGE, "session.start is not used on /v1/control; the call's media leg sets the format")
-        if mtype == "user.text":
+        if mtype == "call.transfer":
+            transfer = getattr(call.media, "transfer", None)  # legs that can transfer a call (SIP: REFER)
+            if transfer is None:
+                raise P.ProtocolError(P.BAD_MESSAGE, f"call.transfer is not supported on a {call.media_kind or 'call without a'} media leg")
+            await transfer(m["to"])
+        elif mtype == "user.text":
             await self.core.handle_user_text(call.session, m["text"])
         else:
             await call.session.handle(m)

@@ -1,0 +1,513 @@
+"""Direct SIP: a trunk or a PBX sends INVITEs to `sip.port` (UDP); each answered call is a media leg with RTP.
+
+Signalling is aiosipua's user agent server (transactions, dialogs, 2xx retransmission, CANCEL, OPTIONS),
+media is one aiortp RTP session per call (one UDP socket pair, no thread, no pacer task: the shared clock
+sends each 20 ms frame). This module adapts both to the call registry, as the AudioSocket leg does:
+
+* INVITE from an address outside `sip.allow` -> 403; at capacity or draining -> 503; a call id already in
+  use -> 486; no codec in common -> 488. Every refusal carries voxgate's stable code in `X-Voxgate-Reason`.
+* The call's ids: the SIP Call-ID, and `X-Call-Id` when the trunk or PBX sets one; the agent attaches on
+  `/v1/control` with either.
+* RTP out: G.711 μ-law or A-law, 20 ms, continuous sequence numbers and timestamps (silence while idle, as the
+  far end expects a frame every 20 ms), the marker bit on the first frame of each talkspurt; sent to where
+  the caller's RTP comes from (symmetric RTP, for NAT). RTCP sender reports come from aiortp.
+* RTP in: into the call's inbound path (recording, VAD barge-in, STT); RFC 4733 telephone-events and SIP INFO
+  DTMF become `dtmf` events.
+* BYE from the caller ends the call; the session ending (session.end, max call length, shutdown) sends BYE.
+  A 200 OK never ACKed ends the call after `sip.ack_timeout_s` with BYE (RFC 3261 §13.3.1.4).
+* `call.transfer` on the control socket sends REFER; the NOTIFY outcomes come back as `call.transfer` events.
+* Playback truth: RTP has no far-end confirmation, so played_text counts what left on the clock.
+
+A SIP call is owned by the node that answered it: its RTP never crosses nodes (docs/sip.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+try:  # the `sip` extra; without it the leg refuses a config that sets sip.port (install below)
+    from aiortp import PortAllocator, RTPSession
+    from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAS, UdpSipTransport
+    from aiosipua.sdp import SdpMessage, negotiate_sdp
+    from aiosipua.transport import _UdpProtocol
+    from aiosipua.utils import generate_tag
+except ImportError as exc:  # pragma: no cover - exercised only where the extra is missing
+    _MISSING: ImportError | None = exc
+else:
+    _MISSING = None
+
+from audio.playout import PlayoutEvent
+from gateway import protocol as P
+from gateway.config import sip_port_range
+from gateway.core import CallCore
+from gateway.core.calls import TELEPHONY_PCM, Call
+from gateway.legs.host import LegHost
+from gateway.security.peers import in_networks, parse_networks
+from gateway.wire import sip as wire
+
+log = logging.getLogger("voxgate.sip")
+
+USER_AGENT = "voxgate"
+FRAME_PTIME_MS = 20
+# A refusal's SIP status per voxgate code; anything else is a 500.
+REFUSAL_STATUS = {
+    "forbidden": (403, "Forbidden"),
+    P.AT_CAPACITY: (503, "Service Unavailable"),
+    P.SHUTTING_DOWN: (503, "Service Unavailable"),
+    P.CLUSTER_UNAVAILABLE: (503, "Service Unavailable"),
+    "rtp_ports_exhausted": (503, "Service Unavailable"),
+    P.ENGINE_UNAVAILABLE: (503, "Service Unavailable"),
+    P.CALL_BUSY: (486, "Busy Here"),
+    P.UNSUPPORTED_FORMAT: (488, "Not Acceptable Here"),
+    P.BAD_MESSAGE: (400, "Bad Request"),
+}
+
+
+if _MISSING is None:
+    class _UdpIntake(_UdpProtocol):
+        def connection_made(self, transport) -> None:
+            # aiosipua asserts a DatagramTransport, which Python 3.11's selector transport is not (fixed in 3.12)
+            self._owner._udp_transport = transport
+
+    class _UdpSip(UdpSipTransport):
+        async def start(self) -> None:
+            loop = asyncio.get_running_loop()
+            self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _UdpIntake(self), local_addr=self.local_addr)
+
+
+class SipLeg:
+    """The media leg of one SIP call: G.711 RTP frames from the shared clock."""
+
+    clock_driven = True
+    send_idle_silence = True  # RTP runs on through silence: continuous timestamps, the far end's jitter buffer stays fed
+    absorbs_bursts = False  # each frame leaves as a packet: a catch-up burst would reach the caller as a burst
+    output = TELEPHONY_PCM  # the session hands us PCM16 8 kHz; we make G.711 of it
+
+    def __init__(self, sip_call: "SipCall", metrics):
+        self.sip_call = sip_call
+        self.metrics = metrics
+        self._frames = metrics.frames_sent.labels(leg="sip")
+        self._marker = 1  # the first packet of the stream starts a talkspurt
+
+    def send_audio_now(self, pcm16: bytes) -> bool:
+        c = self.sip_call
+        rtp = c.rtp
+        if c.ended or not c.sending or rtp is None:
+            return False
+        # aiortp's public send has no marker bit; its sender does (RFC 3551: marker on a talkspurt's first packet)
+        rtp._sender.send_frame_auto(wire.encode_frame(c.codec, pcm16), marker=self._marker, addr=rtp._remote_addr)
+        self._marker = 0
+        self._frames.inc()
+        return True
+
+    async def send_audio(self, pcm16: bytes) -> bool:
+        return self.send_audio_now(pcm16)
+
+    async def on_flush(self) -> None:
+        pass  # what was sent has been played or is in the far end's short jitter buffer: nothing to take back
+
+    def on_playout_event(self, event: PlayoutEvent) -> None:
+        if event.type == "first_audio":
+            self._marker = 1
+
+    async def transfer(self, target: str) -> None:
+        """`call.transfer`: blind transfer with REFER (RFC 3515)."""
+        await self.sip_call.server.transfer(self.sip_call, target)
+
+    def talkspurt(self) -> None:
+        """The next packet starts a talkspurt (e.g. sending resumes after hold)."""
+        self._marker = 1
+
+    async def hangup(self) -> None:
+        await self.sip_call.server.hang_up(self.sip_call, "ended")
+
+
+@dataclass
+class SipCall:
+    """One SIP dialog and its RTP session."""
+
+    server: "SipServer"
+    incoming: IncomingCall
+    codec: str = "PCMU"
+    rtp: RTPSession | None = None
+    call: Call | None = None
+    leg: SipLeg | None = None
+    acked: bool = False
+    ended: bool = False
+    sending: bool = True  # False while the caller holds the call (sendonly / inactive offer)
+    ack_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def sip_call_id(self) -> str:
+        return self.incoming.call_id
+
+
+class SipServer:
+    def __init__(self, core: CallCore):
+        self.core = core
+        self.config = core.config.sip
+        self.allow = parse_networks(self.config.allow)
+        first, last = sip_port_range(self.config.rtp_ports)
+        self.ports = PortAllocator((first, last))
+        self.payload_types = [wire.PAYLOAD_TYPES[c] for c in self.config.codecs]
+        self.calls: dict[str, SipCall] = {}  # SIP Call-ID -> call
+        self.host: str | None = None
+        self.port: int | None = None
+        self.transport: UdpSipTransport | None = None
+        self.uas: SipUAS | None = None
+        self._uas_intake = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self, host: str, port: int) -> int:
+        self.transport = _UdpSip(local_addr=(host, port))
+        public = (self.config.public_ip, port) if self.config.public_ip else None
+        self.uas = SipUAS(self.transport, user_agent=USER_AGENT, advertised_addr=public)
+        self.uas.on_invite = self._on_invite
+        self.uas.on_reinvite = self._on_reinvite
+        self.uas.on_bye = self._on_bye
+        self.uas.on_cancel = self._on_cancel
+        self.uas.on_ack_timeout = lambda incoming: self._end_soon(incoming.call_id, "no_ack", send_bye=False)
+        await self.uas.start()
+        bound = self.transport._udp_transport.get_extra_info("sockname")
+        self.host, self.port = host, bound[1]
+        self.transport.local_addr = (host, self.port)  # port 0 (tests): Via and Contact name the port really bound
+        if public is not None:
+            self.uas.advertised_addr = (self.config.public_ip, self.port)
+        # our intake runs first (allow list, ACK, INFO), then the stack's
+        self._uas_intake = self.transport.on_message
+        self.transport.on_message = self._on_message
+        log.info("SIP listening on %s:%d/udp (RTP %s)", host, self.port, self.config.rtp_ports)
+        return self.port
+
+    async def stop(self) -> None:
+        for c in list(self.calls.values()):
+            await self.hang_up(c, "shutdown")
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.uas is not None:
+            await self.uas.stop()
+            self.uas = None
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------ intake
+    def _on_message(self, msg, addr: tuple[str, int]) -> None:
+        if isinstance(msg, SipRequest):
+            method = msg.method.upper()
+            if method == "INVITE" and msg.call_id not in self.calls and self.allow and not in_networks(addr[0], self.allow):
+                self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
+                log.info("sip: INVITE from %s refused (not in sip.allow)", addr[0])
+                self._reply(msg, 403, "Forbidden", wire.refusal_headers("forbidden"))
+                return
+            if method == "ACK" and msg.call_id in self.calls:
+                self.calls[msg.call_id].acked = True
+            if method == "INFO":
+                self._on_info(msg)
+                return
+            if method == "NOTIFY" and self._on_notify(msg):
+                return
+        self._uas_intake(msg, addr)
+
+    def _reply(self, request: SipRequest, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+        """A response outside any dialog (refusals before a call exists, INFO)."""
+        resp = SipResponse(status_code=status, reason_phrase=reason)
+        for v in request.headers.get("via"):
+            resp.headers.append("Via", v)
+        for name in ("From", "Call-ID", "CSeq"):
+            value = request.headers.get_first(name.lower())
+            if value:
+                resp.headers.set_single(name, value)
+        to = request.headers.get_first("to")
+        if to:
+            resp.headers.set_single("To", to if ";tag=" in to else f"{to};tag={generate_tag()}")
+        resp.headers.set_single("User-Agent", USER_AGENT)
+        for name, value in (headers or {}).items():
+            resp.headers.set_single(name, value)
+        try:
+            self.transport.send_reply(resp)
+        except ValueError:
+            pass  # no Via to answer to: nothing can be said
+
+    def _refuse(self, incoming: IncomingCall, code: str, why: str) -> None:
+        status, reason = REFUSAL_STATUS.get(code, (500, "Server Internal Error"))
+        self.core.metrics.errors.labels(code=code).inc()
+        log.info("sip: call %s refused with %d (%s): %s", incoming.call_id, status, code, why)
+        incoming._send_response(status, reason, extra_headers={**wire.refusal_headers(code), "Reason": f'SIP;cause={status};text="{code}"'})
+        incoming.dialog.terminate()  # the ACK to the refusal then ends the transaction in the stack
+
+    # ------------------------------------------------------------ INVITE
+    def _on_invite(self, incoming: IncomingCall) -> None:
+        code, why = self._admission(incoming)
+        if code is not None:
+            self._refuse(incoming, code, why)
+            return
+        sip_call = SipCall(self, incoming, codec=self._codec_for(incoming.sdp_offer))
+        self.calls[incoming.call_id] = sip_call
+        self._spawn(self._answer(sip_call))
+
+    def _admission(self, incoming: IncomingCall) -> tuple[str | None, str]:
+        if not self.core.accepting or self.core.draining:
+            return P.SHUTTING_DOWN, "the gateway is not accepting calls"
+        if self.core.registry.full():
+            return P.AT_CAPACITY, f"the gateway holds its maximum of {self.core.config.server.max_sessions} sessions"
+        offer = incoming.sdp_offer
+        if offer is None or offer.audio is None or offer.rtp_address is None:
+            return P.UNSUPPORTED_FORMAT, "the INVITE carries no SDP offer with audio (late offers are not supported)"
+        if self._codec_for(offer) is None:
+            offered = [c.encoding_name or str(c.payload_type) for c in offer.audio.codecs]
+            return P.UNSUPPORTED_FORMAT, f"no codec in common: offered {offered}, sip.codecs {self.config.codecs}"
+        if self._call_ids(incoming) is None:
+            return P.BAD_MESSAGE, "Call-ID or X-Call-Id is not a usable call id (1..128 printable characters)"
+        return None, ""
+
+    def _codec_for(self, offer: SdpMessage | None) -> str | None:
+        """The first offered codec voxgate speaks (the caller's preference, RFC 3264)."""
+        if offer is None or offer.audio is None:
+            return None
+        for codec in offer.audio.codecs:
+            if codec.payload_type in self.payload_types:
+                return wire.CODEC_OF_PAYLOAD_TYPE[codec.payload_type]
+        return None
+
+    @staticmethod
+    def _call_ids(incoming: IncomingCall) -> list[str] | None:
+        ids = [incoming.invite.get_header("x-call-id"), incoming.call_id]
+        try:
+            from gateway.core.calls import normalize_call_id
+
+            return [normalize_call_id(i) for i in ids if i]
+        except P.ProtocolError:
+            return None
+
+    @staticmethod
+    def _dtmf_payload_type(offer: SdpMessage) -> int:
+        for codec in offer.audio.codecs:
+            if codec.encoding_name.lower() == "telephone-event":
+                return codec.payload_type
+        return 101
+
+    async def _answer(self, c: SipCall) -> None:
+        incoming = c.incoming
+        offer = incoming.sdp_offer
+        try:
+            if self.config.answer_delay_ms > 0:
+                incoming.ringing()
+                await asyncio.sleep(self.config.answer_delay_ms / 1000.0)
+                if self._gone(c):
+                    return
+            try:
+                c.rtp = await RTPSession.create(
+                    local_addr=(self.host, 0), remote_addr=offer.rtp_address, payload_type=wire.PAYLOAD_TYPES[c.codec],
+                    dtmf_payload_type=self._dtmf_payload_type(offer), symmetric_rtp=True, port_allocator=self.ports,
+                    jitter_prefetch=2, cname=USER_AGENT)
+            except RuntimeError:
+                self._forget(c)
+                self._refuse(incoming, "rtp_ports_exhausted", f"no free RTP port pair in {self.config.rtp_ports}")
+                return
+            if self._gone(c):  # cancelled while the sockets were bound
+                await self._close_rtp(c)
+                return
+            c.leg = SipLeg(c, self.core.metrics)
+            try:
+                c.call = self.core.calls.connect_media(self._call_ids(incoming), c.leg, "sip")
+            except P.ProtocolError as exc:
+                await self._close_rtp(c)
+                self._forget(c)
+                self._refuse(incoming, exc.code, exc.message)
+                return
+            c.rtp.on_audio = lambda pcm, ts, c=c: self._on_audio(c, pcm)
+            c.rtp.on_dtmf = lambda digit, duration, c=c: self._spawn(self._dtmf(c, digit, "rfc4733"))
+            incoming.accept(self._sdp_answer(c, offer))
+            c.sending = offer.audio.direction in ("sendrecv", "recvonly")
+            c.ack_timer = asyncio.get_running_loop().call_later(self.config.ack_timeout_s, self._ack_deadline, c)
+            log.info("sip: call %s answered from %s (%s, RTP port %d)", incoming.call_id, incoming.source_addr[0], c.codec,
+                     c.rtp._rtp_transport._transport.get_extra_info("sockname")[1])
+            await c.call.session.flush_events()
+            if self.config.greeting and c.call.control is None:
+                await c.call.session.handle({"type": "text", "turn_id": "greeting", "text": self.config.greeting, "final": True})
+        except Exception:
+            log.exception("sip: answering call %s failed", incoming.call_id)
+            await self.hang_up(c, P.INTERNAL)
+
+    def _gone(self, c: SipCall) -> bool:
+        """The INVITE was cancelled (the stack answered 487) or the call ended meanwhile."""
+        return c.ended or self.uas.get_call(c.sip_call_id) is not c.incoming
+
+    def _sdp_answer(self, c: SipCall, offer: SdpMessage) -> SdpMessage:
+        port = c.rtp._rtp_transport._transport.get_extra_info("sockname")[1]
+        ip = self.config.public_ip or self._sdp_host()
+        answer, _ = negotiate_sdp(offer, local_ip=ip, rtp_port=port, supported_codecs=[wire.PAYLOAD_TYPES[c.codec]],
+                                  dtmf_payload_type=self._dtmf_payload_type(offer), ptime=FRAME_PTIME_MS, session_name=USER_AGENT)
+        answer.audio.attributes["ptime"] = [str(FRAME_PTIME_MS)]  # we send 20 ms packets, whatever ptime was offered
+        return answer
+
+    def _sdp_host(self) -> str:
+        host = self.host or "127.0.0.1"
+        return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+    def _ack_deadline(self, c: SipCall) -> None:
+        if not c.acked and not c.ended:
+            log.info("sip: call %s: no ACK for the 200 OK within %g s; ending it with BYE", c.sip_call_id, self.config.ack_timeout_s)
+            self._spawn(self.hang_up(c, "no_ack"))
+
+    # ------------------------------------------------------------ in-dialog
+    def _on_reinvite(self, incoming: IncomingCall) -> None:
+        """re-INVITE: hold (sendonly / inactive), resume, a new address or codec; answered from the new offer."""
+        c = self.calls.get(incoming.call_id)
+        offer = incoming.sdp_offer
+        if c is None or c.rtp is None:
+            incoming._send_response(481, "Call/Transaction Does Not Exist")
+            return
+        if offer is None or offer.audio is None:
+            incoming.accept(self._sdp_answer(c, c.incoming.sdp_offer if c.incoming.sdp_offer else offer))  # a refresh
+            return
+        codec = self._codec_for(offer)
+        if codec is None:
+            incoming._send_response(488, "Not Acceptable Here", extra_headers=wire.refusal_headers(P.UNSUPPORTED_FORMAT))
+            return
+        if codec != c.codec:  # same SSRC and sequence, new payload type (RFC 3550 allows it)
+            c.codec = codec
+            c.rtp._sender._payload_type = wire.PAYLOAD_TYPES[codec]
+        if offer.rtp_address is not None and offer.rtp_address[1]:
+            c.rtp.update_remote(offer.rtp_address)
+        was_sending = c.sending
+        c.sending = offer.audio.direction in ("sendrecv", "recvonly") and offer.rtp_address is not None and offer.rtp_address[0] != "0.0.0.0"
+        if c.sending and not was_sending and c.leg is not None:
+            c.leg.talkspurt()
+        incoming.accept(self._sdp_answer(c, offer))
+        if c.call is not None:
+            self._spawn(c.call.notify({"type": "call.media", "state": "held" if not c.sending else "connected", "leg": "sip", "codec": codec}))
+
+    def _on_bye(self, incoming: IncomingCall, request: SipRequest) -> None:
+        c = self.calls.get(incoming.call_id)
+        if c is not None:
+            self._spawn(self._end(c, "hangup"))
+
+    def _on_cancel(self, request: SipRequest, addr) -> None:
+        c = self.calls.get(request.call_id or "")
+        if c is not None and c.call is None:
+            self._forget(c)  # the stack answered 487; the pending answer sees the call gone
+
+    def _end_soon(self, sip_call_id: str, reason: str, send_bye: bool) -> None:
+        c = self.calls.get(sip_call_id)
+        if c is not None:
+            self._spawn(self.hang_up(c, reason) if send_bye else self._end(c, reason))
+
+    def _on_info(self, request: SipRequest) -> None:
+        c = self.calls.get(request.call_id or "")
+        if c is None or c.call is None or not _same_dialog(c.incoming, request):
+            self._reply(request, 481, "Call/Transaction Does Not Exist")
+            return
+        digit = wire.dtmf_from_info(request.content_type, request.text if request.body else "")
+        if digit is None:
+            self._reply(request, 415, "Unsupported Media Type", {"Accept": "application/dtmf-relay, application/dtmf"})
+            return
+        self._reply(request, 200, "OK")
+        self._spawn(self._dtmf(c, digit, "info"))
+
+    async def _dtmf(self, c: SipCall, digit: str, via: str) -> None:
+        if c.call is not None and digit in wire.DTMF_DIGITS:
+            await c.call.notify({"type": "dtmf", "digit": digit, "via": via})
+
+    def _on_audio(self, c: SipCall, pcm: bytes) -> None:
+        if c.call is not None and not c.ended:
+            c.call.inbound.push(np.frombuffer(pcm, dtype=np.int16))
+
+    # ------------------------------------------------------------ transfer
+    async def transfer(self, c: SipCall, target: str) -> None:
+        """REFER the caller to `target`; NOTIFY outcomes come back as `call.transfer` events."""
+        if c.ended or c.call is None:
+            raise P.ProtocolError(P.BAD_MESSAGE, "the call has ended")
+        if not (target.startswith("sip:") or target.startswith("tel:")) or len(target) > 256 or not target.isprintable() or ">" in target:
+            raise P.ProtocolError(P.BAD_MESSAGE, "call.transfer.to must be a sip: or tel: URI")
+        addr = self.uas.advertised_addr or self.transport.local_addr
+        refer = c.incoming.dialog.create_request("REFER", via_host=addr[0], via_port=addr[1])
+        refer.headers.set_single("Refer-To", f"<{target}>")
+        refer.headers.set_single("Referred-By", f"<sip:{USER_AGENT}@{addr[0]}>")
+        refer.headers.set_single("Contact", f"<sip:{addr[0]}:{addr[1]}>")
+        self.transport.send(refer, c.incoming.source_addr)
+        await c.call.notify({"type": "call.transfer", "to": target, "state": "requested"})
+
+    def _on_notify(self, request: SipRequest) -> bool:
+        """A NOTIFY about our REFER: its sipfrag status as a `call.transfer` event. True when handled."""
+        c = self.calls.get(request.call_id or "")
+        if c is None or c.call is None:
+            return False
+        status = wire.sipfrag_status(request.text if request.body else "")
+        self._reply(request, 200, "OK")
+        if status is not None:
+            code, reason = status
+            state = "trying" if code < 200 else ("succeeded" if code < 300 else "failed")
+            self._spawn(c.call.notify({"type": "call.transfer", "state": state, "status": code, "reason": reason}))
+        return True
+
+    # ------------------------------------------------------------ ending
+    async def hang_up(self, c: SipCall, reason: str) -> None:
+        """Our side ends the call: BYE (when answered), RTP closed, the session ended."""
+        if c.ended:
+            return
+        if c.incoming._answered:
+            c.incoming._stop_retransmissions()  # a 200 OK still unACKed is not sent again after our BYE
+            c.incoming.hangup()
+        await self._end(c, reason)
+
+    async def _end(self, c: SipCall, reason: str) -> None:
+        if c.ended:
+            return
+        c.ended = True
+        if c.ack_timer is not None:
+            c.ack_timer.cancel()
+        self._forget(c)
+        await self._close_rtp(c)
+        if c.call is not None:
+            await self.core.calls.end_media(c.call, reason)
+
+    def _forget(self, c: SipCall) -> None:
+        if self.calls.get(c.sip_call_id) is c:
+            del self.calls[c.sip_call_id]
+        if self.uas is not None and self.uas._calls.get(c.sip_call_id) is c.incoming:
+            del self.uas._calls[c.sip_call_id]  # the stack keeps a dialog we ended ourselves until told
+
+    @staticmethod
+    async def _close_rtp(c: SipCall) -> None:
+        if c.rtp is not None:
+            rtp, c.rtp = c.rtp, None
+            try:
+                await rtp.close()
+            except Exception:
+                log.debug("closing RTP failed", exc_info=True)
+
+
+def _same_dialog(incoming: IncomingCall, request: SipRequest) -> bool:
+    from_addr = request.from_addr
+    return from_addr is not None and from_addr.tag == incoming.dialog.remote_tag
+
+
+def install(core: CallCore, host: LegHost) -> SipServer | None:
+    """The SIP leg, when `sip.port` is set (UDP; its own port, it is not HTTP)."""
+    cfg = core.config.sip
+    if cfg.port is None:
+        return None
+    if _MISSING is not None:
+        raise ValueError(f"{core.config.source}: sip.port is set but the SIP stack is not installed "
+                         f"(pip install 'voxgate[sip]'): {_MISSING}")
+    server = SipServer(core)
+
+    async def start() -> None:
+        await server.start(cfg.host or core.config.server.host, cfg.port)
+
+    host.on_start(start)
+    host.on_stop(server.stop)
+    return server
+
+
+__all__ = ["SipLeg", "SipServer", "install"]

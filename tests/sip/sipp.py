@@ -1,0 +1,82 @@
+"""SIPp (Debian `sip-tester`) as the far end: one scenario file of tests/sip/scenarios, run against a gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+
+
+def require(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{tool} is not installed (scripts/install_test_deps.sh installs it)")
+        pytest.skip(f"{tool} is not installed (apt-get install sip-tester baresip)")
+    return path
+
+
+def free_udp_port(pairs: int = 1) -> int:
+    """A UDP port with `2 * pairs` free ports from it (SIPp's media port takes RTP and RTCP)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port % 2 or port + 2 * pairs > 65535:
+            continue
+        try:
+            socks = []
+            for p in range(port, port + 2 * pairs):
+                t = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(t)
+                t.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+        finally:
+            for t in socks:
+                t.close()
+    raise RuntimeError("no free UDP ports")
+
+
+@dataclass
+class SippRun:
+    rc: int
+    output: str
+    errors: str
+
+    def assert_ok(self) -> None:
+        assert self.rc == 0, f"SIPp failed (exit {self.rc}):\n{self.output[-3000:]}\n{self.errors[-3000:]}"
+
+
+async def run_sipp(tmp_path: Path, sip_port: int, scenario: str, fields: list[str] | None = None, calls: int = 1,
+                   rate: int = 10, timeout_s: float = 30.0) -> SippRun:
+    sipp = require("sipp")
+    args = [sipp, f"127.0.0.1:{sip_port}", "-sf", str(SCENARIOS / scenario), "-i", "127.0.0.1", "-mi", "127.0.0.1",
+            "-p", str(free_udp_port()), "-mp", str(free_udp_port(2)), "-m", str(calls), "-l", str(calls),
+            "-r", str(rate), "-timeout", f"{int(timeout_s)}s", "-timeout_error", "-nostdin",
+            "-trace_err", "-error_file", str(tmp_path / f"{scenario}.errors.log"),
+            "-trace_screen", "-screen_file", str(tmp_path / f"{scenario}.screen.log")]
+    if fields is not None:
+        inf = tmp_path / f"{scenario}.csv"
+        inf.write_text("SEQUENTIAL\n" + ";".join(fields) + ";\n")
+        args += ["-inf", str(inf)]
+    proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                                                cwd=tmp_path)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s + 15)
+    except asyncio.TimeoutError:
+        proc.kill()
+        out, _ = await proc.communicate()
+    errors = ""
+    for name in (f"{scenario}.errors.log", f"{scenario}.screen.log"):
+        if (tmp_path / name).exists():
+            errors += (tmp_path / name).read_text(errors="replace")
+    return SippRun(proc.returncode, out.decode(errors="replace"), errors)

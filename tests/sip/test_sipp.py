@@ -1,0 +1,83 @@
+"""SIPp, the standard SIP test tool, calls voxgate on loopback: answered calls with RTP, CANCEL, no ACK, 403, load."""
+
+from __future__ import annotations
+
+import asyncio
+import wave
+
+import numpy as np
+
+from tests.sip.conftest import sip_port
+from tests.sip.sipp import run_sipp
+from tests.telephony.clients import Control
+
+
+def sip_frames_sent(gw) -> float:
+    return gw.metrics.frames_sent.labels(leg="sip")._value.get()
+
+
+async def test_answered_call_with_rtp_from_sipp_pcap(sip_gateway, tmp_path):
+    gw = await sip_gateway(telephony={"record_inbound_dir": str(tmp_path / "inbound")})
+    control = await Control.connect(gw)
+    await control.attach("sipp-call-1")  # the X-Call-Id SIPp sets: the agent attaches before the INVITE arrives
+    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "call_pcap.xml", fields=["sipp-call-", "2500"]))
+    media = await control.expect("call.media", timeout=10)
+    assert media["state"] == "connected" and media["leg"] == "sip"
+    await control.send({"type": "text", "turn_id": "t1", "text": "Hello from the gateway.", "final": True})
+    done = await control.expect("turn.done", turn_id="t1", timeout=10)
+    assert done["interrupted"] is False and done["played_ms"] > 200
+    dtmf = await control.expect("dtmf", timeout=10)  # SIPp's RFC 4733 pcap presses "1"
+    assert dtmf["digit"] == "1" and dtmf["via"] == "rfc4733"
+    ended = await control.expect("call.media", timeout=10)
+    assert ended["state"] == "ended" and ended["reason"] == "hangup"  # SIPp's BYE
+    (await sipp).assert_ok()
+    assert sip_frames_sent(gw) >= 100  # silence and speech every 20 ms for the whole call
+    # the caller's audio (SIPp's G.711 recording) reached the inbound path: the recording holds speech
+    wavs = list((tmp_path / "inbound").glob("*.wav"))
+    assert len(wavs) == 1
+    with wave.open(str(wavs[0])) as w:
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+    assert len(pcm) >= 8000 * 2 and np.abs(pcm.astype(np.int32)).max() > 1000
+
+
+async def test_cancel_before_answer(sip_gateway, tmp_path):
+    gw = await sip_gateway(sip={"answer_delay_ms": 3000})
+    run = await run_sipp(tmp_path, sip_port(gw), "cancel.xml", timeout_s=15)
+    run.assert_ok()
+    await asyncio.sleep(0.2)
+    assert len(gw.calls) == 0 and not gw.legs["gateway.legs.sip"].calls
+
+
+async def test_caller_that_never_acks_is_hung_up(sip_gateway, tmp_path):
+    gw = await sip_gateway()
+    run = await run_sipp(tmp_path, sip_port(gw), "no_ack.xml", timeout_s=15)
+    run.assert_ok()  # it received our BYE after sip.ack_timeout_s
+    await asyncio.sleep(0.2)
+    assert len(gw.calls) == 0
+
+
+async def test_invite_from_outside_allow_gets_403(sip_gateway, tmp_path):
+    gw = await sip_gateway(sip={"allow": ["127.0.0.2"]})
+    run = await run_sipp(tmp_path, sip_port(gw), "forbidden.xml", timeout_s=10)
+    run.assert_ok()  # 403 with X-Voxgate-Reason: forbidden
+    assert len(gw.calls) == 0
+
+
+async def test_fifty_concurrent_calls(sip_gateway, tmp_path):
+    gw = await sip_gateway(sip={"greeting": "Hello, this is the voxgate demo."})
+    peak = 0
+
+    async def watch():
+        nonlocal peak
+        while True:
+            peak = max(peak, len(gw.calls))
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.create_task(watch())
+    run = await run_sipp(tmp_path, sip_port(gw), "call_pcap.xml", fields=["load-", "3000"], calls=50, rate=50, timeout_s=40)
+    watcher.cancel()
+    run.assert_ok()
+    assert "Successful call" in run.errors or run.rc == 0
+    assert peak >= 40, f"only {peak} calls were up at once"
+    await asyncio.sleep(0.3)
+    assert len(gw.calls) == 0
