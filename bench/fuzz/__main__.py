@@ -31,6 +31,7 @@ STRATEGIES = {
     "webrtc": (C.sdp_offers(), lambda gw, c: C.run_webrtc_offer(gw.port, c)),
     "static": (C.static_requests(), lambda gw, c: C.run_static(gw.port, c)),
     "wires": (C.wire_cases, lambda gw, c: C.run_wire(gw.ws, c)),
+    "sip": (C.sip_cases(), lambda gw, c: C.run_sip(gw.sip_port, c)),
 }
 
 

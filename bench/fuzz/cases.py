@@ -35,7 +35,7 @@ STABLE_CODES = frozenset(v for k, v in vars(P).items() if k.isupper() and isinst
 FAILURE_CODES = frozenset({P.INTERNAL, P.ENGINE_ERROR})
 CLEAN_CLOSES = frozenset({1000, 1001, 1002, 1003, 1007, 1008, 1009, 1013})
 MAX_MESSAGE_BYTES = 65_536  # the server's limits.max_message_bytes (the default)
-ENTRIES = ("ws", "control", "twilio", "audiosocket", "webrtc", "http", "static", "wires")
+ENTRIES = ("ws", "control", "twilio", "audiosocket", "webrtc", "http", "static", "wires", "sip")
 
 
 @dataclass
@@ -823,3 +823,88 @@ def run_wire(base: str, case: dict) -> Outcome:
         if status is not None:
             return Outcome(f"http:{status}", status < 500, "" if status < 500 else str(exc))
         return Outcome("connect_failed", False, f"{type(exc).__name__}: {exc}")
+
+
+# ---------------------------------------------------------------- SIP (UDP)
+SIP_SDP = ("v=0\r\no=fuzz 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+           "m=audio 4000 RTP/AVP 0 8 101\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:101 telephone-event/8000\r\na=sendrecv\r\n")
+SIP_METHODS = ("INVITE", "OPTIONS", "BYE", "CANCEL", "ACK", "INFO", "REFER", "NOTIFY", "REGISTER", "FOO")
+SIP_HEADER_JUNK = ("Content-Length: -5", "Content-Length: 99999999999999", "Content-Length: x", "Via: ", "Via: SIP/2.0/UDP",
+                   "CSeq: abc INVITE", "CSeq: 1", "From: <", "To: \x00", "Call-ID:", "X-Call-Id: " + "x" * 300,
+                   "Content-Type: application/sdp;;;", "Contact: <sip:@:>", "l: 3", "v: SIP/2.0/UDP 127.0.0.1:1")
+
+
+def sip_request(method: str, port: int, call_id: str, body: str = "", extra: tuple[str, ...] = ()) -> list[str]:
+    head = [f"{method} sip:agent@127.0.0.1 SIP/2.0", f"Via: SIP/2.0/UDP 127.0.0.1:{port};branch=z9hG4bK{call_id[:12]}",
+            "From: <sip:fuzz@127.0.0.1>;tag=f1", "To: <sip:agent@127.0.0.1>", f"Call-ID: {call_id}", f"CSeq: 1 {method}",
+            "Max-Forwards: 70", *extra]
+    if body:
+        head.append("Content-Type: application/sdp")
+    head.append(f"Content-Length: {len(body.encode())}")
+    return head + ["", body]
+
+
+@st.composite
+def sip_cases(draw) -> dict:
+    """A request, mutated: truncated, headers dropped or garbled, bad SDP, a lying Content-Length, a huge body, junk."""
+    method = draw(st.sampled_from(SIP_METHODS))
+    body = SIP_SDP if method in ("INVITE", "REFER") or draw(st.booleans()) else ""
+    if body and draw(st.booleans()):
+        sdp = body.split("\r\n")
+        for _ in range(draw(st.integers(1, 4))):
+            i = draw(st.integers(0, len(sdp) - 1))
+            sdp[i] = draw(st.sampled_from(SDP_JUNK) | st.text(max_size=40) | st.just(sdp[i][: len(sdp[i]) // 2]))
+        body = "\r\n".join(sdp)
+    shape = draw(st.sampled_from(["lines", "truncate", "huge_body", "binary", "lying_length"]))
+    return {"method": method, "body": body, "shape": shape, "ops": draw(st.lists(st.tuples(st.integers(0, 12), st.sampled_from(SIP_HEADER_JUNK)), max_size=4)),
+            "cut": draw(st.floats(0.0, 1.0)), "junk": draw(st.binary(min_size=1, max_size=200)),
+            "huge": draw(st.integers(1000, 60000)), "sep": draw(st.sampled_from(["\r\n"] * 3 + ["\n"]))}
+
+
+def _sip_bytes(case: dict, port: int, call_id: str) -> bytes:
+    lines = sip_request(case["method"], port, call_id, case["body"])
+    for index, junk in case["ops"]:
+        i = min(index, len(lines) - 3)
+        lines[i] = junk if index % 2 else lines[i]
+        if not index % 2:
+            lines.insert(i, junk)
+    data = case["sep"].join(lines).encode("utf-8", "replace")
+    shape = case["shape"]
+    if shape == "truncate":
+        data = data[: int(len(data) * case["cut"])]
+    elif shape == "huge_body":
+        data = data.replace(b"Content-Length: ", b"X-Old-Length: ", 1) + b"a" * case["huge"]
+    elif shape == "binary":
+        data = case["junk"] + data[: int(len(data) * case["cut"])]
+    elif shape == "lying_length":
+        data = data.replace(b"Content-Length: ", b"Content-Length: 9", 1)
+    return data[:65000]
+
+
+def _sip_probe(sock: socket.socket, sip_port: int, timeout: float) -> bool:
+    """An OPTIONS ping: the SIP intake still answers."""
+    probe_id = f"probe-{uuid.uuid4().hex}"
+    local = sock.getsockname()[1]
+    sock.sendto("\r\n".join(sip_request("OPTIONS", local, probe_id)).encode(), ("127.0.0.1", sip_port))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data, _ = sock.recvfrom(65535)
+        except socket.timeout:
+            return False
+        if probe_id.encode() in data and data.startswith(b"SIP/2.0 200"):
+            return True
+    return False
+
+
+def run_sip(sip_port: int, case: dict) -> Outcome:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        call_id = f"fuzz-{uuid.uuid4().hex}"
+        sock.sendto(_sip_bytes(case, sock.getsockname()[1], call_id), ("127.0.0.1", sip_port))
+        answered = _sip_probe(sock, sip_port, 5.0)
+        return Outcome("probe_answered" if answered else "probe_unanswered", answered, "" if answered else "OPTIONS after the case got no 200")
+    finally:
+        sock.close()

@@ -51,6 +51,19 @@ from gateway.wire import sip as wire
 
 log = logging.getLogger("voxgate.sip")
 
+
+class _MalformedWithoutTraceback(logging.Filter):
+    """A datagram that does not parse as SIP is the sender's problem: one line, not a traceback in our log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Failed to parse SIP message"):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+logging.getLogger("aiosipua.transport").addFilter(_MalformedWithoutTraceback())
+
 USER_AGENT = "voxgate"
 FRAME_PTIME_MS = 20
 # A refusal's SIP status per voxgate code; anything else is a 500.

@@ -71,6 +71,16 @@ def test_audiosocket_frames(fuzz_gateway, healthy_call):
     _still_standing(fuzz_gateway)
 
 
+def test_sip_messages(fuzz_gateway, healthy_call):
+    @settings(max_examples=60, **FAST)
+    @given(C.sip_cases())
+    def one(case):
+        _check(C.run_sip(fuzz_gateway.sip_port, case), case)
+
+    one()
+    _still_standing(fuzz_gateway)
+
+
 def test_http_requests(fuzz_gateway, healthy_call):
     @settings(max_examples=80, **FAST)
     @given(C.http_requests())

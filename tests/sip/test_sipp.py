@@ -81,3 +81,24 @@ async def test_fifty_concurrent_calls(sip_gateway, tmp_path):
     assert peak >= 40, f"only {peak} calls were up at once"
     await asyncio.sleep(0.3)
     assert len(gw.calls) == 0
+
+
+async def test_info_dtmf_hold_codec_change_and_transfer(sip_gateway, tmp_path):
+    gw = await sip_gateway()
+    control = await Control.connect(gw)
+    await control.attach("sipp-dialog")
+    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "in_dialog.xml", fields=["sipp-dialog"]))
+    assert (await control.expect("call.media", timeout=10))["state"] == "connected"
+    dtmf = await control.expect("dtmf", timeout=5)
+    assert dtmf["digit"] == "7" and dtmf["via"] == "info"
+    held = await control.expect("call.media", timeout=5)
+    assert held["state"] == "held"
+    resumed = await control.expect("call.media", timeout=5)
+    assert resumed["state"] == "connected" and resumed["codec"] == "PCMA"
+    await control.send({"type": "call.transfer", "to": "sip:sales@example.com"})
+    assert (await control.expect("call.transfer", timeout=5))["state"] == "requested"
+    outcome = await control.expect("call.transfer", timeout=5)
+    assert outcome["state"] == "succeeded" and outcome["status"] == 200
+    ended = await control.expect("call.media", timeout=5, state="ended")
+    assert ended["reason"] == "hangup"
+    (await sipp).assert_ok()
