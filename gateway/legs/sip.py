@@ -66,6 +66,7 @@ logging.getLogger("aiosipua.transport").addFilter(_MalformedWithoutTraceback())
 
 USER_AGENT = "voxgate"
 FRAME_PTIME_MS = 20
+RTCP_INTERVAL_S = 5.0  # RFC 3550's minimum; aiortp spreads each report over 0.5x..1.5x of it
 # A refusal's SIP status per voxgate code; anything else is a 500.
 REFUSAL_STATUS = {
     "forbidden": (403, "Forbidden"),
@@ -321,7 +322,7 @@ class SipServer:
                 c.rtp = await RTPSession.create(
                     local_addr=(self.host, 0), remote_addr=offer.rtp_address, payload_type=wire.PAYLOAD_TYPES[c.codec],
                     dtmf_payload_type=self._dtmf_payload_type(offer), symmetric_rtp=True, port_allocator=self.ports,
-                    jitter_prefetch=2, cname=USER_AGENT)
+                    jitter_prefetch=2, cname=USER_AGENT, rtcp_interval=RTCP_INTERVAL_S)
             except RuntimeError:
                 self._forget(c)
                 self._refuse(incoming, "rtp_ports_exhausted", f"no free RTP port pair in {self.config.rtp_ports}")

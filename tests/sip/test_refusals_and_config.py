@@ -1,0 +1,100 @@
+"""Refusals carry voxgate's stable code in `X-Voxgate-Reason`; the `sip:` config refuses what cannot work."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from gateway.config import ConfigError, load_config
+from gateway.wire import sip as wire
+from tests.sip.conftest import sip_port
+from tests.sip.udp_caller import UdpCaller
+
+
+@pytest.fixture
+def callers():
+    made = []
+
+    def make() -> UdpCaller:
+        made.append(UdpCaller())
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def header(response: str, name: str) -> str | None:
+    for line in response.split("\r\n"):
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() == name.lower():
+            return value.strip()
+    return None
+
+
+async def test_at_capacity_gets_503_with_the_reason(sip_gateway, callers):
+    gw = await sip_gateway(server={"max_sessions": 1})
+    await callers().call(sip_port(gw), f"first-{uuid.uuid4().hex}")
+    refused = await callers().final_response(sip_port(gw), f"second-{uuid.uuid4().hex}")
+    assert refused.startswith("SIP/2.0 503")
+    assert header(refused, wire.REASON_HEADER) == "at_capacity"
+    assert 'text="at_capacity"' in header(refused, "Reason")
+    assert len(gw.calls) == 1
+
+
+async def test_a_call_id_already_in_use_gets_486(sip_gateway, callers):
+    gw = await sip_gateway()
+    await callers().call(sip_port(gw), "shared-id")
+    refused = await callers().final_response(sip_port(gw), f"other-{uuid.uuid4().hex}", extra="X-Call-Id: shared-id\r\n")
+    assert refused.startswith("SIP/2.0 486") and header(refused, wire.REASON_HEADER) == "call_busy"
+
+
+async def test_no_codec_in_common_gets_488(sip_gateway, callers):
+    gw = await sip_gateway(sip={"codecs": ["PCMA"]})
+    refused = await callers().final_response(sip_port(gw), f"pcmu-{uuid.uuid4().hex}", codec_pt=0)
+    assert refused.startswith("SIP/2.0 488") and header(refused, wire.REASON_HEADER) == "unsupported_format"
+
+
+async def test_options_keepalive_is_answered(sip_gateway, callers):
+    gw = await sip_gateway()
+    c = callers()
+    local = c.sip.getsockname()[1]
+    c.sip.sendto((f"OPTIONS sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{local};branch=z9hG4bKopt1\r\n"
+                  f"From: <sip:t@127.0.0.1>;tag=o1\r\nTo: <sip:agent@127.0.0.1>\r\nCall-ID: opt-1\r\nCSeq: 1 OPTIONS\r\n"
+                  f"Content-Length: 0\r\n\r\n").encode(), ("127.0.0.1", sip_port(gw)))
+    data, _ = await c.recv(c.sip)
+    assert data.startswith(b"SIP/2.0 200") and b"INVITE" in data  # Allow names the methods
+
+
+@pytest.mark.parametrize("section, words", [
+    ({"tls": True}, "SIP over TLS is not supported"),
+    ({"srtp": True}, "SRTP is not supported"),
+    ({"rtp_ports": "20000"}, "rtp_ports"),
+    ({"codecs": ["opus"]}, "codecs"),
+    ({"allow": ["not-an-ip"]}, "allow"),
+    ({"register": [{"server": "sip:provider.example", "user": "u"}]}, "registration is not implemented"),
+])
+def test_config_refuses_what_cannot_work_in_one_line(section, words):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"sip": {"port": 5060, **section}})
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("content_type, body, digit", [
+    ("application/dtmf-relay", "Signal=5\r\nDuration=160", "5"),
+    ("application/dtmf-relay", "Signal= #\r\n", "#"),
+    ("application/dtmf-relay", "Signal=11", "#"),
+    ("application/dtmf", "*", "*"),
+    ("application/dtmf-relay", "Signal=55", None),
+    ("text/plain", "Signal=5", None),
+    ("application/dtmf-relay", "Signal=5" + "x" * 2000, None),
+])
+def test_dtmf_in_sip_info(content_type, body, digit):
+    assert wire.dtmf_from_info(content_type, body) == digit
+
+
+def test_sipfrag_status():
+    assert wire.sipfrag_status("SIP/2.0 180 Ringing\r\n") == (180, "Ringing")
+    assert wire.sipfrag_status("SIP/2.0 603") == (603, "")
+    assert wire.sipfrag_status("hello") is None and wire.sipfrag_status("") is None
