@@ -31,6 +31,12 @@ frame within each round (median and range of the paired ratios): on a VM
 whose speed drifts ±20 % within minutes, one run of each decides nothing.
 
     python -m bench.gateway_capacity --workers 1,2 --levels 300,600 --window 10 --rounds 3 --pin
+
+`--leg sip` calls in over direct SIP instead (bench/sip_callers.py: an INVITE and an RTP socket per call, the
+agent's turns on /v1/control): the same levels and numbers for SIP sessions, frames being RTP packets. A SIP
+call sends RTP all the time (silence between turns), a WebSocket call only inside utterances.
+
+    python -m bench.gateway_capacity --leg sip --levels 50,100,200 --window 10
 """
 
 from __future__ import annotations
@@ -64,6 +70,9 @@ server: {{host: 127.0.0.1, port: {port}, max_sessions: 5000, limits: {{idle_time
 engine: {{kind: simulated}}
 simulated: {{first_packet_ms: 60, capacity_x: 100000, ms_per_char: 70, stream_rtf: 0.1, max_queued: 100000}}
 playout: {{prebuffer_ms: 60}}
+"""
+SIP_CONFIG = """sip: {{port: {sip_port}, host: 127.0.0.1, rtp_ports: "20000-29999"}}
+telephony: {{unknown_call_timeout_s: 30}}
 """
 
 
@@ -173,9 +182,16 @@ def _pinned(cpus: set[int] | None):
     return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
 
 
-async def start_load(client: str, port: int, n: int, read_interval_ms: float = 50.0, cpus: set[int] | None = None) -> LoadHandle:
-    """N callers, 5 ms apart: `lean` in a process of its own (bench/capacity_client.py), `websockets` in this one."""
-    if client == "websockets":
+async def start_load(client: str, port: int, n: int, read_interval_ms: float = 50.0, cpus: set[int] | None = None,
+                     sip_port: int | None = None) -> LoadHandle:
+    """N callers, 5 ms apart: `lean` in a process of its own (bench/capacity_client.py), `websockets` in this one;
+    with `sip_port`, SIP callers in a process of their own (bench/sip_callers.py)."""
+    if sip_port is not None:
+        cmd = [sys.executable, "-m", "bench.sip_callers", "--port", str(port), "--sip-port", str(sip_port), "--sessions", str(n), "--seed", str(n)]
+    else:
+        cmd = [sys.executable, "-m", "bench.capacity_client", "--port", str(port), "--sessions", str(n),
+               "--seed", str(n), "--read-interval-ms", str(read_interval_ms)]
+    if client == "websockets" and sip_port is None:
         stop, stats, rng = asyncio.Event(), ClientStats(), random.Random(n)
         tasks = []
         for _ in range(n):
@@ -190,9 +206,7 @@ async def start_load(client: str, port: int, n: int, read_interval_ms: float = 5
             await asyncio.wait(tasks, timeout=15)
             return await ws_counters()
         return LoadHandle(ws_counters, ws_end)
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.capacity_client", "--port", str(port), "--sessions", str(n),
-                                                "--seed", str(n), "--read-interval-ms", str(read_interval_ms), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                                preexec_fn=_pinned(cpus))
+    proc = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, preexec_fn=_pinned(cpus))
 
     async def ask(cmd: bytes) -> dict:
         proc.stdin.write(cmd + b"\n")
@@ -254,9 +268,9 @@ def preemptions(pids: list[int]) -> int:
 
 
 async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: float, warmup: float, client: str = "lean",
-                    client_cpus: set[int] | None = None) -> dict:
-    """One level: N callers on `port`; `nodes` are the gateway processes behind it, (own metrics port, pid)."""
-    load = await start_load(client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "50")), client_cpus)
+                    client_cpus: set[int] | None = None, sip_port: int | None = None) -> dict:
+    """One level: N callers on `port` (or SIP calls to `sip_port`); `nodes` are the gateway processes behind it, (own metrics port, pid)."""
+    load = await start_load(client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "50")), client_cpus, sip_port)
     await asyncio.sleep(warmup)
     pids = [pid for _, pid in nodes]
 
@@ -291,6 +305,7 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
     full_gcs = int(gc_delta("voxgate_gc_collections_total", 2))
     return {
         "sessions": n,
+        "leg": "sip" if sip_port is not None else "ws",
         "workers": len(nodes),
         "client": client,
         "connected": stats["connected"],
@@ -330,10 +345,13 @@ BENCH_SECRET_ENV = "VOXGATE_BENCH_CLUSTER_SECRET"  # the workers' hop secret (cl
 class Gateways:
     """The server side of a run: one `voxgate serve`, or `voxgate serve --workers N` (beside a redis-server of its own)."""
 
-    def __init__(self, workers: int | None, redis_url: str | None = None, cpus: set[int] | None = None):
+    def __init__(self, workers: int | None, redis_url: str | None = None, cpus: set[int] | None = None, sip: bool = False):
         self.port = free_port()
+        self.sip_port = free_port() if sip else None
         self.nodes: list[tuple[int, int]] = []  # (own HTTP port: its /metrics, pid), one per gateway process
         cfg = CONFIG.format(port=self.port) + (f"cluster: {{redis_url: '{redis_url}', secret_env: {BENCH_SECRET_ENV}}}\n" if workers else "")
+        if sip:
+            cfg += SIP_CONFIG.format(sip_port=self.sip_port)
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
             f.write(cfg)
             self.cfg_path = f.name
@@ -489,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="run every worker count this many times, alternating (1,2,1,2,…): CPU per frame is compared within "
                          "each round, so a machine whose speed drifts between runs does not decide the comparison")
     ap.add_argument("--idle-s", type=float, default=3.0, help="seconds of idle gateway CPU measured before the levels (0: none)")
+    ap.add_argument("--leg", default="ws", choices=["ws", "sip"], help="ws: native WebSocket callers (default); sip: direct SIP calls with RTP")
     ap.add_argument("--json-output")
     ap.add_argument("--plot", metavar="FILE.png", help="draw sessions against p99 lateness and CPU per frame into FILE "
                                                        "(.png or .svg), the run's data beside it as FILE.json (bench/plots.py)")
@@ -498,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
             plots.check_target(args.plot, (args.json_output,))
         except plots.PlotError as e:
             ap.error(str(e))
+    if args.leg == "sip" and (args.workers or args.client != "lean"):
+        raise SystemExit("--leg sip runs one `voxgate serve` with its own callers (no --workers, no --client)")
     levels = [int(x) for x in args.levels.split(",")]
     worker_counts = [int(x) for x in args.workers.split(",")] if args.workers else [None]
     placement = parse_pin(args.pin, sorted(os.sched_getaffinity(0)))
@@ -511,13 +532,14 @@ def main(argv: list[str] | None = None) -> int:
         print(HEADER, flush=True)
         for rnd in range(max(1, args.rounds)):
             for workers in worker_counts:
-                gateways = Gateways(workers, redis.url if redis else None, gateway_cpus)
+                gateways = Gateways(workers, redis.url if redis else None, gateway_cpus, sip=args.leg == "sip")
                 try:
                     if args.idle_s > 0 and rnd == 0:
                         time.sleep(1.0)  # past start-up
                         idle[workers or 1] = gateways.idle_cpu_pct(args.idle_s)
                     for level in levels:
-                        row = asyncio.run(run_level(gateways.port, gateways.nodes, level, args.window, args.warmup, args.client, client_cpus))
+                        row = asyncio.run(run_level(gateways.port, gateways.nodes, level, args.window, args.warmup, args.client, client_cpus,
+                                                    gateways.sip_port))
                         row.update(pin=args.pin, idle_cpu_pct=idle.get(workers or 1), round=rnd)
                         rows.append(row)
                         print_row(row)
@@ -537,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         side_by_side(rows, worker_counts)
     else:
         held = [r["sessions"] for r in rows if r["holds"]]
-        print(f"holds up to {max(held) if held else 0} paced sessions (cpu count {os.cpu_count()})")
+        print(f"holds up to {max(held) if held else 0} paced {'SIP' if args.leg == 'sip' else 'WebSocket'} sessions (cpu count {os.cpu_count()})")
     result = {"levels": rows, "cpu_count": os.cpu_count(), "workers": worker_counts if args.workers else None,
               "pin": args.pin, "idle_cpu_pct": idle}
     if args.json_output:
