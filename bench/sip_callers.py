@@ -74,11 +74,16 @@ async def sip_call(args, sip: SipSocket, stats: ClientStats, stop: asyncio.Event
     common = (f"From: <sip:bench@127.0.0.1>;tag={call_id[-8:]}\r\nCall-ID: {call_id}\r\n")
     answered = loop.create_future()
     sip.waiting[call_id] = answered
-    sip.transport.sendto((f"INVITE sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bK{call_id[-12:]}\r\n"
-                          f"{common}To: <sip:agent@127.0.0.1>\r\nCSeq: 1 INVITE\r\nContact: <sip:bench@127.0.0.1:{sip_local}>\r\n"
-                          f"Content-Type: application/sdp\r\nContent-Length: {len(sdp)}\r\n\r\n{sdp}").encode(), ("127.0.0.1", args.sip_port))
+    invite = (f"INVITE sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bK{call_id[-12:]}\r\n"
+              f"{common}To: <sip:agent@127.0.0.1>\r\nCSeq: 1 INVITE\r\nContact: <sip:bench@127.0.0.1:{sip_local}>\r\n"
+              f"Content-Type: application/sdp\r\nContent-Length: {len(sdp)}\r\n\r\n{sdp}").encode()
     try:
-        status, to = await asyncio.wait_for(answered, 10)
+        for wait in (0.5, 1.0, 2.0, 4.0, 4.0):  # RFC 3261 timer A, as a phone retransmits an INVITE over UDP
+            sip.transport.sendto(invite, ("127.0.0.1", args.sip_port))
+            done, _ = await asyncio.wait({answered}, timeout=wait)
+            if done:
+                break
+        status, to = await asyncio.wait_for(answered, 0.01)
     except asyncio.TimeoutError:
         stats.error("no_answer")
         rtp.close()

@@ -222,6 +222,9 @@ class SipServer:
                 log.info("sip: INVITE from %s refused (not in sip.allow)", addr[0])
                 self._reply(msg, 403, "Forbidden", wire.refusal_headers("forbidden"))
                 return
+            if method == "INVITE" and msg.call_id in self.calls and not (msg.to_addr and msg.to_addr.tag):
+                self._reply(msg, 100, "Trying")  # a retransmission of an INVITE being answered: not a second call
+                return
             if method == "ACK" and msg.call_id in self.calls:
                 self.calls[msg.call_id].acked = True
             if method == "INFO":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -98,3 +99,26 @@ def test_sipfrag_status():
     assert wire.sipfrag_status("SIP/2.0 180 Ringing\r\n") == (180, "Ringing")
     assert wire.sipfrag_status("SIP/2.0 603") == (603, "")
     assert wire.sipfrag_status("hello") is None and wire.sipfrag_status("") is None
+
+
+async def test_a_retransmitted_invite_is_one_call(sip_gateway, callers):
+    from tests.sip.udp_caller import invite
+
+    gw = await sip_gateway(sip={"answer_delay_ms": 300, "ack_timeout_s": 30})  # no ACK here: the call must outlive the test
+    c = callers()
+    call_id = f"retx-{uuid.uuid4().hex}"
+    request = invite(call_id, c.sip.getsockname()[1], c.rtp.getsockname()[1])
+    for pause in (0.15, 0.45, 0):  # a phone that did not hear our 100 Trying sends the INVITE again (timer A):
+        c.sip.sendto(request, ("127.0.0.1", sip_port(gw)))  # once while we ring, once after our 200 OK went out
+        await asyncio.sleep(pause)
+    finals = []
+    deadline = asyncio.get_running_loop().time() + 1.0
+    try:
+        while True:
+            data, _ = await c.recv(c.sip, timeout=max(0.01, deadline - asyncio.get_running_loop().time()))
+            if data.startswith(b"SIP/2.0 ") and int(data[8:11]) >= 200:
+                finals.append(data[:12])
+    except TimeoutError:
+        pass
+    assert finals and all(f.startswith(b"SIP/2.0 200") for f in finals)  # 200 OK (and its retransmissions), no refusal
+    assert len(gw.calls) == 1
