@@ -75,3 +75,16 @@ async def test_agent_ends_the_call_with_bye(sip_gateway, baresip):
     assert closed["type"] == "CALL_CLOSED"
     await asyncio.sleep(0.2)
     assert len(gw.calls) == 0
+
+
+async def test_with_no_agent_the_greeting_answers(sip_gateway, baresip):
+    gw = await sip_gateway(sip={"greeting": "Hello, this is voxgate."})
+    await baresip.command("dial", f"sip:agent@127.0.0.1:{sip_port(gw)}")
+    await baresip.event("CALL_ESTABLISHED")
+    await asyncio.sleep(2.0)  # the greeting (under half a second of speech here) plays with nobody attached
+    await baresip.command("hangup")
+    await baresip.event("CALL_CLOSED", timeout=5)
+    await asyncio.sleep(0.3)
+    pcm, rate = baresip.heard()
+    loud = np.abs(pcm.astype(np.int32)) > 500
+    assert loud.sum() > rate * 0.3, "baresip did not hear the greeting"
