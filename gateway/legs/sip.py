@@ -42,6 +42,8 @@ else:
 
 from audio.playout import PlayoutEvent
 from gateway import protocol as P
+from gateway.cluster.forward import owner_elsewhere
+from gateway.cluster.plane import ClusterUnavailable
 from gateway.config import sip_port_range
 from gateway.core import CallCore
 from gateway.core.calls import TELEPHONY_PCM, Call
@@ -333,6 +335,9 @@ class SipServer:
             if self._gone(c):  # cancelled while the sockets were bound
                 await self._close_rtp(c)
                 return
+            if self.core.cluster is not None and not await self._claimed_here(c):
+                await self._close_rtp(c)
+                return
             c.leg = SipLeg(c, self.core.metrics)
             try:
                 c.call = self.core.calls.connect_media(self._call_ids(incoming), c.leg, "sip")
@@ -354,6 +359,22 @@ class SipServer:
         except Exception:
             log.exception("sip: answering call %s failed", incoming.call_id)
             await self.hang_up(c, P.INTERNAL)
+
+    async def _claimed_here(self, c: SipCall) -> bool:
+        """Cluster mode: the call's ids are claimed for this node (its RTP never leaves it). A call another node
+        already owns (its agent attached there first) is refused: RTP cannot be forwarded."""
+        ids = self._call_ids(c.incoming)
+        try:
+            owner = await owner_elsewhere(self.core, None, ids)
+        except ClusterUnavailable as exc:
+            self._forget(c)
+            self._refuse(c.incoming, P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc})")
+            return False
+        if owner is not None:
+            self._forget(c)
+            self._refuse(c.incoming, P.CALL_BUSY, f"call {ids[0]!r} is owned by another node; SIP calls are served where they arrive")
+            return False
+        return True
 
     def _gone(self, c: SipCall) -> bool:
         """The INVITE was cancelled (the stack answered 487) or the call ended meanwhile."""
