@@ -28,6 +28,13 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v haproxy >/dev/null 
       || echo "install_test_deps: could not install redis-server/haproxy/coturn/openssl; cluster tests will be skipped"
   fi
 fi
+# direct SIP's far ends (tests/sip): SIPp (Debian sip-tester, with its G.711 pcaps) and the baresip user agent
+if ! command -v sipp >/dev/null 2>&1 || ! command -v baresip >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sip-tester baresip-core) >/dev/null 2>&1 \
+      || echo "install_test_deps: could not install sip-tester/baresip; SIP tests will be skipped"
+  fi
+fi
 # checkov scans deploy/kubernetes (tests/deploy); its own venv, because its pins would downgrade the project's
 # (networkx, packaging). Without it that one test skips.
 if [ ! -x .venv-checkov/bin/checkov ]; then

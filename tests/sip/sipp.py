@@ -19,7 +19,7 @@ def require(tool: str) -> str:
     if path is None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{tool} is not installed (scripts/install_test_deps.sh installs it)")
-        pytest.skip(f"{tool} is not installed (apt-get install sip-tester baresip)")
+        pytest.skip(f"{tool} is not installed (apt-get install sip-tester baresip-core redis-server)")
     return path
 
 
