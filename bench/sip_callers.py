@@ -5,8 +5,8 @@
 
 It answers the same `stats` / `stop` lines as bench/capacity_client.py with the same counters (frames = RTP
 packets received, all calls), so `python -m bench.gateway_capacity --leg sip` reads SIP runs like WebSocket
-ones. One asyncio loop: a datagram protocol per call counts RTP packets (one callback each), one shared SIP
-socket matches responses by Call-ID, and the agents' control sockets are `websockets` clients (a few
+ones. One asyncio loop: every call's RTP socket is drained together every 50 ms (packets counted, never decoded),
+one shared SIP socket matches responses by Call-ID, and the agents' control sockets are `websockets` clients (a few
 messages per turn, not per frame).
 """
 
@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import random
+import socket
 import sys
 import time
 import uuid
@@ -25,12 +26,38 @@ import websockets
 from bench.capacity_client import TURN_TEXTS, ClientStats
 
 
-class RtpCounter(asyncio.DatagramProtocol):
+READ_INTERVAL_S = 0.05  # as bench/capacity_client.py: wake every 50 ms and drain, never once per packet
+
+
+class RtpSockets:
+    """Every call's RTP socket, drained together every READ_INTERVAL_S: a callback per packet would wake this
+    process 50 times a second per call, and on a small machine those wake-ups preempt the gateway under test."""
+
     def __init__(self, stats: ClientStats):
         self.stats = stats
+        self.sockets: set[socket.socket] = set()
 
-    def datagram_received(self, data: bytes, addr) -> None:
-        self.stats.frames += 1
+    def open(self) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        sock.setblocking(False)
+        self.sockets.add(sock)
+        return sock
+
+    def close(self, sock: socket.socket) -> None:
+        self.sockets.discard(sock)
+        sock.close()
+
+    async def drain_forever(self) -> None:
+        while True:
+            await asyncio.sleep(READ_INTERVAL_S)
+            for sock in self.sockets:
+                try:
+                    while True:
+                        sock.recv(2048)
+                        self.stats.frames += 1
+                except (BlockingIOError, OSError):
+                    pass
 
 
 class SipSocket(asyncio.DatagramProtocol):
@@ -63,10 +90,10 @@ class SipSocket(asyncio.DatagramProtocol):
                 fut.set_result((int(lines[0][8:11]), headers.get("to", "")))
 
 
-async def sip_call(args, sip: SipSocket, stats: ClientStats, stop: asyncio.Event, rng: random.Random) -> None:
+async def sip_call(args, sip: SipSocket, rtps: RtpSockets, stats: ClientStats, stop: asyncio.Event, rng: random.Random) -> None:
     loop = asyncio.get_running_loop()
-    rtp, _ = await loop.create_datagram_endpoint(lambda: RtpCounter(stats), local_addr=("127.0.0.1", 0))
-    rtp_port = rtp.get_extra_info("sockname")[1]
+    rtp = rtps.open()
+    rtp_port = rtp.getsockname()[1]
     sip_local = sip.transport.get_extra_info("sockname")[1]
     call_id = f"bench-{uuid.uuid4().hex}"
     sdp = (f"v=0\r\no=bench 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
@@ -86,11 +113,11 @@ async def sip_call(args, sip: SipSocket, stats: ClientStats, stop: asyncio.Event
         status, to = await asyncio.wait_for(answered, 0.01)
     except asyncio.TimeoutError:
         stats.error("no_answer")
-        rtp.close()
+        rtps.close(rtp)
         return
     if status != 200:
         stats.error(f"sip_{status}")
-        rtp.close()
+        rtps.close(rtp)
         return
     sip.transport.sendto((f"ACK sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bKa{call_id[-12:]}\r\n"
                           f"{common}To: {to}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n").encode(), ("127.0.0.1", args.sip_port))
@@ -116,16 +143,18 @@ async def sip_call(args, sip: SipSocket, stats: ClientStats, stop: asyncio.Event
         if not stop.is_set():
             stats.disconnects += 1
     finally:
-        rtp.close()
+        rtps.close(rtp)
 
 
 async def main_async(args) -> None:
     loop = asyncio.get_running_loop()
     stats, stop, rng = ClientStats(), asyncio.Event(), random.Random(args.seed)
     _, sip = await loop.create_datagram_endpoint(SipSocket, local_addr=("127.0.0.1", 0))
+    rtps = RtpSockets(stats)
+    drain = asyncio.create_task(rtps.drain_forever())
     tasks = []
     for _ in range(args.sessions):
-        tasks.append(asyncio.create_task(sip_call(args, sip, stats, stop, rng)))
+        tasks.append(asyncio.create_task(sip_call(args, sip, rtps, stats, stop, rng)))
         await asyncio.sleep(0.005)
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -140,6 +169,7 @@ async def main_async(args) -> None:
         elif line in ("stop", ""):
             stop.set()
             await asyncio.wait(tasks, timeout=15)
+            drain.cancel()
             report()
             return
 
