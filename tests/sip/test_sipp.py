@@ -6,6 +6,7 @@ import asyncio
 import wave
 
 import numpy as np
+import pytest
 
 from tests.sip.conftest import sip_port
 from tests.sip.sipp import run_sipp
@@ -101,4 +102,21 @@ async def test_info_dtmf_hold_codec_change_and_transfer(sip_gateway, tmp_path):
     assert outcome["state"] == "succeeded" and outcome["status"] == 200
     ended = await control.expect("call.media", timeout=5, state="ended")
     assert ended["reason"] == "hangup"
+    (await sipp).assert_ok()
+
+
+async def test_the_callers_speech_barges_in(sip_gateway, tmp_path):
+    """SIPp's recording, as the caller's RTP, goes through the same inbound path as other legs: Silero VAD hears
+    it while the agent speaks and interrupts the turn."""
+    pytest.importorskip("silero_vad", reason="the vad extra: pip install 'voxgate[vad]'")
+    gw = await sip_gateway(barge_in={"mode": "vad", "min_speech_ms": 200, "echo_holdoff_ms": 0})
+    control = await Control.connect(gw)
+    await control.attach("sipp-barge-1")
+    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "call_pcap.xml", fields=["sipp-barge-", "2500"]))
+    await control.expect("call.media", timeout=10)
+    await control.send({"type": "text", "turn_id": "long", "text": "This turn goes on and on while the caller talks. " * 6, "final": True})
+    speech = await control.expect("user.speech", timeout=10, state="started")
+    done = await control.expect("turn.done", turn_id="long", timeout=10)
+    assert done["interrupted"] is True and done["interrupted_by"] == "caller", done
+    assert speech["at_ms"] >= 0
     (await sipp).assert_ok()
