@@ -421,15 +421,19 @@ class ClusterConfig:
 class SipRegistration:
     """A registration to a provider (REGISTER), for trunks that send calls to a registered contact."""
 
-    server: str = ""  # sip:provider.example.com or host:port
-    user: str = ""
-    password_env: str | None = None  # env var holding the password (never in the file)
+    server: str = ""  # the registrar: sip:provider.example.com[:port] (or host[:port]); 5060 by default
+    user: str = ""  # the account: the address of record is sip:USER@HOST
+    password_env: str | None = None  # env var holding the password for digest auth (never in the file)
     expires: int = 600
 
     def validate(self, check) -> None:
-        check(bool(self.server), "server", "is required")
-        check(bool(self.user), "user", "is required")
+        check(sip_registrar(self.server) is not None, "server", "must be sip:HOST[:PORT] or HOST[:PORT]")
+        check(bool(self.user) and self.user.isprintable() and not any(c in self.user for c in " @:<>;"), "user",
+              "must be a SIP user name (no spaces or @ : < > ;)")
         check(60 <= self.expires <= 86400, "expires", "must be 60..86400")
+        if self.password_env is not None:
+            check(bool(os.environ.get(self.password_env)), "password_env",
+                  f"names {self.password_env!r}, but that environment variable is empty or unset")
 
 
 SIP_CODECS = ("PCMU", "PCMA")
@@ -462,7 +466,16 @@ class SipConfig:
         check(bool(self.codecs) and all(c in SIP_CODECS for c in self.codecs), "codecs", f"must list some of {', '.join(SIP_CODECS)}")
         check(self.answer_delay_ms >= 0, "answer_delay_ms", "must be >= 0")
         check(self.ack_timeout_s > 0, "ack_timeout_s", "must be > 0")
-        check(not self.register, "register", "registration is not implemented yet: point the trunk at this address (IP authentication)")
+        for i, registration in enumerate(self.register):  # list items are not walked by _validate_tree
+            registration.validate(lambda ok, key, message, i=i: check(ok, "register", f"[{i}].{key} {message}"))
+
+
+def sip_registrar(text: str) -> tuple[str, int] | None:
+    """`sip:provider.example.com:5080` (or without `sip:`) as (host, port), or None when it is not one."""
+    m = re.fullmatch(r"(?:sips?:)?([A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\])(?::(\d{1,5}))?", (text or "").strip())
+    if m is None or (m.group(2) is not None and not 0 < int(m.group(2)) <= 65535):
+        return None
+    return m.group(1).strip("[]"), int(m.group(2) or 5060)
 
 
 def sip_port_range(text: str) -> tuple[int, int] | None:

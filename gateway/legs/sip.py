@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from dataclasses import dataclass
 
 import numpy as np
 
 try:  # the `sip` extra; without it the leg refuses a config that sets sip.port (install below)
     from aiortp import PortAllocator, RTPSession
-    from aiosipua import IncomingCall, SipRequest, SipResponse, SipUAS, UdpSipTransport
+    from aiosipua import IncomingCall, Registration, SipDigestAuth, SipRequest, SipResponse, SipUAC, SipUAS, UdpSipTransport
     from aiosipua.sdp import SdpMessage, negotiate_sdp
     from aiosipua.transport import _UdpProtocol
     from aiosipua.utils import generate_tag
@@ -44,7 +46,7 @@ from audio.playout import PlayoutEvent
 from gateway import protocol as P
 from gateway.cluster.forward import owner_elsewhere
 from gateway.cluster.plane import ClusterUnavailable
-from gateway.config import sip_port_range
+from gateway.config import sip_port_range, sip_registrar
 from gateway.core import CallCore
 from gateway.core.calls import TELEPHONY_PCM, Call
 from gateway.legs.host import LegHost
@@ -177,12 +179,14 @@ class SipServer:
         self.uas: SipUAS | None = None
         self._uas_intake = None
         self._tasks: set[asyncio.Task] = set()
+        self.registrations: list[Registration] = []
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str, port: int) -> int:
         self.transport = _UdpSip(local_addr=(host, port))
         public = (self.config.public_ip, port) if self.config.public_ip else None
-        self.uas = SipUAS(self.transport, user_agent=USER_AGENT, advertised_addr=public)
+        self.uac = SipUAC(self.transport, advertised_addr=public)  # REGISTER (and the answers to it) goes through it
+        self.uas = SipUAS(self.transport, user_agent=USER_AGENT, advertised_addr=public, uac=self.uac)
         self.uas.on_invite = self._on_invite
         self.uas.on_reinvite = self._on_reinvite
         self.uas.on_bye = self._on_bye
@@ -193,14 +197,38 @@ class SipServer:
         self.host, self.port = host, bound[1]
         self.transport.local_addr = (host, self.port)  # port 0 (tests): Via and Contact name the port really bound
         if public is not None:
-            self.uas.advertised_addr = (self.config.public_ip, self.port)
+            self.uas.advertised_addr = self.uac.advertised_addr = (self.config.public_ip, self.port)
         # our intake runs first (allow list, ACK, INFO), then the stack's
         self._uas_intake = self.transport.on_message
         self.transport.on_message = self._on_message
         log.info("SIP listening on %s:%d/udp (RTP %s)", host, self.port, self.config.rtp_ports)
+        await self._register()
         return self.port
 
+    async def _register(self) -> None:
+        """`sip.register`: bind each account at its registrar (digest auth, refreshed before it expires), so a
+        provider that sends calls to a registered contact finds this gateway. Failures are logged, not fatal."""
+        loop = asyncio.get_running_loop()
+        for entry in self.config.register:
+            host, port = sip_registrar(entry.server)
+            try:
+                info = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_DGRAM)
+            except OSError as exc:
+                log.warning("sip: registrar %s: cannot resolve %s (%s); not registered", entry.server, host, exc)
+                continue
+            password = os.environ.get(entry.password_env) if entry.password_env else None
+            reg = Registration(self.uac, f"sip:{entry.user}@{host}", info[0][4][:2], expires=entry.expires,
+                               auth=SipDigestAuth(entry.user, password) if password else None, user_agent=USER_AGENT)
+            reg.on_registered = lambda r: log.info("sip: registered %s for %d s", r.aor, r.granted_expires)
+            reg.on_failed = lambda r, status, reason: log.warning("sip: registration of %s failed: %d %s", r.aor, status, reason)
+            reg.on_expired = lambda r: log.warning("sip: registration of %s expired", r.aor)
+            reg.register()
+            self.registrations.append(reg)
+
     async def stop(self) -> None:
+        for reg in self.registrations:
+            if reg.state.value == "registered":
+                reg.unregister()  # Expires: 0, best effort: the registrar forgets us now, not at expiry
         for c in list(self.calls.values()):
             await self.hang_up(c, "shutdown")
         for task in list(self._tasks):

@@ -74,7 +74,8 @@ async def test_options_keepalive_is_answered(sip_gateway, callers):
     ({"rtp_ports": "20000"}, "rtp_ports"),
     ({"codecs": ["opus"]}, "codecs"),
     ({"allow": ["not-an-ip"]}, "allow"),
-    ({"register": [{"server": "sip:provider.example", "user": "u"}]}, "registration is not implemented"),
+    ({"register": [{"server": "sip:provider example", "user": "u"}]}, "must be sip:HOST[:PORT]"),
+    ({"register": [{"server": "sip:provider.example", "user": "u", "password_env": "VOXGATE_NO_SUCH_VAR"}]}, "empty or unset"),
 ])
 def test_config_refuses_what_cannot_work_in_one_line(section, words):
     with pytest.raises(ConfigError) as err:
@@ -122,3 +123,21 @@ async def test_a_retransmitted_invite_is_one_call(sip_gateway, callers):
         pass
     assert finals and all(f.startswith(b"SIP/2.0 200") for f in finals)  # 200 OK (and its retransmissions), no refusal
     assert len(gw.calls) == 1
+
+
+async def test_registers_with_digest_auth_and_unregisters_at_stop(tmp_path, monkeypatch):
+    from tests.sip.sipp import free_udp_port, run_sipp
+    from tests.telephony.conftest import merge, started_gateways
+
+    from tests.sip.conftest import SIP_FAST
+
+    monkeypatch.setenv("VOXGATE_TEST_SIP_PASSWORD", "s3cret-pass")
+    registrar_port = free_udp_port()
+    registrar = asyncio.create_task(run_sipp(tmp_path, None, "registrar.xml", fields=["s3cret-pass"], listen_port=registrar_port,
+                                             timeout_s=20))
+    await asyncio.sleep(0.5)  # SIPp listens
+    async with started_gateways() as start:
+        await start(merge(SIP_FAST, {"sip": {"register": [{"server": f"sip:127.0.0.1:{registrar_port}", "user": "voxgate",
+                                                            "password_env": "VOXGATE_TEST_SIP_PASSWORD", "expires": 120}]}}))
+        await asyncio.sleep(1.0)  # 401, the REGISTER with credentials, 200
+    (await registrar).assert_ok()  # SIPp checked the digest and saw the Expires: 0 REGISTER at our stop
