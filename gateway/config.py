@@ -462,12 +462,23 @@ class SipConfig:
         if self.port is not None:
             check(0 <= self.port <= 65535, "port", "must be 0..65535")
         check(_are_networks(self.allow), "allow", "entries must be IP addresses or CIDR networks")
+        check(self.public_ip is None or _is_ip(self.public_ip), "public_ip", "must be an IP address (what SDP's c= line carries)")
         check(sip_port_range(self.rtp_ports) is not None, "rtp_ports", "must be FIRST-LAST, two ports 1024..65535 with room for one even/odd pair")
         check(bool(self.codecs) and all(c in SIP_CODECS for c in self.codecs), "codecs", f"must list some of {', '.join(SIP_CODECS)}")
         check(self.answer_delay_ms >= 0, "answer_delay_ms", "must be >= 0")
         check(self.ack_timeout_s > 0, "ack_timeout_s", "must be > 0")
         for i, registration in enumerate(self.register):  # list items are not walked by _validate_tree
             registration.validate(lambda ok, key, message, i=i: check(ok, "register", f"[{i}].{key} {message}"))
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def sip_registrar(text: str) -> tuple[str, int] | None:

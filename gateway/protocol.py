@@ -49,6 +49,8 @@ FORBIDDEN_ORIGIN = "forbidden_origin"  # a browser page whose Origin is not in s
 NOT_FOUND = "not_found"  # HTTP 404: no route or no file by that path
 METHOD_NOT_ALLOWED = "method_not_allowed"  # HTTP 405: the route exists, not for this method (Allow names those it takes)
 BAD_REQUEST = "bad_request"  # any other HTTP 4xx aiohttp itself refuses with (e.g. a plain GET on a WebSocket route)
+SIP_FORBIDDEN = "forbidden"  # SIP: an INVITE from an address outside sip.allow (403, in X-Voxgate-Reason)
+RTP_PORTS_EXHAUSTED = "rtp_ports_exhausted"  # SIP: no free RTP port pair in sip.rtp_ports (503)
 
 # WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).
 CLOSE_POLICY = 1008  # the peer broke the protocol in a way the connection cannot survive

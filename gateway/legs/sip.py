@@ -73,11 +73,11 @@ FRAME_PTIME_MS = 20
 RTCP_INTERVAL_S = 5.0  # RFC 3550's minimum; aiortp spreads each report over 0.5x..1.5x of it
 # A refusal's SIP status per voxgate code; anything else is a 500.
 REFUSAL_STATUS = {
-    "forbidden": (403, "Forbidden"),
+    P.SIP_FORBIDDEN: (403, "Forbidden"),
     P.AT_CAPACITY: (503, "Service Unavailable"),
     P.SHUTTING_DOWN: (503, "Service Unavailable"),
     P.CLUSTER_UNAVAILABLE: (503, "Service Unavailable"),
-    "rtp_ports_exhausted": (503, "Service Unavailable"),
+    P.RTP_PORTS_EXHAUSTED: (503, "Service Unavailable"),
     P.ENGINE_UNAVAILABLE: (503, "Service Unavailable"),
     P.CALL_BUSY: (486, "Busy Here"),
     P.UNSUPPORTED_FORMAT: (488, "Not Acceptable Here"),
@@ -177,6 +177,7 @@ class SipServer:
         self.port: int | None = None
         self.transport: UdpSipTransport | None = None
         self.uas: SipUAS | None = None
+        self.uac: SipUAC | None = None
         self._uas_intake = None
         self._tasks: set[asyncio.Task] = set()
         self.registrations: list[Registration] = []
@@ -250,7 +251,7 @@ class SipServer:
             if method == "INVITE" and msg.call_id not in self.calls and self.allow and not in_networks(addr[0], self.allow):
                 self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
                 log.info("sip: INVITE from %s refused (not in sip.allow)", addr[0])
-                self._reply(msg, 403, "Forbidden", wire.refusal_headers("forbidden"))
+                self._reply(msg, 403, "Forbidden", wire.refusal_headers(P.SIP_FORBIDDEN))
                 return
             if method == "INVITE" and msg.call_id in self.calls and not (msg.to_addr and msg.to_addr.tag):
                 self._reply(msg, 100, "Trying")  # a retransmission of an INVITE being answered: not a second call
@@ -358,7 +359,7 @@ class SipServer:
                     jitter_prefetch=2, cname=USER_AGENT, rtcp_interval=RTCP_INTERVAL_S)
             except RuntimeError:
                 self._forget(c)
-                self._refuse(incoming, "rtp_ports_exhausted", f"no free RTP port pair in {self.config.rtp_ports}")
+                self._refuse(incoming, P.RTP_PORTS_EXHAUSTED, f"no free RTP port pair in {self.config.rtp_ports}")
                 return
             if self._gone(c):  # cancelled while the sockets were bound
                 await self._close_rtp(c)

@@ -59,13 +59,16 @@ class Baresip:
         log = open(folder / "baresip.log", "wb")
         proc = await asyncio.create_subprocess_exec(binary, "-f", str(folder), stdin=asyncio.subprocess.DEVNULL, stdout=log,
                                                     stderr=asyncio.subprocess.STDOUT)
-        for _ in range(100):
+        deadline = asyncio.get_running_loop().time() + 20.0  # a loaded CI box starts it slowly
+        while asyncio.get_running_loop().time() < deadline and proc.returncode is None:
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
                 return cls(folder, proc, reader, writer)
             except OSError:
                 await asyncio.sleep(0.05)
-        proc.kill()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
         raise AssertionError(f"baresip did not start: {(folder / 'baresip.log').read_text(errors='replace')}")
 
     async def command(self, command: str, params: str = "") -> None:

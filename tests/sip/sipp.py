@@ -24,7 +24,8 @@ def require(tool: str) -> str:
 
 
 def free_udp_port(pairs: int = 1) -> int:
-    """A UDP port with `2 * pairs` free ports from it (SIPp's media port takes RTP and RTCP)."""
+    """A port with `2 * pairs` ports from it free for UDP and TCP (SIPp's media port takes RTP and RTCP;
+    baresip listens for SIP on both, and its control on TCP)."""
     for _ in range(50):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind(("127.0.0.1", 0))
@@ -34,9 +35,10 @@ def free_udp_port(pairs: int = 1) -> int:
         try:
             socks = []
             for p in range(port, port + 2 * pairs):
-                t = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(t)
-                t.bind(("127.0.0.1", p))
+                for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+                    t = socket.socket(socket.AF_INET, kind)
+                    socks.append(t)
+                    t.bind(("127.0.0.1", p))
             return port
         except OSError:
             continue

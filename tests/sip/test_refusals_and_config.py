@@ -74,6 +74,7 @@ async def test_options_keepalive_is_answered(sip_gateway, callers):
     ({"rtp_ports": "20000"}, "rtp_ports"),
     ({"codecs": ["opus"]}, "codecs"),
     ({"allow": ["not-an-ip"]}, "allow"),
+    ({"public_ip": "voxgate.example.com"}, "public_ip"),
     ({"register": [{"server": "sip:provider example", "user": "u"}]}, "must be sip:HOST[:PORT]"),
     ({"register": [{"server": "sip:provider.example", "user": "u", "password_env": "VOXGATE_NO_SUCH_VAR"}]}, "empty or unset"),
 ])
