@@ -443,12 +443,13 @@ SIP_CODECS = ("PCMU", "PCMA")
 class SipConfig:
     """Direct SIP (gateway/legs/sip.py, docs/sip.md): a trunk or PBX sends INVITEs here; RTP on `rtp_ports`."""
 
-    port: int | None = None  # enables the SIP leg (UDP); 5060 is the usual port
+    port: int | None = None  # enables the SIP leg (UDP only); 5060 is the usual port
     host: str | None = None  # bind address; defaults to server.host
     allow: list[str] = field(default_factory=list)  # trunk/PBX addresses (IPs/CIDRs) that may send INVITEs; others get 403
     rtp_ports: str = "20000-20999"  # RTP range (each call takes an even port for RTP and the odd one above it for RTCP)
     public_ip: str | None = None  # the address written into SDP (behind NAT)
-    codecs: list[str] = field(default_factory=lambda: list(SIP_CODECS))  # answer preference among what the caller offers
+    codecs: list[str] = field(default_factory=lambda: list(SIP_CODECS))  # codecs accepted; the caller's offer order picks among them
+    # accounts to REGISTER at a provider's registrar: each {server, user, password_env, expires} (docs/sip.md)
     register: list[SipRegistration] = field(default_factory=list)
     answer_delay_ms: float = 0.0  # ring (180) this long before answering
     ack_timeout_s: float = 32.0  # a 200 OK not ACKed within this ends the call with BYE (RFC 3261: 64*T1)
