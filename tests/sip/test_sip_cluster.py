@@ -11,6 +11,7 @@ import pytest
 import websockets
 
 from tests.cluster.harness import Node, Redis, free_port
+from tests.conftest import CLUSTER_SECRET_ENV
 from tests.sip.sipp import require
 from tests.sip.udp_caller import UdpCaller
 
@@ -22,7 +23,7 @@ def config(redis_url: str, sip_port: int) -> dict:
             "playout": {"prebuffer_ms": 40},
             "telephony": {"unknown_call_timeout_s": 10},
             "sip": {"port": sip_port, "host": "127.0.0.1", "rtp_ports": "45000-45999"},
-            "cluster": {"redis_url": redis_url, "claim_ttl_s": 3.0}}
+            "cluster": {"redis_url": redis_url, "claim_ttl_s": 3.0, "secret_env": CLUSTER_SECRET_ENV}}
 
 
 @pytest.fixture(scope="module")
