@@ -443,7 +443,7 @@ SIP_CODECS = ("PCMU", "PCMA")
 class SipConfig:
     """Direct SIP (gateway/legs/sip.py, docs/sip.md): a trunk or PBX sends INVITEs here; RTP on `rtp_ports`."""
 
-    port: int | None = None  # enables the SIP leg (UDP only); 5060 is the usual port
+    port: int | None = None  # enables the SIP leg, UDP and TCP on this port; 5060 is the usual one
     host: str | None = None  # bind address; defaults to server.host
     allow: list[str] = field(default_factory=list)  # trunk/PBX addresses (IPs/CIDRs) that may send INVITEs; others get 403
     rtp_ports: str = "20000-20999"  # RTP range (each call takes an even port for RTP and the odd one above it for RTCP)

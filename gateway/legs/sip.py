@@ -1,8 +1,8 @@
-"""Direct SIP: a trunk or a PBX sends INVITEs to `sip.port` (UDP); each answered call is a media leg with RTP.
+"""Direct SIP: a trunk or a PBX sends INVITEs to `sip.port` (UDP or TCP); each answered call is a media leg with RTP.
 
 Signalling is aiosipua's user agent server (transactions, dialogs, 2xx retransmission, CANCEL, OPTIONS),
-media is one aiortp RTP session per call (one UDP socket pair, no thread, no pacer task: the shared clock
-sends each 20 ms frame). This module adapts both to the call registry, as the AudioSocket leg does:
+media is one aiortp RTP session per call (one UDP socket pair and aiortp's RTCP timer task, no thread, no
+pacer: the shared clock sends each 20 ms frame). This module adapts both to the call registry, as the AudioSocket leg does:
 
 * INVITE from an address outside `sip.allow` -> 403; at capacity or draining -> 503; a call id already in
   use -> 486; no codec in common -> 488. Every refusal carries voxgate's stable code in `X-Voxgate-Reason`.
@@ -33,7 +33,8 @@ import numpy as np
 
 try:  # the `sip` extra; without it the leg refuses a config that sets sip.port (install below)
     from aiortp import PortAllocator, RTPSession
-    from aiosipua import IncomingCall, Registration, SipDigestAuth, SipRequest, SipResponse, SipUAC, SipUAS, UdpSipTransport
+    from aiosipua import (IncomingCall, Registration, SipDigestAuth, SipMessage, SipRequest, SipResponse, SipTransport, SipUAC,
+                          SipUAS, TcpSipTransport, UdpSipTransport, parse_via, stringify_via)
     from aiosipua.sdp import SdpMessage, negotiate_sdp
     from aiosipua.transport import _UdpProtocol
     from aiosipua.utils import generate_tag
@@ -96,6 +97,62 @@ if _MISSING is None:
             loop = asyncio.get_running_loop()
             self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _UdpIntake(self), local_addr=self.local_addr)
 
+    class _TcpSip(TcpSipTransport):
+        """SIP over TCP. aiosipua answers by the top Via's host and port, which over TCP is the caller's
+        listening port, not the connection: every request is stamped with the connection's address
+        (`received`, `rport`), so its answers go back on the connection it came on (RFC 3261 §18.2.2).
+        Connections count against the per-IP caps (`server.limits`) like every other door."""
+
+        def __init__(self, local_addr, peers):
+            super().__init__(local_addr=local_addr)
+            self.peers = peers
+
+        async def _handle_connection(self, reader, writer) -> None:
+            peer = writer.get_extra_info("peername")
+            address = peer[0] if isinstance(peer, tuple) and peer else None
+            refused = self.peers.open(address)
+            if refused is not None:
+                writer.transport.abort()
+                return
+            try:
+                await super()._handle_connection(reader, writer)
+            finally:
+                self.peers.close(address)
+
+        def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
+            try:
+                msg = SipMessage.parse(data)
+            except Exception:
+                log.info("sip: a message over TCP from %s does not parse; dropped", addr[0])
+                return
+            if isinstance(msg, SipRequest):
+                _answer_on_this_connection(msg, addr)
+            try:
+                self.on_message(msg, addr)
+            except Exception:
+                log.exception("sip: handling a message from %s failed", addr[0])
+
+
+def _answer_on_this_connection(request, addr: tuple[str, int]) -> None:
+    vias = request.headers.get("via")
+    if not vias:
+        return
+    top = parse_via(vias[0])
+    top.params["received"], top.params["rport"] = addr[0], str(addr[1])
+    request.headers.remove("Via")
+    for v in [stringify_via(top), *vias[1:]]:
+        request.headers.append("Via", v)
+
+
+@dataclass
+class _Door:
+    """One SIP transport (UDP or TCP) and the user agent server reading it."""
+
+    name: str  # UDP | TCP: also what our own requests' Via says
+    transport: "SipTransport"
+    uas: "SipUAS"
+    intake: object = None  # the stack's own message handler, called after ours
+
 
 class SipLeg:
     """The media leg of one SIP call: G.711 RTP frames from the shared clock."""
@@ -150,6 +207,7 @@ class SipCall:
 
     server: "SipServer"
     incoming: IncomingCall
+    door: _Door
     codec: str = "PCMU"
     rtp: RTPSession | None = None
     call: Call | None = None
@@ -175,36 +233,44 @@ class SipServer:
         self.calls: dict[str, SipCall] = {}  # SIP Call-ID -> call
         self.host: str | None = None
         self.port: int | None = None
-        self.transport: UdpSipTransport | None = None
-        self.uas: SipUAS | None = None
+        self.doors: list[_Door] = []  # UDP first (registrations go out on it), then TCP
         self.uac: SipUAC | None = None
-        self._uas_intake = None
         self._tasks: set[asyncio.Task] = set()
         self.registrations: list[Registration] = []
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str, port: int) -> int:
-        self.transport = _UdpSip(local_addr=(host, port))
-        public = (self.config.public_ip, port) if self.config.public_ip else None
-        self.uac = SipUAC(self.transport, advertised_addr=public)  # REGISTER (and the answers to it) goes through it
-        self.uas = SipUAS(self.transport, user_agent=USER_AGENT, advertised_addr=public, uac=self.uac)
-        self.uas.on_invite = self._on_invite
-        self.uas.on_reinvite = self._on_reinvite
-        self.uas.on_bye = self._on_bye
-        self.uas.on_cancel = self._on_cancel
-        self.uas.on_ack_timeout = lambda incoming: self._end_soon(incoming.call_id, "no_ack", send_bye=False)
-        await self.uas.start()
-        bound = self.transport._udp_transport.get_extra_info("sockname")
-        self.host, self.port = host, bound[1]
-        self.transport.local_addr = (host, self.port)  # port 0 (tests): Via and Contact name the port really bound
-        if public is not None:
-            self.uas.advertised_addr = self.uac.advertised_addr = (self.config.public_ip, self.port)
-        # our intake runs first (allow list, ACK, INFO), then the stack's
-        self._uas_intake = self.transport.on_message
-        self.transport.on_message = self._on_message
-        log.info("SIP listening on %s:%d/udp (RTP %s)", host, self.port, self.config.rtp_ports)
+        """UDP and TCP on one port number (`port` 0: a free one, the same for both)."""
+        udp = _UdpSip(local_addr=(host, port))
+        self.uac = SipUAC(udp)  # REGISTER (and the answers to it) goes through it
+        await self._open(_Door("UDP", udp, SipUAS(udp, user_agent=USER_AGENT, uac=self.uac)))
+        self.host, self.port = host, udp._udp_transport.get_extra_info("sockname")[1]
+        udp.local_addr = (host, self.port)  # port 0 (tests): Via and Contact name the port really bound
+        tcp = _TcpSip((host, self.port), self.core.peers)
+        await self._open(_Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT)))
+        if self.config.public_ip:
+            for door in self.doors:
+                door.uas.advertised_addr = (self.config.public_ip, self.port)
+            self.uac.advertised_addr = (self.config.public_ip, self.port)
+        log.info("SIP listening on %s:%d (UDP and TCP; RTP %s)", host, self.port, self.config.rtp_ports)
         await self._register()
         return self.port
+
+    async def _open(self, door: _Door) -> None:
+        uas = door.uas
+        uas.on_invite = self._on_invite
+        uas.on_reinvite = self._on_reinvite
+        uas.on_bye = self._on_bye
+        uas.on_cancel = self._on_cancel
+        uas.on_ack_timeout = lambda incoming: self._end_soon(incoming.call_id, "no_ack", send_bye=False)
+        await uas.start()
+        # our intake runs first (allow list, ACK, INFO, NOTIFY), then the stack's
+        door.intake = door.transport.on_message
+        door.transport.on_message = lambda msg, addr, door=door: self._on_message(door, msg, addr)
+        self.doors.append(door)
+
+    def _door_of(self, incoming: IncomingCall) -> _Door:
+        return next(d for d in self.doors if d.transport is incoming.transport)
 
     async def _register(self) -> None:
         """`sip.register`: bind each account at its registrar (digest auth, refreshed before it expires), so a
@@ -235,9 +301,9 @@ class SipServer:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.uas is not None:
-            await self.uas.stop()
-            self.uas = None
+        for door in self.doors:
+            await door.uas.stop()
+        self.doors = []
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -245,27 +311,27 @@ class SipServer:
         task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------ intake
-    def _on_message(self, msg, addr: tuple[str, int]) -> None:
+    def _on_message(self, door: _Door, msg, addr: tuple[str, int]) -> None:
         if isinstance(msg, SipRequest):
             method = msg.method.upper()
             if method == "INVITE" and msg.call_id not in self.calls and self.allow and not in_networks(addr[0], self.allow):
                 self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
                 log.info("sip: INVITE from %s refused (not in sip.allow)", addr[0])
-                self._reply(msg, 403, "Forbidden", wire.refusal_headers(P.SIP_FORBIDDEN))
+                self._reply(door, msg, 403, "Forbidden", wire.refusal_headers(P.SIP_FORBIDDEN))
                 return
             if method == "INVITE" and msg.call_id in self.calls and not (msg.to_addr and msg.to_addr.tag):
-                self._reply(msg, 100, "Trying")  # a retransmission of an INVITE being answered: not a second call
+                self._reply(door, msg, 100, "Trying")  # a retransmission of an INVITE being answered: not a second call
                 return
             if method == "ACK" and msg.call_id in self.calls:
                 self.calls[msg.call_id].acked = True
             if method == "INFO":
-                self._on_info(msg)
+                self._on_info(door, msg)
                 return
-            if method == "NOTIFY" and self._on_notify(msg):
+            if method == "NOTIFY" and self._on_notify(door, msg):
                 return
-        self._uas_intake(msg, addr)
+        door.intake(msg, addr)
 
-    def _reply(self, request: SipRequest, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+    def _reply(self, door: _Door, request: SipRequest, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
         """A response outside any dialog (refusals before a call exists, INFO)."""
         resp = SipResponse(status_code=status, reason_phrase=reason)
         for v in request.headers.get("via"):
@@ -281,9 +347,9 @@ class SipServer:
         for name, value in (headers or {}).items():
             resp.headers.set_single(name, value)
         try:
-            self.transport.send_reply(resp)
-        except ValueError:
-            pass  # no Via to answer to: nothing can be said
+            door.transport.send_reply(resp)
+        except (ValueError, RuntimeError):
+            pass  # no Via to answer to, or the TCP connection is gone: nothing can be said
 
     def _refuse(self, incoming: IncomingCall, code: str, why: str) -> None:
         status, reason = REFUSAL_STATUS.get(code, (500, "Server Internal Error"))
@@ -298,7 +364,7 @@ class SipServer:
         if code is not None:
             self._refuse(incoming, code, why)
             return
-        sip_call = SipCall(self, incoming, codec=self._codec_for(incoming.sdp_offer))
+        sip_call = SipCall(self, incoming, self._door_of(incoming), codec=self._codec_for(incoming.sdp_offer))
         self.calls[incoming.call_id] = sip_call
         self._spawn(self._answer(sip_call))
 
@@ -407,7 +473,7 @@ class SipServer:
 
     def _gone(self, c: SipCall) -> bool:
         """The INVITE was cancelled (the stack answered 487) or the call ended meanwhile."""
-        return c.ended or self.uas.get_call(c.sip_call_id) is not c.incoming
+        return c.ended or c.door.uas.get_call(c.sip_call_id) is not c.incoming
 
     def _sdp_answer(self, c: SipCall, offer: SdpMessage) -> SdpMessage:
         port = c.rtp._rtp_transport._transport.get_extra_info("sockname")[1]
@@ -469,16 +535,16 @@ class SipServer:
         if c is not None:
             self._spawn(self.hang_up(c, reason) if send_bye else self._end(c, reason))
 
-    def _on_info(self, request: SipRequest) -> None:
+    def _on_info(self, door: _Door, request: SipRequest) -> None:
         c = self.calls.get(request.call_id or "")
         if c is None or c.call is None or not _same_dialog(c.incoming, request):
-            self._reply(request, 481, "Call/Transaction Does Not Exist")
+            self._reply(door, request, 481, "Call/Transaction Does Not Exist")
             return
         digit = wire.dtmf_from_info(request.content_type, request.text if request.body else "")
         if digit is None:
-            self._reply(request, 415, "Unsupported Media Type", {"Accept": "application/dtmf-relay, application/dtmf"})
+            self._reply(door, request, 415, "Unsupported Media Type", {"Accept": "application/dtmf-relay, application/dtmf"})
             return
-        self._reply(request, 200, "OK")
+        self._reply(door, request, 200, "OK")
         self._spawn(self._dtmf(c, digit, "info"))
 
     async def _dtmf(self, c: SipCall, digit: str, via: str) -> None:
@@ -496,21 +562,22 @@ class SipServer:
             raise P.ProtocolError(P.BAD_MESSAGE, "the call has ended")
         if not (target.startswith("sip:") or target.startswith("tel:")) or len(target) > 256 or not target.isprintable() or ">" in target:
             raise P.ProtocolError(P.BAD_MESSAGE, "call.transfer.to must be a sip: or tel: URI")
-        addr = self.uas.advertised_addr or self.transport.local_addr
-        refer = c.incoming.dialog.create_request("REFER", via_host=addr[0], via_port=addr[1])
+        door = c.door
+        addr = door.uas.advertised_addr or door.transport.local_addr
+        refer = c.incoming.dialog.create_request("REFER", via_host=addr[0], via_port=addr[1], via_transport=door.name)
         refer.headers.set_single("Refer-To", f"<{target}>")
         refer.headers.set_single("Referred-By", f"<sip:{USER_AGENT}@{addr[0]}>")
         refer.headers.set_single("Contact", f"<sip:{addr[0]}:{addr[1]}>")
-        self.transport.send(refer, c.incoming.source_addr)
+        door.transport.send(refer, c.incoming.source_addr)
         await c.call.notify({"type": "call.transfer", "to": target, "state": "requested"})
 
-    def _on_notify(self, request: SipRequest) -> bool:
+    def _on_notify(self, door: _Door, request: SipRequest) -> bool:
         """A NOTIFY about our REFER: its sipfrag status as a `call.transfer` event. True when handled."""
         c = self.calls.get(request.call_id or "")
         if c is None or c.call is None:
             return False
         status = wire.sipfrag_status(request.text if request.body else "")
-        self._reply(request, 200, "OK")
+        self._reply(door, request, 200, "OK")
         if status is not None:
             code, reason = status
             state = "trying" if code < 200 else ("succeeded" if code < 300 else "failed")
@@ -541,8 +608,8 @@ class SipServer:
     def _forget(self, c: SipCall) -> None:
         if self.calls.get(c.sip_call_id) is c:
             del self.calls[c.sip_call_id]
-        if self.uas is not None and self.uas._calls.get(c.sip_call_id) is c.incoming:
-            del self.uas._calls[c.sip_call_id]  # the stack keeps a dialog we ended ourselves until told
+        if c.door.uas._calls.get(c.sip_call_id) is c.incoming:
+            del c.door.uas._calls[c.sip_call_id]  # the stack keeps a dialog we ended ourselves until told
 
     @staticmethod
     async def _close_rtp(c: SipCall) -> None:
@@ -560,7 +627,7 @@ def _same_dialog(incoming: IncomingCall, request: SipRequest) -> bool:
 
 
 def install(core: CallCore, host: LegHost) -> SipServer | None:
-    """The SIP leg, when `sip.port` is set (UDP; its own port, it is not HTTP)."""
+    """The SIP leg, when `sip.port` is set (UDP and TCP; its own port, it is not HTTP)."""
     cfg = core.config.sip
     if cfg.port is None:
         return None

@@ -41,7 +41,7 @@ def test_sip_gateways_run_on_the_host_network_one_per_labelled_node(tmp_path):
     assert pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"] == "kubernetes.io/hostname"
     container = pod["containers"][0]
     ports = {(p["containerPort"], p["protocol"]) for p in container["ports"]}
-    assert {(5060, "UDP"), (8080, "TCP"), (9092, "TCP")} <= ports
+    assert {(5060, "UDP"), (5060, "TCP"), (8080, "TCP"), (9092, "TCP")} <= ports
     assert container["args"][:3] == ["serve", "--config", "/etc/voxgate/gateway-sip.yaml"]
     config_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("voxgate-config"))
     assert {"gateway.yaml", "gateway-sip.yaml"} <= set(config_map["data"])

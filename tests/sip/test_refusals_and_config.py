@@ -142,3 +142,28 @@ async def test_registers_with_digest_auth_and_unregisters_at_stop(tmp_path, monk
                                                             "password_env": "VOXGATE_TEST_SIP_PASSWORD", "expires": 120}]}}))
         await asyncio.sleep(1.0)  # 401, the REGISTER with credentials, 200
     (await registrar).assert_ok()  # SIPp checked the digest and saw the Expires: 0 REGISTER at our stop
+
+
+async def test_over_tcp_answers_come_back_on_the_callers_connection(sip_gateway, callers):
+    """A phone's Via names its listening port (here one nobody listens on), not its connection's: the answers
+    must still come back on the connection the INVITE came in on."""
+    from tests.sip.udp_caller import invite
+
+    gw = await sip_gateway()
+    rtp = callers().rtp
+    call_id = f"tcp-{uuid.uuid4().hex}"
+    request = invite(call_id, 5999, rtp.getsockname()[1]).replace(b"SIP/2.0/UDP", b"SIP/2.0/TCP")
+    reader, writer = await asyncio.open_connection("127.0.0.1", sip_port(gw))
+    try:
+        writer.write(request)
+        await writer.drain()
+        statuses = []
+        async with asyncio.timeout(5):
+            while not statuses or statuses[-1] < 200:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode()
+                length = int(header(head, "Content-Length") or 0)
+                await reader.readexactly(length)
+                statuses.append(int(head[8:11]))
+        assert statuses[0] == 100 and statuses[-1] == 200
+    finally:
+        writer.close()

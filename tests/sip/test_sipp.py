@@ -120,3 +120,16 @@ async def test_the_callers_speech_barges_in(sip_gateway, tmp_path):
     assert done["interrupted"] is True and done["interrupted_by"] == "caller", done
     assert speech["at_ms"] >= 0
     (await sipp).assert_ok()
+
+
+async def test_a_call_over_tcp(sip_gateway, tmp_path):
+    """The same port over TCP: answers go back on the caller's connection (not to the port in its Via)."""
+    gw = await sip_gateway()
+    control = await Control.connect(gw)
+    await control.attach("sipp-tcp-1")
+    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "call_pcap.xml", fields=["sipp-tcp-", "2500"], tcp=True))
+    assert (await control.expect("call.media", timeout=10))["state"] == "connected"
+    assert (await control.expect("dtmf", timeout=10))["digit"] == "1"
+    ended = await control.expect("call.media", timeout=10, state="ended")
+    assert ended["reason"] == "hangup"
+    (await sipp).assert_ok()
