@@ -49,7 +49,7 @@ from gateway.cluster.forward import owner_elsewhere
 from gateway.cluster.plane import ClusterUnavailable
 from gateway.config import sip_port_range, sip_registrar
 from gateway.core import CallCore
-from gateway.core.calls import TELEPHONY_PCM, Call
+from gateway.core.calls import TELEPHONY_PCM, Call, normalize_call_id
 from gateway.legs.host import LegHost
 from gateway.security.peers import in_networks, parse_networks
 from gateway.wire import sip as wire
@@ -396,8 +396,6 @@ class SipServer:
     def _call_ids(incoming: IncomingCall) -> list[str] | None:
         ids = [incoming.invite.get_header("x-call-id"), incoming.call_id]
         try:
-            from gateway.core.calls import normalize_call_id
-
             return [normalize_call_id(i) for i in ids if i]
         except P.ProtocolError:
             return None
@@ -446,13 +444,15 @@ class SipServer:
             incoming.accept(self._sdp_answer(c, offer))
             c.sending = offer.audio.direction in ("sendrecv", "recvonly")
             c.ack_timer = asyncio.get_running_loop().call_later(self.config.ack_timeout_s, self._ack_deadline, c)
-            log.info("sip: call %s answered from %s (%s, RTP port %d)", incoming.call_id, incoming.source_addr[0], c.codec,
-                     c.rtp._rtp_transport._transport.get_extra_info("sockname")[1])
+            log.info("sip: call %s answered from %s (%s, RTP port %d)", incoming.call_id, incoming.source_addr[0], c.codec, _rtp_port(c))
             await c.call.session.flush_events()
             if self.config.greeting and c.call.control is None:
                 await c.call.session.handle({"type": "text", "turn_id": "greeting", "text": self.config.greeting, "final": True})
         except Exception:
             log.exception("sip: answering call %s failed", incoming.call_id)
+            if not incoming._answered:  # the INVITE still needs its final answer
+                self._forget(c)
+                self._refuse(incoming, P.INTERNAL, "answering the call failed")
             await self.hang_up(c, P.INTERNAL)
 
     async def _claimed_here(self, c: SipCall) -> bool:
@@ -476,7 +476,7 @@ class SipServer:
         return c.ended or c.door.uas.get_call(c.sip_call_id) is not c.incoming
 
     def _sdp_answer(self, c: SipCall, offer: SdpMessage) -> SdpMessage:
-        port = c.rtp._rtp_transport._transport.get_extra_info("sockname")[1]
+        port = _rtp_port(c)
         ip = self.config.public_ip or self._sdp_host()
         answer, _ = negotiate_sdp(offer, local_ip=ip, rtp_port=port, supported_codecs=[wire.PAYLOAD_TYPES[c.codec]],
                                   dtmf_payload_type=self._dtmf_payload_type(offer), ptime=FRAME_PTIME_MS, session_name=USER_AGENT)
@@ -619,6 +619,11 @@ class SipServer:
                 await rtp.close()
             except Exception:
                 log.debug("closing RTP failed", exc_info=True)
+
+
+def _rtp_port(c: SipCall) -> int:
+    """The local RTP port of a call (what the SDP answer names); aiortp keeps its socket on its transport."""
+    return c.rtp._rtp_transport._transport.get_extra_info("sockname")[1]
 
 
 def _same_dialog(incoming: IncomingCall, request: SipRequest) -> bool:
