@@ -78,7 +78,6 @@ async def test_fifty_concurrent_calls(sip_gateway, tmp_path):
     run = await run_sipp(tmp_path, sip_port(gw), "call_pcap.xml", fields=["load-", "3000"], calls=50, rate=50, timeout_s=40)
     watcher.cancel()
     run.assert_ok()
-    assert "Successful call" in run.errors or run.rc == 0
     assert peak >= 40, f"only {peak} calls were up at once"
     await asyncio.sleep(0.3)
     assert len(gw.calls) == 0
