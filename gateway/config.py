@@ -453,6 +453,7 @@ class SipConfig:
     register: list[SipRegistration] = field(default_factory=list)
     answer_delay_ms: float = 0.0  # ring (180) this long before answering
     ack_timeout_s: float = 32.0  # a 200 OK not ACKed within this ends the call with BYE (RFC 3261: 64*T1)
+    rtp_timeout_s: float = 30.0  # no RTP from the caller for this long (not on hold) ends the call with BYE: it vanished
     greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence
     tls: bool = False  # SIP over TLS: not supported by the SIP stack (refused at start)
     srtp: bool = False  # SRTP (SDES): not supported by the RTP stack (refused at start)
@@ -468,6 +469,7 @@ class SipConfig:
         check(bool(self.codecs) and all(c in SIP_CODECS for c in self.codecs), "codecs", f"must list some of {', '.join(SIP_CODECS)}")
         check(self.answer_delay_ms >= 0, "answer_delay_ms", "must be >= 0")
         check(self.ack_timeout_s > 0, "ack_timeout_s", "must be > 0")
+        check(self.rtp_timeout_s >= 1, "rtp_timeout_s", "must be >= 1")
         for i, registration in enumerate(self.register):  # list items are not walked by _validate_tree
             registration.validate(lambda ok, key, message, i=i: check(ok, "register", f"[{i}].{key} {message}"))
 

@@ -216,6 +216,8 @@ class SipCall:
     ended: bool = False
     sending: bool = True  # False while the caller holds the call (sendonly / inactive offer)
     ack_timer: asyncio.TimerHandle | None = None
+    heard_at: float = 0.0  # loop time of the caller's last RTP packet (audio or DTMF), or of the answer
+    held_inactive: bool = False  # the caller's hold offer says `inactive`: no RTP to expect
 
     @property
     def sip_call_id(self) -> str:
@@ -237,6 +239,7 @@ class SipServer:
         self.uac: SipUAC | None = None
         self._tasks: set[asyncio.Task] = set()
         self.registrations: list[Registration] = []
+        self._watch: asyncio.Task | None = None
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str, port: int) -> int:
@@ -254,7 +257,24 @@ class SipServer:
             self.uac.advertised_addr = (self.config.public_ip, self.port)
         log.info("SIP listening on %s:%d (UDP and TCP; RTP %s)", host, self.port, self.config.rtp_ports)
         await self._register()
+        self._watch = asyncio.get_running_loop().create_task(self._watch_rtp())
         return self.port
+
+    async def _watch_rtp(self) -> None:
+        """One task for every call: a caller whose RTP stopped (its phone or network went away without a BYE) is
+        hung up after `sip.rtp_timeout_s`, not kept until `limits.max_call_s`. A caller holding the call with
+        `inactive` sends nothing, so hold stops the count."""
+        loop = asyncio.get_running_loop()
+        timeout = self.config.rtp_timeout_s
+        while True:
+            await asyncio.sleep(min(timeout / 4, 5.0))
+            now = loop.time()
+            for c in list(self.calls.values()):
+                if c.call is None or c.ended or c.held_inactive:
+                    continue
+                if now - c.heard_at > timeout:
+                    log.info("sip: call %s: no RTP from the caller for %g s; ending it with BYE", c.sip_call_id, timeout)
+                    self._spawn(self.hang_up(c, "rtp_timeout"))
 
     async def _open(self, door: _Door) -> None:
         uas = door.uas
@@ -293,6 +313,8 @@ class SipServer:
             self.registrations.append(reg)
 
     async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         for reg in self.registrations:
             if reg.state.value == "registered":
                 reg.unregister()  # Expires: 0, best effort: the registrar forgets us now, not at expiry
@@ -441,6 +463,7 @@ class SipServer:
                 return
             c.rtp.on_audio = lambda pcm, ts, c=c: self._on_audio(c, pcm)
             c.rtp.on_dtmf = lambda digit, duration, c=c: self._spawn(self._dtmf(c, digit, "rfc4733"))
+            c.heard_at = asyncio.get_running_loop().time()
             incoming.accept(self._sdp_answer(c, offer))
             c.sending = offer.audio.direction in ("sendrecv", "recvonly")
             c.ack_timer = asyncio.get_running_loop().call_later(self.config.ack_timeout_s, self._ack_deadline, c)
@@ -512,6 +535,8 @@ class SipServer:
             c.rtp._sender._payload_type = wire.PAYLOAD_TYPES[codec]
         if offer.rtp_address is not None and offer.rtp_address[1]:
             c.rtp.update_remote(offer.rtp_address)
+        c.held_inactive = offer.audio.direction in ("inactive", "recvonly")  # the caller sends no RTP then
+        c.heard_at = asyncio.get_running_loop().time()
         was_sending = c.sending
         c.sending = offer.audio.direction in ("sendrecv", "recvonly") and offer.rtp_address is not None and offer.rtp_address[0] != "0.0.0.0"
         if c.sending and not was_sending and c.leg is not None:
@@ -548,10 +573,13 @@ class SipServer:
         self._spawn(self._dtmf(c, digit, "info"))
 
     async def _dtmf(self, c: SipCall, digit: str, via: str) -> None:
+        if via == "rfc4733":
+            c.heard_at = asyncio.get_running_loop().time()
         if c.call is not None and digit in wire.DTMF_DIGITS:
             await c.call.notify({"type": "dtmf", "digit": digit, "via": via})
 
     def _on_audio(self, c: SipCall, pcm: bytes) -> None:
+        c.heard_at = asyncio.get_running_loop().time()
         if c.call is not None and not c.ended:
             c.call.inbound.push(np.frombuffer(pcm, dtype=np.int16))
 

@@ -79,3 +79,27 @@ async def test_symmetric_rtp_sends_where_the_callers_rtp_comes_from(sip_gateway,
         assert rtp_header(data)[1] == 0
     finally:
         behind_nat.close()
+
+
+async def test_a_caller_whose_rtp_stops_is_hung_up(sip_gateway, caller):
+    """A phone that vanished without a BYE: no RTP for sip.rtp_timeout_s ends the call with our BYE."""
+    gw = await sip_gateway(sip={"rtp_timeout_s": 1.0})
+    await caller.call(sip_port(gw), f"gone-{uuid.uuid4().hex}")  # and never sends a packet
+    began = asyncio.get_running_loop().time()
+    while True:
+        data, _ = await caller.recv(caller.sip, timeout=5)
+        if data.startswith(b"BYE "):
+            break
+    assert asyncio.get_running_loop().time() - began >= 0.9
+    await asyncio.sleep(0.1)
+    assert len(gw.calls) == 0
+
+
+async def test_a_caller_that_keeps_sending_rtp_stays(sip_gateway, caller):
+    gw = await sip_gateway(sip={"rtp_timeout_s": 1.0})
+    await caller.call(sip_port(gw), f"here-{uuid.uuid4().hex}")
+    _, server_rtp = await caller.recv(caller.rtp)
+    for seq in range(100):  # 2 s of the caller's silence, as a phone sends it
+        caller.rtp.sendto(struct.pack("!BBHII", 0x80, 0, seq, seq * 160, 99) + bytes([0xFF]) * 160, server_rtp)
+        await asyncio.sleep(0.02)
+    assert len(gw.calls) == 1
