@@ -5,7 +5,8 @@
 
 It answers the same `stats` / `stop` lines as bench/capacity_client.py with the same counters (frames = RTP
 packets received, all calls), so `python -m bench.gateway_capacity --leg sip` reads SIP runs like WebSocket
-ones. One asyncio loop: every call's RTP socket is drained together every 50 ms (packets counted, never decoded),
+ones. One asyncio loop: every call's RTP socket is served together every 50 ms (packets counted, never decoded;
+the caller's own RTP, silence, sent as phones send it),
 one shared SIP socket matches responses by Call-ID, and the agents' control sockets are `websockets` clients (a few
 messages per turn, not per frame).
 """
@@ -17,6 +18,7 @@ import asyncio
 import json
 import random
 import socket
+import struct
 import sys
 import time
 import uuid
@@ -29,35 +31,53 @@ from bench.capacity_client import TURN_TEXTS, ClientStats
 READ_INTERVAL_S = 0.05  # as bench/capacity_client.py: wake every 50 ms and drain, never once per packet
 
 
+SILENCE_PCMU = bytes([0xFF]) * 160
+
+
 class RtpSockets:
-    """Every call's RTP socket, drained together every READ_INTERVAL_S: a callback per packet would wake this
-    process 50 times a second per call, and on a small machine those wake-ups preempt the gateway under test."""
+    """Every call's RTP socket, served together every READ_INTERVAL_S: what arrived is counted, and each caller
+    sends the 20 ms packets of silence that fell due meanwhile (a phone sends RTP all call long, and the
+    gateway decodes it into its inbound path: that is part of a SIP call's cost). A callback per packet would
+    wake this process 50 times a second per call, and on a small machine those wake-ups preempt the gateway."""
 
     def __init__(self, stats: ClientStats):
         self.stats = stats
-        self.sockets: set[socket.socket] = set()
+        self.sockets: dict[socket.socket, list] = {}  # socket -> [gateway's RTP address or None, packets sent]
+        self.started = time.monotonic()
 
     def open(self) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.bind(("127.0.0.1", 0))
         sock.setblocking(False)
-        self.sockets.add(sock)
+        self.sockets[sock] = [None, 0, time.monotonic()]
         return sock
 
     def close(self, sock: socket.socket) -> None:
-        self.sockets.discard(sock)
+        self.sockets.pop(sock, None)
         sock.close()
 
     async def drain_forever(self) -> None:
         while True:
             await asyncio.sleep(READ_INTERVAL_S)
-            for sock in self.sockets:
+            now = time.monotonic()
+            for sock, state in self.sockets.items():
                 try:
                     while True:
-                        sock.recv(2048)
+                        _, source = sock.recvfrom(2048)
+                        state[0] = source  # symmetric RTP: answer where the gateway's RTP comes from
                         self.stats.frames += 1
                 except (BlockingIOError, OSError):
                     pass
+                if state[0] is None:
+                    continue
+                due = int((now - state[2]) / 0.020)
+                for seq in range(state[1], due):
+                    header = struct.pack("!BBHII", 0x80, 0, seq & 0xFFFF, (seq * 160) & 0xFFFFFFFF, id(sock) & 0xFFFFFFFF)
+                    try:
+                        sock.sendto(header + SILENCE_PCMU, state[0])
+                    except OSError:
+                        break
+                state[1] = max(state[1], due)
 
 
 class SipSocket(asyncio.DatagramProtocol):
