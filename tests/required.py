@@ -63,6 +63,8 @@ REQUIRED: list[Need] = [
     binary("espeak-ng", "espeak-ng (apt)", "caller speech (tests/caller_audio.py)"),
     binary("sox", "sox (apt)", "caller speech (tests/caller_audio.py)"),
     binary("openssl", "openssl (apt)", "tests/cluster/test_hop.py (wss:// between nodes)"),
+    binary("sipp", "sip-tester (apt)", "tests/sip (SIPp scenarios)", "sip-tester"),
+    binary("baresip", "baresip-core (apt)", "tests/sip/test_baresip.py", "baresip-core"),
     # Python packages of the main venv (scripts/setup_env.sh installs the extras)
     module("torch", "torch==2.13.0 CPU (constraints-cpu.txt)", "tests/engine, tests/qwen3, tests/vad"),
     module("redis", "the cluster extra", "tests/cluster"),
@@ -78,6 +80,8 @@ REQUIRED: list[Need] = [
     module("openai", "the test extra", "tests/gateway/test_openai_speech.py"),
     module("selenium", "the test extra", "tests/webrtc/test_demo_page_browser.py"),
     module("espeakng_loader", "the espeak extra", "tests/espeak, tests/webrtc", "espeakng-loader"),
+    module("aiosipua", "the sip extra (also in the test extra)", "tests/sip, tests/fuzz (SIP entry)"),
+    module("aiortp", "the sip extra (also in the test extra)", "tests/sip, tests/fuzz (SIP entry)"),
     module("matplotlib", "the test extra", "tests/bench (--plot)"),
     module("mkdocs", "the test/docs extra", "tests/docs/test_site.py"),
     module("material", "mkdocs-material (the test/docs extra)", "tests/docs/test_site.py", "mkdocs-material"),

@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"entries": {}, "seed": args.seed}
     try:
         for entry in args.entries.split(","):
+            if entry == "sip" and gw.sip_port is None:
+                print("         sip: skipped (aiosipua is not installed: pip install 'voxgate[sip]')", flush=True)
+                continue
             n = max(1, args.cases // 10) if entry == "webrtc" else args.cases
             r = report["entries"][entry] = fuzz_entry(gw, entry, n, args.seed)
             print(f"{entry:>12}: {r['cases']:>6} cases in {r['seconds']:>6} s, {r['failures']} failed, "

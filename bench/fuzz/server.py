@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -22,7 +23,9 @@ engine: {{kind: simulated}}
 simulated: {{first_packet_ms: 20, capacity_x: 400, ms_per_char: 40, stream_rtf: 0.1}}
 playout: {{prebuffer_ms: 60}}
 telephony: {{audiosocket_port: {as_port}, unknown_call_timeout_s: 30}}
-sip: {{port: {sip_port}, host: 127.0.0.1, rtp_ports: "40000-44999", ack_timeout_s: 2}}
+"""
+# the SIP entry's door, where the `sip` extra is installed (without it a gateway with sip.port refuses to start)
+SIP_CONFIG = """sip: {{port: {sip_port}, host: 127.0.0.1, rtp_ports: "40000-44999", ack_timeout_s: 2}}
 """
 
 # What a crash or an unhandled error leaves in the log.
@@ -35,12 +38,14 @@ class GatewayProcess:
     def __init__(self, max_sessions: int = 400, extra_config: str = "", log_dir: str | None = None):
         self.port = free_port()
         self.audiosocket_port = free_port()
-        self.sip_port = free_port()  # a free TCP port; UDP on the same number is free as a rule on loopback
+        # a free TCP port; UDP on the same number is free as a rule on loopback. None: no SIP (the sip extra is missing)
+        self.sip_port = free_port() if importlib.util.find_spec("aiosipua") else None
         self._dir = Path(log_dir or tempfile.mkdtemp(prefix="voxgate-fuzz-"))
         self._dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self._dir / "fuzz.yaml"
-        self.config_path.write_text(CONFIG.format(port=self.port, as_port=self.audiosocket_port, max_sessions=max_sessions,
-                                                  sip_port=self.sip_port) + extra_config)
+        sip = SIP_CONFIG.format(sip_port=self.sip_port) if self.sip_port else ""
+        self.config_path.write_text(CONFIG.format(port=self.port, as_port=self.audiosocket_port, max_sessions=max_sessions) + sip
+                                    + extra_config)
         self.log_path = self._dir / "server.log"
         self.proc: subprocess.Popen | None = None
         self._log_offset = 0

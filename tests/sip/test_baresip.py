@@ -11,6 +11,8 @@ from tests.sip.baresip import Baresip, write_wav
 from tests.sip.conftest import sip_port
 from tests.telephony.clients import Control
 
+pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
+
 
 @pytest.fixture
 async def baresip(tmp_path):

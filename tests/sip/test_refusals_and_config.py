@@ -12,6 +12,8 @@ from gateway.wire import sip as wire
 from tests.sip.conftest import sip_port
 from tests.sip.udp_caller import UdpCaller
 
+pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
+
 
 @pytest.fixture
 def callers():

@@ -16,6 +16,8 @@ from tests.sip.conftest import sip_port
 from tests.sip.udp_caller import UdpCaller, rtp_header
 from tests.telephony.clients import Control
 
+pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
+
 
 @pytest.fixture
 def caller():

@@ -15,6 +15,8 @@ from tests.conftest import CLUSTER_SECRET_ENV
 from tests.sip.sipp import require
 from tests.sip.udp_caller import UdpCaller
 
+pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
+
 
 def config(redis_url: str, sip_port: int) -> dict:
     return {"server": {"limits": {"drain_timeout_s": 1}},

@@ -12,6 +12,8 @@ from tests.sip.conftest import sip_port
 from tests.sip.sipp import run_sipp
 from tests.telephony.clients import Control
 
+pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
+
 
 def sip_frames_sent(gw) -> float:
     return gw.metrics.frames_sent.labels(leg="sip")._value.get()
