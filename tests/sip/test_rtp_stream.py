@@ -105,3 +105,32 @@ async def test_a_caller_that_keeps_sending_rtp_stays(sip_gateway, caller):
         caller.rtp.sendto(struct.pack("!BBHII", 0x80, 0, seq, seq * 160, 99) + bytes([0xFF]) * 160, server_rtp)
         await asyncio.sleep(0.02)
     assert len(gw.calls) == 1
+
+
+async def test_played_text_is_what_left_on_the_clock(sip_gateway, caller):
+    """RTP has no far-end confirmation: after an interrupt, played_text is the start of the turn that was sent,
+    and nothing of the turn leaves after it."""
+    gw = await sip_gateway()
+    call_id = f"truth-{uuid.uuid4().hex}"
+    await caller.call(sip_port(gw), call_id)
+    control = await Control.connect(gw)
+    await control.attach(call_id)
+    text = "First words go out at once. " + "Then a long tail that the caller never hears. " * 5
+    await control.send({"type": "text", "turn_id": "t1", "text": text, "final": True})
+    await control.expect("audio.start", turn_id="t1", timeout=10)
+    await asyncio.sleep(0.8)
+    await control.send({"type": "interrupt"})
+    done = await control.expect("turn.done", turn_id="t1", timeout=5)
+    assert done["interrupted"] is True and 500 <= done["played_ms"] <= 1500
+    assert done["played_text"] and text.startswith(done["played_text"].rstrip()) and len(done["played_text"]) < len(text) / 2
+    await asyncio.sleep(0.1)
+    while True:  # what is still queued on our socket was sent before the interrupt
+        try:
+            await caller.recv(caller.rtp, timeout=0.05)
+        except TimeoutError:
+            break
+    after = []
+    for _ in range(10):
+        data, _ = await caller.recv(caller.rtp)
+        after.append(wire.decode_payload("PCMU", data[12:]))
+    assert all(np.abs(pcm.astype(np.int32)).max() < 300 for pcm in after), "speech went on after the interrupt"
