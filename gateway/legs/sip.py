@@ -101,17 +101,24 @@ if _MISSING is None:
         """SIP over TCP. aiosipua answers by the top Via's host and port, which over TCP is the caller's
         listening port, not the connection: every request is stamped with the connection's address
         (`received`, `rport`), so its answers go back on the connection it came on (RFC 3261 §18.2.2).
-        Connections count against the per-IP caps (`server.limits`) like every other door."""
+        With `sip.allow` set, only those addresses may connect at all (a connection is held open for the
+        whole call, so strangers do not get to hold any); connections count against the per-IP caps
+        (`server.limits`) like every other door."""
 
-        def __init__(self, local_addr, peers):
+        def __init__(self, local_addr, peers, allow, metrics):
             super().__init__(local_addr=local_addr)
-            self.peers = peers
+            self.peers, self.allow, self.metrics = peers, allow, metrics
 
         async def _handle_connection(self, reader, writer) -> None:
             peer = writer.get_extra_info("peername")
             address = peer[0] if isinstance(peer, tuple) and peer else None
+            if self.allow and not in_networks(address, self.allow):
+                self.metrics.connections_refused.labels(reason="sip_allow").inc()
+                writer.transport.abort()
+                return
             refused = self.peers.open(address)
             if refused is not None:
+                self.metrics.connections_refused.labels(reason=refused).inc()
                 writer.transport.abort()
                 return
             try:
@@ -249,7 +256,7 @@ class SipServer:
         await self._open(_Door("UDP", udp, SipUAS(udp, user_agent=USER_AGENT, uac=self.uac)))
         self.host, self.port = host, udp._udp_transport.get_extra_info("sockname")[1]
         udp.local_addr = (host, self.port)  # port 0 (tests): Via and Contact name the port really bound
-        tcp = _TcpSip((host, self.port), self.core.peers)
+        tcp = _TcpSip((host, self.port), self.core.peers, self.allow, self.core.metrics)
         await self._open(_Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT)))
         if self.config.public_ip:
             for door in self.doors:

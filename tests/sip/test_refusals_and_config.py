@@ -169,3 +169,16 @@ async def test_over_tcp_answers_come_back_on_the_callers_connection(sip_gateway,
         assert statuses[0] == 100 and statuses[-1] == 200
     finally:
         writer.close()
+
+
+async def test_over_tcp_only_allowed_addresses_may_connect(sip_gateway):
+    gw = await sip_gateway(sip={"allow": ["127.0.0.2"]})
+    reader, writer = await asyncio.open_connection("127.0.0.1", sip_port(gw))
+    try:
+        async with asyncio.timeout(3):
+            assert await reader.read(100) == b""  # closed at once, before a byte is read
+    except ConnectionResetError:
+        pass  # an abort may arrive as a reset
+    finally:
+        writer.close()
+    assert gw.metrics.connections_refused.labels(reason="sip_allow")._value.get() == 1
