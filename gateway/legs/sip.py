@@ -251,13 +251,23 @@ class SipServer:
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str, port: int) -> int:
         """UDP and TCP on one port number (`port` 0: a free one, the same for both)."""
-        udp = _UdpSip(local_addr=(host, port))
-        self.uac = SipUAC(udp)  # REGISTER (and the answers to it) goes through it
-        await self._open(_Door("UDP", udp, SipUAS(udp, user_agent=USER_AGENT, uac=self.uac)))
-        self.host, self.port = host, udp._udp_transport.get_extra_info("sockname")[1]
-        udp.local_addr = (host, self.port)  # port 0 (tests): Via and Contact name the port really bound
-        tcp = _TcpSip((host, self.port), self.core.peers, self.allow, self.core.metrics)
-        await self._open(_Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT)))
+        for attempt in range(20 if port == 0 else 1):
+            udp = _UdpSip(local_addr=(host, port))
+            uac = SipUAC(udp)  # REGISTER (and the answers to it) goes through it
+            udp_door = _Door("UDP", udp, SipUAS(udp, user_agent=USER_AGENT, uac=uac))
+            await self._open(udp_door)
+            bound = udp._udp_transport.get_extra_info("sockname")[1]
+            udp.local_addr = (host, bound)  # port 0 (tests): Via and Contact name the port really bound
+            tcp = _TcpSip((host, bound), self.core.peers, self.allow, self.core.metrics)
+            try:
+                await self._open(_Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT)))
+                break
+            except OSError:  # the number UDP got is taken for TCP: another one (a fixed sip.port fails here)
+                self.doors.remove(udp_door)
+                await udp_door.uas.stop()
+                if attempt == 19 or port != 0:
+                    raise
+        self.uac, self.host, self.port = uac, host, bound
         if self.config.public_ip:
             for door in self.doors:
                 door.uas.advertised_addr = (self.config.public_ip, self.port)
