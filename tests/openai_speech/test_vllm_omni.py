@@ -55,6 +55,17 @@ async def _wait_for(predicate, timeout: float, step: float = 0.2):
     return bool(await asyncio.to_thread(predicate))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def warm_server():
+    """One request straight to vLLM-Omni first: a fresh server's first request runs its lazy start-up (over
+    10 s on two busy cores), which voxgate would rightly count against the endpoint."""
+    body = json.dumps({"input": "Warm up.", "voice": "vivian", "response_format": "pcm", "stream": True,
+                       "stream_format": "audio"}).encode()
+    req = urllib.request.Request(f"{URL}/audio/speech", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        assert r.status == 200 and len(r.read()) > 0
+
+
 def _voices() -> list[str]:
     with urllib.request.urlopen(f"{URL}/audio/voices", timeout=5) as r:
         return json.loads(r.read())["voices"]
