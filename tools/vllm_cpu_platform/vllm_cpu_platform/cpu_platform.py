@@ -1,4 +1,4 @@
-"""vLLM's CpuPlatform on torch-native kernels: eager, fp32, FlexAttention."""
+"""vLLM's CpuPlatform on torch-native kernels: eager, FlexAttention, fp32 or bf16."""
 
 import torch
 from vllm.logger import init_logger

@@ -5,9 +5,9 @@ from contextlib import nullcontext
 
 import psutil
 import torch
+from vllm_omni.platforms.interface import OmniPlatform, OmniPlatformEnum
 
 from vllm_cpu_platform.cpu_platform import TorchCpuPlatform
-from vllm_omni.platforms.interface import OmniPlatform, OmniPlatformEnum
 
 _HERE = os.path.dirname(__file__)
 
@@ -29,7 +29,9 @@ class TorchCpuOmniPlatform(OmniPlatform, TorchCpuPlatform):
 
     @classmethod
     def get_diffusion_attn_backend_cls(cls, selected_backend, head_size, allow_trtllm_default=False) -> str:
-        from vllm_omni.diffusion.attention.backends.registry import DiffusionAttentionBackendEnum
+        from vllm_omni.diffusion.attention.backends.registry import (
+            DiffusionAttentionBackendEnum,
+        )
 
         return DiffusionAttentionBackendEnum.TORCH_SDPA.get_path()
 

@@ -7,11 +7,11 @@ device buffers for host ones) and run in vLLM's CPUWorker.
 """
 
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
-
-from vllm_cpu_platform.worker import TorchCPUWorker
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 from vllm_omni.worker.mixins import OmniWorkerMixin
+
+from vllm_cpu_platform.worker import TorchCPUWorker
 
 
 class CpuARModelRunner(GPUARModelRunner, CPUModelRunner):
@@ -36,7 +36,7 @@ class _CpuOmniWorker(OmniWorkerMixin, TorchCPUWorker):
     model_runner_cls: type
 
     def init_device(self):
-        import vllm.v1.worker.cpu_worker as cpu_worker
+        from vllm.v1.worker import cpu_worker
 
         # Omni hooks live in the v1 runners only (as on XPU and NPU).
         self.use_v2_model_runner = False
