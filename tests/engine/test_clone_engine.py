@@ -3,7 +3,6 @@ streamed output equal to the offline official-style output, prompt parts cached.
 
 from __future__ import annotations
 
-import asyncio
 
 import numpy as np
 import pytest

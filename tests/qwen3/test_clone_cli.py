@@ -7,7 +7,6 @@ import wave
 
 import numpy as np
 import pytest
-import torch
 
 from gateway.cli import main
 from tests.qwen3.clone_audio import speech_like, write_wav

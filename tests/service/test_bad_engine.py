@@ -13,7 +13,7 @@ import asyncio
 import numpy as np
 import pytest
 
-zmq = pytest.importorskip("zmq")
+pytest.importorskip("zmq")
 import zmq.asyncio  # noqa: E402
 
 from tts import EngineError, SynthesisRequest  # noqa: E402

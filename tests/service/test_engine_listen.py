@@ -14,7 +14,7 @@ import sys
 import msgspec
 import pytest
 
-zmq = pytest.importorskip("zmq")
+pytest.importorskip("zmq")
 import zmq.asyncio  # noqa: E402
 
 from tests.service.engines import ROOT, EngineProcess, env, free_port  # noqa: E402

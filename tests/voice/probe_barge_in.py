@@ -17,12 +17,10 @@ import argparse
 import asyncio
 import json
 import random
-import time
 import uuid
 
 import numpy as np
 
-from audio.g711 import ulaw_encode
 from bench import plots
 from gateway.app import Gateway
 from gateway.config import load_config

@@ -8,7 +8,6 @@ import asyncio
 import time
 
 import numpy as np
-import pytest
 
 from audio.g711 import ulaw_encode
 from tests import caller_audio as ca
