@@ -60,9 +60,13 @@ def wav_header(sample_rate: int, data_bytes: int | None = None, channels: int = 
     data = _WAV_UNKNOWN if data_bytes is None else data_bytes
     riff = _WAV_UNKNOWN if data_bytes is None else 36 + data_bytes
     return (
-        b"RIFF" + struct.pack("<I", riff) + b"WAVE"
-        + b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, 16)
-        + b"data" + struct.pack("<I", data)
+        b"RIFF"
+        + struct.pack("<I", riff)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block, block, 16)
+        + b"data"
+        + struct.pack("<I", data)
     )
 
 

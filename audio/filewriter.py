@@ -179,4 +179,8 @@ def sync(timeout: float = 5.0) -> bool:
 
 
 def stats() -> dict:
-    return {"backlog_bytes": _WRITER.backlog_bytes, "dropped_lines": _WRITER.dropped_lines, "dropped_frames": _WRITER.dropped_frames}
+    return {
+        "backlog_bytes": _WRITER.backlog_bytes,
+        "dropped_lines": _WRITER.dropped_lines,
+        "dropped_frames": _WRITER.dropped_frames,
+    }

@@ -37,12 +37,16 @@ class PlayoutEvent:
     data: dict = field(default_factory=dict)
 
     def to_json(self, session_id: str) -> str:
-        return json.dumps({"type": self.type, "t": round(self.t, 6), "session": session_id, "turn_id": self.turn_id, **self.data})
+        return json.dumps(
+            {"type": self.type, "t": round(self.t, 6), "session": session_id, "turn_id": self.turn_id, **self.data}
+        )
 
 
 @dataclass(slots=True)
 class Frame:
-    pcm: np.ndarray  # float32, frame_samples long; a reused buffer, valid until the next tick (read-only zeros when not audio)
+    pcm: (
+        np.ndarray
+    )  # float32, frame_samples long; a reused buffer, valid until the next tick (read-only zeros when not audio)
     kind: str  # audio | gap | latency | idle | paused
     turn_id: str | None = None
     data: bytes | None = None  # an audio frame's wire bytes, when the playout has an `encoding` (else None)
@@ -318,7 +322,9 @@ class Playout:
         utt.latency_from = max(now, utt.opened_at)
         self._emit("utterance_start", now, utt.turn_id)
 
-    def _fill(self, utt: _Utterance, frame: np.ndarray, now: float, delivered: bool = True, parts: list | None = None) -> int:
+    def _fill(
+        self, utt: _Utterance, frame: np.ndarray, now: float, delivered: bool = True, parts: list | None = None
+    ) -> int:
         """Copies the current utterance's audio into `frame` (and its wire bytes into `parts`, when given);
         fires marks and the end on the way."""
         pos = 0
@@ -351,8 +357,15 @@ class Playout:
                     utt.head_offset = offset
             elif kind == "mark":
                 segs.popleft()
-                self._emit("mark", now, utt.turn_id, chunk=seg[1], played_ms=self._ms(utt.played_samples),
-                           chunk_played_ms={k: self._ms(v) for k, v in utt.chunk_played.items()}, **seg[2])
+                self._emit(
+                    "mark",
+                    now,
+                    utt.turn_id,
+                    chunk=seg[1],
+                    played_ms=self._ms(utt.played_samples),
+                    chunk_played_ms={k: self._ms(v) for k, v in utt.chunk_played.items()},
+                    **seg[2],
+                )
             else:  # end
                 if utt.underrun_ticks:
                     self._end_underrun(utt, now)
@@ -373,7 +386,15 @@ class Playout:
         duration = utt.underrun_ticks * self.frame_ms
         kind = "audible" if duration >= AUDIBLE_GAP_MS else "micro"
         utt.gaps[kind] += 1
-        self._emit("underrun_end", now, utt.turn_id, chunk=utt.underrun_chunk, duration_ms=duration, kind=kind, cause=utt.underrun_cause)
+        self._emit(
+            "underrun_end",
+            now,
+            utt.turn_id,
+            chunk=utt.underrun_chunk,
+            duration_ms=duration,
+            kind=kind,
+            cause=utt.underrun_cause,
+        )
         utt.underrun_ticks = 0
 
     def _lose(self, utt: _Utterance, now: float) -> None:
@@ -386,7 +407,9 @@ class Playout:
         duration = utt.lost_ticks * self.frame_ms
         kind = "audible" if duration >= AUDIBLE_GAP_MS else "micro"
         utt.gaps[kind] += 1
-        self._emit("underrun_end", now, utt.turn_id, chunk=utt.lost_chunk, duration_ms=duration, kind=kind, cause="network")
+        self._emit(
+            "underrun_end", now, utt.turn_id, chunk=utt.lost_chunk, duration_ms=duration, kind=kind, cause="network"
+        )
         utt.lost_ticks = 0
 
     def _end_utterance(self, utt: _Utterance, now: float, interrupted: bool) -> dict:

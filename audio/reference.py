@@ -63,8 +63,8 @@ def decode_wav(data: bytes) -> tuple[np.ndarray, int]:
     payload = None
     pos = 12
     while pos + 8 <= len(data):
-        cid, size = data[pos:pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
-        body = data[pos + 8:pos + 8 + size]
+        cid, size = data[pos : pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
+        body = data[pos + 8 : pos + 8 + size]
         if cid == b"fmt ":
             if len(body) < 16:
                 raise ReferenceAudioError("WAV fmt chunk is truncated")
@@ -88,7 +88,7 @@ def decode_wav(data: bytes) -> tuple[np.ndarray, int]:
     if bits % 8 or width < 1:
         raise ReferenceAudioError(f"WAV sample size of {bits} bits is not supported")
     frames = len(payload) // (width * channels)
-    raw = payload[:frames * width * channels]
+    raw = payload[: frames * width * channels]
     if tag == _PCM and width == 1:
         x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
     elif tag == _PCM and width == 2:
@@ -105,8 +105,9 @@ def decode_wav(data: bytes) -> tuple[np.ndarray, int]:
     elif tag == _FLOAT and width == 8:
         x = np.frombuffer(raw, "<f8").astype(np.float32)
     else:
-        raise ReferenceAudioError(f"WAV encoding (format tag {tag}, {bits} bits) is not supported; "
-                                  "use PCM 8/16/24/32-bit or float")
+        raise ReferenceAudioError(
+            f"WAV encoding (format tag {tag}, {bits} bits) is not supported; use PCM 8/16/24/32-bit or float"
+        )
     return x.reshape(frames, channels), rate
 
 
@@ -118,8 +119,9 @@ def decode_any(data: bytes, max_s: float = MAX_SECONDS) -> tuple[np.ndarray, int
 
     found = sniff(data)
     if found is None:
-        raise ReferenceAudioError("not a WAV file, nor MP3, M4A/AAC, Ogg/Opus, WebM/Opus or FLAC (its first bytes are "
-                                  "none of theirs)")
+        raise ReferenceAudioError(
+            "not a WAV file, nor MP3, M4A/AAC, Ogg/Opus, WebM/Opus or FLAC (its first bytes are none of theirs)"
+        )
     try:
         return decode_compressed(data, *found, max_s=max_s)
     except DecodeError as exc:

@@ -19,7 +19,9 @@ class StreamResampler:
         self.in_rate = in_rate
         self.out_rate = out_rate
         self._passthrough = in_rate == out_rate
-        self._stream = None if self._passthrough else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality=quality)
+        self._stream = (
+            None if self._passthrough else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality=quality)
+        )
         self.samples_in = 0
         self.samples_out = 0
 

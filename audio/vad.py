@@ -84,8 +84,9 @@ class SileroBackend:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.log_severity_level = 3
-        self._session = ort.InferenceSession(model_path or silero_model_path(), sess_options=options,
-                                             providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(
+            model_path or silero_model_path(), sess_options=options, providers=["CPUExecutionProvider"]
+        )
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
 
     def new_state(self) -> tuple[np.ndarray, np.ndarray]:
@@ -98,9 +99,9 @@ class SileroBackend:
         for i, (h, ctx) in enumerate(states):
             x[i, : self.context] = ctx
             rnn[:, i] = h
-        x[:, self.context:] = windows
+        x[:, self.context :] = windows
         out, rnn_next = self._session.run(None, {"input": x, "state": rnn, "sr": self._sr})
-        new_states = [(rnn_next[:, i].copy(), x[i, -self.context:].copy()) for i in range(n)]
+        new_states = [(rnn_next[:, i].copy(), x[i, -self.context :].copy()) for i in range(n)]
         return out.reshape(n).astype(np.float32), new_states
 
 
@@ -123,8 +124,11 @@ class WebrtcBackend:
 
     def infer(self, windows: np.ndarray, states: list) -> tuple[np.ndarray, list]:
         pcm = np.clip(windows * 32768.0, -32768, 32767).astype("<i2")
-        probs = np.fromiter((1.0 if vad.is_speech(row.tobytes(), SAMPLE_RATE) else 0.0 for vad, row in zip(states, pcm)),
-                            dtype=np.float32, count=len(pcm))
+        probs = np.fromiter(
+            (1.0 if vad.is_speech(row.tobytes(), SAMPLE_RATE) else 0.0 for vad, row in zip(states, pcm)),
+            dtype=np.float32,
+            count=len(pcm),
+        )
         return probs, states
 
 
@@ -153,8 +157,14 @@ class SpeechDetector:
     window. A lone loud window (a click) therefore starts nothing.
     """
 
-    def __init__(self, window: int, threshold: float = 0.5, end_threshold: float | None = None,
-                 onset_ms: float = 64.0, silence_ms: float = 300.0):
+    def __init__(
+        self,
+        window: int,
+        threshold: float = 0.5,
+        end_threshold: float | None = None,
+        onset_ms: float = 64.0,
+        silence_ms: float = 300.0,
+    ):
         self.window = window
         self.threshold = threshold
         self.end_threshold = threshold - 0.15 if end_threshold is None else end_threshold
@@ -178,7 +188,9 @@ class SpeechDetector:
                 if self._run >= self._onset_windows:
                     self.speaking, self._run = True, 0
                     self._onset, self._last_speech_end = self._candidate, end_sample
-                    return SpeechEvent("started", self._candidate, (end_sample - self._candidate) * 1000.0 / SAMPLE_RATE)
+                    return SpeechEvent(
+                        "started", self._candidate, (end_sample - self._candidate) * 1000.0 / SAMPLE_RATE
+                    )
             else:
                 self._run = 0
             return None
@@ -189,7 +201,9 @@ class SpeechDetector:
         self._run += 1
         if self._run >= self._silence_windows:
             self.speaking, self._run = False, 0
-            return SpeechEvent("stopped", self._last_speech_end, (self._last_speech_end - self._onset) * 1000.0 / SAMPLE_RATE)
+            return SpeechEvent(
+                "stopped", self._last_speech_end, (self._last_speech_end - self._onset) * 1000.0 / SAMPLE_RATE
+            )
         return None
 
     def restart(self) -> None:
@@ -211,10 +225,14 @@ class VadStream:
     sees `started` / `stopped`. Both run on the event loop.
     """
 
-    def __init__(self, pool: "VadPool", detector: SpeechDetector,
-                 on_event: Callable[["VadStream", SpeechEvent], None] | None,
-                 on_window: Callable[["VadStream", float, int], None] | None,
-                 max_backlog_ms: float):
+    def __init__(
+        self,
+        pool: "VadPool",
+        detector: SpeechDetector,
+        on_event: Callable[["VadStream", SpeechEvent], None] | None,
+        on_window: Callable[["VadStream", float, int], None] | None,
+        max_backlog_ms: float,
+    ):
         self.pool = pool
         self.detector = detector
         self.on_event = on_event
@@ -246,8 +264,8 @@ class VadStream:
         w = self._window
         n = len(buf) // w
         for i in range(n):
-            self._ready.append(buf[i * w:(i + 1) * w])
-        self._buf = buf[n * w:].copy()
+            self._ready.append(buf[i * w : (i + 1) * w])
+        self._buf = buf[n * w :].copy()
         if len(self._ready) > self._max_backlog:
             # The pool is behind: judge the newest audio and count the rest. The model must not see the
             # jump (a cut in the middle of music reads as speech): it restarts from a fresh state.
@@ -299,7 +317,9 @@ class VadPool:
         self._lock = threading.Lock()
 
     def open(self, on_event=None, on_window=None, **detector_options) -> VadStream:
-        stream = VadStream(self, SpeechDetector(self.backend.window, **detector_options), on_event, on_window, self.max_backlog_ms)
+        stream = VadStream(
+            self, SpeechDetector(self.backend.window, **detector_options), on_event, on_window, self.max_backlog_ms
+        )
         self._streams.add(stream)
         return stream
 

@@ -46,11 +46,18 @@ def run(shapes, dtype, device, repeats: int = 20, hq: int = 16, hk: int = 8, d: 
         kr, vr = k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1)
         gqa = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # noqa: E731
         diff = float((decode_attention(q, k, v, mask) - gqa()).abs().max())
-        rows.append({"batch": b, "kv_len": length, "gqa_ms": round(_ms(gqa, device, repeats), 3),
-                     "folded_ms": round(_ms(lambda: decode_attention(q, k, v, mask), device, repeats), 3),
-                     "repeated_ms": round(_ms(lambda: F.scaled_dot_product_attention(q, kr, vr, attn_mask=mask),
-                                              device, repeats), 3),
-                     "max_diff": diff})
+        rows.append(
+            {
+                "batch": b,
+                "kv_len": length,
+                "gqa_ms": round(_ms(gqa, device, repeats), 3),
+                "folded_ms": round(_ms(lambda: decode_attention(q, k, v, mask), device, repeats), 3),
+                "repeated_ms": round(
+                    _ms(lambda: F.scaled_dot_product_attention(q, kr, vr, attn_mask=mask), device, repeats), 3
+                ),
+                "max_diff": diff,
+            }
+        )
     return rows
 
 
@@ -65,8 +72,10 @@ def main(argv=None) -> int:
     print(f"{'dtype':<10}{'batch':>6}{'kv_len':>8}{'gqa ms':>10}{'folded ms':>11}{'repeated ms':>13}{'max diff':>10}")
     for name in args.dtype.split(","):
         for r in run(shapes, getattr(torch, name), torch.device(args.device), args.repeats):
-            print(f"{name:<10}{r['batch']:>6}{r['kv_len']:>8}{r['gqa_ms']:>10}{r['folded_ms']:>11}"
-                  f"{r['repeated_ms']:>13}{r['max_diff']:>10.1e}")
+            print(
+                f"{name:<10}{r['batch']:>6}{r['kv_len']:>8}{r['gqa_ms']:>10}{r['folded_ms']:>11}"
+                f"{r['repeated_ms']:>13}{r['max_diff']:>10.1e}"
+            )
     return 0
 
 

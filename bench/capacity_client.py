@@ -121,8 +121,11 @@ class Caller:
                 self.close()
                 return
             self.state = "upgrading"
-            self.write(b"GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                       b"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (self.path.encode(), self.host.encode(), self._key))
+            self.write(
+                b"GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                % (self.path.encode(), self.host.encode(), self._key)
+            )
             return
         self.write(b"")
 
@@ -235,7 +238,9 @@ class Caller:
         if gen != self._timer_gen or self.stopping or self.state != "open":
             return
         self._turn += 1
-        self.send_json({"type": "text", "turn_id": f"t{self._turn}", "text": self.rng.choice(TURN_TEXTS), "final": True})
+        self.send_json(
+            {"type": "text", "turn_id": f"t{self._turn}", "text": self.rng.choice(TURN_TEXTS), "final": True}
+        )
 
     def _fail(self, code: str) -> None:
         self.client.stats.error(code)
@@ -283,7 +288,15 @@ class Caller:
 class LoadClient:
     """The loop: epoll over every caller's socket (and stdin for commands), plus a timer heap."""
 
-    def __init__(self, host: str, port: int, path: str = "/v1/ws", pause_s: float = 1.0, seed: int = 0, read_interval_s: float = 0.05):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        path: str = "/v1/ws",
+        pause_s: float = 1.0,
+        seed: int = 0,
+        read_interval_s: float = 0.05,
+    ):
         self.host, self.port, self.path, self.pause_s = host, port, path, pause_s
         # Wake at most this often: each wake-up costs a syscall or two (~10 µs on this VM), and the gateway's clock
         # sends every call's frame within a few ms, so one wake-up per few ms reads hundreds of sockets, not one.
@@ -399,10 +412,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--path", default="/v1/ws")
     ap.add_argument("--sessions", type=int, required=True)
-    ap.add_argument("--stagger-ms", type=float, default=5.0, help="between two callers' connects (default: %(default)s)")
+    ap.add_argument(
+        "--stagger-ms", type=float, default=5.0, help="between two callers' connects (default: %(default)s)"
+    )
     ap.add_argument("--pause-s", type=float, default=1.0, help="the caller's pause after each turn.done")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--read-interval-ms", type=float, default=50.0, help="wake at most this often (default: %(default)s)")
+    ap.add_argument(
+        "--read-interval-ms", type=float, default=50.0, help="wake at most this often (default: %(default)s)"
+    )
     args = ap.parse_args(argv)
     client = LoadClient(args.host, args.port, args.path, args.pause_s, args.seed, args.read_interval_ms / 1000.0)
     client.start(args.sessions, args.stagger_ms / 1000.0)

@@ -40,10 +40,14 @@ def _random_base(size: str, device: str, dtype: str):
     with torch.no_grad():
         g = torch.Generator().manual_seed(0)
         for name, p in encoder.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.02 if p.dim() > 1 else 0.0) + (1.0 if "scale" in name or
-                                                                                          "layernorm.weight" in name else 0.0))
-        for layer in [*encoder.quantizer.semantic_residual_vector_quantizer.layers,
-                      *encoder.quantizer.acoustic_residual_vector_quantizer.layers]:
+            p.copy_(
+                torch.randn(p.shape, generator=g) * (0.02 if p.dim() > 1 else 0.0)
+                + (1.0 if "scale" in name or "layernorm.weight" in name else 0.0)
+            )
+        for layer in [
+            *encoder.quantizer.semantic_residual_vector_quantizer.layers,
+            *encoder.quantizer.acoustic_residual_vector_quantizer.layers,
+        ]:
             layer.codebook.embed_sum.copy_(torch.randn(layer.codebook.embed_sum.shape, generator=g))
     with tempfile.TemporaryDirectory() as d:
         write_tokenizer(d)
@@ -57,8 +61,9 @@ async def _ttfa(engine, voice: str) -> tuple[float, dict]:
 
     t0 = time.monotonic()
     p0 = engine.timings["prefill"]
-    stream = engine.synthesize(SynthesisRequest(text=TEXT, voice=voice, language="en",
-                                                sampling=SamplingSettings(greedy=True)))
+    stream = engine.synthesize(
+        SynthesisRequest(text=TEXT, voice=voice, language="en", sampling=SamplingSettings(greedy=True))
+    )
     job = engine._jobs[id(stream)]
     first = None
     async for chunk in stream:
@@ -66,8 +71,10 @@ async def _ttfa(engine, voice: str) -> tuple[float, dict]:
             first = time.monotonic() - t0
             stream.cancel()
             break
-    return first, {"prefill_positions": int(job.prompt.prefill.shape[0]),
-                   "prefill_ms": round((engine.timings["prefill"] - p0) * 1e3, 1)}
+    return first, {
+        "prefill_positions": int(job.prompt.prefill.shape[0]),
+        "prefill_ms": round((engine.timings["prefill"] - p0) * 1e3, 1),
+    }
 
 
 async def clone_bench(args) -> dict:
@@ -80,9 +87,17 @@ async def clone_bench(args) -> dict:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     cache = tempfile.mkdtemp(prefix="voxgate-voice-cache-")
-    settings = EngineSettings(model_dir=args.model_dir, device=device, dtype=dtype, max_batch=2, max_seq_len=1024,
-                              frames_base=8, frames_per_token=0.5, vocoder=getattr(args, "vocoder", "auto") or "auto",
-                              voice_cache_dir=cache)
+    settings = EngineSettings(
+        model_dir=args.model_dir,
+        device=device,
+        dtype=dtype,
+        max_batch=2,
+        max_seq_len=1024,
+        frames_base=8,
+        frames_per_token=0.5,
+        vocoder=getattr(args, "vocoder", "auto") or "auto",
+        voice_cache_dir=cache,
+    )
     t0 = time.monotonic()
     ckpt = _random_base(args.random_weights, device, dtype) if args.random_weights else None
     engine = Qwen3Engine(settings, checkpoint=ckpt)
@@ -95,9 +110,17 @@ async def clone_bench(args) -> dict:
         audio = f.read()
     xvo = bool(args.x_vector_only)
     ref_text = args.ref_text or ("Hello, this is a reference recording of my voice." if not xvo else None)
-    out: dict = {"engine": {"source": args.model_dir or f"random {args.random_weights} base", "device": device,
-                            "dtype": dtype, "load_s": round(load_s, 2), "threads": torch.get_num_threads(),
-                            "load_average_1m": round(os.getloadavg()[0], 1)}, "mode": "x_vector" if xvo else "icl"}
+    out: dict = {
+        "engine": {
+            "source": args.model_dir or f"random {args.random_weights} base",
+            "device": device,
+            "dtype": dtype,
+            "load_s": round(load_s, 2),
+            "threads": torch.get_num_threads(),
+            "load_average_1m": round(os.getloadavg()[0], 1),
+        },
+        "mode": "x_vector" if xvo else "icl",
+    }
     try:
         await _ttfa(engine, "default") if engine.voices() else None
         t = time.perf_counter()
@@ -120,26 +143,42 @@ async def clone_bench(args) -> dict:
         xv = [(await _ttfa(engine, "bench_xv")) for _ in range(REPEATS)]
         cfg = engine._ckpt.config
         shared = 3 + len(codec_prefix(cfg, "english", None)) + 2  # role tokens, control, speaker row, pad
-        out.update({
-            "ref_seconds": info["ref_seconds"], "ref_frames": info["ref_frames"], "prepare": prepare,
-            "ttfa_ms": {"first_use": round(first * 1e3, 1), "cached_p50": round(statistics.median(cached) * 1e3, 1),
-                        "after_restart_first": round(first_after_restart * 1e3, 1),
-                        "x_vector_only_p50": round(statistics.median(x[0] for x in xv) * 1e3, 1)},
-            "prompt": {**first_prompt, "x_vector_only_positions": xv[0][1]["prefill_positions"],
-                       "x_vector_only_prefill_ms": xv[0][1]["prefill_ms"],
-                       "shared_prefix_positions": shared},
-        })
+        out.update(
+            {
+                "ref_seconds": info["ref_seconds"],
+                "ref_frames": info["ref_frames"],
+                "prepare": prepare,
+                "ttfa_ms": {
+                    "first_use": round(first * 1e3, 1),
+                    "cached_p50": round(statistics.median(cached) * 1e3, 1),
+                    "after_restart_first": round(first_after_restart * 1e3, 1),
+                    "x_vector_only_p50": round(statistics.median(x[0] for x in xv) * 1e3, 1),
+                },
+                "prompt": {
+                    **first_prompt,
+                    "x_vector_only_positions": xv[0][1]["prefill_positions"],
+                    "x_vector_only_prefill_ms": xv[0][1]["prefill_ms"],
+                    "shared_prefix_positions": shared,
+                },
+            }
+        )
     finally:
         await engine.close()
     p, t = out["prepare"], out["ttfa_ms"]
     print(f"engine: {out['engine']['source']} on {device} {dtype}; loaded in {load_s:.1f} s")
     print(f"reference {out['ref_seconds']} s ({out['ref_frames']} frames), mode {out['mode']}")
-    print(f"prepare voice (encoders; ICL also the reference decode that primes its vocoder row): computed "
-          f"{p['computed_ms']} ms, parts from the disk cache {p['disk_ms']} ms, from memory {p['memory_ms']} ms")
-    print(f"TTFA '{TEXT}': first use {t['first_use']} ms, cached {t['cached_p50']} ms (p50 of {REPEATS}), "
-          f"first after a restart {t['after_restart_first']} ms; x-vector only {t['x_vector_only_p50']} ms")
+    print(
+        f"prepare voice (encoders; ICL also the reference decode that primes its vocoder row): computed "
+        f"{p['computed_ms']} ms, parts from the disk cache {p['disk_ms']} ms, from memory {p['memory_ms']} ms"
+    )
+    print(
+        f"TTFA '{TEXT}': first use {t['first_use']} ms, cached {t['cached_p50']} ms (p50 of {REPEATS}), "
+        f"first after a restart {t['after_restart_first']} ms; x-vector only {t['x_vector_only_p50']} ms"
+    )
     q = out["prompt"]
-    print(f"prompt: {q['prefill_positions']} positions ({q['prefill_ms']} ms prefill) vs x-vector only "
-          f"{q['x_vector_only_positions']} ({q['x_vector_only_prefill_ms']} ms); the same for every request of the "
-          f"voice: the first {q['shared_prefix_positions']} (text enters the prompt after them)")
+    print(
+        f"prompt: {q['prefill_positions']} positions ({q['prefill_ms']} ms prefill) vs x-vector only "
+        f"{q['x_vector_only_positions']} ({q['x_vector_only_prefill_ms']} ms); the same for every request of the "
+        f"voice: the first {q['shared_prefix_positions']} (text enters the prompt after them)"
+    )
     return out

@@ -45,8 +45,16 @@ async def _run_level(engine, texts: list[str], sampling) -> dict:
     c0, tm0 = dict(engine.counters), dict(engine.timings)
     cpu0 = time.process_time()
     t0 = time.monotonic()
-    runs = [_Run(engine.synthesize(SynthesisRequest(text=t, voice="default", language="en", sampling=sampling,
-                                                    deadline=time.monotonic() + 0.2))) for t in texts]
+    runs = [
+        _Run(
+            engine.synthesize(
+                SynthesisRequest(
+                    text=t, voice="default", language="en", sampling=sampling, deadline=time.monotonic() + 0.2
+                )
+            )
+        )
+        for t in texts
+    ]
     await asyncio.gather(*[r.consume() for r in runs])
     wall = time.monotonic() - t0
     cpu = time.process_time() - cpu0
@@ -58,13 +66,21 @@ async def _run_level(engine, texts: list[str], sampling) -> dict:
     vcalls = engine.counters["vocoder_calls"] - c0["vocoder_calls"]
     ttfa = [r.ttfa_s * 1e3 for r in runs]
     return {
-        "concurrency": len(texts), "audio_s": round(audio, 3), "wall_s": round(wall, 3),
-        "audio_x": round(audio / wall, 3) if wall else None, "cpu_s": round(cpu, 3),
+        "concurrency": len(texts),
+        "audio_s": round(audio, 3),
+        "wall_s": round(wall, 3),
+        "audio_x": round(audio / wall, 3) if wall else None,
+        "cpu_s": round(cpu, 3),
         "audio_per_cpu_s": round(audio / cpu, 3) if cpu else None,
         "rtf": round(statistics.mean((r.t_end - r.t0) / r.audio_s for r in runs if r.audio_s), 4),
-        "ttfa_p50_ms": round(_percentile(ttfa, 0.5), 1), "ttfa_p95_ms": round(_percentile(ttfa, 0.95), 1),
-        "keeps_up": all(r.keeps_up() for r in runs), "streams_keeping_up": sum(r.keeps_up() for r in runs),
-        "frames": frames, "steps": steps, "vocoder_calls": vcalls, "host_syncs": syncs,
+        "ttfa_p50_ms": round(_percentile(ttfa, 0.5), 1),
+        "ttfa_p95_ms": round(_percentile(ttfa, 0.95), 1),
+        "keeps_up": all(r.keeps_up() for r in runs),
+        "streams_keeping_up": sum(r.keeps_up() for r in runs),
+        "frames": frames,
+        "steps": steps,
+        "vocoder_calls": vcalls,
+        "host_syncs": syncs,
         "host_syncs_per_frame": round(syncs / frames, 4) if frames and watched else None,
         "host_syncs_per_step": round(syncs / steps, 3) if steps and watched else None,
         "mean_batch": round(frames / steps, 2) if steps else None,
@@ -81,10 +97,14 @@ async def _sync_probe(engine, sampling, c: int) -> dict:
         r = await _run_level(engine, texts, sampling)
     finally:
         engine.watch_syncs(False)
-    out = {k: r[k] for k in ("concurrency", "steps", "vocoder_calls", "host_syncs", "host_syncs_per_step",
-                             "host_syncs_per_frame")}
-    print(f"host syncs (watched, c={c}): {r['host_syncs']} over {r['steps']} steps and {r['vocoder_calls']} "
-          f"vocoder calls = {r['host_syncs_per_step']} per step")
+    out = {
+        k: r[k]
+        for k in ("concurrency", "steps", "vocoder_calls", "host_syncs", "host_syncs_per_step", "host_syncs_per_frame")
+    }
+    print(
+        f"host syncs (watched, c={c}): {r['host_syncs']} over {r['steps']} steps and {r['vocoder_calls']} "
+        f"vocoder calls = {r['host_syncs_per_step']} per step"
+    )
     return out
 
 
@@ -93,41 +113,60 @@ async def _stage_table(engine, sampling, streaming: bool) -> list[dict]:
     for label, text in TEXTS.items():
         t_before = dict(engine.timings)
         c_before = dict(engine.counters)
-        r = (await _run_level(engine, [text], sampling))
+        r = await _run_level(engine, [text], sampling)
         d = {k: engine.timings[k] - t_before[k] for k in engine.timings}
         frames = engine.counters["frames"] - c_before["frames"]
-        rows.append({
-            "label": label, "words": len(text.split()), "wall_ms": r["wall_s"] * 1e3, "audio_s": r["audio_s"],
-            "rtf": r["rtf"], "tok_s": frames / d["step"] if d["step"] else float("nan"),
-            "mem_mb": _mem_mb(engine.settings.device), "prefill_ms": d["prefill"] * 1e3,
-            "generate_ms": d["step"] * 1e3, "decode_ms": d["vocoder"] * 1e3, "ttfa_ms": r["ttfa_p50_ms"],
-        })
+        rows.append(
+            {
+                "label": label,
+                "words": len(text.split()),
+                "wall_ms": r["wall_s"] * 1e3,
+                "audio_s": r["audio_s"],
+                "rtf": r["rtf"],
+                "tok_s": frames / d["step"] if d["step"] else float("nan"),
+                "mem_mb": _mem_mb(engine.settings.device),
+                "prefill_ms": d["prefill"] * 1e3,
+                "generate_ms": d["step"] * 1e3,
+                "decode_ms": d["vocoder"] * 1e3,
+                "ttfa_ms": r["ttfa_p50_ms"],
+            }
+        )
     return rows
 
 
 def _print_stage_table(rows: list[dict], streaming: bool) -> None:
-    head = f"{'Label':<8}{'Words':>6}{'Wall(ms)':>10}{'Audio(s)':>9}{'RTF':>8}{'Tok/s':>8}{'Mem(MB)':>9}" \
-           f"{'Prefill':>9}{'Generate':>10}{'Decode':>9}" + (f"{'TTFA(ms)':>10}" if streaming else "")
+    head = (
+        f"{'Label':<8}{'Words':>6}{'Wall(ms)':>10}{'Audio(s)':>9}{'RTF':>8}{'Tok/s':>8}{'Mem(MB)':>9}"
+        f"{'Prefill':>9}{'Generate':>10}{'Decode':>9}" + (f"{'TTFA(ms)':>10}" if streaming else "")
+    )
     print(head)
     for r in rows:
-        print(f"{r['label']:<8}{r['words']:>6}{r['wall_ms']:>10.1f}{r['audio_s']:>9.2f}{r['rtf']:>8.3f}{r['tok_s']:>8.1f}"
-              f"{r['mem_mb']:>9.0f}{r['prefill_ms']:>9.1f}{r['generate_ms']:>10.1f}{r['decode_ms']:>9.1f}"
-              + (f"{r['ttfa_ms']:>10.1f}" if streaming else ""))
+        print(
+            f"{r['label']:<8}{r['words']:>6}{r['wall_ms']:>10.1f}{r['audio_s']:>9.2f}{r['rtf']:>8.3f}{r['tok_s']:>8.1f}"
+            f"{r['mem_mb']:>9.0f}{r['prefill_ms']:>9.1f}{r['generate_ms']:>10.1f}{r['decode_ms']:>9.1f}"
+            + (f"{r['ttfa_ms']:>10.1f}" if streaming else "")
+        )
 
 
 def _print_levels(levels: list[dict], title: str) -> None:
     print(title)
-    print(f"{'conc':>5}{'audio x':>9}{'RTF':>8}{'TTFA p50':>10}{'TTFA p95':>10}{'keeps up':>10}{'syncs/frame':>12}"
-          f"{'batch':>7}")
+    print(
+        f"{'conc':>5}{'audio x':>9}{'RTF':>8}{'TTFA p50':>10}{'TTFA p95':>10}{'keeps up':>10}{'syncs/frame':>12}"
+        f"{'batch':>7}"
+    )
     for r in levels:
-        print(f"{r['concurrency']:>5}{r['audio_x']:>9.2f}{r['rtf']:>8.3f}{r['ttfa_p50_ms']:>10.1f}{r['ttfa_p95_ms']:>10.1f}"
-              f"{str(r['keeps_up']) + ' ' + str(r['streams_keeping_up']):>10}"
-              f"{(r['host_syncs_per_frame'] or 0):>12.3f}{(r['mean_batch'] or 0):>7.1f}")
+        print(
+            f"{r['concurrency']:>5}{r['audio_x']:>9.2f}{r['rtf']:>8.3f}{r['ttfa_p50_ms']:>10.1f}{r['ttfa_p95_ms']:>10.1f}"
+            f"{str(r['keeps_up']) + ' ' + str(r['streams_keeping_up']):>10}"
+            f"{(r['host_syncs_per_frame'] or 0):>12.3f}{(r['mean_batch'] or 0):>7.1f}"
+        )
 
 
 def _write_trace(path: str, spans: list, t_origin: float) -> None:
-    events = [{"name": name, "ph": "X", "ts": (t0 - t_origin) * 1e6, "dur": dur * 1e6, "pid": 1, "tid": 1, "args": args}
-              for name, t0, dur, args in spans]
+    events = [
+        {"name": name, "ph": "X", "ts": (t0 - t_origin) * 1e6, "dur": dur * 1e6, "pid": 1, "tid": 1, "args": args}
+        for name, t0, dur, args in spans
+    ]
     with open(path, "w") as f:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
 
@@ -154,18 +193,27 @@ def _reference_level(model, c: int, max_frames: int) -> dict:
     cpu0 = time.process_time()
     t0 = time.monotonic()
     if model.model.tts_model_type == "custom_voice":
-        wavs, sr = model.generate_custom_voice(text=texts, speaker=[speaker] * c, language=["English"] * c,
-                                               max_new_tokens=max_frames + 1)
+        wavs, sr = model.generate_custom_voice(
+            text=texts, speaker=[speaker] * c, language=["English"] * c, max_new_tokens=max_frames + 1
+        )
     else:
-        wavs, sr = model.generate_voice_design(text=texts, instruct=["A calm voice."] * c, language=["English"] * c,
-                                               max_new_tokens=max_frames + 1)
+        wavs, sr = model.generate_voice_design(
+            text=texts, instruct=["A calm voice."] * c, language=["English"] * c, max_new_tokens=max_frames + 1
+        )
     wall = time.monotonic() - t0
     cpu = time.process_time() - cpu0
     audio = sum(len(w) for w in wavs) / sr
-    return {"concurrency": c, "audio_s": round(audio, 3), "wall_s": round(wall, 3), "audio_x": round(audio / wall, 3),
-            "cpu_s": round(cpu, 3), "audio_per_cpu_s": round(audio / cpu, 3) if cpu else None,
-            "rtf": round(wall / (audio / c), 4) if audio else None,
-            "ttfa_p50_ms": round(wall * 1e3, 1), "ttfa_p95_ms": round(wall * 1e3, 1)}
+    return {
+        "concurrency": c,
+        "audio_s": round(audio, 3),
+        "wall_s": round(wall, 3),
+        "audio_x": round(audio / wall, 3),
+        "cpu_s": round(cpu, 3),
+        "audio_per_cpu_s": round(audio / cpu, 3) if cpu else None,
+        "rtf": round(wall / (audio / c), 4) if audio else None,
+        "ttfa_p50_ms": round(wall * 1e3, 1),
+        "ttfa_p95_ms": round(wall * 1e3, 1),
+    }
 
 
 def _official_at(model, c: int, max_frames: int, threads: int) -> dict:
@@ -179,8 +227,9 @@ def _official_at(model, c: int, max_frames: int, threads: int) -> dict:
         torch.set_num_threads(before)
 
 
-async def _compare(engine, reference, sampling, max_frames: int, repeats: int, threads: list[int]
-                   ) -> tuple[list[dict], list[dict], list[dict]]:
+async def _compare(
+    engine, reference, sampling, max_frames: int, repeats: int, threads: list[int]
+) -> tuple[list[dict], list[dict], list[dict]]:
     """Ours and the official at c=1 and c=16, interleaved `repeats` times (the official once per thread
     count each time); the best run of each side counts (a shared CPU box makes single runs noisy, and
     both sides get the same chances). Returns (ours, official best, every official run)."""
@@ -205,8 +254,10 @@ def _step_stats(steps: list) -> dict:
     by: dict[str, list[float]] = {}
     for bucket, kv_len, dt, _ in steps:
         by.setdefault(f"{bucket}x{kv_len}", []).append(dt * 1e3)
-    return {k: {"steps": len(v), "p50_ms": round(_percentile(v, 0.5), 2), "p99_ms": round(_percentile(v, 0.99), 2)}
-            for k, v in sorted(by.items(), key=lambda kv: [int(x) for x in kv[0].split("x")])}
+    return {
+        k: {"steps": len(v), "p50_ms": round(_percentile(v, 0.5), 2), "p99_ms": round(_percentile(v, 0.99), 2)}
+        for k, v in sorted(by.items(), key=lambda kv: [int(x) for x in kv[0].split("x")])
+    }
 
 
 def _peak_mem_mb(device: str) -> float:
@@ -228,8 +279,13 @@ async def _arrival_level(engine, sampling, arrivals: list[tuple[float, str]], sl
         delay = t0 + offset - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        r = _Run(engine.synthesize(SynthesisRequest(text=text, voice="default", language="en", sampling=sampling,
-                                                    deadline=time.monotonic() + 0.2)))
+        r = _Run(
+            engine.synthesize(
+                SynthesisRequest(
+                    text=text, voice="default", language="en", sampling=sampling, deadline=time.monotonic() + 0.2
+                )
+            )
+        )
         runs.append(r)
         tasks.append(asyncio.ensure_future(r.consume()))
     await asyncio.gather(*tasks)
@@ -239,14 +295,19 @@ async def _arrival_level(engine, sampling, arrivals: list[tuple[float, str]], sl
     audio = sum(r.audio_s for r in runs)
     d = {k: engine.timings[k] - tm0[k] for k in engine.timings}
     out = {
-        "requests": len(runs), "wall_s": round(wall, 3), "audio_s": round(audio, 3),
+        "requests": len(runs),
+        "wall_s": round(wall, 3),
+        "audio_s": round(audio, 3),
         "audio_x": round(audio / wall, 3) if wall else None,
-        "first_audio_p50_ms": round(_percentile(ttfa, 0.5), 1), "first_audio_p95_ms": round(_percentile(ttfa, 0.95), 1),
+        "first_audio_p50_ms": round(_percentile(ttfa, 0.5), 1),
+        "first_audio_p95_ms": round(_percentile(ttfa, 0.95), 1),
         "first_audio_p99_ms": round(_percentile(ttfa, 0.99), 1),
         "keeping_up_share": round(keeping / len(runs), 4) if runs else None,
-        "vocoder_share": round(d["vocoder"] / wall, 4), "prefill_share": round(d["prefill"] / wall, 4),
+        "vocoder_share": round(d["vocoder"] / wall, 4),
+        "prefill_share": round(d["prefill"] / wall, 4),
         "talker_share": round(d["step"] / wall, 4),
-        "step_ms": _step_stats(engine.step_times[i0:]), "peak_mem_mb": _peak_mem_mb(engine.settings.device),
+        "step_ms": _step_stats(engine.step_times[i0:]),
+        "peak_mem_mb": _peak_mem_mb(engine.settings.device),
     }
     out["passed"] = bool(runs) and keeping == len(runs) and out["first_audio_p95_ms"] <= slo_ms
     return out
@@ -268,10 +329,12 @@ async def _poisson(engine, sampling, args, write) -> list[dict]:
         arrivals = poisson_arrivals(rate, args.duration, args.seed)
         r = {"rate": rate, **await _arrival_level(engine, sampling, arrivals, args.slo_first_audio_ms)}
         levels.append(r)
-        print(f"poisson {rate:g}/s: {r['requests']} requests, first audio p50/p95/p99 {r['first_audio_p50_ms']}/"
-              f"{r['first_audio_p95_ms']}/{r['first_audio_p99_ms']} ms, keeping up {r['keeping_up_share']:.0%}, "
-              f"audio x {r['audio_x']}, vocoder {r['vocoder_share']:.0%} prefill {r['prefill_share']:.0%} of wall, "
-              f"peak {r['peak_mem_mb']} MB -> {'pass' if r['passed'] else 'FAIL'}")
+        print(
+            f"poisson {rate:g}/s: {r['requests']} requests, first audio p50/p95/p99 {r['first_audio_p50_ms']}/"
+            f"{r['first_audio_p95_ms']}/{r['first_audio_p99_ms']} ms, keeping up {r['keeping_up_share']:.0%}, "
+            f"audio x {r['audio_x']}, vocoder {r['vocoder_share']:.0%} prefill {r['prefill_share']:.0%} of wall, "
+            f"peak {r['peak_mem_mb']} MB -> {'pass' if r['passed'] else 'FAIL'}"
+        )
         write(levels)
         if not r["passed"]:
             break
@@ -289,8 +352,9 @@ async def _burst_once(engine, sampling, args, budget: int) -> dict:
     long_text = TEXTS["long"]
 
     def req(text):
-        return SynthesisRequest(text=text, voice="default", language="en", sampling=sampling,
-                                deadline=time.monotonic() + 0.2)
+        return SynthesisRequest(
+            text=text, voice="default", language="en", sampling=sampling, deadline=time.monotonic() + 0.2
+        )
 
     bg = [_Run(engine.synthesize(req(long_text))) for _ in range(args.background)]
     bg_tasks = [asyncio.ensure_future(r.consume()) for r in bg]
@@ -305,18 +369,24 @@ async def _burst_once(engine, sampling, args, budget: int) -> dict:
     for r in bg:
         r.stream.cancel()
     await asyncio.gather(*bg_tasks, return_exceptions=True)
-    steady = statistics.median([x[2] for x in engine.step_times[max(0, i0 - 20):i0]] or [0.0])
+    steady = statistics.median([x[2] for x in engine.step_times[max(0, i0 - 20) : i0]] or [0.0])
     ends = [t_burst] + [x[3] for x in engine.step_times[i0:i1]]
     gaps = [b - a for a, b in zip(ends, ends[1:])]
     first = [r.ttfa_s * 1e3 for r in burst]
     prefills = engine.prefill_times[p0:]
-    return {"prefill_budget_tokens": budget, "burst": args.burst, "background": args.background,
-            "steady_step_ms": round(steady * 1e3, 2), "longest_gap_ms": round(max(gaps) * 1e3, 2) if gaps else None,
-            "admissions": len(prefills), "largest_admission": max((n for n, *_ in prefills), default=0),
-            "longest_prefill_ms": round(max((dt for _, _, dt, _ in prefills), default=0.0) * 1e3, 2),
-            "largest_prefill_positions": max((t for _, t, _, _ in prefills), default=0),
-            "burst_first_audio_p50_ms": round(_percentile(first, 0.5), 1),
-            "burst_first_audio_max_ms": round(max(first), 1) if first else None}
+    return {
+        "prefill_budget_tokens": budget,
+        "burst": args.burst,
+        "background": args.background,
+        "steady_step_ms": round(steady * 1e3, 2),
+        "longest_gap_ms": round(max(gaps) * 1e3, 2) if gaps else None,
+        "admissions": len(prefills),
+        "largest_admission": max((n for n, *_ in prefills), default=0),
+        "longest_prefill_ms": round(max((dt for _, _, dt, _ in prefills), default=0.0) * 1e3, 2),
+        "largest_prefill_positions": max((t for _, t, _, _ in prefills), default=0),
+        "burst_first_audio_p50_ms": round(_percentile(first, 0.5), 1),
+        "burst_first_audio_max_ms": round(max(first), 1) if first else None,
+    }
 
 
 async def _bursts(engine, sampling, args, write) -> list[dict]:
@@ -326,11 +396,13 @@ async def _bursts(engine, sampling, args, write) -> list[dict]:
     for label, budget in modes + modes:  # interleaved twice: a shared box drifts
         r = {"mode": label, **await _burst_once(engine, sampling, args, budget)}
         out.append(r)
-        print(f"burst of {r['burst']} over {r['background']} running, {label}: {r['admissions']} admissions, the "
-              f"largest {r['largest_admission']} requests / {r['largest_prefill_positions']} positions in "
-              f"{r['longest_prefill_ms']} ms; running streams held up to "
-              f"{r['longest_gap_ms']} ms (steady step {r['steady_step_ms']} ms); the burst's first audio p50 "
-              f"{r['burst_first_audio_p50_ms']} ms, max {r['burst_first_audio_max_ms']} ms")
+        print(
+            f"burst of {r['burst']} over {r['background']} running, {label}: {r['admissions']} admissions, the "
+            f"largest {r['largest_admission']} requests / {r['largest_prefill_positions']} positions in "
+            f"{r['longest_prefill_ms']} ms; running streams held up to "
+            f"{r['longest_gap_ms']} ms (steady step {r['steady_step_ms']} ms); the burst's first audio p50 "
+            f"{r['burst_first_audio_p50_ms']} ms, max {r['burst_first_audio_max_ms']} ms"
+        )
         write(out)
     engine.settings.prefill_budget_tokens = default
     return out
@@ -354,16 +426,27 @@ async def _bench(args) -> dict:
     await engine.start()
     load_s = time.monotonic() - t_load
     src = args.model_dir or f"random {args.random_weights}"
-    print(f"engine: {src} on {settings.device} {settings.dtype}, max_batch {max_batch}, "
-          f"CUDA graphs {engine._batch.use_cuda_graphs}; loaded in {load_s:.1f} s")
+    print(
+        f"engine: {src} on {settings.device} {settings.dtype}, max_batch {max_batch}, "
+        f"CUDA graphs {engine._batch.use_cuda_graphs}; loaded in {load_s:.1f} s"
+    )
     if args.trace:
         engine.enable_trace(stages=True)
     t_origin = time.perf_counter()
     sampling = SamplingSettings()
-    result: dict = {"engine": {"source": src, "device": settings.device, "dtype": settings.dtype,
-                               "max_batch": max_batch, "cuda_graphs": engine._batch.use_cuda_graphs,
-                               "pipeline": settings.pipeline, "frames": args.frames, "load_s": round(load_s, 2),
-                               "memory": engine.memory}}
+    result: dict = {
+        "engine": {
+            "source": src,
+            "device": settings.device,
+            "dtype": settings.dtype,
+            "max_batch": max_batch,
+            "cuda_graphs": engine._batch.use_cuda_graphs,
+            "pipeline": settings.pipeline,
+            "frames": args.frames,
+            "load_s": round(load_s, 2),
+            "memory": engine.memory,
+        }
+    }
 
     def write(key, value):  # after every level: a timeout keeps what ran
         result[key] = value
@@ -396,20 +479,39 @@ async def _bench(args) -> dict:
             threads = [int(x) for x in str(getattr(args, "reference_threads", "1")).split(",")]
             ours, ref, every = await _compare(engine, reference, sampling, max_frames, repeats, threads)
             _print_levels(ours, f"ours, best of {repeats} (interleaved with the official runs):")
-            _print_levels([{**r, "keeps_up": "-", "streams_keeping_up": "", "host_syncs_per_frame": 0, "mean_batch": 0}
-                           for r in ref], f"official qwen-tts, best of {repeats} (generate + decode, one static batch; "
-                                          "TTFA = the whole batch):")
+            _print_levels(
+                [
+                    {**r, "keeps_up": "-", "streams_keeping_up": "", "host_syncs_per_frame": 0, "mean_batch": 0}
+                    for r in ref
+                ],
+                f"official qwen-tts, best of {repeats} (generate + decode, one static batch; TTFA = the whole batch):",
+            )
             ratios = {str(o["concurrency"]): round(o["audio_x"] / r["audio_x"], 2) for o, r in zip(ours, ref)}
             # audio per CPU second (all threads of the process): steadier than wall time on a shared box
-            cpu_ratios = {str(o["concurrency"]): round(o["audio_per_cpu_s"] / r["audio_per_cpu_s"], 2)
-                          for o, r in zip(ours, ref) if o.get("audio_per_cpu_s") and r.get("audio_per_cpu_s")}
-            write("reference", {"ours": ours, "official": ref, "official_runs": every, "repeats": repeats,
-                                "official_threads_tried": threads, "ours_threads": engine.cpu_threads,
-                                "audio_x_ratio_ours_over_official": ratios,
-                                "audio_per_cpu_s_ratio_ours_over_official": cpu_ratios})
-            print("audio per CPU second, ours / official: " + ", ".join(f"c={k}: {v}x" for k, v in cpu_ratios.items())
-                  + f" (ours {', '.join(str(o['audio_per_cpu_s']) for o in ours)}; official "
-                  f"{', '.join(str(r['audio_per_cpu_s']) for r in ref)})")
+            cpu_ratios = {
+                str(o["concurrency"]): round(o["audio_per_cpu_s"] / r["audio_per_cpu_s"], 2)
+                for o, r in zip(ours, ref)
+                if o.get("audio_per_cpu_s") and r.get("audio_per_cpu_s")
+            }
+            write(
+                "reference",
+                {
+                    "ours": ours,
+                    "official": ref,
+                    "official_runs": every,
+                    "repeats": repeats,
+                    "official_threads_tried": threads,
+                    "ours_threads": engine.cpu_threads,
+                    "audio_x_ratio_ours_over_official": ratios,
+                    "audio_per_cpu_s_ratio_ours_over_official": cpu_ratios,
+                },
+            )
+            print(
+                "audio per CPU second, ours / official: "
+                + ", ".join(f"c={k}: {v}x" for k, v in cpu_ratios.items())
+                + f" (ours {', '.join(str(o['audio_per_cpu_s']) for o in ours)}; official "
+                f"{', '.join(str(r['audio_per_cpu_s']) for r in ref)})"
+            )
             print("official best thread counts: " + ", ".join(f"c={r['concurrency']}: {r['threads']}" for r in ref))
             print("audio x, ours / official: " + ", ".join(f"c={k}: {v}x" for k, v in ratios.items()))
     finally:
@@ -428,8 +530,9 @@ def bench_main(args) -> int:
         return 2
     import torch
 
-    if (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu" \
-            and os.environ.get("VOXGATE_BENCH_THREADS"):
+    if (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu" and os.environ.get(
+        "VOXGATE_BENCH_THREADS"
+    ):
         # ours runs with the threads the engine picks (as it ships) unless this says otherwise
         threads = int(os.environ["VOXGATE_BENCH_THREADS"])
         torch.set_num_threads(threads)

@@ -11,9 +11,11 @@ import time
 TEXTS = {
     "short": "Hello, how can I help you today?",
     "medium": "Thanks for calling. Your order shipped this morning and should arrive on Thursday before noon.",
-    "long": ("I have checked your account and I can see two payments from last week. The first one went through "
-             "on Monday, but the second one was declined by your bank, so I have put a hold on the order until "
-             "we can confirm the card details with you."),
+    "long": (
+        "I have checked your account and I can see two payments from last week. The first one went through "
+        "on Monday, but the second one was declined by your bank, so I have put a hold on the order until "
+        "we can confirm the card details with you."
+    ),
 }
 
 
@@ -36,8 +38,12 @@ def _mem_mb(device: str) -> float:
 
 # mixed lengths for arrival benches: short acknowledgements to long explanations
 MIXED_TEXTS = [
-    "Yes.", "Sure, one moment.", TEXTS["short"], "Could you repeat the last four digits, please?",
-    TEXTS["medium"], "I can book that for Tuesday at ten, or Wednesday after lunch if that suits you better.",
+    "Yes.",
+    "Sure, one moment.",
+    TEXTS["short"],
+    "Could you repeat the last four digits, please?",
+    TEXTS["medium"],
+    "I can book that for Tuesday at ten, or Wednesday after lunch if that suits you better.",
     TEXTS["long"],
 ]
 
@@ -49,8 +55,15 @@ def _settings(args, max_batch: int):
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
-    s = EngineSettings(model_dir=args.model_dir, random_weights=args.random_weights, device=device, dtype=dtype,
-                       max_batch=max_batch, max_queued=100_000, pipeline=not getattr(args, "serial", False))
+    s = EngineSettings(
+        model_dir=args.model_dir,
+        random_weights=args.random_weights,
+        device=device,
+        dtype=dtype,
+        max_batch=max_batch,
+        max_queued=100_000,
+        pipeline=not getattr(args, "serial", False),
+    )
     longest = max(len(t) for t in TEXTS.values())
     s.vocoder = getattr(args, "vocoder", None) or s.vocoder
     if getattr(args, "serial_vocoder_rows", None) is not None:

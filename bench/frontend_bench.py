@@ -82,7 +82,12 @@ def measure_cost(rounds: int) -> list[dict]:
     setups = [
         ("ru", "normalise", SENTENCES_RU, FrontendOptions()),
         ("ru", "normalise + stress", SENTENCES_RU, FrontendOptions(stress=True)),
-        ("ru", "normalise + stress, no homographs", SENTENCES_RU, FrontendOptions(stress=True, stress_homographs=False)),
+        (
+            "ru",
+            "normalise + stress, no homographs",
+            SENTENCES_RU,
+            FrontendOptions(stress=True, stress_homographs=False),
+        ),
         ("en", "normalise", SENTENCES_EN, FrontendOptions()),
     ]
     from tts.frontend import stress
@@ -102,12 +107,20 @@ def measure_cost(rounds: int) -> list[dict]:
                 prepare_text(s, "auto", options)
                 times.append((time.perf_counter() - t) * 1000)
                 cpu.append((time.process_time() - c) * 1000)
-        rows.append({
-            "lang": lang, "what": what, "calls": len(times), "first_call_ms": first_ms,
-            "median_ms": statistics.median(times), "p99_ms": _percentile(times, 0.99), "max_ms": max(times),
-            "cpu_median_ms": statistics.median(cpu), "cpu_p99_ms": _percentile(cpu, 0.99),
-            "mean_chars": sum(map(len, sentences)) / len(sentences),
-        })
+        rows.append(
+            {
+                "lang": lang,
+                "what": what,
+                "calls": len(times),
+                "first_call_ms": first_ms,
+                "median_ms": statistics.median(times),
+                "p99_ms": _percentile(times, 0.99),
+                "max_ms": max(times),
+                "cpu_median_ms": statistics.median(cpu),
+                "cpu_p99_ms": _percentile(cpu, 0.99),
+                "mean_chars": sum(map(len, sentences)) / len(sentences),
+            }
+        )
     return rows
 
 
@@ -125,8 +138,12 @@ def measure_chunker(rounds: int) -> dict:
             chunks += len(c.push(tok))
             times.append((time.perf_counter() - t) * 1e6)
         chunks += len(c.flush())
-    return {"pushes": len(times), "median_us": statistics.median(times), "p99_us": _percentile(times, 0.99),
-            "chunks_per_turn": chunks / rounds}
+    return {
+        "pushes": len(times),
+        "median_us": statistics.median(times),
+        "p99_us": _percentile(times, 0.99),
+        "chunks_per_turn": chunks / rounds,
+    }
 
 
 # ------------------------------------------------------------------ compare
@@ -232,8 +249,17 @@ def compare(show_failures: bool, path: Path = CASES) -> list[dict]:
                 if not ok:
                     failures.append((text, out, expected))
             ms = (time.perf_counter() - t0) * 1000 / len(lang_cases)
-            rows.append({"lang": lang, "option": name, "passed": passed, "total": len(lang_cases),
-                         "ms_per_case": ms, "by_category": dict(by_cat), "failures": failures})
+            rows.append(
+                {
+                    "lang": lang,
+                    "option": name,
+                    "passed": passed,
+                    "total": len(lang_cases),
+                    "ms_per_case": ms,
+                    "by_category": dict(by_cat),
+                    "failures": failures,
+                }
+            )
             if show_failures and failures:
                 print(f"--- {lang} / {name}: {len(failures)} failures")
                 for text, out, expected in failures:
@@ -256,14 +282,17 @@ def main(argv: list[str] | None = None) -> int:
             if r["passed"] is None:
                 print(f"{r['lang']:4} {r['option']:34} {'not installed':>17}")
                 continue
-            print(f"{r['lang']:4} {r['option']:34} {r['passed']:>4}/{r['total']:<4} {r['passed'] / r['total']:>7.1%}"
-                  f" {r['ms_per_case']:>8.2f}")
+            print(
+                f"{r['lang']:4} {r['option']:34} {r['passed']:>4}/{r['total']:<4} {r['passed'] / r['total']:>7.1%}"
+                f" {r['ms_per_case']:>8.2f}"
+            )
         cats = sorted({c for r in rows if r.get("by_category") for c in r["by_category"]})
         print("\nby category (passed/total):")
         for r in rows:
             if r.get("by_category"):
-                cells = " ".join(f"{c}={r['by_category'][c][0]}/{r['by_category'][c][1]}" for c in cats
-                                 if c in r["by_category"])
+                cells = " ".join(
+                    f"{c}={r['by_category'][c][0]}/{r['by_category'][c][1]}" for c in cats if c in r["by_category"]
+                )
                 print(f"  {r['lang']} {r['option']}: {cells}")
         return 0
     import os
@@ -274,14 +303,20 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}, load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     rows = measure_cost(args.rounds)
-    print(f"{'lang':4} {'what':34} {'calls':>6} {'median ms':>10} {'p99 ms':>8} {'max ms':>8} "
-          f"{'cpu med ms':>10} {'cpu p99 ms':>10} {'first call ms':>14}")
+    print(
+        f"{'lang':4} {'what':34} {'calls':>6} {'median ms':>10} {'p99 ms':>8} {'max ms':>8} "
+        f"{'cpu med ms':>10} {'cpu p99 ms':>10} {'first call ms':>14}"
+    )
     for r in rows:
-        print(f"{r['lang']:4} {r['what']:34} {r['calls']:>6} {r['median_ms']:>10.2f} {r['p99_ms']:>8.2f}"
-              f" {r['max_ms']:>8.2f} {r['cpu_median_ms']:>10.2f} {r['cpu_p99_ms']:>10.2f} {r['first_call_ms']:>14.0f}")
+        print(
+            f"{r['lang']:4} {r['what']:34} {r['calls']:>6} {r['median_ms']:>10.2f} {r['p99_ms']:>8.2f}"
+            f" {r['max_ms']:>8.2f} {r['cpu_median_ms']:>10.2f} {r['cpu_p99_ms']:>10.2f} {r['first_call_ms']:>14.0f}"
+        )
     ch = measure_chunker(args.rounds)
-    print(f"chunker: {ch['pushes']} pushes of 1-4 characters, median {ch['median_us']:.1f} us, "
-          f"p99 {ch['p99_us']:.1f} us, {ch['chunks_per_turn']:.0f} chunks per turn")
+    print(
+        f"chunker: {ch['pushes']} pushes of 1-4 characters, median {ch['median_us']:.1f} us, "
+        f"p99 {ch['p99_us']:.1f} us, {ch['chunks_per_turn']:.0f} chunks per turn"
+    )
     print(f"torch threads after: {torch.get_num_threads()}, load average: {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -77,7 +77,9 @@ telephony: {{unknown_call_timeout_s: 30}}
 
 
 def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:  # an overloaded gateway answers late
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{port}/metrics", timeout=60
+    ) as r:  # an overloaded gateway answers late
         return r.read().decode()
 
 
@@ -119,7 +121,9 @@ def lateness_quantiles(before: str, after: str) -> tuple[float, float, float, in
 
 
 def counter_sum(text: str, name: str, label_filter: str = "") -> float:
-    return sum(v for k, v in metric_values(text, name).items() if not k.startswith(name + "_created") and label_filter in k)
+    return sum(
+        v for k, v in metric_values(text, name).items() if not k.startswith(name + "_created") and label_filter in k
+    )
 
 
 async def ws_caller(url: str, stop: asyncio.Event, stats: ClientStats, rng: random.Random) -> None:
@@ -132,7 +136,9 @@ async def ws_caller(url: str, stop: asyncio.Event, stats: ClientStats, rng: rand
             n = 0
             while not stop.is_set():
                 n += 1
-                await ws.send(json.dumps({"type": "text", "turn_id": f"t{n}", "text": rng.choice(TURN_TEXTS), "final": True}))
+                await ws.send(
+                    json.dumps({"type": "text", "turn_id": f"t{n}", "text": rng.choice(TURN_TEXTS), "final": True})
+                )
                 while True:
                     msg = await ws.recv()
                     if isinstance(msg, bytes):
@@ -164,7 +170,9 @@ def parse_pin(spec: str | None, cpus: list[int]) -> tuple[set[int], set[int]] | 
         return None
     if spec == "auto":
         if len(cpus) < 2:
-            raise SystemExit(f"--pin needs 2+ CPUs to keep the client off the gateways' cores; this process may use {cpus}")
+            raise SystemExit(
+                f"--pin needs 2+ CPUs to keep the client off the gateways' cores; this process may use {cpus}"
+            )
         return set(cpus[:-1]), {cpus[-1]}
     try:
         gw, _, cl = spec.partition(":")
@@ -182,15 +190,44 @@ def _pinned(cpus: set[int] | None):
     return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
 
 
-async def start_load(client: str, port: int, n: int, read_interval_ms: float = 50.0, cpus: set[int] | None = None,
-                     sip_port: int | None = None) -> LoadHandle:
+async def start_load(
+    client: str,
+    port: int,
+    n: int,
+    read_interval_ms: float = 50.0,
+    cpus: set[int] | None = None,
+    sip_port: int | None = None,
+) -> LoadHandle:
     """N callers, 5 ms apart: `lean` in a process of its own (bench/capacity_client.py), `websockets` in this one;
     with `sip_port`, SIP callers in a process of their own (bench/sip_callers.py)."""
     if sip_port is not None:
-        cmd = [sys.executable, "-m", "bench.sip_callers", "--port", str(port), "--sip-port", str(sip_port), "--sessions", str(n), "--seed", str(n)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.sip_callers",
+            "--port",
+            str(port),
+            "--sip-port",
+            str(sip_port),
+            "--sessions",
+            str(n),
+            "--seed",
+            str(n),
+        ]
     else:
-        cmd = [sys.executable, "-m", "bench.capacity_client", "--port", str(port), "--sessions", str(n),
-               "--seed", str(n), "--read-interval-ms", str(read_interval_ms)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.capacity_client",
+            "--port",
+            str(port),
+            "--sessions",
+            str(n),
+            "--seed",
+            str(n),
+            "--read-interval-ms",
+            str(read_interval_ms),
+        ]
     if client == "websockets" and sip_port is None:
         stop, stats, rng = asyncio.Event(), ClientStats(), random.Random(n)
         tasks = []
@@ -205,8 +242,11 @@ async def start_load(client: str, port: int, n: int, read_interval_ms: float = 5
             stop.set()
             await asyncio.wait(tasks, timeout=15)
             return await ws_counters()
+
         return LoadHandle(ws_counters, ws_end)
-    proc = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, preexec_fn=_pinned(cpus))
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, preexec_fn=_pinned(cpus)
+    )
 
     async def ask(cmd: bytes) -> dict:
         proc.stdin.write(cmd + b"\n")
@@ -220,6 +260,7 @@ async def start_load(client: str, port: int, n: int, read_interval_ms: float = 5
         final = await ask(b"stop")
         await proc.wait()
         return final
+
     await asyncio.sleep(n * 0.005)  # its own ramp: 5 ms between connects
     return LoadHandle(lambda: ask(b"stats"), lean_end)
 
@@ -267,18 +308,36 @@ def preemptions(pids: list[int]) -> int:
     return total
 
 
-async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: float, warmup: float, client: str = "lean",
-                    client_cpus: set[int] | None = None, sip_port: int | None = None) -> dict:
+async def run_level(
+    port: int,
+    nodes: list[tuple[int, int]],
+    n: int,
+    window: float,
+    warmup: float,
+    client: str = "lean",
+    client_cpus: set[int] | None = None,
+    sip_port: int | None = None,
+) -> dict:
     """One level: N callers on `port` (or SIP calls to `sip_port`); `nodes` are the gateway processes behind it, (own metrics port, pid)."""
-    load = await start_load(client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "50")), client_cpus, sip_port)
+    load = await start_load(
+        client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "50")), client_cpus, sip_port
+    )
     await asyncio.sleep(warmup)
     pids = [pid for _, pid in nodes]
 
     async def snapshot():
         counters = await load.counters()
         cpu, kernel = cpu_split(pids)
-        return (_sum_metrics([scrape(mport) for mport, _ in nodes]), counters["frames"], time.monotonic(), cpu, counters["cpu_s"],
-                preemptions(pids), kernel)
+        return (
+            _sum_metrics([scrape(mport) for mport, _ in nodes]),
+            counters["frames"],
+            time.monotonic(),
+            cpu,
+            counters["cpu_s"],
+            preemptions(pids),
+            kernel,
+        )
+
     before, f0, t0, c0, k0, p0, s0 = await snapshot()
     await asyncio.sleep(window)
     after, f1, t1, c1, k1, p1, s1 = await snapshot()
@@ -293,15 +352,22 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
         cause = re.search(r'cause="([^"]*)"', key)
         if cause and not key.startswith("voxgate_underruns_total_created") and value - b.get(key, 0.0):
             by_cause[cause.group(1)] = by_cause.get(cause.group(1), 0) + int(value - b.get(key, 0.0))
-    skipped = counter_sum(after, "voxgate_clock_skipped_ticks_total") - counter_sum(before, "voxgate_clock_skipped_ticks_total")
+    skipped = counter_sum(after, "voxgate_clock_skipped_ticks_total") - counter_sum(
+        before, "voxgate_clock_skipped_ticks_total"
+    )
     dropped = counter_sum(after, "voxgate_frames_dropped_total") - counter_sum(before, "voxgate_frames_dropped_total")
     frames, secs = f1 - f0, t1 - t0
-    tick_cpu = counter_sum(after, "voxgate_clock_tick_cpu_seconds_total") - counter_sum(before, "voxgate_clock_tick_cpu_seconds_total")
-    call_ticks = counter_sum(after, "voxgate_clock_member_ticks_total") - counter_sum(before, "voxgate_clock_member_ticks_total")
+    tick_cpu = counter_sum(after, "voxgate_clock_tick_cpu_seconds_total") - counter_sum(
+        before, "voxgate_clock_tick_cpu_seconds_total"
+    )
+    call_ticks = counter_sum(after, "voxgate_clock_member_ticks_total") - counter_sum(
+        before, "voxgate_clock_member_ticks_total"
+    )
 
     def gc_delta(name: str, generation: int) -> float:
         flt = f'generation="{generation}"'
         return counter_sum(after, name, flt) - counter_sum(before, name, flt)
+
     full_gcs = int(gc_delta("voxgate_gc_collections_total", 2))
     return {
         "sessions": n,
@@ -326,12 +392,19 @@ async def run_level(port: int, nodes: list[tuple[int, int]], n: int, window: flo
         "tick_cpu_us_per_frame": round(1e6 * tick_cpu / max(frames, 1), 1),
         "tick_cpu_us_per_call_tick": round(1e6 * tick_cpu / max(call_ticks, 1), 2),
         "server_preemptions_per_s": round((p1 - p0) / secs, 1),  # all workers: the core taken away mid-run (contention)
-        "client_cpu_pct": round(100 * (k1 - k0) / secs, 1),  # this process (the load client); near 100 = it is the limit
+        "client_cpu_pct": round(
+            100 * (k1 - k0) / secs, 1
+        ),  # this process (the load client); near 100 = it is the limit
         "client_cpu_us_per_frame": round(1e6 * (k1 - k0) / max(frames, 1), 1),
         # full collections traverse every object the calls keep: their pauses stall the clock (all workers together)
         "gc_full_collections": full_gcs,
         "gc_full_pause_ms_mean": round(1000 * gc_delta("voxgate_gc_pause_seconds_total", 2) / max(full_gcs, 1), 1),
-        "gc_young_pause_ms_per_s": round(1000 * (gc_delta("voxgate_gc_pause_seconds_total", 0) + gc_delta("voxgate_gc_pause_seconds_total", 1)) / secs, 2),
+        "gc_young_pause_ms_per_s": round(
+            1000
+            * (gc_delta("voxgate_gc_pause_seconds_total", 0) + gc_delta("voxgate_gc_pause_seconds_total", 1))
+            / secs,
+            2,
+        ),
         "errors": stats["errors"],
         "error_codes": stats["error_codes"],
         "disconnects": stats["disconnects"],
@@ -345,11 +418,15 @@ BENCH_SECRET_ENV = "VOXGATE_BENCH_CLUSTER_SECRET"  # the workers' hop secret (cl
 class Gateways:
     """The server side of a run: one `voxgate serve`, or `voxgate serve --workers N` (beside a redis-server of its own)."""
 
-    def __init__(self, workers: int | None, redis_url: str | None = None, cpus: set[int] | None = None, sip: bool = False):
+    def __init__(
+        self, workers: int | None, redis_url: str | None = None, cpus: set[int] | None = None, sip: bool = False
+    ):
         self.port = free_port()
         self.sip_port = free_port() if sip else None
         self.nodes: list[tuple[int, int]] = []  # (own HTTP port: its /metrics, pid), one per gateway process
-        cfg = CONFIG.format(port=self.port) + (f"cluster: {{redis_url: '{redis_url}', secret_env: {BENCH_SECRET_ENV}}}\n" if workers else "")
+        cfg = CONFIG.format(port=self.port) + (
+            f"cluster: {{redis_url: '{redis_url}', secret_env: {BENCH_SECRET_ENV}}}\n" if workers else ""
+        )
         if sip:
             cfg += SIP_CONFIG.format(sip_port=self.sip_port)
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -359,8 +436,14 @@ class Gateways:
         if workers:
             cmd += ["--workers", str(workers)]
         env = {**os.environ, BENCH_SECRET_ENV: os.environ.get(BENCH_SECRET_ENV) or secrets.token_hex(16)}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if workers else subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-                                     preexec_fn=_pinned(cpus), env=env)  # the workers inherit it
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE if workers else subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            preexec_fn=_pinned(cpus),
+            env=env,
+        )  # the workers inherit it
         try:
             if workers:
                 while len(self.nodes) < workers:  # each worker prints its own address once it serves
@@ -375,7 +458,9 @@ class Gateways:
                 self.nodes = [(self.port, self.proc.pid)]
             for _, pid in self.nodes:
                 if cpus and os.sched_getaffinity(pid) != cpus:
-                    raise RuntimeError(f"gateway pid {pid} runs on CPUs {sorted(os.sched_getaffinity(pid))}, not the pinned {sorted(cpus)}")
+                    raise RuntimeError(
+                        f"gateway pid {pid} runs on CPUs {sorted(os.sched_getaffinity(pid))}, not the pinned {sorted(cpus)}"
+                    )
             for _ in range(100):
                 try:
                     urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
@@ -417,12 +502,29 @@ class Gateways:
 class RedisServer:
     def __init__(self, cpus: set[int] | None = None):
         if shutil.which("redis-server") is None:
-            raise SystemExit("--workers needs redis-server (the workers are nodes of one call plane): apt-get install redis-server")
+            raise SystemExit(
+                "--workers needs redis-server (the workers are nodes of one call plane): apt-get install redis-server"
+            )
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="voxgate-bench-redis-")
-        self.proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
-                                      "--dir", self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     preexec_fn=_pinned(cpus))
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_pinned(cpus),
+        )
         for _ in range(100):
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
@@ -437,15 +539,20 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-HEADER = (f"{'workers':>7} {'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} "
-          f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'tick us/f':>9} {'kernel %':>8} {'preempt/s':>9} {'client %':>8} {'full gc':>7} {'gc ms':>6} {'holds':>6}")
+HEADER = (
+    f"{'workers':>7} {'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} "
+    f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'tick us/f':>9} {'kernel %':>8} {'preempt/s':>9} {'client %':>8} {'full gc':>7} {'gc ms':>6} {'holds':>6}"
+)
 
 
 def print_row(row: dict) -> None:
-    print(f"{row['workers']:>7} {row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
-          f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} "
-          f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['tick_cpu_us_per_frame']:>9} {row['server_kernel_pct_of_cpu']:>8} {row['server_preemptions_per_s']:>9} {row['client_cpu_pct']:>8} {row['gc_full_collections']:>7} "
-          f"{row['gc_full_pause_ms_mean']:>6} {str(row['holds']):>6}", flush=True)
+    print(
+        f"{row['workers']:>7} {row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
+        f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} "
+        f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['tick_cpu_us_per_frame']:>9} {row['server_kernel_pct_of_cpu']:>8} {row['server_preemptions_per_s']:>9} {row['client_cpu_pct']:>8} {row['gc_full_collections']:>7} "
+        f"{row['gc_full_pause_ms_mean']:>6} {str(row['holds']):>6}",
+        flush=True,
+    )
 
 
 def _median(values: list[float]) -> float:
@@ -458,17 +565,26 @@ def side_by_side(rows: list[dict], worker_counts: list[int]) -> None:
     and the last count's CPU per frame against the first's, paired within each round (so the machine's drift
     between rounds cancels): the median of the rounds' ratios, their range in brackets."""
     rounds = sorted({r.get("round", 0) for r in rows})
-    print(f"\nside by side (same port, same client{f', {len(rounds)} rounds alternating, medians' if len(rounds) > 1 else ''}): "
-          "p99 ms / server µs per frame / holds; CPU per frame against the first (all of it, and inside the clock's ticks)")
-    print(f"{'sessions':>8} " + " ".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>26}" for w in worker_counts)
-          + f" {'µs/frame vs first':>26} {'tick µs/frame vs first':>26}")
+    print(
+        f"\nside by side (same port, same client{f', {len(rounds)} rounds alternating, medians' if len(rounds) > 1 else ''}): "
+        "p99 ms / server µs per frame / holds; CPU per frame against the first (all of it, and inside the clock's ticks)"
+    )
+    print(
+        f"{'sessions':>8} "
+        + " ".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>26}" for w in worker_counts)
+        + f" {'µs/frame vs first':>26} {'tick µs/frame vs first':>26}"
+    )
     for level in sorted({r["sessions"] for r in rows}):
         at = [r for r in rows if r["sessions"] == level]
         cells = []
         for w in worker_counts:
             mine = [r for r in at if r["workers"] == w]
-            cells.append(f"{_median([r['lateness_p99_ms'] for r in mine]):>8.2f} / {_median([r['server_cpu_us_per_frame'] for r in mine]):>6.1f} / "
-                         f"{str(all(r['holds'] for r in mine)):>5}" if mine else f"{'-':>26}")
+            cells.append(
+                f"{_median([r['lateness_p99_ms'] for r in mine]):>8.2f} / {_median([r['server_cpu_us_per_frame'] for r in mine]):>6.1f} / "
+                f"{str(all(r['holds'] for r in mine)):>5}"
+                if mine
+                else f"{'-':>26}"
+            )
 
         def vs_first(key: str) -> str:
             if len(worker_counts) < 2:
@@ -483,11 +599,18 @@ def side_by_side(rows: list[dict], worker_counts: list[int]) -> None:
                 return ""
             spread = f" ({min(ratios):+.1f}..{max(ratios):+.1f})" if len(ratios) > 1 else ""
             return f"{_median(ratios):+.1f} %{spread}"
-        print(f"{level:>8} " + " ".join(f"{c:>26}" for c in cells) + f" {vs_first('server_cpu_us_per_frame'):>26}"
-              f" {vs_first('tick_cpu_us_per_frame'):>26}")
+
+        print(
+            f"{level:>8} " + " ".join(f"{c:>26}" for c in cells) + f" {vs_first('server_cpu_us_per_frame'):>26}"
+            f" {vs_first('tick_cpu_us_per_frame'):>26}"
+        )
     for w in worker_counts:
-        held = [lv for lv in sorted({r["sessions"] for r in rows}) if all(r["holds"] for r in rows if r["workers"] == w and r["sessions"] == lv)
-                and any(r["workers"] == w and r["sessions"] == lv for r in rows)]
+        held = [
+            lv
+            for lv in sorted({r["sessions"] for r in rows})
+            if all(r["holds"] for r in rows if r["workers"] == w and r["sessions"] == lv)
+            and any(r["workers"] == w and r["sessions"] == lv for r in rows)
+        ]
         print(f"{w} worker{'s' if w > 1 else ''}: holds up to {max(held) if held else 0} paced sessions")
 
 
@@ -496,21 +619,48 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--levels", default="50,100,200,300")
     ap.add_argument("--window", type=float, default=15.0)
     ap.add_argument("--warmup", type=float, default=5.0)
-    ap.add_argument("--client", default="lean", choices=["lean", "websockets"],
-                    help="lean: bench/capacity_client.py (default); websockets: the old coroutine-per-call client")
-    ap.add_argument("--workers", help="comma-separated worker counts (e.g. 1,2): `voxgate serve --workers N` behind one port, "
-                                      "beside a redis-server this bench starts; default: one plain `voxgate serve`")
-    ap.add_argument("--pin", nargs="?", const="auto", metavar="GATEWAY_CPUS:CLIENT_CPUS",
-                    help="CPU affinity: the gateway processes on GATEWAY_CPUS, the load client, redis-server and this bench on "
-                         "CLIENT_CPUS (bare --pin: all CPUs but the last, then the last); default: no pinning")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="run every worker count this many times, alternating (1,2,1,2,…): CPU per frame is compared within "
-                         "each round, so a machine whose speed drifts between runs does not decide the comparison")
-    ap.add_argument("--idle-s", type=float, default=3.0, help="seconds of idle gateway CPU measured before the levels (0: none)")
-    ap.add_argument("--leg", default="ws", choices=["ws", "sip"], help="ws: native WebSocket callers (default); sip: direct SIP calls with RTP")
+    ap.add_argument(
+        "--client",
+        default="lean",
+        choices=["lean", "websockets"],
+        help="lean: bench/capacity_client.py (default); websockets: the old coroutine-per-call client",
+    )
+    ap.add_argument(
+        "--workers",
+        help="comma-separated worker counts (e.g. 1,2): `voxgate serve --workers N` behind one port, "
+        "beside a redis-server this bench starts; default: one plain `voxgate serve`",
+    )
+    ap.add_argument(
+        "--pin",
+        nargs="?",
+        const="auto",
+        metavar="GATEWAY_CPUS:CLIENT_CPUS",
+        help="CPU affinity: the gateway processes on GATEWAY_CPUS, the load client, redis-server and this bench on "
+        "CLIENT_CPUS (bare --pin: all CPUs but the last, then the last); default: no pinning",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every worker count this many times, alternating (1,2,1,2,…): CPU per frame is compared within "
+        "each round, so a machine whose speed drifts between runs does not decide the comparison",
+    )
+    ap.add_argument(
+        "--idle-s", type=float, default=3.0, help="seconds of idle gateway CPU measured before the levels (0: none)"
+    )
+    ap.add_argument(
+        "--leg",
+        default="ws",
+        choices=["ws", "sip"],
+        help="ws: native WebSocket callers (default); sip: direct SIP calls with RTP",
+    )
     ap.add_argument("--json-output")
-    ap.add_argument("--plot", metavar="FILE.png", help="draw sessions against p99 lateness and CPU per frame into FILE "
-                                                       "(.png or .svg), the run's data beside it as FILE.json (bench/plots.py)")
+    ap.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw sessions against p99 lateness and CPU per frame into FILE "
+        "(.png or .svg), the run's data beside it as FILE.json (bench/plots.py)",
+    )
     args = ap.parse_args(argv)
     if args.plot:
         try:
@@ -524,7 +674,9 @@ def main(argv: list[str] | None = None) -> int:
     placement = parse_pin(args.pin, sorted(os.sched_getaffinity(0)))
     gateway_cpus, client_cpus = placement if placement else (None, None)
     if placement:
-        print(f"pinned: gateway processes on CPUs {sorted(gateway_cpus)}, load client, redis-server and bench on {sorted(client_cpus)}")
+        print(
+            f"pinned: gateway processes on CPUs {sorted(gateway_cpus)}, load client, redis-server and bench on {sorted(client_cpus)}"
+        )
         os.sched_setaffinity(0, client_cpus)  # this process: the /metrics scrapes
     redis = RedisServer(client_cpus) if args.workers else None
     rows, idle = [], {}
@@ -538,8 +690,18 @@ def main(argv: list[str] | None = None) -> int:
                         time.sleep(1.0)  # past start-up
                         idle[workers or 1] = gateways.idle_cpu_pct(args.idle_s)
                     for level in levels:
-                        row = asyncio.run(run_level(gateways.port, gateways.nodes, level, args.window, args.warmup, args.client, client_cpus,
-                                                    gateways.sip_port))
+                        row = asyncio.run(
+                            run_level(
+                                gateways.port,
+                                gateways.nodes,
+                                level,
+                                args.window,
+                                args.warmup,
+                                args.client,
+                                client_cpus,
+                                gateways.sip_port,
+                            )
+                        )
                         row.update(pin=args.pin, idle_cpu_pct=idle.get(workers or 1), round=rnd)
                         rows.append(row)
                         print_row(row)
@@ -552,16 +714,29 @@ def main(argv: list[str] | None = None) -> int:
             redis.close()
     for row in rows:
         if row["underruns_by_cause"]:
-            print(f"underruns at {row['sessions']} ({row['workers']} workers) by cause: " + ", ".join(f"{k} {v}" for k, v in row["underruns_by_cause"].items()))
+            print(
+                f"underruns at {row['sessions']} ({row['workers']} workers) by cause: "
+                + ", ".join(f"{k} {v}" for k, v in row["underruns_by_cause"].items())
+            )
     if idle:
-        print("gateway CPU with no call up: " + ", ".join(f"{w} worker{'s' if w > 1 else ''} {pct} %" for w, pct in idle.items()))
+        print(
+            "gateway CPU with no call up: "
+            + ", ".join(f"{w} worker{'s' if w > 1 else ''} {pct} %" for w, pct in idle.items())
+        )
     if args.workers:
         side_by_side(rows, worker_counts)
     else:
         held = [r["sessions"] for r in rows if r["holds"]]
-        print(f"holds up to {max(held) if held else 0} paced {'SIP' if args.leg == 'sip' else 'WebSocket'} sessions (cpu count {os.cpu_count()})")
-    result = {"levels": rows, "cpu_count": os.cpu_count(), "workers": worker_counts if args.workers else None,
-              "pin": args.pin, "idle_cpu_pct": idle}
+        print(
+            f"holds up to {max(held) if held else 0} paced {'SIP' if args.leg == 'sip' else 'WebSocket'} sessions (cpu count {os.cpu_count()})"
+        )
+    result = {
+        "levels": rows,
+        "cpu_count": os.cpu_count(),
+        "workers": worker_counts if args.workers else None,
+        "pin": args.pin,
+        "idle_cpu_pct": idle,
+    }
     if args.json_output:
         with open(args.json_output, "w") as f:
             json.dump(result, f, indent=2)

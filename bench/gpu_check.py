@@ -114,8 +114,13 @@ def phase_env(ctx, budget: Budget) -> dict:
 
     from tts.qwen3 import attention
 
-    out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
-           "cuda": torch.version.cuda, "device": ctx.device_name}
+    out = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "cuda": torch.version.cuda,
+        "device": ctx.device_name,
+    }
     if ctx.cuda:
         props = torch.cuda.get_device_properties(0)
         out.update(gpu_memory_gib=round(props.total_memory / 2**30, 1), capability=f"{props.major}.{props.minor}")
@@ -123,8 +128,9 @@ def phase_env(ctx, budget: Budget) -> dict:
     # every (batch, length) shape phases b and c run; those not timed within the budget keep torch's choice
     batches = sorted({*ctx.batches, *ctx.graph_buckets, *ctx.compare_batches})
     kv_lens = list(ctx.serving_kv_lens)
-    picked, timings = attention.choose(shape, batches, kv_lens, ctx.dtype, ctx.device,
-                                       deadline=time.monotonic() + budget.left() * 0.8)
+    picked, timings = attention.choose(
+        shape, batches, kv_lens, ctx.dtype, ctx.device, deadline=time.monotonic() + budget.left() * 0.8
+    )
     out["sdpa"] = [{"batch": b, "kv_len": L, "picked": picked[(b, L)], "ms": timings[(b, L)]} for b, L in picked]
     out["sdpa_note"] = None if ctx.cuda else "CPU: torch's own kernels, nothing to pin"
     ctx.sdpa = picked
@@ -153,9 +159,13 @@ def _lean_check(ctx, b: int = 8) -> dict:
         embeds = torch.stack([hidden, talker.embed_codec(code0)], dim=1)
         first_lean = lean_predictor(talker.code_predictor).first(embeds).float()
         first_module = talker.code_predictor.step(embeds, 0, 0).float()
-    return {"rows": b, "codes_equal": bool(torch.equal(lean, module)),
-            "codes_differing": int((lean != module).sum()), "codes": lean.numel(),
-            "first_step_max_logit_diff": float((first_lean - first_module).abs().max())}
+    return {
+        "rows": b,
+        "codes_equal": bool(torch.equal(lean, module)),
+        "codes_differing": int((lean != module).sum()),
+        "codes": lean.numel(),
+        "first_step_max_logit_diff": float((first_lean - first_module).abs().max()),
+    }
 
 
 def _prompts(ctx, n: int, length: int):
@@ -168,8 +178,15 @@ def _prompts(ctx, n: int, length: int):
     ids = torch.randint(0, ctx.config.talker.text_vocab_size, (n, length), generator=g).to(ctx.device)
     with torch.inference_mode():
         pad = talker.embed_text(torch.tensor([ctx.config.tts_pad_token_id], device=ctx.device))[0]
-        return [Prompt(prefill=talker.embed_text(ids[i]), trailing_text=pad.new_zeros((0, pad.shape[0])), pad=pad,
-                       text_tokens=length) for i in range(n)]
+        return [
+            Prompt(
+                prefill=talker.embed_text(ids[i]),
+                trailing_text=pad.new_zeros((0, pad.shape[0])),
+                pad=pad,
+                text_tokens=length,
+            )
+            for i in range(n)
+        ]
 
 
 GREEDY_T = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True, repetition_penalty=1.0)
@@ -210,27 +227,44 @@ def phase_graphs(ctx, budget: Budget) -> dict:
             runs[mode] = (torch.stack(codes), torch.stack(hidden))
             _release_all(batch, b)
         (c0, h0), (c1, h1) = runs.values()
-        rows.append({"batch": b, "steps": ctx.steps, "compared": list(runs), "codes_equal": bool(torch.equal(c0, c1)),
-                     "frames_differing": int((c0 != c1).any(-1).sum()), "max_hidden_diff": float((h0 - h1).abs().max())})
+        rows.append(
+            {
+                "batch": b,
+                "steps": ctx.steps,
+                "compared": list(runs),
+                "codes_equal": bool(torch.equal(c0, c1)),
+                "frames_differing": int((c0 != c1).any(-1).sum()),
+                "max_hidden_diff": float((h0 - h1).abs().max()),
+            }
+        )
     batch.use_cuda_graphs, batch.kv_buckets = ctx.cuda, ctx.serving_kv_lens
     for b in ctx.compare_batches:
         for kv_len in ctx.serving_kv_lens:
             need = ctx.capture_s + 4 * ctx.step_s
             if not budget.affords(need):
-                buckets.append({"batch": b, "kv_len": kv_len, "skipped": f"time budget spent ({budget.left():.0f} s left)"})
+                buckets.append(
+                    {"batch": b, "kv_len": kv_len, "skipped": f"time budget spent ({budget.left():.0f} s left)"}
+                )
                 continue
             buckets.append(_pinned_vs_eager(ctx, batch, b, kv_len))
     compared = [x for x in buckets if "ok" in x]
     predictor = _predictor_kernels(ctx, batch, min(ctx.compare_batches)) if budget.affords(ctx.step_s) else None
-    out = {"rows": rows, "buckets": buckets, "predictor_sdpa_ran": predictor,
-           "note": None if ctx.cuda else "CPU: no graphs; eager live-length vs full-column attention, and the "
-                                         "MATH backend pinned against torch's own choice per length bucket",
-           "sdpa_ran": sorted({k for x in compared for k in x["sdpa_ran"]}),
-           "math_ran": [(x["batch"], x["kv_len"]) for x in compared if "MATH" in x["sdpa_ran"]]}
+    out = {
+        "rows": rows,
+        "buckets": buckets,
+        "predictor_sdpa_ran": predictor,
+        "note": None
+        if ctx.cuda
+        else "CPU: no graphs; eager live-length vs full-column attention, and the "
+        "MATH backend pinned against torch's own choice per length bucket",
+        "sdpa_ran": sorted({k for x in compared for k in x["sdpa_ran"]}),
+        "math_ran": [(x["batch"], x["kv_len"]) for x in compared if "MATH" in x["sdpa_ran"]],
+    }
     bad = [x for x in compared if not x["ok"]]
     if bad:
         out["failed"] = "pinned/captured logits differ from eager at " + ", ".join(
-            f"batch {x['batch']} kv {x['kv_len']} ({x['max_rel_logit_diff']:.2e})" for x in bad)
+            f"batch {x['batch']} kv {x['kv_len']} ({x['max_rel_logit_diff']:.2e})" for x in bad
+        )
     return out
 
 
@@ -240,8 +274,13 @@ def _serving_batch(ctx):
     from tts.qwen3.batch import TalkerBatch
 
     if ctx.batch is None:
-        ctx.batch = TalkerBatch(ctx.model, max(ctx.batches + ctx.graph_buckets + ctx.compare_batches),
-                                ctx.serving_seq, use_cuda_graphs=ctx.cuda, kv_step=ctx.serving_kv)
+        ctx.batch = TalkerBatch(
+            ctx.model,
+            max(ctx.batches + ctx.graph_buckets + ctx.compare_batches),
+            ctx.serving_seq,
+            use_cuda_graphs=ctx.cuda,
+            kv_step=ctx.serving_kv,
+        )
         ctx.batch.sdpa_backends = dict(ctx.sdpa)
     return ctx.batch
 
@@ -325,13 +364,25 @@ def _pinned_vs_eager(ctx, batch, b: int, kv_len: int) -> dict:
     _release_all(batch, b)
     diff = float((ref - got).abs().max())
     rel = diff / max(float(ref.abs().max()), 1e-12)
-    row = {"batch": b, "kv_len": kv_len, "served": served, "pinned": backend, "max_logit_diff": diff,
-           "max_rel_logit_diff": rel, "tolerance": LOGIT_TOLERANCE.get(ctx.dtype_name, 1e-4),
-           "tokens_equal": bool(torch.equal(ref_tok, got_tok)), "sdpa_ran": ran["backends"], "kernels": ran["kernels"]}
+    row = {
+        "batch": b,
+        "kv_len": kv_len,
+        "served": served,
+        "pinned": backend,
+        "max_logit_diff": diff,
+        "max_rel_logit_diff": rel,
+        "tolerance": LOGIT_TOLERANCE.get(ctx.dtype_name, 1e-4),
+        "tokens_equal": bool(torch.equal(ref_tok, got_tok)),
+        "sdpa_ran": ran["backends"],
+        "kernels": ran["kernels"],
+    }
     row["ok"] = rel <= row["tolerance"]
     if ran["math"]:
-        print(f"!! gpu_check: the talker's decode attention ran on SDPA MATH at batch {b}, kv {kv_len} "
-              f"(pinned {serving_pin}): no fused kernel took it", flush=True)
+        print(
+            f"!! gpu_check: the talker's decode attention ran on SDPA MATH at batch {b}, kv {kv_len} "
+            f"(pinned {serving_pin}): no fused kernel took it",
+            flush=True,
+        )
     return row
 
 
@@ -348,8 +399,9 @@ def phase_timings(ctx, budget: Budget) -> dict:
     for b in ctx.batches:
         need = 2 * (ctx.capture_s + (ctx.reps + 1) * ctx.step_s * 1.5)
         if not steps_budget.affords(need):
-            out["step_ms"].append({"batch": b, "skipped": f"time budget spent ({steps_budget.left():.0f} s left, "
-                                                          f"needs ~{need:.0f} s)"})
+            out["step_ms"].append(
+                {"batch": b, "skipped": f"time budget spent ({steps_budget.left():.0f} s left, needs ~{need:.0f} s)"}
+            )
             continue
         prompts = _prompts(ctx, b, 32)
         t0 = time.perf_counter()
@@ -357,6 +409,7 @@ def phase_timings(ctx, budget: Budget) -> dict:
         _sync(ctx.device)
         out["prefill_ms"].append({"batch": b, "prompt": 32, "ms": round((time.perf_counter() - t0) * 1e3, 2)})
         for label, length in (("short", ctx.serving_kv), ("long", ctx.serving_seq)):
+
             def at_length(batch=batch):  # every row at position length - 2: the step reads `length` columns
                 for s in range(b):
                     batch.host_pos[s] = length - 2
@@ -377,10 +430,17 @@ def phase_timings(ctx, budget: Budget) -> dict:
             ctx.step_s = max(ctx.step_s_seen, statistics.median(times))
             ctx.step_s_seen = ctx.step_s
             timed = sorted(kv_lens)
-            out["step_ms"].append({"batch": b, "cache": label, "kv_len": timed[0] if len(timed) == 1 else timed,
-                                   "kv_lens_timed": timed, "captures_in_timed_loop": batch.captures - captures,
-                                   "p50_ms": round(statistics.median(times) * 1e3, 3),
-                                   "min_ms": round(min(times) * 1e3, 3)})
+            out["step_ms"].append(
+                {
+                    "batch": b,
+                    "cache": label,
+                    "kv_len": timed[0] if len(timed) == 1 else timed,
+                    "kv_lens_timed": timed,
+                    "captures_in_timed_loop": batch.captures - captures,
+                    "p50_ms": round(statistics.median(times) * 1e3, 3),
+                    "min_ms": round(min(times) * 1e3, 3),
+                }
+            )
         _release_all(batch, b)
     del batch
     ctx.batch = None  # the KV cache of every slot at every serving length: freed before the engines
@@ -423,8 +483,14 @@ def _vocoder_timings(ctx, budget: Budget, backends) -> list[dict]:
     left = max(5.0, budget.left() - 2)
     if vocoder_run is not None:
         try:
-            rows = vocoder_run(budget_s=left, batches=ctx.voc_batches, packets=(1, 4), backends=backends,
-                               device="cuda" if ctx.cuda else "cpu", shape="released" if not ctx.smoke else "tiny")
+            rows = vocoder_run(
+                budget_s=left,
+                batches=ctx.voc_batches,
+                packets=(1, 4),
+                backends=backends,
+                device="cuda" if ctx.cuda else "cpu",
+                shape="released" if not ctx.smoke else "tiny",
+            )
         except Exception as e:  # noqa: BLE001 - the step timings this phase measured before must survive
             return [{"source": "bench.gpu_vocoder", "error": f"{type(e).__name__}: {e}"}]
         return [{"source": "bench.gpu_vocoder", **r} for r in rows]
@@ -448,8 +514,15 @@ def _vocoder_timings(ctx, budget: Budget, backends) -> list[dict]:
                 _sync(ctx.device)
                 times.append(time.perf_counter() - t0)
             med = statistics.median(times)
-            rows.append({"source": "torch eager (this driver)", "batch": b, "packet": packet,
-                         "ms_per_step": round(med * 1e3, 3), "audio_x": round(b * packet * 0.08 / med, 1)})
+            rows.append(
+                {
+                    "source": "torch eager (this driver)",
+                    "batch": b,
+                    "packet": packet,
+                    "ms_per_step": round(med * 1e3, 3),
+                    "audio_x": round(b * packet * 0.08 / med, 1),
+                }
+            )
     return rows
 
 
@@ -457,9 +530,16 @@ def phase_tensorrt(ctx, budget: Budget) -> dict:
     """--tensorrt only: the TensorRT vocoder's engine build and timings, on a budget line of its own."""
     from bench.gpu_vocoder import run as vocoder_run
 
-    return {"vocoder": vocoder_run(budget_s=max(5.0, budget.left() - 2), batches=ctx.voc_batches, packets=(1, 4),
-                                   backends=("tensorrt",), device="cuda" if ctx.cuda else "cpu",
-                                   shape="released" if not ctx.smoke else "tiny")}
+    return {
+        "vocoder": vocoder_run(
+            budget_s=max(5.0, budget.left() - 2),
+            batches=ctx.voc_batches,
+            packets=(1, 4),
+            backends=("tensorrt",),
+            device="cuda" if ctx.cuda else "cpu",
+            shape="released" if not ctx.smoke else "tiny",
+        )
+    }
 
 
 def _engine_captures(ctx, max_batch: int) -> int:
@@ -482,10 +562,21 @@ def _engine_load_s(ctx, max_batch: int) -> float:
 def _engine(ctx, max_batch: int, watch: bool = False):
     from tts.qwen3.engine import EngineSettings, Qwen3Engine
 
-    s = EngineSettings(random_weights=ctx.size, device=str(ctx.device), dtype=ctx.dtype_name, max_batch=max_batch,
-                       max_queued=100_000, max_seq_len=ctx.engine_seq, frames_base=ctx.frames, frames_per_token=0.0,
-                       max_frames=ctx.frames, ignore_eos=True, watch_syncs=watch, kv_bucket=ctx.engine_kv,
-                       vocoder="tensorrt" if ctx.tensorrt and ctx.cuda else "torch")  # no TensorRT build unasked
+    s = EngineSettings(
+        random_weights=ctx.size,
+        device=str(ctx.device),
+        dtype=ctx.dtype_name,
+        max_batch=max_batch,
+        max_queued=100_000,
+        max_seq_len=ctx.engine_seq,
+        frames_base=ctx.frames,
+        frames_per_token=0.0,
+        max_frames=ctx.frames,
+        ignore_eos=True,
+        watch_syncs=watch,
+        kv_bucket=ctx.engine_kv,
+        vocoder="tensorrt" if ctx.tensorrt and ctx.cuda else "torch",
+    )  # no TensorRT build unasked
     return Qwen3Engine(s, checkpoint=ctx.ckpt)
 
 
@@ -493,9 +584,19 @@ async def _streams(engine, n: int, sampling) -> list:
     from bench.engine_runs import MIXED_TEXTS, _Run
     from tts.engine import SynthesisRequest
 
-    runs = [_Run(engine.synthesize(SynthesisRequest(text=MIXED_TEXTS[i % len(MIXED_TEXTS)], voice="default",
-                                                    sampling=sampling, deadline=time.monotonic() + 0.2)))
-            for i in range(n)]
+    runs = [
+        _Run(
+            engine.synthesize(
+                SynthesisRequest(
+                    text=MIXED_TEXTS[i % len(MIXED_TEXTS)],
+                    voice="default",
+                    sampling=sampling,
+                    deadline=time.monotonic() + 0.2,
+                )
+            )
+        )
+        for i in range(n)
+    ]
     await asyncio.gather(*[r.consume() for r in runs])
     return runs
 
@@ -528,11 +629,15 @@ def phase_syncs(ctx, budget: Budget) -> dict:
         c = eng.counters
         steps, calls = c["steps"] - c0["steps"], c["vocoder_calls"] - c0["vocoder_calls"]
         syncs = c["host_syncs"] - c0["host_syncs"]
-        return {"steps": steps, "vocoder_calls": calls, "watched_syncs": syncs,
-                "watched_per_step": round(syncs / steps, 3) if steps else None,
-                "loop_syncs_per_step": round((syncs - calls) / steps, 3) if steps else None,
-                "driver_reported_syncs": None if seen is None else len(seen),
-                "driver_note": None if ctx.cuda else "CPU: set_sync_debug_mode needs CUDA"}
+        return {
+            "steps": steps,
+            "vocoder_calls": calls,
+            "watched_syncs": syncs,
+            "watched_per_step": round(syncs / steps, 3) if steps else None,
+            "loop_syncs_per_step": round((syncs - calls) / steps, 3) if steps else None,
+            "driver_reported_syncs": None if seen is None else len(seen),
+            "driver_note": None if ctx.cuda else "CPU: set_sync_debug_mode needs CUDA",
+        }
 
     return asyncio.run(go())
 
@@ -546,8 +651,11 @@ def phase_poisson(ctx, budget: Budget) -> dict:
     per_level = ctx.arrival_s + audio_s + 5
     need = _engine_load_s(ctx, max_batch) + per_level
     if not budget.affords(need):
-        return {"levels": [], "skipped": f"time budget spent ({budget.left():.0f} s left; a {max_batch}-slot engine "
-                                         f"and one level need ~{need:.0f} s)"}
+        return {
+            "levels": [],
+            "skipped": f"time budget spent ({budget.left():.0f} s left; a {max_batch}-slot engine "
+            f"and one level need ~{need:.0f} s)",
+        }
 
     async def go():
         eng = _engine(ctx, max_batch)
@@ -560,22 +668,38 @@ def phase_poisson(ctx, budget: Budget) -> dict:
         try:
             for n in ctx.levels:
                 if budget.left() < per_level:
-                    rows.append({"streams": n, "skipped": f"time budget spent ({budget.left():.0f} s left, "
-                                                          f"a level needs about {per_level:.0f} s)"})
+                    rows.append(
+                        {
+                            "streams": n,
+                            "skipped": f"time budget spent ({budget.left():.0f} s left, "
+                            f"a level needs about {per_level:.0f} s)",
+                        }
+                    )
                     break
                 rate = n / audio_s  # each request plays `audio_s`: n of them talking at once on average
                 # a draw with no arrival in a short window would measure nothing: at least one request
                 arrivals = poisson_arrivals(rate, ctx.arrival_s, seed=n) or [(0.0, MIXED_TEXTS[0])]
                 r = await _arrival_level(eng, SamplingSettings(), arrivals, 250.0)
-                rows.append({"streams": n, "rate": round(rate, 2), **{k: v for k, v in r.items() if k != "step_ms"},
-                             "step_ms": r["step_ms"]})
+                rows.append(
+                    {
+                        "streams": n,
+                        "rate": round(rate, 2),
+                        **{k: v for k, v in r.items() if k != "step_ms"},
+                        "step_ms": r["step_ms"],
+                    }
+                )
                 ctx.write_partial(rows)
                 if not r["passed"]:
                     break
         finally:
             await eng.close()
-        return {"levels": rows, "frames_per_request": ctx.frames, "arrival_s": ctx.arrival_s, "engine_load_s": load_s,
-                "memory": {k: v for k, v in eng.memory.items()}}
+        return {
+            "levels": rows,
+            "frames_per_request": ctx.frames,
+            "arrival_s": ctx.arrival_s,
+            "engine_load_s": load_s,
+            "memory": {k: v for k, v in eng.memory.items()},
+        }
 
     return asyncio.run(go())
 
@@ -620,8 +744,13 @@ def _context(size: str, smoke: bool, tensorrt: bool = False):
     return ctx
 
 
-PHASES = (("a_env", phase_env), ("b_graphs", phase_graphs), ("c_timings", phase_timings), ("d_syncs", phase_syncs),
-          ("e_poisson", phase_poisson))
+PHASES = (
+    ("a_env", phase_env),
+    ("b_graphs", phase_graphs),
+    ("c_timings", phase_timings),
+    ("d_syncs", phase_syncs),
+    ("e_poisson", phase_poisson),
+)
 
 
 def _status(r) -> str:
@@ -646,14 +775,18 @@ def _summary(key: str, r: dict) -> str:
         return r["skipped"]
     if key == "a_env":
         picked = [x["picked"] for x in r.get("sdpa", []) if x["picked"]]
-        return f"{r.get('device')}; SDPA pinned for {len(picked)} shapes; lean == module: " \
-               f"{r.get('lean_predictor', {}).get('codes_equal')}"
+        return (
+            f"{r.get('device')}; SDPA pinned for {len(picked)} shapes; lean == module: "
+            f"{r.get('lean_predictor', {}).get('codes_equal')}"
+        )
     if key == "b_graphs":
         g = [x for x in r["rows"] if "codes_equal" in x]
         p = [x for x in r["buckets"] if "ok" in x]
         loud = f"; !! MATH ran at {r['math_ran']}" if r["math_ran"] else ""
-        return f"graphs=eager {sum(x['codes_equal'] for x in g)}/{len(g)}, pinned=eager {sum(x['ok'] for x in p)}/" \
-               f"{len(p)} length buckets, SDPA ran: {', '.join(r['sdpa_ran']) or '-'}{loud}"
+        return (
+            f"graphs=eager {sum(x['codes_equal'] for x in g)}/{len(g)}, pinned=eager {sum(x['ok'] for x in p)}/"
+            f"{len(p)} length buckets, SDPA ran: {', '.join(r['sdpa_ran']) or '-'}{loud}"
+        )
     if key == "c_timings":
         steps = [f"b{x['batch']} {x['cache']} kv{x['kv_len']} {x['p50_ms']} ms" for x in r["step_ms"] if "p50_ms" in x]
         return "; ".join(steps[:4]) + ("; ..." if len(steps) > 4 else "")
@@ -661,8 +794,12 @@ def _summary(key: str, r: dict) -> str:
         return f"syncs/step {r.get('watched_per_step')} (loop {r.get('loop_syncs_per_step')})"
     if key == "e_poisson":
         done = [x for x in r.get("levels", []) if "passed" in x]
-        return ", ".join(f"{x['streams']} streams: {'pass' if x['passed'] else 'FAIL'} ({x['requests']} requests)"
-                         for x in done) or "no level ran"
+        return (
+            ", ".join(
+                f"{x['streams']} streams: {'pass' if x['passed'] else 'FAIL'} ({x['requests']} requests)" for x in done
+            )
+            or "no level ran"
+        )
     return ""
 
 
@@ -670,16 +807,27 @@ def _print_row(size: str, key: str, budget_s: float, gpu_s: float, used_s: float
     print(f"{size:<6}{key:<12}{budget_s:>8.1f}{gpu_s:>8.1f}{used_s:>8.1f}  {status:<8}{summary}", flush=True)
 
 
-def run(out_dir: str, budget_s: float = DEFAULT_BUDGET_S, smoke: bool = False, sizes=("1.7b", "0.6b"),
-        tensorrt: bool = False) -> dict:
+def run(
+    out_dir: str,
+    budget_s: float = DEFAULT_BUDGET_S,
+    smoke: bool = False,
+    sizes=("1.7b", "0.6b"),
+    tensorrt: bool = False,
+) -> dict:
     import torch
 
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "gpu_check.json")
     plan = budget_plan(budget_s, sizes, tensorrt)
     gpu_plan = budget_plan(DEFAULT_BUDGET_S, sizes, tensorrt)  # what the default GPU run gives each part
-    result: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "smoke": smoke,
-                    "budget_s": budget_s, "plan_s": plan, "gpu_plan_s": gpu_plan, "models": {}}
+    result: dict = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "smoke": smoke,
+        "budget_s": budget_s,
+        "plan_s": plan,
+        "gpu_plan_s": gpu_plan,
+        "models": {},
+    }
 
     def write():
         with open(path, "w") as f:
@@ -707,7 +855,9 @@ def run(out_dir: str, budget_s: float = DEFAULT_BUDGET_S, smoke: bool = False, s
             ctx = _context(size, smoke, tensorrt)
         except Exception as e:  # noqa: BLE001 - e.g. out of memory: record it, go on to the next model
             res["error"] = f"{type(e).__name__}: {e}"
-            _print_row(size, "load", parts["load"], gpu_plan[size]["load"], time.monotonic() - t0, "ERROR", res["error"])
+            _print_row(
+                size, "load", parts["load"], gpu_plan[size]["load"], time.monotonic() - t0, "ERROR", res["error"]
+            )
             write()
             continue
         ctx.write_partial = lambda rows, res=res: (res.__setitem__("e_poisson_partial", rows), write())
@@ -732,8 +882,9 @@ def run(out_dir: str, budget_s: float = DEFAULT_BUDGET_S, smoke: bool = False, s
                 if ctx.cuda:
                     torch.cuda.empty_cache()
             write()
-            _print_row(size, key, b.seconds, gpu_plan[size][key], res[key + "_s"], _status(res[key]),
-                       _summary(key, res[key]))
+            _print_row(
+                size, key, b.seconds, gpu_plan[size][key], res[key + "_s"], _status(res[key]), _summary(key, res[key])
+            )
         if tensorrt:
             b = Budget(plan["tensorrt"]["f_tensorrt"])
             t_phase = time.monotonic()
@@ -743,8 +894,15 @@ def run(out_dir: str, budget_s: float = DEFAULT_BUDGET_S, smoke: bool = False, s
                 res["f_tensorrt"] = {"error": f"{type(e).__name__}: {e}"}
             res["f_tensorrt_s"] = round(time.monotonic() - t_phase, 1)
             write()
-            _print_row(size, "f_tensorrt", b.seconds, gpu_plan["tensorrt"]["f_tensorrt"], res["f_tensorrt_s"],
-                       _status(res["f_tensorrt"]), "")
+            _print_row(
+                size,
+                "f_tensorrt",
+                b.seconds,
+                gpu_plan["tensorrt"]["f_tensorrt"],
+                res["f_tensorrt_s"],
+                _status(res["f_tensorrt"]),
+                "",
+            )
             tensorrt = False  # one TensorRT engine build per run: the vocoder is the same for both sizes
         del ctx
         if torch.cuda.is_available():
@@ -769,8 +927,10 @@ def failures(result: dict) -> list[str]:
 def table(result: dict) -> str:
     """The ten-second read: per model, graphs == eager, pinned == eager, SDPA kernel, step ms, syncs per
     step, highest Poisson level."""
-    lines = [f"{'model':<6}{'graphs=eager':>13}{'pinned=eager':>13}{'sdpa ran':>22}{'step ms b1/b64/b384 short':>27}"
-             f"{'syncs/step':>11}{'loop':>6}{'best level':>11}{'FA p95 ms':>10}{'keeps up':>9}"]
+    lines = [
+        f"{'model':<6}{'graphs=eager':>13}{'pinned=eager':>13}{'sdpa ran':>22}{'step ms b1/b64/b384 short':>27}"
+        f"{'syncs/step':>11}{'loop':>6}{'best level':>11}{'FA p95 ms':>10}{'keeps up':>9}"
+    ]
     for size, r in result.get("models", {}).items():
         if "error" in r or "skipped" in r:
             lines.append(f"{size:<6} {r.get('error') or r.get('skipped')}")
@@ -783,18 +943,23 @@ def table(result: dict) -> str:
         ran = ",".join(x.replace("_ATTENTION", "") for x in gb.get("sdpa_ran", [])) or "-"
         if gb.get("math_ran"):
             ran = "!! " + ran
-        steps = {x["batch"]: x["p50_ms"] for x in r.get("c_timings", {}).get("step_ms", [])
-                 if x.get("cache") == "short" and "p50_ms" in x}
+        steps = {
+            x["batch"]: x["p50_ms"]
+            for x in r.get("c_timings", {}).get("step_ms", [])
+            if x.get("cache") == "short" and "p50_ms" in x
+        }
         st = "/".join(f"{steps[b]:.1f}" if b in steps else "-" for b in (1, 64, 384))
         d = r.get("d_syncs", {})
         levels = [x for x in r.get("e_poisson", {}).get("levels", []) if "passed" in x]
         passed = [x for x in levels if x["passed"]]
         best = passed[-1] if passed else None
         last = levels[-1] if levels else {}
-        lines.append(f"{size:<6}{eq:>13}{peq:>13}{ran[:21]:>22}{st:>27}{str(d.get('watched_per_step', '-')):>11}"
-                     f"{str(d.get('loop_syncs_per_step', '-')):>6}{(best['streams'] if best else 0):>11}"
-                     f"{str((best or last).get('first_audio_p95_ms', '-')):>10}"
-                     f"{str((best or last).get('keeping_up_share', '-')):>9}")
+        lines.append(
+            f"{size:<6}{eq:>13}{peq:>13}{ran[:21]:>22}{st:>27}{str(d.get('watched_per_step', '-')):>11}"
+            f"{str(d.get('loop_syncs_per_step', '-')):>6}{(best['streams'] if best else 0):>11}"
+            f"{str((best or last).get('first_audio_p95_ms', '-')):>10}"
+            f"{str((best or last).get('keeping_up_share', '-')):>9}"
+        )
         not_run = r.get("c_timings", {}).get("vocoder_not_exercised") or {}
         for backend, why in not_run.items():
             lines.append(f"{'':<6} vocoder {backend} not exercised: {why}")
@@ -806,20 +971,29 @@ def table(result: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="voxgate GPU check (one driver, a row per phase, JSON after each)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/voxgate_gpu_check"))
-    ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
-                    help=f"seconds for everything, model construction included (default {DEFAULT_BUDGET_S:.0f})")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        help=f"seconds for everything, model construction included (default {DEFAULT_BUDGET_S:.0f})",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on CPU: checks the driver, measures nothing")
     ap.add_argument("--sizes", default="1.7b,0.6b")
-    ap.add_argument("--tensorrt", action="store_true",
-                    help=f"also build and time the TensorRT vocoder ({TENSORRT_BUDGET_S:.0f} s more, its own line)")
+    ap.add_argument(
+        "--tensorrt",
+        action="store_true",
+        help=f"also build and time the TensorRT vocoder ({TENSORRT_BUDGET_S:.0f} s more, its own line)",
+    )
     args = ap.parse_args(argv)
     result = run(args.out, args.budget, args.smoke, tuple(args.sizes.split(",")), args.tensorrt)
     if "error" in result:
         print(f"gpu_check: {result['error']}", file=sys.stderr)
         return 2
-    print(f"gpu_check: {result['started']} .. {result.get('finished')}, "
-          f"{result['models'].get('1.7b', {}).get('a_env', {}).get('device', '')}; JSON: "
-          f"{os.path.join(args.out, 'gpu_check.json')}")
+    print(
+        f"gpu_check: {result['started']} .. {result.get('finished')}, "
+        f"{result['models'].get('1.7b', {}).get('a_env', {}).get('device', '')}; JSON: "
+        f"{os.path.join(args.out, 'gpu_check.json')}"
+    )
     print(table(result))
     return 1 if failures(result) else 0
 

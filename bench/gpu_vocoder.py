@@ -67,9 +67,16 @@ def _time_cell(voc, state, packet: int, reps: int, cell_deadline: float) -> list
     return times
 
 
-def run(budget_s: float = 150.0, backends: Sequence[str] = BACKENDS, batches: Sequence[int] = (1, 64, 256, 384),
-        packets: Sequence[int] = (1, 4), reps: int = 10, cache_dir: str | None = None, device: str = "cuda",
-        shape: str = "released") -> list[dict]:
+def run(
+    budget_s: float = 150.0,
+    backends: Sequence[str] = BACKENDS,
+    batches: Sequence[int] = (1, 64, 256, 384),
+    packets: Sequence[int] = (1, 4),
+    reps: int = 10,
+    cache_dir: str | None = None,
+    device: str = "cuda",
+    shape: str = "released",
+) -> list[dict]:
     """Time each backend at every (batch, packet); returns one dict per cell (or per skipped backend).
     `device="cpu", shape="tiny"` runs the same logic without a GPU (the tests do)."""
     from tts.qwen3.codec import CodecConfig, codec_config_dict, random_codec_decoder
@@ -111,16 +118,34 @@ def run(budget_s: float = 150.0, backends: Sequence[str] = BACKENDS, batches: Se
             for j, (batch, packet) in enumerate(cells):
                 now = time.monotonic()
                 if now > backend_deadline:
-                    rows.append({"backend": name, "name": voc.name, "batch": batch, "packet": packet,
-                                 "skipped": "time budget spent"})
+                    rows.append(
+                        {
+                            "backend": name,
+                            "name": voc.name,
+                            "batch": batch,
+                            "packet": packet,
+                            "skipped": "time budget spent",
+                        }
+                    )
                     continue
                 cell_deadline = now + (backend_deadline - now) / (len(cells) - j)
                 state = filled_state(voc, batch)
                 times = _time_cell(voc, state, packet, reps, cell_deadline)
                 med = statistics.median(times)
-                rows.append({"backend": name, "name": voc.name, "batch": batch, "packet": packet,
-                             "ms_per_step": med * 1e3, "min_ms": min(times) * 1e3, "reps": len(times),
-                             "audio_x": batch * packet * frame_s / med, "build_s": round(build_s, 1), "max_err": err})
+                rows.append(
+                    {
+                        "backend": name,
+                        "name": voc.name,
+                        "batch": batch,
+                        "packet": packet,
+                        "ms_per_step": med * 1e3,
+                        "min_ms": min(times) * 1e3,
+                        "reps": len(times),
+                        "audio_x": batch * packet * frame_s / med,
+                        "build_s": round(build_s, 1),
+                        "max_err": err,
+                    }
+                )
                 del state
             del voc, built
             if torch.cuda.is_available():
@@ -139,8 +164,10 @@ def format_table(rows: list[dict]) -> str:
             where = f"{r['batch']:>6}{r['packet']:>7}" if "batch" in r else f"{'':>13}"
             lines.append(f"{label:<22}{where}  skipped: {r['skipped']}")
             continue
-        lines.append(f"{label:<22}{r['batch']:>6}{r['packet']:>7}{r['ms_per_step']:>10.2f}{r['audio_x']:>10.1f}"
-                     f"{r['max_err']:>10.1e}{r['build_s']:>9.1f}")
+        lines.append(
+            f"{label:<22}{r['batch']:>6}{r['packet']:>7}{r['ms_per_step']:>10.2f}{r['audio_x']:>10.1f}"
+            f"{r['max_err']:>10.1e}{r['build_s']:>9.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -154,13 +181,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=None, help="keep ONNX exports / TensorRT engines here (default: temporary)")
     ap.add_argument("--json-output", default=None)
     args = ap.parse_args(argv)
-    rows = run(args.budget, [b for b in args.backends.split(",") if b], [int(b) for b in args.batches.split(",")],
-               [int(p) for p in args.packets.split(",")], args.reps, args.cache_dir)
+    rows = run(
+        args.budget,
+        [b for b in args.backends.split(",") if b],
+        [int(b) for b in args.batches.split(",")],
+        [int(p) for p in args.packets.split(",")],
+        args.reps,
+        args.cache_dir,
+    )
     print(format_table(rows))
     if args.json_output:
         with open(args.json_output, "w", encoding="utf-8") as f:
-            json.dump({"rows": rows, "torch": torch.__version__,
-                       "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}, f, indent=2)
+            json.dump(
+                {
+                    "rows": rows,
+                    "torch": torch.__version__,
+                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 

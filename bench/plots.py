@@ -56,8 +56,10 @@ def check_target(out: str | os.PathLike, other_outputs: tuple = ()) -> Path:
     data_path = path.with_suffix(".json").resolve()
     for other in other_outputs:
         if other and Path(other).resolve() == data_path:
-            raise PlotError(f"--plot {out} writes its data to {path.with_suffix('.json')}, which the bench also writes: "
-                            "give the picture or that output another name")
+            raise PlotError(
+                f"--plot {out} writes its data to {path.with_suffix('.json')}, which the bench also writes: "
+                "give the picture or that output another name"
+            )
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -88,9 +90,14 @@ def new_run(result: dict, command: str, label: str | None = None) -> dict:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return {"label": label or date, "date": date, "machine": f"{cpus} CPUs ({_cpu_model()}), {platform.system()}",
-            "load": f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min) at the end",
-            "command": command, "result": result}
+    return {
+        "label": label or date,
+        "date": date,
+        "machine": f"{cpus} CPUs ({_cpu_model()}), {platform.system()}",
+        "load": f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min) at the end",
+        "command": command,
+        "result": result,
+    }
 
 
 def figure_data(kind: str, runs: list[dict]) -> dict:
@@ -121,7 +128,9 @@ def load_data(*paths: str | os.PathLike) -> dict:
             raise PlotError(f"{p}: not a readable data file ({e})") from None
     kinds = {d.get("figure") for d in docs}
     if len(kinds) != 1:
-        raise PlotError(f"{', '.join(map(str, paths))}: data of different figures ({', '.join(map(str, kinds))}) make no one picture")
+        raise PlotError(
+            f"{', '.join(map(str, paths))}: data of different figures ({', '.join(map(str, kinds))}) make no one picture"
+        )
     return {"figure": kinds.pop(), "runs": [run for d in docs for run in d.get("runs", [])]}
 
 
@@ -131,12 +140,12 @@ def embedded_hash(picture: str | os.PathLike) -> str | None:
     if path.suffix.lower() == ".svg":
         text = path.read_text(encoding="utf-8")
         start = text.find(HASH_PREFIX)
-        return text[start + len(HASH_PREFIX):start + len(HASH_PREFIX) + 64] if start >= 0 else None
+        return text[start + len(HASH_PREFIX) : start + len(HASH_PREFIX) + 64] if start >= 0 else None
     from PIL import Image  # matplotlib's own dependency
 
     with Image.open(path) as im:
         desc = im.text.get("Description", "")
-    return desc[len(HASH_PREFIX):] if desc.startswith(HASH_PREFIX) else None
+    return desc[len(HASH_PREFIX) :] if desc.startswith(HASH_PREFIX) else None
 
 
 # ------------------------------------------------------------------ drawing
@@ -206,20 +215,34 @@ def _draw_panel(ax, panel: dict) -> None:
         for s in series:
             xs = [cats.index(x) for x in s["x"]] if cats else s["x"]
             pts = [(x, y) for x, y in zip(xs, s["y"]) if y is not None]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], s.get("style", "o-"), label=s["label"], markersize=4,
-                    color=s.get("color"))
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                s.get("style", "o-"),
+                label=s["label"],
+                markersize=4,
+                color=s.get("color"),
+            )
         xs = sorted({x for s in series for x in s["x"]})
         if not cats and not panel.get("x_log") and 0 < len(xs) <= 12:
             ax.set_xticks(xs, [f"{x:g}" for x in xs])  # the measured levels themselves
         if cats:
-            ax.set_xticks(range(len(cats)), cats, rotation=panel.get("rotate", 0), fontsize=7,
-                          ha="right" if panel.get("rotate") else "center")
+            ax.set_xticks(
+                range(len(cats)),
+                cats,
+                rotation=panel.get("rotate", 0),
+                fontsize=7,
+                ha="right" if panel.get("rotate") else "center",
+            )
         if panel.get("x_log"):
             from matplotlib.ticker import NullFormatter
 
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_xticks(sorted({x for s in series for x in s["x"]}), [f"{x:g}" for x in sorted({x for s in series for x in s["x"]})])
+            ax.set_xticks(
+                sorted({x for s in series for x in s["x"]}),
+                [f"{x:g}" for x in sorted({x for s in series for x in s["x"]})],
+            )
     if panel.get("y_log"):
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -249,15 +272,31 @@ def _label(run: dict, part: str, runs: list[dict]) -> str:
     return f"{run['label']}: {part}" if len(runs) > 1 and part else (run["label"] if len(runs) > 1 else part)
 
 
-CAPACITY_KEYS = ("sessions", "workers", "pin", "round", "lateness_p50_ms", "lateness_p99_ms", "ticks_over_20ms_pct",
-                 "skipped_ticks", "underruns", "frames_per_s_received", "server_cpu_pct", "server_cpu_us_per_frame",
-                 "tick_cpu_us_per_frame", "holds")
+CAPACITY_KEYS = (
+    "sessions",
+    "workers",
+    "pin",
+    "round",
+    "lateness_p50_ms",
+    "lateness_p99_ms",
+    "ticks_over_20ms_pct",
+    "skipped_ticks",
+    "underruns",
+    "frames_per_s_received",
+    "server_cpu_pct",
+    "server_cpu_us_per_frame",
+    "tick_cpu_us_per_frame",
+    "holds",
+)
 
 
 def _slim_capacity(result: dict) -> dict:
     """bench/gateway_capacity.py --json-output: its levels, the columns the picture and tables use."""
-    return {"workers": result.get("workers"), "cpu_count": result.get("cpu_count"),
-            "levels": [{k: row[k] for k in CAPACITY_KEYS if k in row} for row in result["levels"]]}
+    return {
+        "workers": result.get("workers"),
+        "cpu_count": result.get("cpu_count"),
+        "levels": [{k: row[k] for k in CAPACITY_KEYS if k in row} for row in result["levels"]],
+    }
 
 
 def _capacity(runs: list[dict]) -> dict:
@@ -265,36 +304,80 @@ def _capacity(runs: list[dict]) -> dict:
     for run in runs:
         groups: dict[tuple, list[dict]] = {}
         for row in run["result"]["levels"]:
-            groups.setdefault((row.get("workers", 1) if run["result"].get("workers") else None, row.get("pin")), []).append(row)
+            groups.setdefault(
+                (row.get("workers", 1) if run["result"].get("workers") else None, row.get("pin")), []
+            ).append(row)
         for (workers, pin), rows in groups.items():
-            part = ", ".join(p for p in (f"{workers} worker{'s' if workers > 1 else ''}" if workers else "",
-                                         "pinned" if pin else ("unpinned" if workers else "")) if p)
+            part = ", ".join(
+                p
+                for p in (
+                    f"{workers} worker{'s' if workers > 1 else ''}" if workers else "",
+                    "pinned" if pin else ("unpinned" if workers else ""),
+                )
+                if p
+            )
             levels = sorted({r["sessions"] for r in rows})
             name = _label(run, part, runs) or "one process"
             style = "s--" if pin else "o-"
-            p99.append({"label": name, "style": style, "x": levels,
-                        "y": [_median([r["lateness_p99_ms"] for r in rows if r["sessions"] == lv]) for lv in levels]})
-            cpu.append({"label": name, "style": style, "x": levels,
-                        "y": [_median([r.get("server_cpu_us_per_frame") for r in rows if r["sessions"] == lv]) for lv in levels]})
-    return {"title": "Gateway pacing capacity: paced sessions against the clock's lateness (SimulatedEngine, RTF 0.1)",
-            "panels": [{"title": "tick lateness p99 (a level holds at ≤ 20 ms, no underruns)", "series": p99, "y_log": True,
-                        "x_label": "paced sessions (native WS, μ-law 8 kHz)", "y_label": "clock tick lateness p99 (ms)",
-                        "hlines": [(HOLD_MS, "one frame, 20 ms")]},
-                       {"title": "server CPU per audio frame (all workers)", "series": cpu,
-                        "x_label": "paced sessions", "y_label": "µs of server CPU per frame sent"}]}
+            p99.append(
+                {
+                    "label": name,
+                    "style": style,
+                    "x": levels,
+                    "y": [_median([r["lateness_p99_ms"] for r in rows if r["sessions"] == lv]) for lv in levels],
+                }
+            )
+            cpu.append(
+                {
+                    "label": name,
+                    "style": style,
+                    "x": levels,
+                    "y": [
+                        _median([r.get("server_cpu_us_per_frame") for r in rows if r["sessions"] == lv])
+                        for lv in levels
+                    ],
+                }
+            )
+    return {
+        "title": "Gateway pacing capacity: paced sessions against the clock's lateness (SimulatedEngine, RTF 0.1)",
+        "panels": [
+            {
+                "title": "tick lateness p99 (a level holds at ≤ 20 ms, no underruns)",
+                "series": p99,
+                "y_log": True,
+                "x_label": "paced sessions (native WS, μ-law 8 kHz)",
+                "y_label": "clock tick lateness p99 (ms)",
+                "hlines": [(HOLD_MS, "one frame, 20 ms")],
+            },
+            {
+                "title": "server CPU per audio frame (all workers)",
+                "series": cpu,
+                "x_label": "paced sessions",
+                "y_label": "µs of server CPU per frame sent",
+            },
+        ],
+    }
 
 
 def _slim_loadtest(doc: dict) -> dict:
     """`voxgate loadtest` metrics.json: per target its config and, per level, TTFA, E2E and audible gaps."""
-    out = {"targets": {k: {"config": v.get("config"), "ws_url": v.get("ws_url")} for k, v in doc["targets"].items()},
-           "levels": {}}
+    out = {
+        "targets": {k: {"config": v.get("config"), "ws_url": v.get("ws_url")} for k, v in doc["targets"].items()},
+        "levels": {},
+    }
     for label, levels in doc["levels"].items():
         keep = []
         for m in levels:
-            keep.append({"level": m["level"], "turns": m.get("turns"), "ttfa_client_ms": m["ttfa_client_ms"],
-                         "e2e_ms": {"p95": (m.get("e2e_ms") or {}).get("p95")},
-                         "heard_gaps": {"per_100_turns": {"audible": m["heard_gaps"]["per_100_turns"]["audible"]}},
-                         "slo": {"pass": (m.get("slo") or {}).get("pass")}})
+            keep.append(
+                {
+                    "level": m["level"],
+                    "turns": m.get("turns"),
+                    "ttfa_client_ms": m["ttfa_client_ms"],
+                    "e2e_ms": {"p95": (m.get("e2e_ms") or {}).get("p95")},
+                    "heard_gaps": {"per_100_turns": {"audible": m["heard_gaps"]["per_100_turns"]["audible"]}},
+                    "slo": {"pass": (m.get("slo") or {}).get("pass")},
+                }
+            )
         out["levels"][label] = keep
     if "capacities" in doc:
         out["capacities"] = doc["capacities"]
@@ -306,20 +389,56 @@ def _loadtest(runs: list[dict]) -> dict:
     for run in runs:
         doc = run["result"]
         for label, levels in doc["levels"].items():
-            cfg = (doc["targets"].get(label) or {}).get("config") or (doc["targets"].get(label) or {}).get("ws_url") or label
+            cfg = (
+                (doc["targets"].get(label) or {}).get("config")
+                or (doc["targets"].get(label) or {}).get("ws_url")
+                or label
+            )
             name, color = _label(run, Path(str(cfg)).stem, runs), f"C{len(gaps) % 10}"
-            levels = [m for m in levels if m.get("turns") is None or m["turns"] > 0]  # a level without a turn measured nothing
+            levels = [
+                m for m in levels if m.get("turns") is None or m["turns"] > 0
+            ]  # a level without a turn measured nothing
             xs = [m["level"] for m in levels]
-            ttfa.append({"label": f"{name} p95", "color": color, "x": xs, "y": [m["ttfa_client_ms"].get("p95") for m in levels]})
+            ttfa.append(
+                {"label": f"{name} p95", "color": color, "x": xs, "y": [m["ttfa_client_ms"].get("p95") for m in levels]}
+            )
             if any(m["ttfa_client_ms"].get("p50") is not None for m in levels):
-                ttfa.append({"label": f"{name} p50", "style": "^:", "color": color, "x": xs,
-                             "y": [m["ttfa_client_ms"].get("p50") for m in levels]})
-            gaps.append({"label": name, "color": color, "x": xs, "y": [m["heard_gaps"]["per_100_turns"]["audible"] for m in levels]})
-    return {"title": "Time to first audio against concurrent callers (voxgate loadtest, simulated LLM)",
-            "panels": [{"title": "first audio at the caller, from the LLM's first token", "series": ttfa, "y_log": True,
-                        "x_label": "concurrent callers", "y_label": "TTFA (ms)", "hlines": [(800.0, "SLO: p95 ≤ 800 ms")]},
-                       {"title": "audible gaps the callers heard", "series": gaps,
-                        "x_label": "concurrent callers", "y_label": "audible gaps per 100 turns"}]}
+                ttfa.append(
+                    {
+                        "label": f"{name} p50",
+                        "style": "^:",
+                        "color": color,
+                        "x": xs,
+                        "y": [m["ttfa_client_ms"].get("p50") for m in levels],
+                    }
+                )
+            gaps.append(
+                {
+                    "label": name,
+                    "color": color,
+                    "x": xs,
+                    "y": [m["heard_gaps"]["per_100_turns"]["audible"] for m in levels],
+                }
+            )
+    return {
+        "title": "Time to first audio against concurrent callers (voxgate loadtest, simulated LLM)",
+        "panels": [
+            {
+                "title": "first audio at the caller, from the LLM's first token",
+                "series": ttfa,
+                "y_log": True,
+                "x_label": "concurrent callers",
+                "y_label": "TTFA (ms)",
+                "hlines": [(800.0, "SLO: p95 ≤ 800 ms")],
+            },
+            {
+                "title": "audible gaps the callers heard",
+                "series": gaps,
+                "x_label": "concurrent callers",
+                "y_label": "audible gaps per 100 turns",
+            },
+        ],
+    }
 
 
 def _slim_turn_mode(result: dict) -> dict:
@@ -332,13 +451,30 @@ def _turn_mode(runs: list[dict]) -> dict:
     rates = [r["result"]["llm_rate"] for r in runs]
     first, pauses = [], []
     for mode in ("sentence", "turn"):
-        first.append({"label": f"{mode} mode", "x": rates, "y": [r["result"][mode]["first_audio_ms_p50"] for r in runs]})
+        first.append(
+            {"label": f"{mode} mode", "x": rates, "y": [r["result"][mode]["first_audio_ms_p50"] for r in runs]}
+        )
         pauses.append({"label": f"{mode} mode", "x": rates, "y": [r["result"][mode]["gaps_per_turn"] for r in runs]})
-    return {"title": "Turn mode against sentence mode, an LLM feeding words at a given rate (Qwen3Engine, tiny checkpoint)",
-            "panels": [{"title": "first audio from the first token (p50)", "series": first, "x_log": True, "y_log": True,
-                        "x_label": "LLM rate (words per second)", "y_label": "first audio (ms)"},
-                       {"title": "audible pauses a caller would hear", "series": pauses, "x_log": True,
-                        "x_label": "LLM rate (words per second)", "y_label": "pauses per turn"}]}
+    return {
+        "title": "Turn mode against sentence mode, an LLM feeding words at a given rate (Qwen3Engine, tiny checkpoint)",
+        "panels": [
+            {
+                "title": "first audio from the first token (p50)",
+                "series": first,
+                "x_log": True,
+                "y_log": True,
+                "x_label": "LLM rate (words per second)",
+                "y_label": "first audio (ms)",
+            },
+            {
+                "title": "audible pauses a caller would hear",
+                "series": pauses,
+                "x_log": True,
+                "x_label": "LLM rate (words per second)",
+                "y_label": "pauses per turn",
+            },
+        ],
+    }
 
 
 LEVEL_KEYS = ("concurrency", "audio_x", "ttfa_p50_ms", "audio_per_cpu_s", "threads")
@@ -347,29 +483,60 @@ LEVEL_KEYS = ("concurrency", "audio_x", "ttfa_p50_ms", "audio_per_cpu_s", "threa
 def _slim_reference(result: dict) -> dict:
     """`voxgate bench --reference --json-output`: ours and the official per concurrency, and the ratios."""
     ref = result["reference"]
-    return {"engine": {k: result.get("engine", {}).get(k) for k in ("source", "device", "dtype", "frames")},
-            "reference": {"ours": [{k: r[k] for k in LEVEL_KEYS if k in r} for r in ref["ours"]],
-                          "official": [{k: r[k] for k in LEVEL_KEYS if k in r} for r in ref["official"]],
-                          "audio_x_ratio_ours_over_official": ref["audio_x_ratio_ours_over_official"],
-                          "audio_per_cpu_s_ratio_ours_over_official": ref.get("audio_per_cpu_s_ratio_ours_over_official", {})}}
+    return {
+        "engine": {k: result.get("engine", {}).get(k) for k in ("source", "device", "dtype", "frames")},
+        "reference": {
+            "ours": [{k: r[k] for k in LEVEL_KEYS if k in r} for r in ref["ours"]],
+            "official": [{k: r[k] for k in LEVEL_KEYS if k in r} for r in ref["official"]],
+            "audio_x_ratio_ours_over_official": ref["audio_x_ratio_ours_over_official"],
+            "audio_per_cpu_s_ratio_ours_over_official": ref.get("audio_per_cpu_s_ratio_ours_over_official", {}),
+        },
+    }
 
 
 def _reference(runs: list[dict]) -> dict:
     headline = next((r for r in runs if r.get("headline")), runs[-1])  # the bars: the run marked so, or the last
     head = headline["result"]["reference"]
     cats = [f"c={r['concurrency']}" for r in head["ours"]]
-    bars = [{"label": "voxgate (Qwen3Engine)", "y": [r["audio_x"] for r in head["ours"]]},
-            {"label": "official qwen-tts", "y": [r["audio_x"] for r in head["official"]]}]
-    levels = sorted({c for run in runs for c in run["result"]["reference"]["audio_x_ratio_ours_over_official"]}, key=int)
+    bars = [
+        {"label": "voxgate (Qwen3Engine)", "y": [r["audio_x"] for r in head["ours"]]},
+        {"label": "official qwen-tts", "y": [r["audio_x"] for r in head["official"]]},
+    ]
+    levels = sorted(
+        {c for run in runs for c in run["result"]["reference"]["audio_x_ratio_ours_over_official"]}, key=int
+    )
     labels = [run["label"] for run in runs]
-    ratios = [{"label": f"c={c}", "x": labels,
-               "y": [run["result"]["reference"]["audio_x_ratio_ours_over_official"].get(c) for run in runs]} for c in levels]
-    return {"title": "The engine against the official implementation (CPU, tiny checkpoint written by the official classes)",
-            "panels": [{"title": f"audio seconds per wall second, {headline['label']}", "kind": "bars", "categories": cats,
-                        "series": bars, "y_log": True, "bar_labels": "%.3g", "x_label": "concurrent streams",
-                        "y_label": "audio×"},
-                       {"title": "ours / official, audio× (each run)", "categories": labels, "series": ratios,
-                        "rotate": 30, "y_label": "ratio", "hlines": [(1.0, "as fast as the official"), (3.0, "3× target")]}]}
+    ratios = [
+        {
+            "label": f"c={c}",
+            "x": labels,
+            "y": [run["result"]["reference"]["audio_x_ratio_ours_over_official"].get(c) for run in runs],
+        }
+        for c in levels
+    ]
+    return {
+        "title": "The engine against the official implementation (CPU, tiny checkpoint written by the official classes)",
+        "panels": [
+            {
+                "title": f"audio seconds per wall second, {headline['label']}",
+                "kind": "bars",
+                "categories": cats,
+                "series": bars,
+                "y_log": True,
+                "bar_labels": "%.3g",
+                "x_label": "concurrent streams",
+                "y_label": "audio×",
+            },
+            {
+                "title": "ours / official, audio× (each run)",
+                "categories": labels,
+                "series": ratios,
+                "rotate": 30,
+                "y_label": "ratio",
+                "hlines": [(1.0, "as fast as the official"), (3.0, "3× target")],
+            },
+        ],
+    }
 
 
 VOCODER_KEYS = ("shape", "backend", "batch", "step_frames", "ms_per_frame", "cpu_ms_per_frame", "audio_x")
@@ -377,8 +544,11 @@ VOCODER_KEYS = ("shape", "backend", "batch", "step_frames", "ms_per_frame", "cpu
 
 def _slim_vocoder(result: dict) -> dict:
     """bench/vocoder_bench.py --json-output: its rows and threads."""
-    return {"device": result.get("device"), "threads": result.get("threads"),
-            "rows": [{k: r[k] for k in VOCODER_KEYS if k in r} for r in result["rows"]]}
+    return {
+        "device": result.get("device"),
+        "threads": result.get("threads"),
+        "rows": [{k: r[k] for k in VOCODER_KEYS if k in r} for r in result["rows"]],
+    }
 
 
 def _vocoder(runs: list[dict]) -> dict:
@@ -396,19 +566,45 @@ def _vocoder(runs: list[dict]) -> dict:
             name = _label(run, backend, runs)
             cpu.append({"label": name, "y": [(by_cell.get(c) or {}).get("cpu_ms_per_frame") for c in cells]})
             speed.append({"label": name, "y": [(by_cell.get(c) or {}).get("audio_x") for c in cells]})
-    return {"title": "Vocoder backends side by side (codec decoder, streaming, CPU)",
-            "panels": [{"title": "process CPU per stream-frame (lower is better)", "kind": "bars", "categories": cells,
-                        "series": cpu, "y_label": "CPU ms per 80 ms frame"},
-                       {"title": "audio seconds per wall second (higher is better)", "kind": "bars", "categories": cells,
-                        "series": speed, "y_label": "audio×"}]}
+    return {
+        "title": "Vocoder backends side by side (codec decoder, streaming, CPU)",
+        "panels": [
+            {
+                "title": "process CPU per stream-frame (lower is better)",
+                "kind": "bars",
+                "categories": cells,
+                "series": cpu,
+                "y_label": "CPU ms per 80 ms frame",
+            },
+            {
+                "title": "audio seconds per wall second (higher is better)",
+                "kind": "bars",
+                "categories": cells,
+                "series": speed,
+                "y_label": "audio×",
+            },
+        ],
+    }
 
 
-BARGE_KEYS = ("leg", "trials", "missed", "latency_p50_ms", "latency_p95_ms", "noise_s", "false_speech_starts", "false_barge_ins")
+BARGE_KEYS = (
+    "leg",
+    "trials",
+    "missed",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "noise_s",
+    "false_speech_starts",
+    "false_barge_ins",
+)
 
 
 def _slim_barge_in(result: dict) -> dict:
     """tests/voice/probe_barge_in.py --out: one row per leg."""
-    return {"config": result.get("config"), "results": [{k: r[k] for k in BARGE_KEYS if k in r} for r in result["results"]]}
+    return {
+        "config": result.get("config"),
+        "results": [{k: r[k] for k in BARGE_KEYS if k in r} for r in result["results"]],
+    }
 
 
 def _barge_in(runs: list[dict]) -> dict:
@@ -417,17 +613,46 @@ def _barge_in(runs: list[dict]) -> dict:
     for run in runs:
         by_leg = {r["leg"]: r for r in run["result"]["results"]}
         for q in ("p50", "p95"):
-            lat.append({"label": _label(run, q, runs), "y": [(by_leg.get(leg) or {}).get(f"latency_{q}_ms") for leg in legs]})
-        false.append({"label": _label(run, "false barge-ins", runs), "y": [(by_leg.get(leg) or {}).get("false_barge_ins") for leg in legs]})
-        false.append({"label": _label(run, "missed barge-ins", runs), "y": [(by_leg.get(leg) or {}).get("missed") for leg in legs]})
-    names = [f"{leg}\nmissed {sum((next((r for r in run['result']['results'] if r['leg'] == leg), {}).get('missed') or 0) for run in runs)}"
-             for leg in legs]
-    return {"title": "Barge-in by voice: caller speech onset to the agent's silence, per leg (VAD defaults)",
-            "panels": [{"title": "latency (speech onset → first silent frame at the caller)", "kind": "bars", "categories": names,
-                        "series": lat, "bar_labels": "%.0f", "y_label": "ms",
-                        "hlines": [(250.0, "min_speech_ms: 250 ms of speech by design")]},
-                       {"title": "misses on speech, false barge-ins on noise and tones", "kind": "bars", "categories": legs,
-                        "series": false, "y_label": "count"}]}
+            lat.append(
+                {"label": _label(run, q, runs), "y": [(by_leg.get(leg) or {}).get(f"latency_{q}_ms") for leg in legs]}
+            )
+        false.append(
+            {
+                "label": _label(run, "false barge-ins", runs),
+                "y": [(by_leg.get(leg) or {}).get("false_barge_ins") for leg in legs],
+            }
+        )
+        false.append(
+            {
+                "label": _label(run, "missed barge-ins", runs),
+                "y": [(by_leg.get(leg) or {}).get("missed") for leg in legs],
+            }
+        )
+    names = [
+        f"{leg}\nmissed {sum((next((r for r in run['result']['results'] if r['leg'] == leg), {}).get('missed') or 0) for run in runs)}"
+        for leg in legs
+    ]
+    return {
+        "title": "Barge-in by voice: caller speech onset to the agent's silence, per leg (VAD defaults)",
+        "panels": [
+            {
+                "title": "latency (speech onset → first silent frame at the caller)",
+                "kind": "bars",
+                "categories": names,
+                "series": lat,
+                "bar_labels": "%.0f",
+                "y_label": "ms",
+                "hlines": [(250.0, "min_speech_ms: 250 ms of speech by design")],
+            },
+            {
+                "title": "misses on speech, false barge-ins on noise and tones",
+                "kind": "bars",
+                "categories": legs,
+                "series": false,
+                "y_label": "count",
+            },
+        ],
+    }
 
 
 VAD_KEYS = ("backend", "calls", "seconds", "cpu_ms_per_call_s", "cores_at_n", "pass_ms_p50", "pass_ms_p95", "window_ms")
@@ -448,15 +673,40 @@ def _vad(runs: list[dict]) -> dict:
             xs = [r["calls"] for r in mine]
             cost.append({"label": name, "color": color, "x": xs, "y": [r["cpu_ms_per_call_s"] for r in mine]})
             passes.append({"label": f"{name} p95", "color": color, "x": xs, "y": [r.get("pass_ms_p95") for r in mine]})
-            passes.append({"label": f"{name} p50", "style": "^:", "color": color, "x": xs, "y": [r.get("pass_ms_p50") for r in mine]})
+            passes.append(
+                {
+                    "label": f"{name} p50",
+                    "style": "^:",
+                    "color": color,
+                    "x": xs,
+                    "y": [r.get("pass_ms_p50") for r in mine],
+                }
+            )
     windows = {r["backend"]: r["window_ms"] for run in runs for r in run["result"]["results"] if r.get("window_ms")}
-    window_line = [(min(windows.values()), " / ".join(f"{w:g} ms ({b})" for b, w in windows.items()) + " window")] if windows else []
-    return {"title": "The caller's voice: VAD cost per call, one batched pass for every call's window",
-            "panels": [{"title": "CPU per second of one call's audio", "series": cost, "x_label": "concurrent calls",
-                        "y_label": "CPU ms per call-second"},
-                       {"title": "one pass for all calls (must stay under the window)", "series": passes, "y_log": True,
-                        "x_label": "concurrent calls", "y_label": "pass wall time (ms)",
-                        "hlines": window_line}]}
+    window_line = (
+        [(min(windows.values()), " / ".join(f"{w:g} ms ({b})" for b, w in windows.items()) + " window")]
+        if windows
+        else []
+    )
+    return {
+        "title": "The caller's voice: VAD cost per call, one batched pass for every call's window",
+        "panels": [
+            {
+                "title": "CPU per second of one call's audio",
+                "series": cost,
+                "x_label": "concurrent calls",
+                "y_label": "CPU ms per call-second",
+            },
+            {
+                "title": "one pass for all calls (must stay under the window)",
+                "series": passes,
+                "y_log": True,
+                "x_label": "concurrent calls",
+                "y_label": "pass wall time (ms)",
+                "hlines": window_line,
+            },
+        ],
+    }
 
 
 FIGURES = {
@@ -473,8 +723,14 @@ FIGURES = {
 # ------------------------------------------------------------------ command line
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--from", dest="sources", action="append", default=[], metavar="DATA.json",
-                    help="a data file a bench wrote with --plot (repeat it to draw several runs of one figure as one)")
+    ap.add_argument(
+        "--from",
+        dest="sources",
+        action="append",
+        default=[],
+        metavar="DATA.json",
+        help="a data file a bench wrote with --plot (repeat it to draw several runs of one figure as one)",
+    )
     ap.add_argument("--out", help="the picture, .png or .svg (with --from)")
     ap.add_argument("--all", metavar="DIR", help="redraw every DIR/X.json as DIR/X.png")
     args = ap.parse_args(argv)
@@ -495,7 +751,9 @@ def main(argv: list[str] | None = None) -> int:
         data = load_data(*args.sources)
         beside = out.with_suffix(".json")
         if [Path(s).resolve() for s in args.sources] != [beside.resolve()]:  # the picture's own data beside it,
-            beside.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")  # so it redraws alone
+            beside.write_text(
+                json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+            )  # so it redraws alone
         draw(data, out)
         print(f"{out} (from {', '.join(args.sources)})")
         return 0

@@ -29,23 +29,45 @@ async def _level(engine, c: int, sampling) -> dict:
 
     texts = [list(TEXTS.values())[i % 3] for i in range(c)]
     t0 = time.monotonic()
-    runs = [_Run(engine.synthesize(SynthesisRequest(text=t, voice="default", language="en", sampling=sampling,
-                                                    deadline=time.monotonic() + 0.2, tag=f"bench{i}/t/0")))
-            for i, t in enumerate(texts)]
+    runs = [
+        _Run(
+            engine.synthesize(
+                SynthesisRequest(
+                    text=t,
+                    voice="default",
+                    language="en",
+                    sampling=sampling,
+                    deadline=time.monotonic() + 0.2,
+                    tag=f"bench{i}/t/0",
+                )
+            )
+        )
+        for i, t in enumerate(texts)
+    ]
     await asyncio.gather(*[r.consume() for r in runs])
     wall = time.monotonic() - t0
     audio = sum(r.audio_s for r in runs)
     ttfa = [r.ttfa_s * 1e3 for r in runs]
-    return {"concurrency": c, "audio_s": round(audio, 3), "wall_s": round(wall, 3), "audio_x": round(audio / wall, 3),
-            "ttfa_p50_ms": round(_percentile(ttfa, 0.5), 1), "ttfa_p95_ms": round(_percentile(ttfa, 0.95), 1),
-            "keeps_up": all(r.keeps_up() for r in runs)}
+    return {
+        "concurrency": c,
+        "audio_s": round(audio, 3),
+        "wall_s": round(wall, 3),
+        "audio_x": round(audio / wall, 3),
+        "ttfa_p50_ms": round(_percentile(ttfa, 0.5), 1),
+        "ttfa_p95_ms": round(_percentile(ttfa, 0.95), 1),
+        "keeps_up": all(r.keeps_up() for r in runs),
+    }
 
 
 def _link_counts(remote) -> dict:
     link = remote.links[0]
     stats = link.load.stats
-    return {"packets_msgs": link.counters["packets_in"], "ops_msgs": link.counters["ops_out"],
-            "steps": stats.get("steps", 0.0), "vocoder_calls": stats.get("vocoder_calls", 0.0)}
+    return {
+        "packets_msgs": link.counters["packets_in"],
+        "ops_msgs": link.counters["ops_out"],
+        "steps": stats.get("steps", 0.0),
+        "vocoder_calls": stats.get("vocoder_calls", 0.0),
+    }
 
 
 async def _settled(remote, beat_s: float) -> dict:
@@ -55,9 +77,23 @@ async def _settled(remote, beat_s: float) -> dict:
 
 def _spawn(settings, listen: str, heartbeat_s: float, env: dict, default_switch: bool) -> tuple[subprocess.Popen, str]:
     data = {k: v for k, v in dataclasses.asdict(settings).items()}
-    proc = subprocess.Popen([sys.executable, "-m", "bench.engine_child", "--settings", json.dumps(data), "--listen", listen,
-                             "--heartbeat-s", str(heartbeat_s)] + (["--default-switch-interval"] if default_switch else []),
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.engine_child",
+            "--settings",
+            json.dumps(data),
+            "--listen",
+            listen,
+            "--heartbeat-s",
+            str(heartbeat_s),
+        ]
+        + (["--default-switch-interval"] if default_switch else []),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     line = proc.stdout.readline().split()
     if not line or line[0] != "ready":
         proc.kill()
@@ -89,8 +125,10 @@ async def remote_bench(args) -> dict:
     await local.start()
     remote = RemoteEngine([endpoint], secret=secret, connect_timeout_s=60)
     await remote.start()
-    print(f"engine: {args.model_dir or args.random_weights} on {settings.device} {settings.dtype}, max_batch "
-          f"{settings.max_batch}; local threads {local.cpu_threads}; remote child pid {proc.pid} over {endpoint}")
+    print(
+        f"engine: {args.model_dir or args.random_weights} on {settings.device} {settings.dtype}, max_batch "
+        f"{settings.max_batch}; local threads {local.cpu_threads}; remote child pid {proc.pid} over {endpoint}"
+    )
     runs: list[dict] = []
     try:
         for engine in (local, remote):
@@ -110,9 +148,15 @@ async def remote_bench(args) -> dict:
                         r["packets_msgs_per_vocoder_call"] = round(r["packets_msgs"] / vcalls, 3) if vcalls else None
                         r["ops_msgs"] = after["ops_msgs"] - before["ops_msgs"]
                     runs.append(r)
-                    print(f"{side:>6} c={c:<3} audio x {r['audio_x']:6.2f}  first audio p50 {r['ttfa_p50_ms']:7.1f} ms "
-                          f"p95 {r['ttfa_p95_ms']:7.1f} ms  keeps up {r['keeps_up']}"
-                          + (f"  packets msgs/vocoder call {r['packets_msgs_per_vocoder_call']}" if side == "remote" else ""))
+                    print(
+                        f"{side:>6} c={c:<3} audio x {r['audio_x']:6.2f}  first audio p50 {r['ttfa_p50_ms']:7.1f} ms "
+                        f"p95 {r['ttfa_p95_ms']:7.1f} ms  keeps up {r['keeps_up']}"
+                        + (
+                            f"  packets msgs/vocoder call {r['packets_msgs_per_vocoder_call']}"
+                            if side == "remote"
+                            else ""
+                        )
+                    )
     finally:
         await remote.close()
         await local.close()
@@ -120,21 +164,40 @@ async def remote_bench(args) -> dict:
         proc.wait(30)
     summary = {}
     for c in levels:
-        pairs = [(a, b) for a in runs for b in runs if a["side"] == "local" and b["side"] == "remote"
-                 and a["concurrency"] == b["concurrency"] == c and a["repeat"] == b["repeat"]]
+        pairs = [
+            (a, b)
+            for a in runs
+            for b in runs
+            if a["side"] == "local"
+            and b["side"] == "remote"
+            and a["concurrency"] == b["concurrency"] == c
+            and a["repeat"] == b["repeat"]
+        ]
         ratio = [b["audio_x"] / a["audio_x"] for a, b in pairs]
         added = [b["ttfa_p50_ms"] - a["ttfa_p50_ms"] for a, b in pairs]
         best_local = max(a["audio_x"] for a, _ in pairs)
         best_remote = max(b["audio_x"] for _, b in pairs)
-        summary[str(c)] = {"audio_x_ratio_per_repeat": [round(x, 3) for x in ratio],
-                           "audio_x_ratio_best_of": round(best_remote / best_local, 3),
-                           "added_first_audio_p50_ms_per_repeat": [round(x, 1) for x in added],
-                           "added_first_audio_p50_ms_median": round(statistics.median(added), 1)}
-        print(f"c={c}: remote/local audio x {summary[str(c)]['audio_x_ratio_per_repeat']} (best of each: "
-              f"{summary[str(c)]['audio_x_ratio_best_of']}); first audio p50 added "
-              f"{summary[str(c)]['added_first_audio_p50_ms_per_repeat']} ms")
-    return {"engine": {"source": args.model_dir or args.random_weights, "device": settings.device,
-                       "dtype": settings.dtype, "max_batch": settings.max_batch, "frames": args.frames,
-                       "transport": args.remote_transport,
-                       "engine_switch_interval": "python default (5 ms)" if default_switch else "0.5 ms"},
-            "runs": runs, "summary": summary}
+        summary[str(c)] = {
+            "audio_x_ratio_per_repeat": [round(x, 3) for x in ratio],
+            "audio_x_ratio_best_of": round(best_remote / best_local, 3),
+            "added_first_audio_p50_ms_per_repeat": [round(x, 1) for x in added],
+            "added_first_audio_p50_ms_median": round(statistics.median(added), 1),
+        }
+        print(
+            f"c={c}: remote/local audio x {summary[str(c)]['audio_x_ratio_per_repeat']} (best of each: "
+            f"{summary[str(c)]['audio_x_ratio_best_of']}); first audio p50 added "
+            f"{summary[str(c)]['added_first_audio_p50_ms_per_repeat']} ms"
+        )
+    return {
+        "engine": {
+            "source": args.model_dir or args.random_weights,
+            "device": settings.device,
+            "dtype": settings.dtype,
+            "max_batch": settings.max_batch,
+            "frames": args.frames,
+            "transport": args.remote_transport,
+            "engine_switch_interval": "python default (5 ms)" if default_switch else "0.5 ms",
+        },
+        "runs": runs,
+        "summary": summary,
+    }

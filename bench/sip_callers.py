@@ -72,7 +72,9 @@ class RtpSockets:
                     continue
                 due = int((now - state[2]) / 0.020)
                 for seq in range(state[1], due):
-                    header = struct.pack("!BBHII", 0x80, 0, seq & 0xFFFF, (seq * 160) & 0xFFFFFFFF, id(sock) & 0xFFFFFFFF)
+                    header = struct.pack(
+                        "!BBHII", 0x80, 0, seq & 0xFFFF, (seq * 160) & 0xFFFFFFFF, id(sock) & 0xFFFFFFFF
+                    )
                     try:
                         sock.sendto(header + SILENCE_PCMU, state[0])
                     except OSError:
@@ -101,8 +103,15 @@ class SipSocket(asyncio.DatagramProtocol):
                 headers.setdefault(key.strip().lower(), value.strip())
         call_id = headers.get("call-id", "")
         if lines[0].startswith("BYE "):
-            reply = "\r\n".join(["SIP/2.0 200 OK"] + [line for line in lines[1:] if line.split(":", 1)[0].strip().lower()
-                                                      in ("via", "from", "to", "call-id", "cseq")] + ["Content-Length: 0", "", ""])
+            reply = "\r\n".join(
+                ["SIP/2.0 200 OK"]
+                + [
+                    line
+                    for line in lines[1:]
+                    if line.split(":", 1)[0].strip().lower() in ("via", "from", "to", "call-id", "cseq")
+                ]
+                + ["Content-Length: 0", "", ""]
+            )
             self.transport.sendto(reply.encode(), addr)
         elif lines[0].startswith("SIP/2.0 ") and int(lines[0][8:11]) >= 200:
             fut = self.waiting.pop(call_id, None)
@@ -110,20 +119,26 @@ class SipSocket(asyncio.DatagramProtocol):
                 fut.set_result((int(lines[0][8:11]), headers.get("to", "")))
 
 
-async def sip_call(args, sip: SipSocket, rtps: RtpSockets, stats: ClientStats, stop: asyncio.Event, rng: random.Random) -> None:
+async def sip_call(
+    args, sip: SipSocket, rtps: RtpSockets, stats: ClientStats, stop: asyncio.Event, rng: random.Random
+) -> None:
     loop = asyncio.get_running_loop()
     rtp = rtps.open()
     rtp_port = rtp.getsockname()[1]
     sip_local = sip.transport.get_extra_info("sockname")[1]
     call_id = f"bench-{uuid.uuid4().hex}"
-    sdp = (f"v=0\r\no=bench 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
-           f"m=audio {rtp_port} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n")
-    common = (f"From: <sip:bench@127.0.0.1>;tag={call_id[-8:]}\r\nCall-ID: {call_id}\r\n")
+    sdp = (
+        f"v=0\r\no=bench 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+        f"m=audio {rtp_port} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n"
+    )
+    common = f"From: <sip:bench@127.0.0.1>;tag={call_id[-8:]}\r\nCall-ID: {call_id}\r\n"
     answered = loop.create_future()
     sip.waiting[call_id] = answered
-    invite = (f"INVITE sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bK{call_id[-12:]}\r\n"
-              f"{common}To: <sip:agent@127.0.0.1>\r\nCSeq: 1 INVITE\r\nContact: <sip:bench@127.0.0.1:{sip_local}>\r\n"
-              f"Content-Type: application/sdp\r\nContent-Length: {len(sdp)}\r\n\r\n{sdp}").encode()
+    invite = (
+        f"INVITE sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bK{call_id[-12:]}\r\n"
+        f"{common}To: <sip:agent@127.0.0.1>\r\nCSeq: 1 INVITE\r\nContact: <sip:bench@127.0.0.1:{sip_local}>\r\n"
+        f"Content-Type: application/sdp\r\nContent-Length: {len(sdp)}\r\n\r\n{sdp}"
+    ).encode()
     try:
         for wait in (0.5, 1.0, 2.0, 4.0, 4.0):  # RFC 3261 timer A, as a phone retransmits an INVITE over UDP
             sip.transport.sendto(invite, ("127.0.0.1", args.sip_port))
@@ -139,8 +154,13 @@ async def sip_call(args, sip: SipSocket, rtps: RtpSockets, stats: ClientStats, s
         stats.error(f"sip_{status}")
         rtps.close(rtp)
         return
-    sip.transport.sendto((f"ACK sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bKa{call_id[-12:]}\r\n"
-                          f"{common}To: {to}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n").encode(), ("127.0.0.1", args.sip_port))
+    sip.transport.sendto(
+        (
+            f"ACK sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bKa{call_id[-12:]}\r\n"
+            f"{common}To: {to}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
+        ).encode(),
+        ("127.0.0.1", args.sip_port),
+    )
     try:
         async with websockets.connect(f"ws://127.0.0.1:{args.port}/v1/control", max_size=None) as ws:
             await ws.send(json.dumps({"type": "call.attach", "call_id": call_id}))
@@ -149,7 +169,9 @@ async def sip_call(args, sip: SipSocket, rtps: RtpSockets, stats: ClientStats, s
             turn = 0
             while not stop.is_set():
                 turn += 1
-                await ws.send(json.dumps({"type": "text", "turn_id": f"t{turn}", "text": rng.choice(TURN_TEXTS), "final": True}))
+                await ws.send(
+                    json.dumps({"type": "text", "turn_id": f"t{turn}", "text": rng.choice(TURN_TEXTS), "final": True})
+                )
                 while True:
                     event = json.loads(await ws.recv())
                     if event["type"] == "turn.done":

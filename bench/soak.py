@@ -41,8 +41,17 @@ TEXTS = [
     "The balance on your account is forty two dollars and fifteen cents as of today.",
 ]
 
-SERIES = ("rss_mb", "open_fds", "asyncio_tasks", "threads", "sessions", "engine_requests", "gc_pauses", "gc_longest_ms",
-          "clock_p99_ms")
+SERIES = (
+    "rss_mb",
+    "open_fds",
+    "asyncio_tasks",
+    "threads",
+    "sessions",
+    "engine_requests",
+    "gc_pauses",
+    "gc_longest_ms",
+    "clock_p99_ms",
+)
 
 
 UNDERRUN_CAUSES = ("engine", "text", "clock", "network")
@@ -69,34 +78,46 @@ def sample(gw: GatewayProcess, prev: str | None, t0: float, clients: dict) -> tu
         "asyncio_tasks": int(_value(text, "voxgate_asyncio_tasks")),
         "threads": int(_value(text, "voxgate_threads")),
         "sessions": int(_value(text, "voxgate_sessions_active")),
-        "engine_requests": int(_value(text, "voxgate_engine_active_requests") + _value(text, "voxgate_engine_queue_depth")),
+        "engine_requests": int(
+            _value(text, "voxgate_engine_active_requests") + _value(text, "voxgate_engine_queue_depth")
+        ),
         "gc_total": int(gc_count),
         "gc_pauses": int(gc_count - (_value(prev, "voxgate_gc_collections_total") if prev else 0)),
         "gc_pause_s_total": round(_value(text, "voxgate_gc_pause_seconds_total"), 4),
         "gc_longest_ms": round(1000 * _value(text, "voxgate_gc_pause_longest_seconds"), 2),
-        "clock_p99_ms": round(1000 * histogram_quantile(prev, text, "voxgate_clock_lateness_seconds", 0.99), 2) if prev else None,
+        "clock_p99_ms": round(1000 * histogram_quantile(prev, text, "voxgate_clock_lateness_seconds", 0.99), 2)
+        if prev
+        else None,
         "underruns_total": int(_value(text, "voxgate_underruns_total")),
         "audible_total": int(_value(text, "voxgate_underruns_total", 'kind="audible"')),
         # engine/text: audio came late; clock: our clock stalled (a gap at every talking call); network: a slow reader
-        "underruns_by_cause": {c: int(n) for c in UNDERRUN_CAUSES if (n := _value(text, "voxgate_underruns_total", f'cause="{c}"'))},
+        "underruns_by_cause": {
+            c: int(n) for c in UNDERRUN_CAUSES if (n := _value(text, "voxgate_underruns_total", f'cause="{c}"'))
+        },
         "errors_total": int(_value(text, "voxgate_errors_total")),
         **{f"client_{k}": v for k, v in clients.items()},
     }
     return row, text
 
 
-async def caller(url: str, stop: asyncio.Event, stats: dict, rng: random.Random, p_barge: float, p_hangup: float, p_end: float) -> None:
+async def caller(
+    url: str, stop: asyncio.Event, stats: dict, rng: random.Random, p_barge: float, p_hangup: float, p_end: float
+) -> None:
     """One caller, reconnecting until `stop`: turns, barge-ins, hang-ups, clean ends."""
     await asyncio.sleep(rng.random() * 3)  # spread the starts
     while not stop.is_set():
         try:
             async with websockets.connect(url, max_size=None, compression=None, open_timeout=20) as ws:
                 stats["connects"] += 1
-                await ws.send(json.dumps({"type": "session.start", "output": {"encoding": "mulaw", "sample_rate": 8000}}))
+                await ws.send(
+                    json.dumps({"type": "session.start", "output": {"encoding": "mulaw", "sample_rate": 8000}})
+                )
                 n = 0
                 while not stop.is_set():
                     n += 1
-                    await ws.send(json.dumps({"type": "text", "turn_id": f"t{n}", "text": rng.choice(TEXTS), "final": True}))
+                    await ws.send(
+                        json.dumps({"type": "text", "turn_id": f"t{n}", "text": rng.choice(TEXTS), "final": True})
+                    )
                     roll = rng.random()
                     cut_after = rng.uniform(0.5, 2.5) if roll < p_barge + p_hangup else None
                     started = time.monotonic()
@@ -135,10 +156,32 @@ async def caller(url: str, stop: asyncio.Event, stats: dict, rng: random.Random,
             await asyncio.sleep(rng.uniform(0.2, 1.0))
 
 
-async def drive(gw: GatewayProcess, calls: int, seconds: float, every: float, seed: int, p_barge: float, p_hangup: float,
-                p_end: float, on_sample=None) -> dict:
-    stats = dict.fromkeys(["connects", "reconnects", "turns", "frames", "barge_ins", "hangups", "clean_ends", "errors",
-                           "connection_failures", "failed_scrapes"], 0)
+async def drive(
+    gw: GatewayProcess,
+    calls: int,
+    seconds: float,
+    every: float,
+    seed: int,
+    p_barge: float,
+    p_hangup: float,
+    p_end: float,
+    on_sample=None,
+) -> dict:
+    stats = dict.fromkeys(
+        [
+            "connects",
+            "reconnects",
+            "turns",
+            "frames",
+            "barge_ins",
+            "hangups",
+            "clean_ends",
+            "errors",
+            "connection_failures",
+            "failed_scrapes",
+        ],
+        0,
+    )
     loop = asyncio.get_running_loop()
     t0 = time.monotonic()
     base, prev = await loop.run_in_executor(None, sample, gw, None, t0, dict(stats))
@@ -146,8 +189,12 @@ async def drive(gw: GatewayProcess, calls: int, seconds: float, every: float, se
     samples = [dict(base, phase="baseline")]
     stop = asyncio.Event()
     rng = random.Random(seed)
-    tasks = [asyncio.create_task(caller(gw.ws + "/v1/ws", stop, stats, random.Random(rng.random()), p_barge, p_hangup, p_end))
-             for _ in range(calls)]
+    tasks = [
+        asyncio.create_task(
+            caller(gw.ws + "/v1/ws", stop, stats, random.Random(rng.random()), p_barge, p_hangup, p_end)
+        )
+        for _ in range(calls)
+    ]
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         await asyncio.sleep(min(every, max(0.0, end - time.monotonic())))
@@ -166,7 +213,11 @@ async def drive(gw: GatewayProcess, calls: int, seconds: float, every: float, se
     drain_deadline = time.monotonic() + 30
     while True:
         row, prev = await loop.run_in_executor(None, sample, gw, prev, t0, dict(stats))
-        if row is not None and (row["sessions"] == 0 and row["engine_requests"] == 0) or time.monotonic() > drain_deadline:
+        if (
+            row is not None
+            and (row["sessions"] == 0 and row["engine_requests"] == 0)
+            or time.monotonic() > drain_deadline
+        ):
             break
         await asyncio.sleep(1.0)
     await asyncio.sleep(2.0)  # connection handlers finish their close handshakes
@@ -182,7 +233,7 @@ async def drive(gw: GatewayProcess, calls: int, seconds: float, every: float, se
 def verdict(samples: list[dict], fd_slack: int = 2, task_slack: int = 0) -> dict:
     base, last = samples[0], samples[-1]
     during = [s for s in samples if s["phase"] == "calls"]
-    half = during[len(during) // 2:] or during
+    half = during[len(during) // 2 :] or during
     slope = 0.0
     if len(half) >= 2 and half[-1]["t_s"] > half[0]["t_s"]:
         slope = (half[-1]["rss_mb"] - half[0]["rss_mb"]) / (half[-1]["t_s"] - half[0]["t_s"]) * 3600
@@ -194,15 +245,23 @@ def verdict(samples: list[dict], fd_slack: int = 2, task_slack: int = 0) -> dict
         "threads_back_to_baseline": last["threads"] <= base["threads"],
     }
     return {
-        "ok": all(checks.values()), "checks": checks,
-        "baseline": {k: base[k] for k in ("rss_mb", "open_fds", "asyncio_tasks", "threads", "sessions", "engine_requests")},
+        "ok": all(checks.values()),
+        "checks": checks,
+        "baseline": {
+            k: base[k] for k in ("rss_mb", "open_fds", "asyncio_tasks", "threads", "sessions", "engine_requests")
+        },
         "end": {k: last[k] for k in ("rss_mb", "open_fds", "asyncio_tasks", "threads", "sessions", "engine_requests")},
-        "peak": {k: max(s[k] for s in samples) for k in ("rss_mb", "open_fds", "asyncio_tasks", "sessions", "engine_requests")},
+        "peak": {
+            k: max(s[k] for s in samples)
+            for k in ("rss_mb", "open_fds", "asyncio_tasks", "sessions", "engine_requests")
+        },
         "rss_growth_mb": round(last["rss_mb"] - base["rss_mb"], 1),
         "rss_slope_second_half_mb_per_h": round(slope, 1),
         "gc_longest_ms": last["gc_longest_ms"],
         "clock_p99_ms_worst_interval": max((s["clock_p99_ms"] or 0) for s in during) if during else None,
-        "audible_underruns": last["audible_total"], "underruns": last["underruns_total"], "errors": last["errors_total"],
+        "audible_underruns": last["audible_total"],
+        "underruns": last["underruns_total"],
+        "errors": last["errors_total"],
         "underruns_by_cause": last["underruns_by_cause"],
     }
 
@@ -232,7 +291,9 @@ def plot(samples: list[dict], out_dir: Path) -> Path:
 def _svg(samples: list[dict], path: Path) -> Path:
     """One small line chart per series, no dependencies."""
     w, h, pad = 720, 90, 40
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{(h + 20) * len(SERIES) + 20}" font-family="sans-serif" font-size="11">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{(h + 20) * len(SERIES) + 20}" font-family="sans-serif" font-size="11">'
+    ]
     tmax = max(s["t_s"] for s in samples) or 1
     for i, key in enumerate(SERIES):
         y0 = 10 + i * (h + 20)
@@ -243,13 +304,24 @@ def _svg(samples: list[dict], path: Path) -> Path:
         parts.append(f'<rect x="{pad}" y="{y0}" width="{w - 2 * pad}" height="{h}" fill="none" stroke="#ccc"/>')
         parts.append(f'<polyline points="{pts}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>')
         parts.append(f'<text x="{pad + 4}" y="{y0 + 12}">{key}: {lo:g} … {hi:g}</text>')
-    parts.append(f'<text x="{w - pad}" y="{(h + 20) * len(SERIES) + 10}" text-anchor="end">{tmax / 60:.1f} min</text></svg>')
+    parts.append(
+        f'<text x="{w - pad}" y="{(h + 20) * len(SERIES) + 10}" text-anchor="end">{tmax / 60:.1f} min</text></svg>'
+    )
     path.write_text("\n".join(parts))
     return path
 
 
-def run(calls: int, minutes: float, out: str, every: float = 10.0, seed: int = 0, p_barge: float = 0.15, p_hangup: float = 0.05,
-        p_end: float = 0.1, quiet: bool = False) -> dict:
+def run(
+    calls: int,
+    minutes: float,
+    out: str,
+    every: float = 10.0,
+    seed: int = 0,
+    p_barge: float = 0.15,
+    p_hangup: float = 0.05,
+    p_end: float = 0.1,
+    quiet: bool = False,
+) -> dict:
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     gw = GatewayProcess(max_sessions=max(100, 2 * calls), log_dir=str(out_dir / "server")).start()
@@ -258,8 +330,24 @@ def run(calls: int, minutes: float, out: str, every: float = 10.0, seed: int = 0
 
     def show(row: dict) -> None:
         if not quiet:
-            print(" ".join(f"{k}={row[k]}" for k in ("t_s", "sessions", "rss_mb", "open_fds", "asyncio_tasks", "engine_requests",
-                                                     "gc_pauses", "gc_longest_ms", "clock_p99_ms", "client_turns")), flush=True)
+            print(
+                " ".join(
+                    f"{k}={row[k]}"
+                    for k in (
+                        "t_s",
+                        "sessions",
+                        "rss_mb",
+                        "open_fds",
+                        "asyncio_tasks",
+                        "engine_requests",
+                        "gc_pauses",
+                        "gc_longest_ms",
+                        "clock_p99_ms",
+                        "client_turns",
+                    )
+                ),
+                flush=True,
+            )
 
     try:
         result = asyncio.run(drive(gw, calls, minutes * 60, every, seed, p_barge, p_hangup, p_end, show))
@@ -267,9 +355,18 @@ def run(calls: int, minutes: float, out: str, every: float = 10.0, seed: int = 0
         crashes = gw.crashes_in(gw.new_log())
     finally:
         gw.stop()
-    report = {"calls": calls, "minutes": minutes, "every_s": every, "seed": seed, "started_utc": started,
-              "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-              "alive": alive, "clients": result["clients"], "verdict": verdict(result["samples"]), "samples": result["samples"]}
+    report = {
+        "calls": calls,
+        "minutes": minutes,
+        "every_s": every,
+        "seed": seed,
+        "started_utc": started,
+        "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "alive": alive,
+        "clients": result["clients"],
+        "verdict": verdict(result["samples"]),
+        "samples": result["samples"],
+    }
     report["verdict"]["log_tracebacks"] = len(crashes)
     report["verdict"]["log_traceback_examples"] = crashes[:2]
     report["verdict"]["checks"]["no_unhandled_errors_in_log"] = not crashes

@@ -34,8 +34,14 @@ async def one(http: aiohttp.ClientSession, url: str, body: dict) -> tuple[float,
 
 
 async def run(args) -> None:
-    body = {"input": args.text, "response_format": "pcm", "stream": True, "stream_format": "audio",
-            "sample_rate": args.sample_rate, "language": args.language}
+    body = {
+        "input": args.text,
+        "response_format": "pcm",
+        "stream": True,
+        "stream_format": "audio",
+        "sample_rate": args.sample_rate,
+        "language": args.language,
+    }
     if args.voice:
         body["voice"] = args.voice
     sem = asyncio.Semaphore(args.concurrency)
@@ -53,8 +59,10 @@ async def run(args) -> None:
     ttfa = sorted(r[0] * 1000 for r in results)
     audio_s = sum(r[1] for r in results) / 2 / args.sample_rate
     print(f"requests {args.n}  concurrency {args.concurrency}  audio {audio_s:.1f} s  wall {wall:.1f} s")
-    print(f"TTFA p50 {statistics.median(ttfa):.0f} ms  max {ttfa[-1]:.0f} ms  "
-          f"audio-seconds per second {audio_s / wall:.2f}")
+    print(
+        f"TTFA p50 {statistics.median(ttfa):.0f} ms  max {ttfa[-1]:.0f} ms  "
+        f"audio-seconds per second {audio_s / wall:.2f}"
+    )
 
 
 def main() -> None:

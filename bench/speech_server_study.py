@@ -61,20 +61,36 @@ async def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float 
 
 def spawn(cmd: list[str], log: Path) -> subprocess.Popen:
     with open(log, "wb") as f:
-        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-                                env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+        return subprocess.Popen(
+            cmd,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+            env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
+        )
 
 
 def level_row(label: str, kind: str, level: int, metrics: dict, gw_cpu: float, up_cpu: float, wall: float) -> dict:
     m = metrics["levels"]["A"][0]
-    return {"target": label, "engine": kind, "level": level, "turns": m["turns"], "error_pct": round(100 * m["error_rate"], 2),
-            "ttfa_p50_ms": m["ttfa_client_ms"]["p50"], "ttfa_p95_ms": m["ttfa_client_ms"]["p95"],
-            "micro_per_100t": m["heard_gaps"]["per_100_turns"]["micro"], "audible_per_100t": m["heard_gaps"]["per_100_turns"]["audible"],
-            "srv_micro_per_100t": m["server_gaps"]["per_100_turns"]["micro"],
-            "srv_audible_per_100t": m["server_gaps"]["per_100_turns"]["audible"],
-            "heard_gaps_in_client_stalls": m["heard_gaps"]["during_client_stall"],  # the load client's own clock was late
-            "gateway_cpu_s": round(gw_cpu, 2),
-            "gateway_cpu_pct": round(100 * gw_cpu / wall, 1), "upstream_cpu_pct": round(100 * up_cpu / wall, 1), "seconds": round(wall, 1)}
+    return {
+        "target": label,
+        "engine": kind,
+        "level": level,
+        "turns": m["turns"],
+        "error_pct": round(100 * m["error_rate"], 2),
+        "ttfa_p50_ms": m["ttfa_client_ms"]["p50"],
+        "ttfa_p95_ms": m["ttfa_client_ms"]["p95"],
+        "micro_per_100t": m["heard_gaps"]["per_100_turns"]["micro"],
+        "audible_per_100t": m["heard_gaps"]["per_100_turns"]["audible"],
+        "srv_micro_per_100t": m["server_gaps"]["per_100_turns"]["micro"],
+        "srv_audible_per_100t": m["server_gaps"]["per_100_turns"]["audible"],
+        "heard_gaps_in_client_stalls": m["heard_gaps"]["during_client_stall"],  # the load client's own clock was late
+        "gateway_cpu_s": round(gw_cpu, 2),
+        "gateway_cpu_pct": round(100 * gw_cpu / wall, 1),
+        "upstream_cpu_pct": round(100 * up_cpu / wall, 1),
+        "seconds": round(wall, 1),
+    }
 
 
 async def main(args) -> int:
@@ -85,17 +101,47 @@ async def main(args) -> int:
     sock = f"ipc://{out.resolve()}/engine.sock"
     speech_cfg = write(out / "speech_server.yaml", {"server": {"max_sessions": 2000}, **engine})
     engine_cfg = write(out / "engine.yaml", engine)
-    speech = spawn([sys.executable, "-m", "gateway.cli", "serve", "--config", speech_cfg, "--host", "127.0.0.1",
-                    "--port", str(speech_port), "--log-level", "WARNING"], out / "speech_server.log")
-    eng = spawn([sys.executable, "-m", "gateway.cli", "engine", "--config", engine_cfg, "--listen", sock,
-                 "--http-port", str(engine_http)], out / "engine.log")
+    speech = spawn(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--config",
+            speech_cfg,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(speech_port),
+            "--log-level",
+            "WARNING",
+        ],
+        out / "speech_server.log",
+    )
+    eng = spawn(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "engine",
+            "--config",
+            engine_cfg,
+            "--listen",
+            sock,
+            "--http-port",
+            str(engine_http),
+        ],
+        out / "engine.log",
+    )
     targets = []
     try:
         await wait_http(f"http://127.0.0.1:{speech_port}/readyz", speech, out / "speech_server.log")
         await wait_http(f"http://127.0.0.1:{engine_http}/readyz", eng, out / "engine.log")
         common = {"server": {"max_sessions": 1000}, "playout": {"prebuffer_ms": 60}, "chunker": {"mode": "sentence"}}
-        cfg_a = write(out / "gateway_openai_speech.yaml",
-                      {**common, "engine": {"kind": "openai-speech", "endpoints": [f"http://127.0.0.1:{speech_port}/v1"]}})
+        cfg_a = write(
+            out / "gateway_openai_speech.yaml",
+            {**common, "engine": {"kind": "openai-speech", "endpoints": [f"http://127.0.0.1:{speech_port}/v1"]}},
+        )
         cfg_b = write(out / "gateway_remote.yaml", {**common, "engine": {"kind": "remote", "endpoints": [sock]}})
         a = await start_local("A", cfg_a, out)
         b = await start_local("B", cfg_b, out)
@@ -106,8 +152,24 @@ async def main(args) -> int:
             for target, kind, upstream in targets:
                 run_dir = out / f"{kind}_{level}"
                 g0, u0, t0 = cpu_seconds(target.process.pid), cpu_seconds(upstream.pid), time.monotonic()
-                cmd = [sys.executable, "-m", "gateway.cli", "loadtest", "--gateway", target.ws_url, "--levels", str(level),
-                       "--window", str(args.window), "--settle", str(args.settle), "--seed", str(args.seed), "--out", str(run_dir)]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "gateway.cli",
+                    "loadtest",
+                    "--gateway",
+                    target.ws_url,
+                    "--levels",
+                    str(level),
+                    "--window",
+                    str(args.window),
+                    "--settle",
+                    str(args.settle),
+                    "--seed",
+                    str(args.seed),
+                    "--out",
+                    str(run_dir),
+                ]
                 done = await asyncio.to_thread(subprocess.run, cmd, cwd=ROOT, capture_output=True, text=True)
                 wall = time.monotonic() - t0
                 if done.returncode != 0:
@@ -117,9 +179,15 @@ async def main(args) -> int:
                 row = level_row(target.label, kind, level, metrics, g1 - g0, u1 - u0, wall)
                 rows.append(row)
                 print(format_row(row), flush=True)
-        doc = {"command": " ".join([sys.executable, "-m", "bench.speech_server_study"] + sys.argv[1:]),
-               "engine": engine, "window_s": args.window, "loadavg_before": load0, "loadavg_after": os.getloadavg(),
-               "cpus": os.cpu_count(), "rows": rows}
+        doc = {
+            "command": " ".join([sys.executable, "-m", "bench.speech_server_study"] + sys.argv[1:]),
+            "engine": engine,
+            "window_s": args.window,
+            "loadavg_before": load0,
+            "loadavg_after": os.getloadavg(),
+            "cpus": os.cpu_count(),
+            "rows": rows,
+        }
         (out / "study.json").write_text(json.dumps(doc, indent=1))
         (out / "table.txt").write_text(markdown(doc))  # Markdown text
         print(markdown(doc))
@@ -135,28 +203,45 @@ async def main(args) -> int:
                 proc.kill()
 
 
-HEAD = ("engine", "level", "turns", "err%", "TTFA p50", "TTFA p95", "micro/100t heard (how many in client stalls)",
-        "audible/100t heard", "server micro/audible per 100t", "gateway CPU s (% of a core)", "upstream CPU %")
+HEAD = (
+    "engine",
+    "level",
+    "turns",
+    "err%",
+    "TTFA p50",
+    "TTFA p95",
+    "micro/100t heard (how many in client stalls)",
+    "audible/100t heard",
+    "server micro/audible per 100t",
+    "gateway CPU s (% of a core)",
+    "upstream CPU %",
+)
 
 
 def format_row(r: dict) -> str:
-    return (f"{r['engine']:<14} {r['level']:>5} {r['turns']:>5} {r['error_pct']:>5} {r['ttfa_p50_ms'] or 0:>8.0f} {r['ttfa_p95_ms'] or 0:>8.0f} "
-            f"{r['micro_per_100t']:>8.1f} ({r['heard_gaps_in_client_stalls']}) {r['audible_per_100t']:>8.1f} "
-            f"{r['srv_micro_per_100t']:>6.1f}/{r['srv_audible_per_100t']:<6.1f} {r['gateway_cpu_s']:>7} ({r['gateway_cpu_pct']}) "
-            f"{r['upstream_cpu_pct']:>8}")
+    return (
+        f"{r['engine']:<14} {r['level']:>5} {r['turns']:>5} {r['error_pct']:>5} {r['ttfa_p50_ms'] or 0:>8.0f} {r['ttfa_p95_ms'] or 0:>8.0f} "
+        f"{r['micro_per_100t']:>8.1f} ({r['heard_gaps_in_client_stalls']}) {r['audible_per_100t']:>8.1f} "
+        f"{r['srv_micro_per_100t']:>6.1f}/{r['srv_audible_per_100t']:<6.1f} {r['gateway_cpu_s']:>7} ({r['gateway_cpu_pct']}) "
+        f"{r['upstream_cpu_pct']:>8}"
+    )
 
 
 def markdown(doc: dict) -> str:
     lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     for r in doc["rows"]:
-        lines.append(f"| {r['engine']} | {r['level']} | {r['turns']} | {r['error_pct']} | {r['ttfa_p50_ms'] or 0:.0f} | "
-                     f"{r['ttfa_p95_ms'] or 0:.0f} | {r['micro_per_100t']:.1f} ({r['heard_gaps_in_client_stalls']}) | "
-                     f"{r['audible_per_100t']:.1f} | {r['srv_micro_per_100t']:.1f} / {r['srv_audible_per_100t']:.1f} | "
-                     f"{r['gateway_cpu_s']} ({r['gateway_cpu_pct']}) | {r['upstream_cpu_pct']} |")
+        lines.append(
+            f"| {r['engine']} | {r['level']} | {r['turns']} | {r['error_pct']} | {r['ttfa_p50_ms'] or 0:.0f} | "
+            f"{r['ttfa_p95_ms'] or 0:.0f} | {r['micro_per_100t']:.1f} ({r['heard_gaps_in_client_stalls']}) | "
+            f"{r['audible_per_100t']:.1f} | {r['srv_micro_per_100t']:.1f} / {r['srv_audible_per_100t']:.1f} | "
+            f"{r['gateway_cpu_s']} ({r['gateway_cpu_pct']}) | {r['upstream_cpu_pct']} |"
+        )
     lines.append("")
-    lines.append(f"window {doc['window_s']} s per level; {doc['cpus']} CPUs; load average before "
-                 f"{', '.join(f'{x:.2f}' for x in doc['loadavg_before'])}, after {', '.join(f'{x:.2f}' for x in doc['loadavg_after'])}; "
-                 "CPU % = CPU seconds over the level's whole run (ramp, settle, window, cool-down) / its wall time, 100 = one core")
+    lines.append(
+        f"window {doc['window_s']} s per level; {doc['cpus']} CPUs; load average before "
+        f"{', '.join(f'{x:.2f}' for x in doc['loadavg_before'])}, after {', '.join(f'{x:.2f}' for x in doc['loadavg_after'])}; "
+        "CPU % = CPU seconds over the level's whole run (ramp, settle, window, cool-down) / its wall time, 100 = one core"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -166,7 +251,9 @@ def parse_args(argv=None):
     p.add_argument("--window", type=float, default=10.0)
     p.add_argument("--settle", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--model-dir", default=None, help="a Qwen3-TTS checkpoint for both upstreams (default: SimulatedEngine)")
+    p.add_argument(
+        "--model-dir", default=None, help="a Qwen3-TTS checkpoint for both upstreams (default: SimulatedEngine)"
+    )
     p.add_argument("--out", default="runs/speech_server_study")
     return p.parse_args(argv)
 

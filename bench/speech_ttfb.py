@@ -23,7 +23,9 @@ async def one(http: aiohttp.ClientSession, url: str, fmt: str, text: str, header
     t0 = time.perf_counter()
     first = None
     size = 0
-    async with http.post(url, json={"model": "tts-1", "input": text, "voice": "alloy", "response_format": fmt}, headers=headers) as r:
+    async with http.post(
+        url, json={"model": "tts-1", "input": text, "voice": "alloy", "response_format": fmt}, headers=headers
+    ) as r:
         if r.status != 200:
             raise RuntimeError(f"{fmt}: HTTP {r.status}: {await r.text()}")
         async for data in r.content.iter_any():
@@ -64,8 +66,10 @@ async def run(args) -> None:
                 results = await asyncio.gather(*(limited() for _ in range(args.n)))
                 ttfb = [r[0] * 1000 for r in results]
                 total = [r[1] * 1000 for r in results]
-                print(f"{fmt:7} {args.n:>4} {statistics.median(ttfb):>7.1f}ms {pct(ttfb, 0.95):>7.1f}ms {statistics.median(total):>8.1f}ms "
-                      f"{int(statistics.median([r[2] for r in results])):>8}")
+                print(
+                    f"{fmt:7} {args.n:>4} {statistics.median(ttfb):>7.1f}ms {pct(ttfb, 0.95):>7.1f}ms {statistics.median(total):>8.1f}ms "
+                    f"{int(statistics.median([r[2] for r in results])):>8}"
+                )
     finally:
         if gateway is not None:
             await gateway.stop()

@@ -84,8 +84,9 @@ async def _sentence_mode(engine, text, rate, request_kw):
         for chunk in chunks:
             out: list = []
             collected.append(out)
-            streams.append(asyncio.ensure_future(collect(engine.synthesize(SynthesisRequest(text=chunk, **request_kw)),
-                                                         out)))
+            streams.append(
+                asyncio.ensure_future(collect(engine.synthesize(SynthesisRequest(text=chunk, **request_kw)), out))
+            )
 
     words = _words(text)
     for i, w in enumerate(words):
@@ -108,10 +109,16 @@ async def _run(engine, rate: float, repeats: int, turns: list[str] = TURNS) -> d
                 run = _turn_mode if mode == "turn" else _sentence_mode
                 pieces, requests = await run(engine, text, rate, request_kw)
                 gaps, gap_s = _playback(pieces)
-                rows[mode].append({
-                    "first_audio_ms": round(pieces[0][0] * 1000, 1) if pieces else None,
-                    "gaps": gaps, "gap_s": round(gap_s, 3), "audio_s": round(sum(d for _, d in pieces), 2),
-                    "engine_pauses": engine.counters.get("turn_pauses", 0) - pauses0, "requests": requests})
+                rows[mode].append(
+                    {
+                        "first_audio_ms": round(pieces[0][0] * 1000, 1) if pieces else None,
+                        "gaps": gaps,
+                        "gap_s": round(gap_s, 3),
+                        "audio_s": round(sum(d for _, d in pieces), 2),
+                        "engine_pauses": engine.counters.get("turn_pauses", 0) - pauses0,
+                        "requests": requests,
+                    }
+                )
     return rows
 
 
@@ -120,13 +127,16 @@ def _summary(rows: list[dict]) -> dict:
 
     firsts = [r["first_audio_ms"] for r in rows if r["first_audio_ms"] is not None]
     n = len(rows)
-    return {"turns": n, "first_audio_ms_p50": round(statistics.median(firsts), 1) if firsts else None,
-            "first_audio_ms_max": max(firsts) if firsts else None,
-            "gaps_per_turn": round(sum(r["gaps"] for r in rows) / n, 2),
-            "gap_s_per_turn": round(sum(r["gap_s"] for r in rows) / n, 3),
-            "engine_pauses_per_turn": round(sum(r["engine_pauses"] for r in rows) / n, 2),
-            "requests_per_turn": round(sum(r["requests"] for r in rows) / n, 2),
-            "audio_s_per_turn": round(sum(r["audio_s"] for r in rows) / n, 2)}
+    return {
+        "turns": n,
+        "first_audio_ms_p50": round(statistics.median(firsts), 1) if firsts else None,
+        "first_audio_ms_max": max(firsts) if firsts else None,
+        "gaps_per_turn": round(sum(r["gaps"] for r in rows) / n, 2),
+        "gap_s_per_turn": round(sum(r["gap_s"] for r in rows) / n, 3),
+        "engine_pauses_per_turn": round(sum(r["engine_pauses"] for r in rows) / n, 2),
+        "requests_per_turn": round(sum(r["requests"] for r in rows) / n, 2),
+        "audio_s_per_turn": round(sum(r["audio_s"] for r in rows) / n, 2),
+    }
 
 
 def turn_bench_main(args) -> int:
@@ -140,8 +150,14 @@ def turn_bench_main(args) -> int:
         print("voxgate bench: bad_args: --llm-rate must be a positive number of tokens per second", file=sys.stderr)
         return 2
     device = args.device or "cpu"
-    s = EngineSettings(model_dir=args.model_dir, device=device, dtype=args.dtype or ("float32" if device == "cpu" else "bfloat16"),
-                       max_batch=args.max_batch or 8, max_seq_len=1024, vocoder=args.vocoder)
+    s = EngineSettings(
+        model_dir=args.model_dir,
+        device=device,
+        dtype=args.dtype or ("float32" if device == "cpu" else "bfloat16"),
+        max_batch=args.max_batch or 8,
+        max_seq_len=1024,
+        vocoder=args.vocoder,
+    )
     if args.turn_frames_per_token:  # random tiny weights never end by EOS: their lengths are the caps
         s.frames_base, s.frames_per_token = 4, float(args.turn_frames_per_token)
     engine = Qwen3Engine(s)
@@ -156,21 +172,34 @@ def turn_bench_main(args) -> int:
             await engine.close()
 
     rows = asyncio.run(main())
-    out = {"llm_rate": rate, "device": device, "frames_per_token": s.frames_per_token, "frames_base": s.frames_base,
-           "sentence": _summary(rows["sentence"]), "turn": _summary(rows["turn"]), "rows": rows}
+    out = {
+        "llm_rate": rate,
+        "device": device,
+        "frames_per_token": s.frames_per_token,
+        "frames_base": s.frames_base,
+        "sentence": _summary(rows["sentence"]),
+        "turn": _summary(rows["turn"]),
+        "rows": rows,
+    }
     print(f"LLM at {rate:g} tokens/s (a word each), {len(TURNS)} turns x {args.turn_repeats}, one at a time, {device}")
-    print("| mode | first audio p50 / max (ms, from the first token) | audible pauses / turn | pause s / turn "
-          "| engine waits / turn | requests / turn | audio s / turn |")
+    print(
+        "| mode | first audio p50 / max (ms, from the first token) | audible pauses / turn | pause s / turn "
+        "| engine waits / turn | requests / turn | audio s / turn |"
+    )
     print("|---|---|---|---|---|---|---|")
     for mode in ("sentence", "turn"):
         m = out[mode]
-        print(f"| {mode} | {m['first_audio_ms_p50']} / {m['first_audio_ms_max']} | {m['gaps_per_turn']} | "
-              f"{m['gap_s_per_turn']} | {m['engine_pauses_per_turn']} | {m['requests_per_turn']} | {m['audio_s_per_turn']} |")
+        print(
+            f"| {mode} | {m['first_audio_ms_p50']} / {m['first_audio_ms_max']} | {m['gaps_per_turn']} | "
+            f"{m['gap_s_per_turn']} | {m['engine_pauses_per_turn']} | {m['requests_per_turn']} | {m['audio_s_per_turn']} |"
+        )
     if args.json_output:
         with open(args.json_output, "w") as f:
             json.dump(out, f, indent=1)
     if getattr(args, "plot", None):
         from bench import plots
 
-        plots.write_plot("turn_mode", out, args.plot, plots.command_line(argv=getattr(args, "argv", None)), label=f"{rate:g} words/s")
+        plots.write_plot(
+            "turn_mode", out, args.plot, plots.command_line(argv=getattr(args, "argv", None)), label=f"{rate:g} words/s"
+        )
     return 0

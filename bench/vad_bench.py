@@ -40,9 +40,12 @@ FRAME = SAMPLE_RATE // 50  # 20 ms pushes
 def default_audio(seconds: float, seed: int = 7) -> np.ndarray:
     rng = np.random.default_rng(seed)
     n = int(seconds * SAMPLE_RATE)
-    pink = np.fft.irfft((rng.standard_normal(n // 2 + 1) + 1j * rng.standard_normal(n // 2 + 1))
-                        / np.sqrt(np.maximum(np.fft.rfftfreq(n, 1 / SAMPLE_RATE), 20.0)), n)
-    pink *= 0.03 / (np.sqrt(np.mean(pink ** 2)) + 1e-9)
+    pink = np.fft.irfft(
+        (rng.standard_normal(n // 2 + 1) + 1j * rng.standard_normal(n // 2 + 1))
+        / np.sqrt(np.maximum(np.fft.rfftfreq(n, 1 / SAMPLE_RATE), 20.0)),
+        n,
+    )
+    pink *= 0.03 / (np.sqrt(np.mean(pink**2)) + 1e-9)
     t = np.arange(n) / SAMPLE_RATE
     burst = (np.sin(2 * np.pi * 0.5 * t) > 0).astype(np.float32)  # one second on, one off
     tone = sum(np.sin(2 * np.pi * 220 * k * t) / k for k in (1, 2, 3, 4)) * 0.1
@@ -74,14 +77,14 @@ def run_one(backend_kind: str, calls: int, seconds: float, audio: np.ndarray) ->
     arrived_since_pass = 0
     # warm-up: one pass of every call
     for s, off in zip(streams, offsets):
-        s.push(track[off:off + backend.window])
+        s.push(track[off : off + backend.window])
     pool.run_pass()
     cpu0 = time.process_time()
     wall0 = time.perf_counter()
     pos = backend.window
     while pos < total:
         for s, off in zip(streams, offsets):
-            s.push(track[off + pos:off + pos + FRAME])
+            s.push(track[off + pos : off + pos + FRAME])
         pos += FRAME
         arrived_since_pass += FRAME
         if arrived_since_pass >= backend.window:
@@ -122,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="silero,webrtc")
     ap.add_argument("--wav", help="caller audio to loop (default: generated noise and tones)")
     ap.add_argument("--out", help="write the results as JSON here")
-    ap.add_argument("--plot", metavar="FILE.png", help="draw cost and pass time against calls into FILE (.png or .svg), "
-                                                       "the run's data beside it as FILE.json (bench/plots.py)")
+    ap.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw cost and pass time against calls into FILE (.png or .svg), "
+        "the run's data beside it as FILE.json (bench/plots.py)",
+    )
     args = ap.parse_args(argv)
     if args.plot:
         try:
@@ -136,10 +143,16 @@ def main(argv: list[str] | None = None) -> int:
         for n in (int(c) for c in args.calls.split(",")):
             row = run_one(kind.strip(), n, args.seconds, audio)
             rows.append(row)
-            print(f"{row['backend']:7s} calls={row['calls']:4d}  {row['cpu_ms_per_call_s']:7.3f} CPU ms per call-second  "
-                  f"{row['cores_at_n']:.3f} cores for all  pass p50 {row['pass_ms_p50']:.2f} ms p95 {row['pass_ms_p95']:.2f} ms "
-                  f"(window {row['window_ms']:.0f} ms)  model calls {row['model_calls']} for {row['windows']} windows", flush=True)
-    result = {"host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version.split()[0]}, "results": rows}
+            print(
+                f"{row['backend']:7s} calls={row['calls']:4d}  {row['cpu_ms_per_call_s']:7.3f} CPU ms per call-second  "
+                f"{row['cores_at_n']:.3f} cores for all  pass p50 {row['pass_ms_p50']:.2f} ms p95 {row['pass_ms_p95']:.2f} ms "
+                f"(window {row['window_ms']:.0f} ms)  model calls {row['model_calls']} for {row['windows']} windows",
+                flush=True,
+            )
+    result = {
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "results": rows,
+    }
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)

@@ -80,9 +80,16 @@ def summarize(label: str, backend: str, batch: int, step: int, times, frame_s: f
     cpu = statistics.median(c for _, c in times)
     frames = batch * step
     return {
-        "shape": label, "backend": backend, "batch": batch, "step_frames": step, "ms_per_step": med * 1e3,
-        "min_ms_per_step": min(w for w, _ in times) * 1e3, "ms_per_frame": med * 1e3 / frames,
-        "cpu_ms_per_frame": cpu * 1e3 / frames, "audio_x": frames * frame_s / med, "reps": len(times),
+        "shape": label,
+        "backend": backend,
+        "batch": batch,
+        "step_frames": step,
+        "ms_per_step": med * 1e3,
+        "min_ms_per_step": min(w for w, _ in times) * 1e3,
+        "ms_per_frame": med * 1e3 / frames,
+        "cpu_ms_per_frame": cpu * 1e3 / frames,
+        "audio_x": frames * frame_s / med,
+        "reps": len(times),
     }
 
 
@@ -105,8 +112,9 @@ def build_backends(decoder, names: list[str], max_batch: int, packets: list[int]
         kind, graphs = {"torch-eager": ("torch", False), "torch-graphs": ("torch", True)}.get(name, (name, None))
         try:
             t0 = time.perf_counter()
-            voc = build_vocoder(kind, decoder, max_batch=max_batch, packets=packets, cache_dir=cache_dir,
-                                cuda_graphs=graphs)
+            voc = build_vocoder(
+                kind, decoder, max_batch=max_batch, packets=packets, cache_dir=cache_dir, cuda_graphs=graphs
+            )
             print(f"{name}: {voc.name} ready in {time.perf_counter() - t0:.1f} s")
             out[name] = voc
         except (CodecError, ValueError) as e:
@@ -121,21 +129,35 @@ def build_backends(decoder, names: list[str], max_batch: int, packets: list[int]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="tiny,released", help="comma list of tiny | released")
-    ap.add_argument("--speech-tokenizer", default=None, help="time this speech_tokenizer/ folder instead of random shapes")
-    ap.add_argument("--backends", default="torch", help="comma list: torch, onnxruntime, tensorrt (torch-eager, torch-graphs on CUDA)")
+    ap.add_argument(
+        "--speech-tokenizer", default=None, help="time this speech_tokenizer/ folder instead of random shapes"
+    )
+    ap.add_argument(
+        "--backends",
+        default="torch",
+        help="comma list: torch, onnxruntime, tensorrt (torch-eager, torch-graphs on CUDA)",
+    )
     ap.add_argument("--steps", default="1,2,4,8", help="frames per streaming step")
     ap.add_argument("--batches", default="1,8", help="streams decoded together")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--max-reps-frames", type=int, default=0,
-                    help="cap reps so a cell times at most this many stream-frames (at least 1 rep; 0: no cap)")
+    ap.add_argument(
+        "--max-reps-frames",
+        type=int,
+        default=0,
+        help="cap reps so a cell times at most this many stream-frames (at least 1 rep; 0: no cap)",
+    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=DTYPES)
     ap.add_argument("--conv-dtype", default="fp32", choices=DTYPES)
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (torch and ONNX Runtime)")
     ap.add_argument("--cache-dir", default=None, help="ONNX exports / TensorRT engines (default: a temporary folder)")
     ap.add_argument("--json-output", default=None)
-    ap.add_argument("--plot", metavar="FILE.png", help="draw CPU per frame and audio× by backend into FILE (.png or .svg), "
-                                                       "the run's data beside it as FILE.json (bench/plots.py)")
+    ap.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw CPU per frame and audio× by backend into FILE (.png or .svg), "
+        "the run's data beside it as FILE.json (bench/plots.py)",
+    )
     args = ap.parse_args(argv)
     if args.plot:
         try:
@@ -155,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
             label, decoder = build_decoder(shape, args)
             backends = build_backends(decoder, names, max(batches), sorted({1, *steps}), args.cache_dir or tmp)
             frame_s = decoder.config.samples_per_frame / decoder.config.sample_rate
-            print(f"{'shape':<10}{'backend':<20}{'batch':>6}{'step':>6}{'ms/step':>11}{'min ms':>11}{'ms/frame':>10}"
-                  f"{'cpu ms/fr':>10}{'audio×':>9}")
+            print(
+                f"{'shape':<10}{'backend':<20}{'batch':>6}{'step':>6}{'ms/step':>11}{'min ms':>11}{'ms/frame':>10}"
+                f"{'cpu ms/fr':>10}{'audio×':>9}"
+            )
             for batch in batches:
                 states = {name: filled_state(voc, batch) for name, voc in backends.items()}
                 for step in steps:
@@ -164,13 +188,23 @@ def main(argv: list[str] | None = None) -> int:
                     if args.max_reps_frames:
                         reps = max(1, min(reps, args.max_reps_frames // (batch * step)))
                     for name, voc in backends.items():
-                        row = summarize(label, voc.name, batch, step, time_steps(voc, states[name], step, reps), frame_s)
+                        row = summarize(
+                            label, voc.name, batch, step, time_steps(voc, states[name], step, reps), frame_s
+                        )
                         rows.append(row)
-                        print(f"{label:<10}{voc.name:<20}{batch:>6}{step:>6}{row['ms_per_step']:>11.2f}"
-                              f"{row['min_ms_per_step']:>11.2f}{row['ms_per_frame']:>10.2f}{row['cpu_ms_per_frame']:>10.2f}"
-                              f"{row['audio_x']:>9.3f}", flush=True)
-    result = {"device": args.device, "dtype": args.dtype, "conv_dtype": args.conv_dtype,
-              "threads": torch.get_num_threads(), "rows": rows}
+                        print(
+                            f"{label:<10}{voc.name:<20}{batch:>6}{step:>6}{row['ms_per_step']:>11.2f}"
+                            f"{row['min_ms_per_step']:>11.2f}{row['ms_per_frame']:>10.2f}{row['cpu_ms_per_frame']:>10.2f}"
+                            f"{row['audio_x']:>9.3f}",
+                            flush=True,
+                        )
+    result = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "conv_dtype": args.conv_dtype,
+        "threads": torch.get_num_threads(),
+        "rows": rows,
+    }
     if args.json_output:
         with open(args.json_output, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

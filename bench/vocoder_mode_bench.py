@@ -36,17 +36,34 @@ async def _level(engine, c: int) -> dict:
             audio += chunk.duration_s
         firsts.append(first)
 
-    await asyncio.gather(*[run(engine.synthesize(SynthesisRequest(text=t, language="en", sampling=SamplingSettings(greedy=True))))
-                           for t in texts])
-    return {"audio_x": round(audio / (time.monotonic() - t0), 2), "first_audio_p50_ms": round(sorted(firsts)[len(firsts) // 2] * 1e3, 1)}
+    await asyncio.gather(
+        *[
+            run(engine.synthesize(SynthesisRequest(text=t, language="en", sampling=SamplingSettings(greedy=True))))
+            for t in texts
+        ]
+    )
+    return {
+        "audio_x": round(audio / (time.monotonic() - t0), 2),
+        "first_audio_p50_ms": round(sorted(firsts)[len(firsts) // 2] * 1e3, 1),
+    }
 
 
 async def _main(args) -> dict:
     from tts.qwen3.engine import EngineSettings, Qwen3Engine
 
-    s = EngineSettings(model_dir=args.model_dir, device="cpu", dtype="float32", max_batch=16, max_queued=1000,
-                       frames_base=args.frames, frames_per_token=0, max_frames=args.frames, ignore_eos=True,
-                       max_seq_len=400 + args.frames, **MODES[args.mode])
+    s = EngineSettings(
+        model_dir=args.model_dir,
+        device="cpu",
+        dtype="float32",
+        max_batch=16,
+        max_queued=1000,
+        frames_base=args.frames,
+        frames_per_token=0,
+        max_frames=args.frames,
+        ignore_eos=True,
+        max_seq_len=400 + args.frames,
+        **MODES[args.mode],
+    )
     engine = Qwen3Engine(s)
     await engine.start()
     try:
@@ -54,8 +71,11 @@ async def _main(args) -> dict:
         out = {"mode": args.mode, "c1": await _level(engine, 1), "c16": await _level(engine, 16)}
     finally:
         await engine.close()
-    out.update(threads_at_end=engine.cpu_threads, vocoder_waited=engine.counters["vocoder_waited"],
-               vocoder_overlapped=engine.counters["vocoder_overlapped"])
+    out.update(
+        threads_at_end=engine.cpu_threads,
+        vocoder_waited=engine.counters["vocoder_waited"],
+        vocoder_overlapped=engine.counters["vocoder_overlapped"],
+    )
     return out
 
 

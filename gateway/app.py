@@ -80,15 +80,32 @@ def engine_choice(config: Config) -> EngineChoice:
     """The gateway config's `engine` and `simulated` sections as plain engine settings."""
     e = config.engine
     simulated = {name: getattr(config.simulated, name) for name in config.simulated.__dataclass_fields__}
-    voice_cache = e.voice_cache or (os.path.join(config.server.voices_dir, "cache") if config.server.voices_dir else
-                                    os.path.join(os.path.expanduser("~"), ".cache", "voxgate", "voices"))
-    return EngineChoice(kind=e.kind, model_dir=e.model_dir, device=e.device, dtype=e.dtype, max_batch=e.max_batch,
-                        max_queued=e.max_queued, vocoder=e.vocoder, vocoder_cache=e.vocoder_cache,
-                        voice_cache_dir=voice_cache, simulated=simulated, endpoints=list(e.endpoints),
-                        connect_timeout_s=e.connect_timeout_s, discover=engine_discovery(config),
-                        model=e.model, api_key_env=e.api_key_env, sample_rate=e.sample_rate, task_type=e.task_type,
-                        # openai-speech: the names sent as `voice` must be voices the servers list (clones are sent whole)
-                        voices_required=[v.speaker or name for name, v in config.voices.items() if not v.ref_audio])
+    voice_cache = e.voice_cache or (
+        os.path.join(config.server.voices_dir, "cache")
+        if config.server.voices_dir
+        else os.path.join(os.path.expanduser("~"), ".cache", "voxgate", "voices")
+    )
+    return EngineChoice(
+        kind=e.kind,
+        model_dir=e.model_dir,
+        device=e.device,
+        dtype=e.dtype,
+        max_batch=e.max_batch,
+        max_queued=e.max_queued,
+        vocoder=e.vocoder,
+        vocoder_cache=e.vocoder_cache,
+        voice_cache_dir=voice_cache,
+        simulated=simulated,
+        endpoints=list(e.endpoints),
+        connect_timeout_s=e.connect_timeout_s,
+        discover=engine_discovery(config),
+        model=e.model,
+        api_key_env=e.api_key_env,
+        sample_rate=e.sample_rate,
+        task_type=e.task_type,
+        # openai-speech: the names sent as `voice` must be voices the servers list (clones are sent whole)
+        voices_required=[v.speaker or name for name, v in config.voices.items() if not v.ref_audio],
+    )
 
 
 def engine_discovery(config: Config) -> bool:
@@ -117,7 +134,9 @@ class Gateway:
         self.engine = engine
         kind = getattr(engine, "name", None) or resolve_engine_kind(config.engine.kind, config.engine.model_dir)
         # /metrics: the vocoder backend actually serving (auto resolves at load), else what was asked for
-        vocoder = (lambda: getattr(engine, "vocoder_name", None) or config.engine.vocoder) if kind == "qwen3" else "none"
+        vocoder = (
+            (lambda: getattr(engine, "vocoder_name", None) or config.engine.vocoder) if kind == "qwen3" else "none"
+        )
         self.core = CallCore(config, engine, kind, vocoder)
         if hasattr(engine, "endpoint_stats"):  # openai-speech: its servers on /metrics
             self.core.metrics.watch_speech_endpoints(engine.endpoint_stats)
@@ -134,8 +153,12 @@ class Gateway:
         self.app.on_response_prepare.append(cors_headers(self.core))  # pages on listed origins may read the answers
         quiet_malformed_requests()
         self.voices = VoiceStore(config, engine)  # cloned voices: the config's and the uploaded (server.voices_dir)
-        self.add_routes(health.routes(self.core) + voices.routes(self.core, self.voices) + openai_speech.routes(self.core)
-                        + tokens.routes(self.core))
+        self.add_routes(
+            health.routes(self.core)
+            + voices.routes(self.core, self.voices)
+            + openai_speech.routes(self.core)
+            + tokens.routes(self.core)
+        )
         self.on_stop(self.core.calls.shutdown)  # first: end calls while the server still reads (clean close handshakes)
         self.legs: dict[str, object] = {}  # leg module -> what its install returned (endpoint, server, …)
         for leg in legs:
@@ -204,7 +227,9 @@ class Gateway:
             try:
                 os.makedirs(self.config.server.log_dir, exist_ok=True)
             except OSError as exc:
-                raise ValueError(f"{self.config.source}: server.log_dir: cannot create {self.config.server.log_dir!r}: {exc.strerror}") from exc
+                raise ValueError(
+                    f"{self.config.source}: server.log_dir: cannot create {self.config.server.log_dir!r}: {exc.strerror}"
+                ) from exc
         if any(v.stress for v in self.config.voices.values()):
             from tts.frontend.stress import warm_up  # load the stress model now, not on a caller's first chunk
 
@@ -233,15 +258,21 @@ class Gateway:
         self.core.clock.start()
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host or self.config.server.host, self.config.server.port if port is None else port,
-                           reuse_port=self.reuse_port or None)
+        site = web.TCPSite(
+            self._runner,
+            host or self.config.server.host,
+            self.config.server.port if port is None else port,
+            reuse_port=self.reuse_port or None,
+        )
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
         for sock in self.extra_sockets:
             await web.SockSite(self._runner, sock).start()
         for fn in self._on_start:
             await fn()
-        if self.core.cluster is not None:  # joins the plane once its ports are known; Redis unreachable refuses the start
+        if (
+            self.core.cluster is not None
+        ):  # joins the plane once its ports are known; Redis unreachable refuses the start
             if self.audiosocket is not None:
                 self.core.cluster.audiosocket = f"{self.audiosocket.host}:{self.audiosocket.port}"
             try:
@@ -301,13 +332,16 @@ class Gateway:
 
 
 # ---------------------------------------------------------------- serve command
-async def run_gateway(config: Config, ready: Callable[[Gateway], None] | None = None,
-                      setup: Callable[[Gateway], None] | None = None) -> None:
+async def run_gateway(
+    config: Config, ready: Callable[[Gateway], None] | None = None, setup: Callable[[Gateway], None] | None = None
+) -> None:
     gateway = Gateway(config)
     if setup:  # before start: e.g. a worker of `serve --workers` shares its ports (gateway/workers.py)
         setup(gateway)
     await gateway.start()
-    say(f"voxgate listening on {gateway.url}  (engine: {gateway.engine_kind}; native WS at ws://{config.server.host}:{gateway.port}/v1/ws)")
+    say(
+        f"voxgate listening on {gateway.url}  (engine: {gateway.engine_kind}; native WS at ws://{config.server.host}:{gateway.port}/v1/ws)"
+    )
     settle_gc()  # start-up's objects out of every GC pass, and thresholds for a server's heap (gateway/runtime_stats.py)
     stop = stop_on_signals()
     if ready:

@@ -24,16 +24,31 @@ def _add_serve(sub) -> None:
     p.add_argument("--vocoder", choices=VOCODERS, help="override engine.vocoder (auto: the fastest available, logged)")
     p.add_argument("--advertise-url", help="override cluster.advertise_url (how other nodes reach this one)")
     p.add_argument("--node-id", help="override cluster.node_id")
-    p.add_argument("--isolate-engine", action="store_true", help="run the engine as a supervised child process "
-                                                                 "(engine.isolate: true)")
-    p.add_argument("--engine-endpoint", action="append", metavar="URL",
-                   help="use the `voxgate engine` at URL (tcp://HOST:PORT or ipc://PATH; repeat for several): "
-                        "engine.kind remote with these engine.endpoints")
-    p.add_argument("--speech-endpoint", action="append", metavar="URL",
-                   help="speak through the OpenAI-compatible speech server at URL (http://HOST:PORT/v1: vLLM-Omni, "
-                        "SGLang-Omni, voxgate; repeat for several): engine.kind openai-speech with these engine.endpoints")
-    p.add_argument("--workers", type=int, help="N gateway processes sharing the port (SO_REUSEPORT), one node each; "
-                                               "needs cluster.redis_url (gateway/workers.py)")
+    p.add_argument(
+        "--isolate-engine",
+        action="store_true",
+        help="run the engine as a supervised child process (engine.isolate: true)",
+    )
+    p.add_argument(
+        "--engine-endpoint",
+        action="append",
+        metavar="URL",
+        help="use the `voxgate engine` at URL (tcp://HOST:PORT or ipc://PATH; repeat for several): "
+        "engine.kind remote with these engine.endpoints",
+    )
+    p.add_argument(
+        "--speech-endpoint",
+        action="append",
+        metavar="URL",
+        help="speak through the OpenAI-compatible speech server at URL (http://HOST:PORT/v1: vLLM-Omni, "
+        "SGLang-Omni, voxgate; repeat for several): engine.kind openai-speech with these engine.endpoints",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="N gateway processes sharing the port (SO_REUSEPORT), one node each; "
+        "needs cluster.redis_url (gateway/workers.py)",
+    )
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run_serve)
 
@@ -55,15 +70,28 @@ def _run_serve(args) -> int:
 # ------------------------------------------------------------------ engine
 def _add_engine(sub) -> None:
     p = sub.add_parser("engine", help="serve one engine to gateways over a socket (engine.kind: remote connects to it)")
-    p.add_argument("--config", default="configs/default.yaml", help="YAML config: its engine, simulated and voices "
-                                                                    "sections (default: %(default)s)")
+    p.add_argument(
+        "--config",
+        default="configs/default.yaml",
+        help="YAML config: its engine, simulated and voices sections (default: %(default)s)",
+    )
     p.add_argument("--listen", required=True, help="tcp://HOST:PORT (needs VOXGATE_ENGINE_SECRET) or ipc://PATH")
-    p.add_argument("--http-port", type=int, default=None, help="/healthz, /readyz and /metrics on this port (0: a free one)")
+    p.add_argument(
+        "--http-port", type=int, default=None, help="/healthz, /readyz and /metrics on this port (0: a free one)"
+    )
     p.add_argument("--http-host", default=None, help="default: the --listen host (tcp), 127.0.0.1 (ipc)")
-    p.add_argument("--advertise", default=None, help="with cluster.redis_url: the endpoint gateways reach this engine at, "
-                                                     "registered in Redis (default: --listen, when it names a host)")
-    p.add_argument("--heartbeat-s", type=float, default=2.0, help="a gateway silent this long is gone: its streams "
-                                                                  "are freed (default: %(default)s)")
+    p.add_argument(
+        "--advertise",
+        default=None,
+        help="with cluster.redis_url: the endpoint gateways reach this engine at, "
+        "registered in Redis (default: --listen, when it names a host)",
+    )
+    p.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=2.0,
+        help="a gateway silent this long is gone: its streams are freed (default: %(default)s)",
+    )
     p.add_argument("--model-dir", help="override engine.model_dir (Qwen3-TTS checkpoint)")
     p.add_argument("--model", choices=["tiny"], help="'tiny': make (once) and serve a tiny random Qwen3 checkpoint")
     p.add_argument("--vocoder", choices=VOCODERS, help="override engine.vocoder")
@@ -91,7 +119,9 @@ def _add_synth(sub) -> None:
     p.add_argument("--instruct")
     p.add_argument("--greedy", action="store_true", help="argmax for talker and code predictor, no repetition penalty")
     p.add_argument("--max-frames", type=int, default=None, help="at most N codec frames (80 ms each)")
-    p.add_argument("--streaming-text", action="store_true", help="streaming text layout instead of the official default")
+    p.add_argument(
+        "--streaming-text", action="store_true", help="streaming text layout instead of the official default"
+    )
     p.add_argument("--normalize", action="store_true", help="apply the text frontend's normalisation first")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -99,16 +129,29 @@ def _add_synth(sub) -> None:
     p.add_argument("--vocoder", default="torch", choices=VOCODERS, help="codec decoder backend (default: %(default)s)")
     p.add_argument("--ref-audio", help="Base checkpoints: clone the voice of this WAV (1-30 s, any rate)")
     p.add_argument("--ref-text", help="the reference's transcript (in-context cloning, the default mode)")
-    p.add_argument("--x-vector-only", action="store_true", help="clone from the speaker embedding alone (no transcript)")
-    p.add_argument("--non-streaming-text", action="store_true",
-                   help="cloned voices: the non-streaming text layout (default: generate_voice_clone's streaming one)")
+    p.add_argument(
+        "--x-vector-only", action="store_true", help="clone from the speaker embedding alone (no transcript)"
+    )
+    p.add_argument(
+        "--non-streaming-text",
+        action="store_true",
+        help="cloned voices: the non-streaming text layout (default: generate_voice_clone's streaming one)",
+    )
     p.add_argument("--out", required=True, help="the target speech (for in-context clones, without the reference)")
     p.add_argument("--codes-out", help="the generated frames only, [frames, 16] int64")
-    p.add_argument("--turn-mode", action="store_true",
-                   help="turn mode: feed the text word by word from an empty start into one streaming-layout "
-                        "generation (pauses while text is missing, end-of-speech held until the text is final)")
-    p.add_argument("--text-rate", type=float, default=None, metavar="TOKENS_PER_S",
-                   help="turn mode: words arrive at this rate (an LLM token per word); default: all at once")
+    p.add_argument(
+        "--turn-mode",
+        action="store_true",
+        help="turn mode: feed the text word by word from an empty start into one streaming-layout "
+        "generation (pauses while text is missing, end-of-speech held until the text is final)",
+    )
+    p.add_argument(
+        "--text-rate",
+        type=float,
+        default=None,
+        metavar="TOKENS_PER_S",
+        help="turn mode: words arrive at this rate (an LLM token per word); default: all at once",
+    )
     p.set_defaults(handler=_run_synth)
 
 
@@ -179,37 +222,81 @@ def _add_bench(sub) -> None:
     p.add_argument("--json-output")
     p.add_argument("--trace")
     p.add_argument("--reference", action="store_true", help="also time the official qwen-tts on the same checkpoint")
-    p.add_argument("--reference-threads", default="1,2", help="torch threads tried for the official run; its best counts")
+    p.add_argument(
+        "--reference-threads", default="1,2", help="torch threads tried for the official run; its best counts"
+    )
     p.add_argument("--arrivals", choices=["poisson", "burst"], help="realistic arrivals instead of --concurrency")
-    p.add_argument("--rate", default="2,4,8", help="poisson: comma-separated request rates (per second), one level each")
+    p.add_argument(
+        "--rate", default="2,4,8", help="poisson: comma-separated request rates (per second), one level each"
+    )
     p.add_argument("--duration", type=float, default=10.0, help="poisson: seconds of arrivals per level")
     p.add_argument("--burst", type=int, default=32, help="burst: requests arriving at once")
     p.add_argument("--background", type=int, default=8, help="burst: streams already running when it arrives")
-    p.add_argument("--slo-first-audio-ms", type=float, default=250.0, help="poisson: a level passes with first audio "
-                                                                             "p95 under this and every stream keeping up")
+    p.add_argument(
+        "--slo-first-audio-ms",
+        type=float,
+        default=250.0,
+        help="poisson: a level passes with first audio p95 under this and every stream keeping up",
+    )
     p.add_argument("--serial", action="store_true", help="no vocoder lane (vocoder and talker take turns)")
-    p.add_argument("--serial-vocoder-rows", type=int, default=None, help="batches of at most N streams take the "
-                   "vocoder way measured faster, serial or on the lane (0: always the lane; default: the engine's)")
-    p.add_argument("--remote", action="store_true", help="in-process against the same engine as its own process "
-                                                         "(tts.service), interleaved, at --concurrency (default 1,16)")
-    p.add_argument("--remote-transport", default="tcp", choices=["tcp", "ipc"], help="with --remote: loopback tcp:// "
-                                                                                     "with CURVE, or ipc://")
+    p.add_argument(
+        "--serial-vocoder-rows",
+        type=int,
+        default=None,
+        help="batches of at most N streams take the "
+        "vocoder way measured faster, serial or on the lane (0: always the lane; default: the engine's)",
+    )
+    p.add_argument(
+        "--remote",
+        action="store_true",
+        help="in-process against the same engine as its own process "
+        "(tts.service), interleaved, at --concurrency (default 1,16)",
+    )
+    p.add_argument(
+        "--remote-transport",
+        default="tcp",
+        choices=["tcp", "ipc"],
+        help="with --remote: loopback tcp:// with CURVE, or ipc://",
+    )
     p.add_argument("--remote-repeats", type=int, default=2, help="with --remote: interleaved rounds")
-    p.add_argument("--remote-switch-interval", default="fast", choices=["fast", "default"],
-                   help="with --remote: the engine process's GIL switch interval (fast: 0.5 ms, as voxgate engine)")
+    p.add_argument(
+        "--remote-switch-interval",
+        default="fast",
+        choices=["fast", "default"],
+        help="with --remote: the engine process's GIL switch interval (fast: 0.5 ms, as voxgate engine)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ref-audio", help="a cloned voice's cost before first audio (first use vs cached), this reference WAV")
+    p.add_argument(
+        "--ref-audio", help="a cloned voice's cost before first audio (first use vs cached), this reference WAV"
+    )
     p.add_argument("--ref-text", help="with --ref-audio: its transcript (in-context mode)")
     p.add_argument("--x-vector-only", action="store_true", help="with --ref-audio: x-vector-only mode")
-    p.add_argument("--turn-mode", action="store_true", help="turn mode against sentence mode on the same agent turns, "
-                                                            "fed word by word at --llm-rate (bench/turn_bench.py)")
-    p.add_argument("--llm-rate", type=float, default=None, metavar="TOKENS_PER_S",
-                   help="with --turn-mode: the simulated LLM's rate (a word per token)")
+    p.add_argument(
+        "--turn-mode",
+        action="store_true",
+        help="turn mode against sentence mode on the same agent turns, "
+        "fed word by word at --llm-rate (bench/turn_bench.py)",
+    )
+    p.add_argument(
+        "--llm-rate",
+        type=float,
+        default=None,
+        metavar="TOKENS_PER_S",
+        help="with --turn-mode: the simulated LLM's rate (a word per token)",
+    )
     p.add_argument("--turn-repeats", type=int, default=2, help="with --turn-mode: rounds over the turns")
-    p.add_argument("--turn-frames-per-token", type=float, default=None,
-                   help="with --turn-mode: frame cap per text token (4 + this; random tiny weights never end by EOS)")
-    p.add_argument("--plot", metavar="FILE.png", help="with --reference or --turn-mode: draw the result into FILE (.png or "
-                                                       ".svg), its data beside it as FILE.json (bench/plots.py)")
+    p.add_argument(
+        "--turn-frames-per-token",
+        type=float,
+        default=None,
+        help="with --turn-mode: frame cap per text token (4 + this; random tiny weights never end by EOS)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="with --reference or --turn-mode: draw the result into FILE (.png or "
+        ".svg), its data beside it as FILE.json (bench/plots.py)",
+    )
     p.set_defaults(handler=_run_bench)
 
 
@@ -230,7 +317,9 @@ def _check_plot(args, needs: str | None = None) -> str | None:
 
 def _run_bench(args) -> int:
     plain = args.turn_mode or (args.reference and not args.remote and not args.ref_audio)
-    bad = _check_plot(args, None if plain else "the --reference or --turn-mode result only (not --remote or --ref-audio)")
+    bad = _check_plot(
+        args, None if plain else "the --reference or --turn-mode result only (not --remote or --ref-audio)"
+    )
     if bad:
         print(f"voxgate bench: bad_args: {bad}", file=sys.stderr)
         return 2
@@ -245,7 +334,9 @@ def _run_bench(args) -> int:
 
 # ------------------------------------------------------------------ export-vocoder
 def _add_export_vocoder(sub) -> None:
-    p = sub.add_parser("export-vocoder", help="export the codec decoder's streaming step as ONNX (TensorRT / ONNX Runtime)")
+    p = sub.add_parser(
+        "export-vocoder", help="export the codec decoder's streaming step as ONNX (TensorRT / ONNX Runtime)"
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model-dir", help="a Qwen3-TTS checkpoint (or its speech_tokenizer/ folder)")
     src.add_argument("--random-weights", choices=["released"], help="the released decoder shape with random weights")
@@ -274,7 +365,9 @@ def _add_loadtest(sub) -> None:
     p.add_argument("--out", default=None, help="run folder (default: runs/<timestamp>)")
     p.add_argument("--wav", action="store_true", help="write per-call WAV of what the caller heard")
     p.add_argument("--api-key")
-    p.add_argument("--ramp", type=float, default=None, help="ramp-up seconds per level (default: 0.1 s per caller, 2..10 s)")
+    p.add_argument(
+        "--ramp", type=float, default=None, help="ramp-up seconds per level (default: 0.1 s per caller, 2..10 s)"
+    )
     p.add_argument("--settle", type=float, default=5.0, help="seconds after the ramp before the window opens")
     p.add_argument("--voice", help="voice for every call (default: the scenario's, else the gateway's default)")
     p.add_argument("--encoding", default="pcm16", choices=["pcm16", "mulaw", "alaw"])
@@ -289,10 +382,23 @@ def _add_loadtest(sub) -> None:
     p.add_argument("--slo-audible-per-turn", type=float, default=0.2)
     p.add_argument("--slo-error-rate", type=float, default=0.01)
     p.add_argument("--slo-gaps-from", default="heard", choices=["heard", "server"], help="which gaps the SLO counts")
-    p.add_argument("--leg", default="native", choices=["native", "twilio"], help="native: /v1/ws; twilio: /v1/twilio media + /v1/control text")
-    p.add_argument("--stub", action="store_true", help="against a near-free stub gateway: measures how many callers this client drives")
-    p.add_argument("--plot", metavar="FILE.png", help="draw TTFA and audible gaps against callers into FILE (.png or .svg), "
-                                                       "the run's data beside it as FILE.json (bench/plots.py)")
+    p.add_argument(
+        "--leg",
+        default="native",
+        choices=["native", "twilio"],
+        help="native: /v1/ws; twilio: /v1/twilio media + /v1/control text",
+    )
+    p.add_argument(
+        "--stub",
+        action="store_true",
+        help="against a near-free stub gateway: measures how many callers this client drives",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw TTFA and audible gaps against callers into FILE (.png or .svg), "
+        "the run's data beside it as FILE.json (bench/plots.py)",
+    )
     p.set_defaults(handler=_run_loadtest)
 
 
@@ -324,10 +430,14 @@ def _run_normalize(args) -> int:
 # ------------------------------------------------------------------ drain
 def _add_drain(sub) -> None:
     p = sub.add_parser("drain", help="preStop hook: start a gateway's drain (SIGTERM) and wait while calls remain")
-    p.add_argument("--pid", type=int, default=1, help="the gateway's process (default: %(default)s, a container's main process)")
+    p.add_argument(
+        "--pid", type=int, default=1, help="the gateway's process (default: %(default)s, a container's main process)"
+    )
     p.add_argument("--port", type=int, default=8080, help="its HTTP port, where /readyz reports the calls it holds")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--timeout", type=float, default=3660.0, help="give up after this many seconds (default: %(default)s)")
+    p.add_argument(
+        "--timeout", type=float, default=3660.0, help="give up after this many seconds (default: %(default)s)"
+    )
     p.add_argument("--poll", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(handler=_run_drain)
 
@@ -342,8 +452,18 @@ def _run_drain(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_serve, _add_engine, _add_synth, _add_clone_tools, _add_make_tiny_model, _add_bench, _add_export_vocoder, _add_loadtest, _add_normalize,
-                _add_drain):
+    for add in (
+        _add_serve,
+        _add_engine,
+        _add_synth,
+        _add_clone_tools,
+        _add_make_tiny_model,
+        _add_bench,
+        _add_export_vocoder,
+        _add_loadtest,
+        _add_normalize,
+        _add_drain,
+    ):
         add(sub)
     return parser
 

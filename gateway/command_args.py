@@ -16,8 +16,10 @@ def say(line: str) -> None:
 
 
 def setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, str(level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
 def engine_overrides(args) -> dict:

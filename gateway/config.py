@@ -95,8 +95,11 @@ class ServerConfig:
     trusted_proxies: list[str] = field(default_factory=list)
 
     def validate(self, check) -> None:
-        check(all(_is_origin(o) for o in self.allowed_origins), "allowed_origins",
-              "entries must be origins like https://app.example.com (scheme://host[:port], no path)")
+        check(
+            all(_is_origin(o) for o in self.allowed_origins),
+            "allowed_origins",
+            "entries must be origins like https://app.example.com (scheme://host[:port], no path)",
+        )
         check(0 < self.token_ttl_s <= 86400, "token_ttl_s", "must be > 0 and <= 86400")
         check(_are_networks(self.trusted_proxies), "trusted_proxies", "entries must be IP addresses or CIDR networks")
         check(0 <= self.port <= 65535, "port", "must be 0..65535")
@@ -128,7 +131,9 @@ class EngineConfig:
     # cloned voices' x-vectors and reference codes (default: server.voices_dir/cache, else ~/.cache/voxgate/voices)
     voice_cache: str | None = None
     # kind remote: engine processes (`voxgate engine`) to place requests on; tcp:// needs VOXGATE_ENGINE_SECRET
-    endpoints: list[str] = field(default_factory=list)  # tcp://HOST:PORT | ipc://PATH; kind openai-speech: http(s)://HOST:PORT/v1
+    endpoints: list[str] = field(
+        default_factory=list
+    )  # tcp://HOST:PORT | ipc://PATH; kind openai-speech: http(s)://HOST:PORT/v1
     connect_timeout_s: float = 5.0  # remote: how long the start waits for a first engine (then it serves without)
     # the engine in its own process on this box: `voxgate engine` as a supervised child on an ipc:// socket
     isolate: bool = False
@@ -136,27 +141,49 @@ class EngineConfig:
     model: str | None = None  # kind openai-speech (endpoints: the speech servers' http://HOST:PORT/v1): sent as "model"
     api_key_env: str | None = None  # openai-speech: environment variable with the servers' bearer token
     sample_rate: int = 24000  # openai-speech: what the servers stream (a server that states another rate is refused)
-    task_type: str | None = None  # openai-speech on vLLM-Omni Qwen3-TTS: CustomVoice | VoiceDesign | Base (default: the server's)
+    task_type: str | None = (
+        None  # openai-speech on vLLM-Omni Qwen3-TTS: CustomVoice | VoiceDesign | Base (default: the server's)
+    )
 
     def validate(self, check) -> None:
         check(self.kind in ENGINE_KINDS, "kind", "must be " + ", ".join(ENGINE_KINDS[:-1]) + " or " + ENGINE_KINDS[-1])
-        check(self.kind in ("remote", "openai-speech") or not self.endpoints, "endpoints",
-              "are only for kind: remote or openai-speech")
+        check(
+            self.kind in ("remote", "openai-speech") or not self.endpoints,
+            "endpoints",
+            "are only for kind: remote or openai-speech",
+        )
         if self.kind == "openai-speech":
             check(bool(self.endpoints), "endpoints", "must list at least one speech server for kind: openai-speech")
-            check(all(isinstance(e, str) and _is_http_url(e) for e in self.endpoints), "endpoints",
-                  "entries must be http(s)://HOST:PORT/v1 base URLs for kind: openai-speech")
-            check(self.sample_rate in (8000, 16000, 22050, 24000, 44100, 48000), "sample_rate",
-                  "must be 8000, 16000, 22050, 24000, 44100 or 48000")
-            check(self.task_type in (None, "CustomVoice", "VoiceDesign", "Base"), "task_type",
-                  "must be CustomVoice, VoiceDesign or Base")
-            check(not self.isolate, "isolate", "runs a local engine as a child; kind: openai-speech uses speech servers")
+            check(
+                all(isinstance(e, str) and _is_http_url(e) for e in self.endpoints),
+                "endpoints",
+                "entries must be http(s)://HOST:PORT/v1 base URLs for kind: openai-speech",
+            )
+            check(
+                self.sample_rate in (8000, 16000, 22050, 24000, 44100, 48000),
+                "sample_rate",
+                "must be 8000, 16000, 22050, 24000, 44100 or 48000",
+            )
+            check(
+                self.task_type in (None, "CustomVoice", "VoiceDesign", "Base"),
+                "task_type",
+                "must be CustomVoice, VoiceDesign or Base",
+            )
+            check(
+                not self.isolate, "isolate", "runs a local engine as a child; kind: openai-speech uses speech servers"
+            )
         else:
-            check(all(isinstance(e, str) and _is_engine_endpoint(e) for e in self.endpoints), "endpoints",
-                  "entries must be tcp://HOST:PORT or ipc://PATH")
+            check(
+                all(isinstance(e, str) and _is_engine_endpoint(e) for e in self.endpoints),
+                "endpoints",
+                "entries must be tcp://HOST:PORT or ipc://PATH",
+            )
         check(len(set(self.endpoints)) == len(self.endpoints), "endpoints", "lists an engine twice")
-        check(not (self.isolate and self.kind == "remote"), "isolate",
-              "runs a local engine (qwen3, simulated, espeak) as a child; kind: remote connects to engines instead")
+        check(
+            not (self.isolate and self.kind == "remote"),
+            "isolate",
+            "runs a local engine (qwen3, simulated, espeak) as a child; kind: remote connects to engines instead",
+        )
         check(self.connect_timeout_s >= 0, "connect_timeout_s", "must be >= 0")
         check(self.isolate_start_timeout_s > 0, "isolate_start_timeout_s", "must be > 0")
         check(self.stall_timeout_s > 0, "stall_timeout_s", "must be > 0")
@@ -243,8 +270,11 @@ class VoiceConfig:
             from audio.reference import ReferenceAudioError, load_reference
 
             check(not self.speaker, "speaker", "a cloned voice (ref_audio) takes no speaker")
-            check(self.x_vector_only or bool(self.ref_text and self.ref_text.strip()), "ref_text",
-                  "is required for in-context cloning (the reference's transcript); or set x_vector_only: true")
+            check(
+                self.x_vector_only or bool(self.ref_text and self.ref_text.strip()),
+                "ref_text",
+                "is required for in-context cloning (the reference's transcript); or set x_vector_only: true",
+            )
             check(os.path.isfile(self.ref_audio), "ref_audio", "file not found")
             try:
                 load_reference(self.ref_audio)
@@ -269,7 +299,9 @@ class TelephonyConfig:
     audiosocket_allow: list[str] = field(default_factory=list)  # peers (IPs/CIDRs) that may connect; empty = any
 
     def validate(self, check) -> None:
-        check(_are_networks(self.audiosocket_allow), "audiosocket_allow", "entries must be IP addresses or CIDR networks")
+        check(
+            _are_networks(self.audiosocket_allow), "audiosocket_allow", "entries must be IP addresses or CIDR networks"
+        )
         if self.audiosocket_port is not None:
             check(0 <= self.audiosocket_port <= 65535, "audiosocket_port", "must be 0..65535")
         check(self.unknown_call_timeout_s > 0, "unknown_call_timeout_s", "must be > 0")
@@ -305,8 +337,11 @@ class WebrtcConfig:
     turn_ttl_s: float | None = None  # how long minted credentials last; default limits.max_call_s + 300 s
 
     def validate(self, check) -> None:
-        check(all(u.split(":", 1)[0] in ("turn", "turns") and "@" not in u for u in self.turn_urls), "turn_urls",
-              "entries must be turn: or turns: URLs without credentials (they are minted per session)")
+        check(
+            all(u.split(":", 1)[0] in ("turn", "turns") and "@" not in u for u in self.turn_urls),
+            "turn_urls",
+            "entries must be turn: or turns: URLs without credentials (they are minted per session)",
+        )
         check(not self.turn_urls or bool(self.turn_secret_env), "turn_secret_env", "is required with turn_urls")
         check(self.turn_ttl_s is None or self.turn_ttl_s >= 60, "turn_ttl_s", "must be >= 60")
 
@@ -318,14 +353,20 @@ BARGE_IN_MODES = ("off", "detect", "vad")
 class BargeInConfig:
     """The caller's voice: detection (`user.speech`) and barge-in by voice; `session.start.barge_in` overrides per call."""
 
-    mode: str = "off"  # off: no detection | detect: user.speech events only | vad: events, and speech interrupts the agent
+    mode: str = (
+        "off"  # off: no detection | detect: user.speech events only | vad: events, and speech interrupts the agent
+    )
     min_speech_ms: float = 250.0  # speech this long during playout interrupts
     detector: str = "silero"  # silero (accurate; needs the `vad` extra) | webrtc (cheap; fires on noise and music)
-    threshold: float = 0.7  # speech probability that counts as speech (0.5 and 0.6 fired on music-like tones through Opus)
+    threshold: float = (
+        0.7  # speech probability that counts as speech (0.5 and 0.6 fired on music-like tones through Opus)
+    )
     onset_ms: float = 128.0  # consecutive speech before `user.speech started` (dated at its first window)
     silence_ms: float = 300.0  # quiet before `user.speech stopped`
     echo_holdoff_ms: float = 300.0  # after each audio start, speech is not counted toward a barge-in for this long
-    pause_on_onset: bool = False  # where voxgate owns the buffer: pause at speech onset, resume if it was shorter than min_speech_ms
+    pause_on_onset: bool = (
+        False  # where voxgate owns the buffer: pause at speech onset, resume if it was shorter than min_speech_ms
+    )
 
     def validate(self, check) -> None:
         check(self.mode in BARGE_IN_MODES, "mode", "must be off, detect or vad")
@@ -372,20 +413,29 @@ class ClusterConfig:
     redis_url: str | None = None  # redis://host:6379/0 or rediss:// (TLS); Valkey speaks the same protocol
     password_env: str | None = None  # env var holding the Redis password (never in the file or the URL)
     node_id: str | None = None  # this node's name in the plane; default: host name + ":" + the HTTP port
-    advertise_url: str | None = None  # how other nodes reach this one (http://10.0.0.5:8080); default from server.host/port
+    advertise_url: str | None = (
+        None  # how other nodes reach this one (http://10.0.0.5:8080); default from server.host/port
+    )
     key_prefix: str = "voxgate:"  # every key this plane writes starts with it (several planes may share one Redis)
     claim_ttl_s: float = 10.0  # a call's owner claim and a node's registration live this long unless refreshed
     secret_env: str | None = None  # env var with the nodes' shared hop secret (required with redis_url; never in Redis)
-    peer_ca_file: str | None = None  # PEM CA bundle that signs other nodes' https:// advertise_url (default: the system's)
+    peer_ca_file: str | None = (
+        None  # PEM CA bundle that signs other nodes' https:// advertise_url (default: the system's)
+    )
 
     def validate(self, check) -> None:
         if self.redis_url is None:
             for name in ("password_env", "node_id", "advertise_url", "secret_env", "peer_ca_file"):
-                check(getattr(self, name) is None, name, "needs cluster.redis_url (without it the gateway is one process)")
+                check(
+                    getattr(self, name) is None, name, "needs cluster.redis_url (without it the gateway is one process)"
+                )
             return
         parts = urlsplit(self.redis_url)
-        check(parts.scheme in ("redis", "rediss") and bool(parts.hostname), "redis_url",
-              "must be redis://host[:port][/db] or rediss://host[:port][/db]")
+        check(
+            parts.scheme in ("redis", "rediss") and bool(parts.hostname),
+            "redis_url",
+            "must be redis://host[:port][/db] or rediss://host[:port][/db]",
+        )
         if parts.password is not None:  # the refusal must not print it
             self.redis_url = self.redis_url.replace(f":{parts.password}@", ":***@", 1)
             check(False, "redis_url", "must not hold a password; name its environment variable in cluster.password_env")
@@ -393,24 +443,44 @@ class ClusterConfig:
             parts.port
         except ValueError:
             check(False, "redis_url", "has a port that is not a number 0..65535")
-        check(parts.path in ("", "/") or parts.path[1:].isdigit(), "redis_url", "may name only a database number as its path (/0)")
+        check(
+            parts.path in ("", "/") or parts.path[1:].isdigit(),
+            "redis_url",
+            "may name only a database number as its path (/0)",
+        )
         if self.password_env is not None:
-            check(bool(os.environ.get(self.password_env)), "password_env",
-                  f"names {self.password_env!r}, but that environment variable is empty or unset")
+            check(
+                bool(os.environ.get(self.password_env)),
+                "password_env",
+                f"names {self.password_env!r}, but that environment variable is empty or unset",
+            )
         if self.node_id is not None:
-            check(bool(self.node_id) and CLUSTER_KEY.fullmatch(self.node_id) is not None, "node_id",
-                  "must be 1..64 characters of letters, digits and _ . : -")
+            check(
+                bool(self.node_id) and CLUSTER_KEY.fullmatch(self.node_id) is not None,
+                "node_id",
+                "must be 1..64 characters of letters, digits and _ . : -",
+            )
         if self.advertise_url is not None:
-            check(_is_origin(self.advertise_url) and self.advertise_url.split("://", 1)[0] in ("http", "https"), "advertise_url",
-                  "must be http://host:port or https://host:port (no path)")
-        check(CLUSTER_KEY.fullmatch(self.key_prefix) is not None, "key_prefix", "must be up to 64 letters, digits and _ . : -")
+            check(
+                _is_origin(self.advertise_url) and self.advertise_url.split("://", 1)[0] in ("http", "https"),
+                "advertise_url",
+                "must be http://host:port or https://host:port (no path)",
+            )
+        check(
+            CLUSTER_KEY.fullmatch(self.key_prefix) is not None,
+            "key_prefix",
+            "must be up to 64 letters, digits and _ . : -",
+        )
         check(1.0 <= self.claim_ttl_s <= 600.0, "claim_ttl_s", "must be 1..600")
         if self.peer_ca_file is not None:
             check(os.path.isfile(self.peer_ca_file), "peer_ca_file", "must name a readable PEM file of CA certificates")
         # required by every gateway node (ClusterPlane.start says so); an engine registering in the plane needs none
         if self.secret_env is not None:
-            check(len(os.environ.get(self.secret_env, "")) >= 16, "secret_env",
-                  f"names {self.secret_env!r}, which must hold at least 16 characters")
+            check(
+                len(os.environ.get(self.secret_env, "")) >= 16,
+                "secret_env",
+                f"names {self.secret_env!r}, which must hold at least 16 characters",
+            )
 
     @property
     def enabled(self) -> bool:
@@ -428,12 +498,18 @@ class SipRegistration:
 
     def validate(self, check) -> None:
         check(sip_registrar(self.server) is not None, "server", "must be sip:HOST[:PORT] or HOST[:PORT]")
-        check(bool(self.user) and self.user.isprintable() and not any(c in self.user for c in " @:<>;"), "user",
-              "must be a SIP user name (no spaces or @ : < > ;)")
+        check(
+            bool(self.user) and self.user.isprintable() and not any(c in self.user for c in " @:<>;"),
+            "user",
+            "must be a SIP user name (no spaces or @ : < > ;)",
+        )
         check(60 <= self.expires <= 86400, "expires", "must be 60..86400")
         if self.password_env is not None:
-            check(bool(os.environ.get(self.password_env)), "password_env",
-                  f"names {self.password_env!r}, but that environment variable is empty or unset")
+            check(
+                bool(os.environ.get(self.password_env)),
+                "password_env",
+                f"names {self.password_env!r}, but that environment variable is empty or unset",
+            )
 
 
 SIP_CODECS = ("PCMU", "PCMA")
@@ -445,28 +521,54 @@ class SipConfig:
 
     port: int | None = None  # enables the SIP leg, UDP and TCP on this port; 5060 is the usual one
     host: str | None = None  # bind address; defaults to server.host
-    allow: list[str] = field(default_factory=list)  # trunk/PBX addresses (IPs/CIDRs) that may send INVITEs; others get 403
+    allow: list[str] = field(
+        default_factory=list
+    )  # trunk/PBX addresses (IPs/CIDRs) that may send INVITEs; others get 403
     rtp_ports: str = "20000-20999"  # RTP range (each call takes an even port for RTP and the odd one above it for RTCP)
     public_ip: str | None = None  # the address written into SDP (behind NAT)
-    codecs: list[str] = field(default_factory=lambda: list(SIP_CODECS))  # codecs accepted; the caller's offer order picks among them
+    codecs: list[str] = field(
+        default_factory=lambda: list(SIP_CODECS)
+    )  # codecs accepted; the caller's offer order picks among them
     # accounts to REGISTER at a provider's registrar: each {server, user, password_env, expires} (docs/sip.md)
     register: list[SipRegistration] = field(default_factory=list)
     answer_delay_ms: float = 0.0  # ring (180) this long before answering
     ack_timeout_s: float = 32.0  # a 200 OK not ACKed within this ends the call with BYE (RFC 3261: 64*T1)
-    rtp_timeout_s: float = 30.0  # no RTP from the caller for this long (not on hold) ends the call with BYE: it vanished
+    rtp_timeout_s: float = (
+        30.0  # no RTP from the caller for this long (not on hold) ends the call with BYE: it vanished
+    )
     greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence
     tls: bool = False  # SIP over TLS: not supported by the SIP stack (refused at start)
     srtp: bool = False  # SRTP (SDES): not supported by the RTP stack (refused at start)
 
     def validate(self, check) -> None:
-        check(not self.tls, "tls", "SIP over TLS is not supported (the SIP stack has no TLS transport): terminate TLS in an SBC in front of voxgate")
-        check(not self.srtp, "srtp", "SRTP is not supported (the RTP stack has no SRTP): use plain RTP on a private network or an SBC")
+        check(
+            not self.tls,
+            "tls",
+            "SIP over TLS is not supported (the SIP stack has no TLS transport): terminate TLS in an SBC in front of voxgate",
+        )
+        check(
+            not self.srtp,
+            "srtp",
+            "SRTP is not supported (the RTP stack has no SRTP): use plain RTP on a private network or an SBC",
+        )
         if self.port is not None:
             check(0 <= self.port <= 65535, "port", "must be 0..65535")
         check(_are_networks(self.allow), "allow", "entries must be IP addresses or CIDR networks")
-        check(self.public_ip is None or _is_ip(self.public_ip), "public_ip", "must be an IP address (what SDP's c= line carries)")
-        check(sip_port_range(self.rtp_ports) is not None, "rtp_ports", "must be FIRST-LAST, two ports 1024..65535 with room for one even/odd pair")
-        check(bool(self.codecs) and all(c in SIP_CODECS for c in self.codecs), "codecs", f"must list some of {', '.join(SIP_CODECS)}")
+        check(
+            self.public_ip is None or _is_ip(self.public_ip),
+            "public_ip",
+            "must be an IP address (what SDP's c= line carries)",
+        )
+        check(
+            sip_port_range(self.rtp_ports) is not None,
+            "rtp_ports",
+            "must be FIRST-LAST, two ports 1024..65535 with room for one even/odd pair",
+        )
+        check(
+            bool(self.codecs) and all(c in SIP_CODECS for c in self.codecs),
+            "codecs",
+            f"must list some of {', '.join(SIP_CODECS)}",
+        )
         check(self.answer_delay_ms >= 0, "answer_delay_ms", "must be >= 0")
         check(self.ack_timeout_s > 0, "ack_timeout_s", "must be > 0")
         check(self.rtp_timeout_s >= 1, "rtp_timeout_s", "must be >= 1")
@@ -526,11 +628,15 @@ class Config:
     def validate(self, check) -> None:
         check(len(self.voices) >= 1, "voices", "must name at least one voice")
         if self.engine.kind == "remote" and not self.engine.endpoints and not self.cluster.enabled:
-            raise ConfigError(f"{self.source}: engine.endpoints: must list at least one engine for kind: remote "
-                              "(or set cluster.redis_url: engines register themselves there)")
+            raise ConfigError(
+                f"{self.source}: engine.endpoints: must list at least one engine for kind: remote "
+                "(or set cluster.redis_url: engines register themselves there)"
+            )
         if self.engine.kind == "openai-speech" and self.chunker.mode == "turn":
-            raise ConfigError(f"{self.source}: chunker.mode: turn is unsupported_mode with engine.kind: openai-speech "
-                              "(speech servers take a whole text per request and no streaming text input yet); use sentence")
+            raise ConfigError(
+                f"{self.source}: chunker.mode: turn is unsupported_mode with engine.kind: openai-speech "
+                "(speech servers take a whole text per request and no streaming text input yet); use sentence"
+            )
         if self.default_voice is not None:
             check(self.default_voice in self.voices, "default_voice", f"{self.default_voice!r} is not in voices")
         seen: dict[str, str] = {}
@@ -539,7 +645,9 @@ class Config:
                 key = alias.lower()
                 clash = seen.get(key) or next((v for v in self.voices if v.lower() == key and v != name), None)
                 if clash is not None:
-                    raise ConfigError(f"{self.source}: voices.{name}.aliases: {alias!r} is already the name or an alias of voice {clash!r}")
+                    raise ConfigError(
+                        f"{self.source}: voices.{name}.aliases: {alias!r} is already the name or an alias of voice {clash!r}"
+                    )
                 seen[key] = name
 
     def resolve_voice(self, name: str) -> str:

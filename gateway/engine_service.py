@@ -44,8 +44,12 @@ class EngineMetrics:
         self.registry.register(self)
         self.registry.register(RuntimeCollector())
         # every step's duration where the engine keeps them (qwen3: `recent_step_s`), read at each scrape
-        self.step_seconds = Histogram("voxgate_engine_step_seconds", "Duration of each engine step (one batched frame)",
-                                      buckets=STEP_BUCKETS, registry=self.registry)
+        self.step_seconds = Histogram(
+            "voxgate_engine_step_seconds",
+            "Duration of each engine step (one batched frame)",
+            buckets=STEP_BUCKETS,
+            registry=self.registry,
+        )
         self._steps_seen = 0
 
     def _observe_steps(self) -> None:
@@ -54,7 +58,7 @@ class EngineMetrics:
             return
         total = int(self.server.engine.stats().get("steps", 0) or 0)
         fresh = min(total - self._steps_seen, len(recent))
-        for seconds in list(recent)[len(recent) - fresh:] if fresh > 0 else ():
+        for seconds in list(recent)[len(recent) - fresh :] if fresh > 0 else ():
             self.step_seconds.observe(seconds)
         self._steps_seen = total
 
@@ -64,13 +68,17 @@ class EngineMetrics:
     def collect(self):
         srv, engine = self.server, self.server.engine
         stats = engine.stats()
-        info = GaugeMetricFamily("voxgate_engine_info", "The engine this process serves",
-                                 labels=["kind", "vocoder", "engine_id"])
+        info = GaugeMetricFamily(
+            "voxgate_engine_info", "The engine this process serves", labels=["kind", "vocoder", "engine_id"]
+        )
         info.add_metric([engine.name, str(getattr(engine, "vocoder_name", None) or "none"), srv.engine_id], 1.0)
         yield info
         gauges = {
             "voxgate_engine_active_requests": ("Requests the engine is running", stats.get("active", 0)),
-            "voxgate_engine_batch_size": ("Streams in the engine's batch now (its active requests)", stats.get("active", 0)),
+            "voxgate_engine_batch_size": (
+                "Streams in the engine's batch now (its active requests)",
+                stats.get("active", 0),
+            ),
             "voxgate_engine_queue_depth": ("Requests waiting for a slot", stats.get("queued", 0)),
             "voxgate_engine_slots": ("Requests it runs at once (max_batch; 0: no fixed limit)", srv.slots),
             "voxgate_engine_gateways": ("Gateways connected", srv.gateways),
@@ -83,8 +91,11 @@ class EngineMetrics:
         steps = CounterMetricFamily("voxgate_engine_steps", "Engine steps (rate: steps per second)")
         steps.add_metric([], float(stats.get("steps", 0) or 0))
         yield steps
-        step_s = CounterMetricFamily("voxgate_engine_stage_seconds", "Time in each stage of the step loop "
-                                     "(rate(step)/rate(steps): the mean step time)", labels=["stage"])
+        step_s = CounterMetricFamily(
+            "voxgate_engine_stage_seconds",
+            "Time in each stage of the step loop (rate(step)/rate(steps): the mean step time)",
+            labels=["stage"],
+        )
         for stage, seconds in sorted(timings.items()):
             step_s.add_metric([stage], float(seconds))
         yield step_s
@@ -93,7 +104,9 @@ class EngineMetrics:
             if isinstance(value, (int, float)):
                 memory.add_metric([part], float(value))
         yield memory
-        outcomes = CounterMetricFamily("voxgate_engine_requests", "Requests from gateways by outcome", labels=["outcome"])
+        outcomes = CounterMetricFamily(
+            "voxgate_engine_requests", "Requests from gateways by outcome", labels=["outcome"]
+        )
         for outcome in ("completed", "failed", "cancelled", "refused", "expired"):
             outcomes.add_metric([outcome], float(srv.counters[outcome]))
         yield outcomes
@@ -104,10 +117,14 @@ class EngineMetrics:
         pcm = CounterMetricFamily("voxgate_engine_pcm_bytes", "PCM bytes sent to gateways")
         pcm.add_metric([], float(srv.counters["pcm_bytes_out"]))
         yield pcm
-        dropped = CounterMetricFamily("voxgate_engine_gateways_dropped", "Gateways the engine dropped (their streams "
-                                      "freed), by why: silent past a heartbeat, connection gone, not reading", labels=["reason"])
+        dropped = CounterMetricFamily(
+            "voxgate_engine_gateways_dropped",
+            "Gateways the engine dropped (their streams "
+            "freed), by why: silent past a heartbeat, connection gone, not reading",
+            labels=["reason"],
+        )
         for key in sorted(k for k in srv.counters if k.startswith("dropped_")):
-            dropped.add_metric([key[len("dropped_"):]], float(srv.counters[key]))
+            dropped.add_metric([key[len("dropped_") :]], float(srv.counters[key]))
         yield dropped
         family = GaugeMetricFamily("voxgate_engine_stat", "Engine counters as the engine reports them", labels=["name"])
         for name, value in sorted(stats.items()):
@@ -125,9 +142,27 @@ def metric_names() -> set[str]:
     from tts import EngineChoice
 
     class _Idle:  # an EngineServer's face, without a socket
-        engine, engine_id, gateways, open_streams, slots, draining = build_engine(EngineChoice("simulated")), "-", 0, 0, 0, False
-        counters = {k: 0 for k in ("completed", "failed", "cancelled", "refused", "expired", "messages_in",
-                                   "messages_out", "pcm_bytes_out")}
+        engine, engine_id, gateways, open_streams, slots, draining = (
+            build_engine(EngineChoice("simulated")),
+            "-",
+            0,
+            0,
+            0,
+            False,
+        )
+        counters = {
+            k: 0
+            for k in (
+                "completed",
+                "failed",
+                "cancelled",
+                "refused",
+                "expired",
+                "messages_in",
+                "messages_out",
+                "pcm_bytes_out",
+            )
+        }
 
         def ready(self):
             return None
@@ -141,8 +176,12 @@ def http_routes(server, metrics: EngineMetrics) -> list[web.RouteDef]:
 
     async def readyz(request: web.Request) -> web.Response:
         why = server.ready()
-        body = {"ready": why is None, "engine": server.engine.name, "gateways": server.gateways,
-                "streams": server.open_streams}
+        body = {
+            "ready": why is None,
+            "engine": server.engine.name,
+            "gateways": server.gateways,
+            "streams": server.open_streams,
+        }
         if why:
             body["reason"] = why
         return web.json_response(body, status=200 if why is None else 503)
@@ -156,7 +195,7 @@ def http_routes(server, metrics: EngineMetrics) -> list[web.RouteDef]:
 def default_http_host(listen: str) -> str:
     """The HTTP port listens where the engine socket does (tcp), on loopback for ipc://."""
     if listen.startswith("tcp://"):
-        host = listen[len("tcp://"):].rpartition(":")[0].strip("[]")
+        host = listen[len("tcp://") :].rpartition(":")[0].strip("[]")
         return "0.0.0.0" if host in ("*", "") else host
     return "127.0.0.1"
 
@@ -176,14 +215,23 @@ def advertised_endpoint(listen: str, advertise: str | None) -> str:
     """Where gateways reach this engine: --advertise, else the --listen endpoint when it names a host."""
     if advertise:
         return advertise
-    host = listen[len("tcp://"):].rpartition(":")[0].strip("[]") if listen.startswith("tcp://") else "ipc"
+    host = listen[len("tcp://") :].rpartition(":")[0].strip("[]") if listen.startswith("tcp://") else "ipc"
     if host in ("*", "", "0.0.0.0", "::"):
-        raise ValueError(f"--listen {listen} names no address gateways can reach; pass --advertise tcp://HOST:PORT to register in cluster.redis_url")
+        raise ValueError(
+            f"--listen {listen} names no address gateways can reach; pass --advertise tcp://HOST:PORT to register in cluster.redis_url"
+        )
     return listen
 
 
-async def run_engine(config: Config, listen: str, http_port: int | None, http_host: str | None = None,
-                     heartbeat_s: float = 2.0, ready=None, advertise: str | None = None) -> None:
+async def run_engine(
+    config: Config,
+    listen: str,
+    http_port: int | None,
+    http_host: str | None = None,
+    heartbeat_s: float = 2.0,
+    ready=None,
+    advertise: str | None = None,
+) -> None:
     from tts.service import EngineServer, favour_the_loop, secret_from_env  # the service's face (service extra)
 
     favour_the_loop()
@@ -201,10 +249,16 @@ async def run_engine(config: Config, listen: str, http_port: int | None, http_ho
 
             def load() -> dict:
                 stats = engine.stats()
-                return {"engine": engine.name, "active": stats.get("active", 0), "queued": stats.get("queued", 0),
-                        "draining": int(server.draining)}
+                return {
+                    "engine": engine.name,
+                    "active": stats.get("active", 0),
+                    "queued": stats.get("queued", 0),
+                    "draining": int(server.draining),
+                }
 
-            registration = EngineRegistration(config, server.engine_id, advertised_endpoint(server.endpoint, advertise), load)
+            registration = EngineRegistration(
+                config, server.engine_id, advertised_endpoint(server.endpoint, advertise), load
+            )
             await registration.start()
         if http_port is not None:
             app = web.Application()
@@ -214,8 +268,14 @@ async def run_engine(config: Config, listen: str, http_port: int | None, http_ho
             site = web.TCPSite(runner, http_host or default_http_host(listen), http_port)
             await site.start()
             http_port = site._server.sockets[0].getsockname()[1]
-        say(f"voxgate engine: {engine.name} serving on {server.endpoint}"
-            + (f"  (health and metrics on http://{http_host or default_http_host(listen)}:{http_port})" if runner else ""))
+        say(
+            f"voxgate engine: {engine.name} serving on {server.endpoint}"
+            + (
+                f"  (health and metrics on http://{http_host or default_http_host(listen)}:{http_port})"
+                if runner
+                else ""
+            )
+        )
         gc.collect()
         gc.freeze()
         stop = stop_on_signals()
@@ -243,8 +303,10 @@ def engine_main(args) -> int:
         say(f"voxgate engine: {exc}")
         return 2
     if config.engine.kind == "remote":
-        say(f"voxgate engine: {config.source}: engine.kind: remote names other engines; `voxgate engine` serves "
-            "a local one (qwen3, simulated, espeak or auto)")
+        say(
+            f"voxgate engine: {config.source}: engine.kind: remote names other engines; `voxgate engine` serves "
+            "a local one (qwen3, simulated, espeak or auto)"
+        )
         return 2
     if args.http_port is not None and not 0 <= args.http_port <= 65535:
         say(f"voxgate engine: --http-port must be 0..65535 (got {args.http_port})")
@@ -253,8 +315,16 @@ def engine_main(args) -> int:
         from tts.service import check_endpoint
 
         check_endpoint(args.listen)
-        asyncio.run(run_engine(config, args.listen, args.http_port, args.http_host, args.heartbeat_s,
-                               advertise=getattr(args, "advertise", None)))
+        asyncio.run(
+            run_engine(
+                config,
+                args.listen,
+                args.http_port,
+                args.http_host,
+                args.heartbeat_s,
+                advertise=getattr(args, "advertise", None),
+            )
+        )
     except ImportError as exc:
         say(f"voxgate engine: needs the service extra (pip install 'voxgate[service]'): {exc}")
         return 1

@@ -64,13 +64,25 @@ class EngineSupervisor:
         self._started_at = 0.0
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "gateway.cli", "engine", "--config", self.config_path, "--listen", self.endpoint,
-                "--heartbeat-s", str(self.heartbeat_s)]
+        return [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "engine",
+            "--config",
+            self.config_path,
+            "--listen",
+            self.endpoint,
+            "--heartbeat-s",
+            str(self.heartbeat_s),
+        ]
 
     async def _spawn(self) -> None:
         # its own session: a terminal's Ctrl-C reaches the gateway only, which drains its calls (they still need
         # the engine) and then stops the child itself
-        self.proc = await asyncio.create_subprocess_exec(*self.argv(), preexec_fn=_die_with_parent, start_new_session=True)
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv(), preexec_fn=_die_with_parent, start_new_session=True
+        )
         self._started_at = time.monotonic()
         log.info("engine child started (pid %d) on %s", self.proc.pid, self.endpoint)
 
@@ -82,11 +94,13 @@ class EngineSupervisor:
         deadline = time.monotonic() + timeout
         while engine.health() is not None:
             if self.proc.returncode is not None:
-                raise ValueError(f"the engine child process exited with {self.proc.returncode} while starting "
-                                 "(its log is above)")
+                raise ValueError(
+                    f"the engine child process exited with {self.proc.returncode} while starting (its log is above)"
+                )
             if time.monotonic() > deadline:
-                raise ValueError(f"the engine child process was not ready after {timeout:g} s "
-                                 "(engine.isolate_start_timeout_s)")
+                raise ValueError(
+                    f"the engine child process was not ready after {timeout:g} s (engine.isolate_start_timeout_s)"
+                )
             await asyncio.sleep(0.05)
         self._task = asyncio.get_running_loop().create_task(self._supervise(), name="engine-supervisor")
 

@@ -17,27 +17,53 @@ class GatewayMetrics:
     def __init__(self, engine_stats: Callable[[], dict], engine_kind: str, vocoder: str | Callable[[], str] = "none"):
         r = self.registry = CollectorRegistry()
         self.sessions_active = Gauge("voxgate_sessions_active", "Sessions now open", registry=r)
-        self.sessions_total = Counter("voxgate_sessions_total", "Sessions started, by the leg that created them (a telephony call attached first by its agent counts as control)", ["leg"], registry=r)
-        self.ttfa = Histogram("voxgate_ttfa_seconds", "Time to first audio per turn (playout)", buckets=_LATENCY_BUCKETS, registry=r)
-        self.underruns = Counter("voxgate_underruns_total", "Playout underruns inside utterances", ["kind", "cause"], registry=r)
-        self.underrun_seconds = Counter("voxgate_underrun_seconds_total", "Silence inside utterances", ["kind"], registry=r)
+        self.sessions_total = Counter(
+            "voxgate_sessions_total",
+            "Sessions started, by the leg that created them (a telephony call attached first by its agent counts as control)",
+            ["leg"],
+            registry=r,
+        )
+        self.ttfa = Histogram(
+            "voxgate_ttfa_seconds", "Time to first audio per turn (playout)", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.underruns = Counter(
+            "voxgate_underruns_total", "Playout underruns inside utterances", ["kind", "cause"], registry=r
+        )
+        self.underrun_seconds = Counter(
+            "voxgate_underrun_seconds_total", "Silence inside utterances", ["kind"], registry=r
+        )
         self.turns = Counter("voxgate_turns_total", "Turns finished", ["interrupted"], registry=r)
         self.errors = Counter("voxgate_errors_total", "Error events sent", ["code"], registry=r)
         self.frames_sent = Counter("voxgate_frames_sent_total", "20 ms audio frames sent", ["leg"], registry=r)
-        self.frames_dropped = Counter("voxgate_frames_dropped_total", "Frames not sent: the client's socket was backed up", registry=r)
+        self.frames_dropped = Counter(
+            "voxgate_frames_dropped_total", "Frames not sent: the client's socket was backed up", registry=r
+        )
         self.connections_refused = Counter(
             "voxgate_connections_refused_total",
             "Connections refused at the door: max_connections_per_ip, connections_per_ip_per_s, origin, "
-            "audiosocket_allow, twilio_unsigned, token", ["reason"], registry=r)
+            "audiosocket_allow, twilio_unsigned, token",
+            ["reason"],
+            registry=r,
+        )
         self.chunks = Counter("voxgate_text_chunks_total", "Text chunks sent to the engine", registry=r)
         self.clock_lateness = Histogram(
-            "voxgate_clock_lateness_seconds", "How late each shared-clock tick ran against its schedule", buckets=_LATENESS_BUCKETS, registry=r
+            "voxgate_clock_lateness_seconds",
+            "How late each shared-clock tick ran against its schedule",
+            buckets=_LATENESS_BUCKETS,
+            registry=r,
         )
-        self.clock_skipped = Counter("voxgate_clock_skipped_ticks_total", "Ticks dropped after a long stall", registry=r)
+        self.clock_skipped = Counter(
+            "voxgate_clock_skipped_ticks_total", "Ticks dropped after a long stall", registry=r
+        )
         # The per-frame path's own CPU, apart from the engine, the text path and the doors: what a frame costs to play
-        self.clock_tick_cpu = Counter("voxgate_clock_tick_cpu_seconds_total",
-                                      "CPU time (this thread's) inside the shared clock's ticks: every clock-driven call's frame", registry=r)
-        self.clock_member_ticks = Counter("voxgate_clock_member_ticks_total", "Calls ticked by the shared clock (one per call per tick)", registry=r)
+        self.clock_tick_cpu = Counter(
+            "voxgate_clock_tick_cpu_seconds_total",
+            "CPU time (this thread's) inside the shared clock's ticks: every clock-driven call's frame",
+            registry=r,
+        )
+        self.clock_member_ticks = Counter(
+            "voxgate_clock_member_ticks_total", "Calls ticked by the shared clock (one per call per tick)", registry=r
+        )
         self.engine_queue = Gauge("voxgate_engine_queue_depth", "Requests waiting in the engine", registry=r)
         self.engine_active = Gauge("voxgate_engine_active_requests", "Requests the engine is serving", registry=r)
         # vocoder: the backend actually serving, read at scrape time (known only once the engine loaded)
@@ -49,18 +75,35 @@ class GatewayMetrics:
         self.engine_audio = Gauge("voxgate_engine_audio_seconds", "Audio seconds produced by the engine", registry=r)
         self.engine_audio.set_function(lambda: engine_stats().get("audio_seconds", 0.0))
         # the call plane (gateway/cluster/): legs spliced to the node that owns their call, and Redis failures
-        self.cluster_forwards = Counter("voxgate_cluster_forwards_total", "Legs forwarded one hop to the node that owns their call", ["door"], registry=r)
-        self.cluster_redis_errors = Counter("voxgate_cluster_redis_errors_total", "Redis requests that failed (the plane was unavailable)", registry=r)
+        self.cluster_forwards = Counter(
+            "voxgate_cluster_forwards_total",
+            "Legs forwarded one hop to the node that owns their call",
+            ["door"],
+            registry=r,
+        )
+        self.cluster_redis_errors = Counter(
+            "voxgate_cluster_redis_errors_total", "Redis requests that failed (the plane was unavailable)", registry=r
+        )
         # the caller's voice (gateway/core/caller_voice.py)
-        self.voice_barge_ins = Counter("voxgate_voice_barge_ins_total", "Turns interrupted by the caller's voice", registry=r)
+        self.voice_barge_ins = Counter(
+            "voxgate_voice_barge_ins_total", "Turns interrupted by the caller's voice", registry=r
+        )
         self.voice_false_interruptions = Counter(
-            "voxgate_voice_false_interruptions_total", "Playout paused at a speech onset and resumed: the speech was shorter than min_speech_ms", registry=r)
+            "voxgate_voice_false_interruptions_total",
+            "Playout paused at a speech onset and resumed: the speech was shorter than min_speech_ms",
+            registry=r,
+        )
         self.voice_speech_events = Counter("voxgate_voice_speech_total", "user.speech started events", registry=r)
         self.voice_inbound_dropped_samples = Counter(
-            "voxgate_voice_inbound_dropped_samples_total", "Caller audio samples dropped for arriving faster than real time", registry=r)
+            "voxgate_voice_inbound_dropped_samples_total",
+            "Caller audio samples dropped for arriving faster than real time",
+            registry=r,
+        )
 
         # POST /v1/audio/speech: requests being answered now (a chained gateway's interrupt shows here as a drop)
-        self.speech_in_flight = Gauge("voxgate_speech_requests_in_flight", "POST /v1/audio/speech requests being answered now", registry=r)
+        self.speech_in_flight = Gauge(
+            "voxgate_speech_requests_in_flight", "POST /v1/audio/speech requests being answered now", registry=r
+        )
 
     def watch_speech_endpoints(self, endpoint_stats: Callable[[], list[dict]]) -> None:
         """engine.kind openai-speech: per speech server, up, in flight, first-byte time and errors by code."""
@@ -100,9 +143,15 @@ class _SpeechEndpoints:
         from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
 
         up = GaugeMetricFamily("voxgate_speech_endpoint_up", "1 while the speech server serves", labels=["endpoint"])
-        in_flight = GaugeMetricFamily("voxgate_speech_endpoint_in_flight", "Requests streaming from the speech server now", labels=["endpoint"])
-        ttfb = SummaryMetricFamily("voxgate_speech_endpoint_ttfb_seconds", "Request sent to first audio byte", labels=["endpoint"])
-        errors = CounterMetricFamily("voxgate_speech_endpoint_errors", "Failed requests by code", labels=["endpoint", "code"])
+        in_flight = GaugeMetricFamily(
+            "voxgate_speech_endpoint_in_flight", "Requests streaming from the speech server now", labels=["endpoint"]
+        )
+        ttfb = SummaryMetricFamily(
+            "voxgate_speech_endpoint_ttfb_seconds", "Request sent to first audio byte", labels=["endpoint"]
+        )
+        errors = CounterMetricFamily(
+            "voxgate_speech_endpoint_errors", "Failed requests by code", labels=["endpoint", "code"]
+        )
         for e in self.endpoint_stats():
             up.add_metric([e["endpoint"]], 1.0 if e["up"] else 0.0)
             in_flight.add_metric([e["endpoint"]], float(e["in_flight"]))

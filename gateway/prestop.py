@@ -47,8 +47,9 @@ def alive(pid: int) -> bool:
         return True
 
 
-def drain_and_wait(pid: int, port: int, host: str = "127.0.0.1", timeout_s: float = 3660.0,
-                   poll_s: float = 1.0, log=print) -> str:
+def drain_and_wait(
+    pid: int, port: int, host: str = "127.0.0.1", timeout_s: float = 3660.0, poll_s: float = 1.0, log=print
+) -> str:
     """Why it returned: "no_calls", "exited" or "timeout"."""
     try:
         os.kill(pid, signal.SIGTERM)

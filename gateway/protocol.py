@@ -47,7 +47,9 @@ RATE_LIMITED = "rate_limited"  # per-IP caps: too many connections open, or open
 CLUSTER_UNAVAILABLE = "cluster_unavailable"  # cluster.redis_url set and Redis unreachable: new calls and joins refused (HTTP 503 / close 1013)
 FORBIDDEN_ORIGIN = "forbidden_origin"  # a browser page whose Origin is not in server.allowed_origins (HTTP 403)
 NOT_FOUND = "not_found"  # HTTP 404: no route or no file by that path
-METHOD_NOT_ALLOWED = "method_not_allowed"  # HTTP 405: the route exists, not for this method (Allow names those it takes)
+METHOD_NOT_ALLOWED = (
+    "method_not_allowed"  # HTTP 405: the route exists, not for this method (Allow names those it takes)
+)
 BAD_REQUEST = "bad_request"  # any other HTTP 4xx aiohttp itself refuses with (e.g. a plain GET on a WebSocket route)
 SIP_FORBIDDEN = "forbidden"  # SIP: an INVITE from an address outside sip.allow (403, in X-Voxgate-Reason)
 RTP_PORTS_EXHAUSTED = "rtp_ports_exhausted"  # SIP: no free RTP port pair in sip.rtp_ports (503)
@@ -174,7 +176,9 @@ def parse_message(raw: str | bytes, max_bytes: int) -> dict[str, Any]:
     # back in an event (turn ids, played_text). Valid pairs (`\ud83d\ude00`) decode to one character and pass.
     text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
     if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(msg):
-        raise ProtocolError(BAD_JSON, "message holds a lone surrogate escape (\\ud800-\\udfff alone is not Unicode text)")
+        raise ProtocolError(
+            BAD_JSON, "message holds a lone surrogate escape (\\ud800-\\udfff alone is not Unicode text)"
+        )
     if not isinstance(msg, dict):
         raise ProtocolError(BAD_MESSAGE, "message must be a JSON object")
     mtype = msg.get("type")
@@ -193,7 +197,9 @@ def parse_message(raw: str | bytes, max_bytes: int) -> dict[str, Any]:
             raise ProtocolError(BAD_MESSAGE, f"{mtype}: field {field.name!r} has the wrong type (bool)")
         if not isinstance(value, field.types):
             want = " or ".join(t.__name__ for t in field.types)
-            raise ProtocolError(BAD_MESSAGE, f"{mtype}: field {field.name!r} must be {want}, got {type(value).__name__}")
+            raise ProtocolError(
+                BAD_MESSAGE, f"{mtype}: field {field.name!r} must be {want}, got {type(value).__name__}"
+            )
     if mtype == "text":
         msg["turn_id"] = str(msg["turn_id"])
         if not msg["turn_id"]:

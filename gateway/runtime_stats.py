@@ -101,15 +101,29 @@ class RuntimeCollector:
         return []
 
     def collect(self):
-        yield GaugeMetricFamily("voxgate_process_resident_bytes", "Resident memory of the gateway process", value=resident_bytes())
-        yield GaugeMetricFamily("voxgate_process_open_fds", "Open file descriptors (sockets, logs, …)", value=open_fds())
-        yield GaugeMetricFamily("voxgate_asyncio_tasks", "asyncio tasks alive on the gateway's loop", value=asyncio_tasks())
+        yield GaugeMetricFamily(
+            "voxgate_process_resident_bytes", "Resident memory of the gateway process", value=resident_bytes()
+        )
+        yield GaugeMetricFamily(
+            "voxgate_process_open_fds", "Open file descriptors (sockets, logs, …)", value=open_fds()
+        )
+        yield GaugeMetricFamily(
+            "voxgate_asyncio_tasks", "asyncio tasks alive on the gateway's loop", value=asyncio_tasks()
+        )
         yield GaugeMetricFamily("voxgate_threads", "Threads of the gateway process", value=threading.active_count())
-        count = CounterMetricFamily("voxgate_gc_collections", "Garbage collections, by generation", labels=["generation"])
-        seconds = CounterMetricFamily("voxgate_gc_pause_seconds", "Time spent inside garbage collections, by generation", labels=["generation"])
+        count = CounterMetricFamily(
+            "voxgate_gc_collections", "Garbage collections, by generation", labels=["generation"]
+        )
+        seconds = CounterMetricFamily(
+            "voxgate_gc_pause_seconds", "Time spent inside garbage collections, by generation", labels=["generation"]
+        )
         for g in range(3):
             count.add_metric([str(g)], self.pauses.count[g])
             seconds.add_metric([str(g)], self.pauses.seconds[g])
         yield count
         yield seconds
-        yield GaugeMetricFamily("voxgate_gc_pause_longest_seconds", "The longest garbage-collection pause since start", value=self.pauses.longest)
+        yield GaugeMetricFamily(
+            "voxgate_gc_pause_longest_seconds",
+            "The longest garbage-collection pause since start",
+            value=self.pauses.longest,
+        )

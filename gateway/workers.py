@@ -81,18 +81,28 @@ def serve_workers(args, n: int) -> int:
         say(f"voxgate: --workers must be 1..256, not {n}")
         return 2
     if not config.cluster.enabled:
-        say(f"voxgate: --workers {n} needs cluster.redis_url in {config.source} (each worker is a node of the call plane; see docs/cluster.md)")
+        say(
+            f"voxgate: --workers {n} needs cluster.redis_url in {config.source} (each worker is a node of the call plane; see docs/cluster.md)"
+        )
         return 2
     if config.telephony.audiosocket_port == 0:
         say("voxgate: --workers needs a fixed telephony.audiosocket_port (0 would give every worker a port of its own)")
         return 2
-    if config.engine.kind == "qwen3" and n > 1 and not (config.engine.isolate or getattr(args, "isolate_engine", False)):
-        say(f"voxgate: --workers {n} with engine.kind qwen3 would load the model {n} times (once per worker): run one "
-            "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
+    if (
+        config.engine.kind == "qwen3"
+        and n > 1
+        and not (config.engine.isolate or getattr(args, "isolate_engine", False))
+    ):
+        say(
+            f"voxgate: --workers {n} with engine.kind qwen3 would load the model {n} times (once per worker): run one "
+            "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}"
+        )
         return 2
     if (config.engine.isolate or getattr(args, "isolate_engine", False)) and n > 1:
-        say(f"voxgate: --workers {n} with engine.isolate would start {n} engines (one per worker): run one "
-            "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}")
+        say(
+            f"voxgate: --workers {n} with engine.isolate would start {n} engines (one per worker): run one "
+            "`voxgate engine --listen ipc://…` and give the workers engine: {kind: remote, endpoints: [ipc://…]}"
+        )
         return 2
     host = config.server.host
     try:
@@ -102,7 +112,9 @@ def serve_workers(args, n: int) -> int:
         say(f"voxgate: cannot start: {host}:{config.server.port}: {exc.strerror}")
         return 1
     port = reserved.getsockname()[1]
-    child_args = {k: v for k, v in vars(args).items() if k != "handler" and isinstance(v, (str, int, float, bool, type(None)))}
+    child_args = {
+        k: v for k, v in vars(args).items() if k != "handler" and isinstance(v, (str, int, float, bool, type(None)))
+    }
     child_args.update(port=port, workers=None)
     sup = _Supervisor(child_args, n, stop_within=config.server.limits.drain_timeout_s + STOP_GRACE_S)
     say(f"voxgate: {n} workers sharing http://{host}:{port} (SO_REUSEPORT)")
@@ -155,6 +167,7 @@ class _Supervisor:
         def on_signal(signum, _frame):
             self.stopping = True
             self.signal_all(signum)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
         for i in range(self.n):
@@ -204,7 +217,12 @@ class _Supervisor:
         elif now >= self.stop_deadline:
             for i, p in self.procs.items():
                 if p.poll() is None:
-                    log.error("worker %d (pid %d) did not stop within %.0f s of SIGTERM; killing it", i, p.pid, self.stop_within)
+                    log.error(
+                        "worker %d (pid %d) did not stop within %.0f s of SIGTERM; killing it",
+                        i,
+                        p.pid,
+                        self.stop_within,
+                    )
                     p.kill()
             self.stop_deadline = float("inf")
 
@@ -233,7 +251,9 @@ def worker_main(argv: list[str] | None = None) -> int:
         gateway.extra_sockets.append(own)
 
     def ready(gateway) -> None:
-        say(f"voxgate worker {opts.index}: node {node_id}, own address http://{config.server.host}:{own_port} (pid {os.getpid()})")
+        say(
+            f"voxgate worker {opts.index}: node {node_id}, own address http://{config.server.host}:{own_port} (pid {os.getpid()})"
+        )
         if ready_fd >= 0:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)

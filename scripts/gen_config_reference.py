@@ -73,7 +73,9 @@ def field_comments(cls: type, tree: ast.Module, comments: dict[int, str]) -> dic
         while line in comments and comments[line][0] and comments[line][2] <= stmt.col_offset:
             above.insert(0, comments[line][1])
             line -= 1
-        trailing = comments.get(stmt.end_lineno)
+        # the comment at the statement's end, or inside it where a formatter wrapped a long line in parentheses
+        inside = (comments.get(row) for row in range(stmt.end_lineno, stmt.lineno - 1, -1))
+        trailing = next((c for c in inside if c and not c[0]), None)
         parts = above + ([trailing[1]] if trailing and not trailing[0] else [])
         line = stmt.end_lineno + 1
         while trailing and line in comments and comments[line][0] and comments[line][2] > stmt.col_offset:
@@ -144,7 +146,9 @@ def section(title: str, cls: type, tree, comments, out: list[str]) -> None:
         hint = hints.get(f.name, f.type)
         if dataclasses.is_dataclass(hint):
             nested.append((f"{title}.{f.name}", hint))
-            out.append(f"| `{f.name}` | section | see [`{title}.{f.name}`](#{(title + '.' + f.name).replace('.', '')}) | {cell(notes.get(f.name, ''))} |")
+            out.append(
+                f"| `{f.name}` | section | see [`{title}.{f.name}`](#{(title + '.' + f.name).replace('.', '')}) | {cell(notes.get(f.name, ''))} |"
+            )
             continue
         out.append(f"| `{f.name}` | `{cell(type_name(f.type))}` | {default_text(f)} | {cell(notes.get(f.name, ''))} |")
     for name, sub in nested:
@@ -164,13 +168,17 @@ def render() -> str:
         if dataclasses.is_dataclass(hint):
             section(f.name, hint, tree, comments, out)
         elif typing.get_origin(hint) is dict and dataclasses.is_dataclass(typing.get_args(hint)[1]):
-            out.append(f"\n## `{f.name}`\n\nA map from a name to its settings (`{f.name}: {{NAME: {{…}}}}`); "
-                       f"default: one entry, `default`, with every key at its default.\n")
+            out.append(
+                f"\n## `{f.name}`\n\nA map from a name to its settings (`{f.name}: {{NAME: {{…}}}}`); "
+                f"default: one entry, `default`, with every key at its default.\n"
+            )
             section(f"{f.name}.NAME", typing.get_args(hint)[1], tree, comments, out)
         else:
             note = top_notes.get(f.name, "").rstrip(".")
-            out.append(f"\n## `{f.name}`\n\n{note[:1].upper() + note[1:]}. Type `{type_name(f.type)}`, default "
-                       f"{default_text(f)}.\n")
+            out.append(
+                f"\n## `{f.name}`\n\n{note[:1].upper() + note[1:]}. Type `{type_name(f.type)}`, default "
+                f"{default_text(f)}.\n"
+            )
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -181,7 +189,10 @@ def main() -> int:
     text = render()
     if args.check:
         if not PAGE.exists() or PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} is stale: run .venv/bin/python scripts/gen_config_reference.py", file=sys.stderr)
+            print(
+                f"{PAGE.relative_to(ROOT)} is stale: run .venv/bin/python scripts/gen_config_reference.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     PAGE.write_text(text)

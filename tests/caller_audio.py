@@ -56,7 +56,9 @@ def speech_wav(rate: int = 16000, name: str = "booking", voice: str = "en-us") -
         pytest.skip("espeak-ng and sox are needed for caller speech (apt-get install espeak-ng sox)")
     raw = _DIR / f"{name}-{voice}.raw.wav"
     if not raw.exists():
-        subprocess.run(["espeak-ng", "-v", voice, "-s", "160", "-w", str(raw), SENTENCES[name]], check=True, capture_output=True)
+        subprocess.run(
+            ["espeak-ng", "-v", voice, "-s", "160", "-w", str(raw), SENTENCES[name]], check=True, capture_output=True
+        )
     out = _DIR / f"{name}-{voice}-{rate}.wav"
     subprocess.run(["sox", str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(out)], check=True, capture_output=True)
     return out
@@ -73,7 +75,7 @@ def speech_onset_ms(pcm: np.ndarray, rate: int, level: float = 0.02) -> float:
     block = rate // 100
     x = pcm.astype(np.float32) / 32768.0
     for i in range(0, len(x) - block, block):
-        if np.sqrt(np.mean(x[i:i + block] ** 2)) > level:
+        if np.sqrt(np.mean(x[i : i + block] ** 2)) > level:
             return i * 1000.0 / rate
     raise ValueError("no speech in this audio")
 
@@ -90,7 +92,7 @@ def noise(ms: float, rate: int, level: float = 0.05, seed: int = 1) -> np.ndarra
     f = np.fft.rfftfreq(n, 1.0 / rate)
     spectrum *= 1.0 / np.sqrt(np.maximum(f, 20.0))
     out = np.fft.irfft(spectrum, n).astype(np.float32)
-    out *= level / (np.sqrt(np.mean(out ** 2)) + 1e-9)
+    out *= level / (np.sqrt(np.mean(out**2)) + 1e-9)
     return np.clip(out * 32768.0, -32768, 32767).astype(np.int16)
 
 
@@ -108,17 +110,20 @@ def tones(ms: float, rate: int, level: float = 0.1, seed: int = 2) -> np.ndarray
         f = scale[rng.integers(len(scale))]
         seg = t[: min(note, n - start)]
         env = np.exp(-seg * 6.0)
-        out[start:start + len(seg)] += env * sum(np.sin(2 * np.pi * f * k * seg) / k for k in (1, 2, 3))
-    out *= level / (np.sqrt(np.mean(out ** 2)) + 1e-9)
+        out[start : start + len(seg)] += env * sum(np.sin(2 * np.pi * f * k * seg) / k for k in (1, 2, 3))
+    out *= level / (np.sqrt(np.mean(out**2)) + 1e-9)
     return np.clip(out * 32768.0, -32768, 32767).astype(np.int16)
 
 
-def caller_track(rate: int, lead_ms: float = 1000.0, name: str = "booking", tail_ms: float = 500.0,
-                 background: str | None = None) -> tuple[np.ndarray, float]:
+def caller_track(
+    rate: int, lead_ms: float = 1000.0, name: str = "booking", tail_ms: float = 500.0, background: str | None = None
+) -> tuple[np.ndarray, float]:
     """`lead_ms` of quiet, then speech, then `tail_ms` quiet; returns the PCM and the speech onset in ms."""
     sp = speech(rate, name)
     onset = lead_ms + speech_onset_ms(sp, rate)
     pcm = np.concatenate([silence(lead_ms, rate), sp, silence(tail_ms, rate)])
     if background == "noise":
-        pcm = np.clip(pcm.astype(np.int32) + noise(len(pcm) * 1000 / rate, rate, level=0.01), -32768, 32767).astype(np.int16)
+        pcm = np.clip(pcm.astype(np.int32) + noise(len(pcm) * 1000 / rate, rate, level=0.01), -32768, 32767).astype(
+            np.int16
+        )
     return pcm, onset

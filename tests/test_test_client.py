@@ -14,8 +14,14 @@ async def test_until_times_out_while_audio_frames_keep_arriving(start_gateway):
     gw = await start_gateway()
     c = await Client.connect(gw)
     await c.start()
-    await c.send({"type": "text", "turn_id": "t1", "text": "one long sentence with no stop in it " * 8 + "to the end.",
-                  "final": True})
+    await c.send(
+        {
+            "type": "text",
+            "turn_id": "t1",
+            "text": "one long sentence with no stop in it " * 8 + "to the end.",
+            "final": True,
+        }
+    )
     await c.until("mark", timeout=10)  # the short first chunk played; the next one takes seconds
     events, frames = len(c.events), len(c.frames)
     with pytest.raises(asyncio.TimeoutError):

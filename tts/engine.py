@@ -267,8 +267,9 @@ class Engine(ABC):
     async def add_voice(self, voice: VoiceClone) -> dict:
         """Register (or replace) a cloned voice; returns its description (name, kind, ...).
         Raises EngineError: `bad_audio`, `bad_voice`, `unsupported_voice`."""
-        raise EngineError("unsupported_voice", f"the {self.name} engine cannot clone voices "
-                                               "(it needs a Qwen3-TTS Base checkpoint)")
+        raise EngineError(
+            "unsupported_voice", f"the {self.name} engine cannot clone voices (it needs a Qwen3-TTS Base checkpoint)"
+        )
 
     def remove_voice(self, name: str) -> bool:
         """Forget a cloned voice; False when there was none by that name."""

@@ -33,8 +33,16 @@ MISSING_MESSAGE = (
 
 # eSpeak voice per ISO 639-1 language (the languages GET /v1/voices offers); `auto` picks ru or en by script.
 DEFAULT_VOICES = {
-    "en": "en-us", "ru": "ru", "de": "de", "fr": "fr", "es": "es", "it": "it",
-    "pt": "pt-br", "zh": "cmn", "ja": "ja", "ko": "ko",
+    "en": "en-us",
+    "ru": "ru",
+    "de": "de",
+    "fr": "fr",
+    "es": "es",
+    "it": "it",
+    "pt": "pt-br",
+    "zh": "cmn",
+    "ja": "ja",
+    "ko": "ko",
 }
 
 # eSpeak's own pauses between sentences / clauses of one text (measured: ~300 / ~150 ms at 175 wpm).
@@ -126,8 +134,14 @@ class _Library:
         lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
         lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
         lib.espeak_Synth.argtypes = [
-            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
-            ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_uint,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
         ]
         self.sample_rate = lib.espeak_Initialize(
             _AUDIO_OUTPUT_SYNCHRONOUS, _BUFFER_MS, espeakng_loader.get_data_path().encode(), 0
@@ -254,7 +268,9 @@ class EspeakEngine(Engine):
         language = request.language if request.language != "auto" else language_of(request.text)
         voice = self.language_voices.get(language)
         if voice is None:
-            raise EngineError("unsupported_language", f"the eSpeak demo voice speaks {sorted(self.language_voices)}, not {language!r}")
+            raise EngineError(
+                "unsupported_language", f"the eSpeak demo voice speaks {sorted(self.language_voices)}, not {language!r}"
+            )
         return voice
 
     # -- worker thread ---------------------------------------------------

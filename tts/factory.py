@@ -49,7 +49,10 @@ def resolve_engine_kind(kind: str, model_dir: str | None) -> str:
         return kind
     if model_dir:
         return "qwen3"
-    if importlib.util.find_spec("espeakng_loader") is not None and importlib.util.find_spec("tts.espeak_engine") is not None:
+    if (
+        importlib.util.find_spec("espeakng_loader") is not None
+        and importlib.util.find_spec("tts.espeak_engine") is not None
+    ):
         return "espeak"
     return "simulated"
 
@@ -61,7 +64,9 @@ def resolve_device(device: str) -> str:
 
     if torch.cuda.is_available():
         return "cuda"
-    log.warning("engine.device auto: no CUDA device, running Qwen3-TTS on the CPU (far slower than real time at real sizes)")
+    log.warning(
+        "engine.device auto: no CUDA device, running Qwen3-TTS on the CPU (far slower than real time at real sizes)"
+    )
     return "cpu"
 
 
@@ -82,31 +87,46 @@ def build_engine(choice: EngineChoice) -> Engine:
             raise ValueError("engine.model_dir (or VOXGATE_MODEL_DIR) is required for engine.kind: qwen3")
         from tts.qwen3.engine import EngineSettings, Qwen3Engine
 
-        return Qwen3Engine(EngineSettings(
-            model_dir=choice.model_dir,
-            device=resolve_device(choice.device),
-            dtype=choice.dtype,
-            max_batch=choice.max_batch,
-            max_queued=choice.max_queued,
-            vocoder=choice.vocoder,
-            vocoder_cache=choice.vocoder_cache,
-            voice_cache_dir=choice.voice_cache_dir,
-        ))
+        return Qwen3Engine(
+            EngineSettings(
+                model_dir=choice.model_dir,
+                device=resolve_device(choice.device),
+                dtype=choice.dtype,
+                max_batch=choice.max_batch,
+                max_queued=choice.max_queued,
+                vocoder=choice.vocoder,
+                vocoder_cache=choice.vocoder_cache,
+                voice_cache_dir=choice.voice_cache_dir,
+            )
+        )
     if kind == "remote":
         try:
             from tts.service.remote import RemoteEngine
             from tts.service.transport import secret_from_env
         except ImportError as exc:
-            raise ValueError(f"engine.kind remote needs the service extra (pip install 'voxgate[service]'): {exc}") from None
+            raise ValueError(
+                f"engine.kind remote needs the service extra (pip install 'voxgate[service]'): {exc}"
+            ) from None
         if not choice.endpoints and not choice.discover:
             raise ValueError("engine.endpoints must list at least one engine for engine.kind: remote")
-        return RemoteEngine(choice.endpoints, secret=secret_from_env(choice.endpoints),
-                            connect_timeout_s=choice.connect_timeout_s, discovered=choice.discover)
+        return RemoteEngine(
+            choice.endpoints,
+            secret=secret_from_env(choice.endpoints),
+            connect_timeout_s=choice.connect_timeout_s,
+            discovered=choice.discover,
+        )
     if kind == "openai-speech":
         from tts.openai_speech import OpenAISpeechEngine, SpeechServerSettings
 
-        return OpenAISpeechEngine(SpeechServerSettings(
-            endpoints=list(choice.endpoints), model=choice.model, api_key_env=choice.api_key_env,
-            sample_rate=choice.sample_rate, task_type=choice.task_type, voices_required=list(choice.voices_required),
-            connect_timeout_s=choice.connect_timeout_s))
+        return OpenAISpeechEngine(
+            SpeechServerSettings(
+                endpoints=list(choice.endpoints),
+                model=choice.model,
+                api_key_env=choice.api_key_env,
+                sample_rate=choice.sample_rate,
+                task_type=choice.task_type,
+                voices_required=list(choice.voices_required),
+                connect_timeout_s=choice.connect_timeout_s,
+            )
+        )
     raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")

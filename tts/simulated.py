@@ -20,8 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tts.engine import (CODEC_FRAME_SAMPLES, SAMPLE_RATE, Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream,
-                        TurnStream)
+from tts.engine import (
+    CODEC_FRAME_SAMPLES,
+    SAMPLE_RATE,
+    Engine,
+    EngineError,
+    PcmChunk,
+    SynthesisRequest,
+    SynthesisStream,
+    TurnStream,
+)
 
 STEP_S = 0.01  # device model resolution
 STALL_S = 5.0  # requests waiting and no step for this long: the device counts as hung (health)
@@ -124,7 +132,9 @@ class SimulatedEngine(Engine):
 
     @classmethod
     def from_config(cls, sim) -> "SimulatedEngine":
-        return cls(SimulatedSettings(**{k: getattr(sim, k) for k in SimulatedSettings.__dataclass_fields__ if hasattr(sim, k)}))
+        return cls(
+            SimulatedSettings(**{k: getattr(sim, k) for k in SimulatedSettings.__dataclass_fields__ if hasattr(sim, k)})
+        )
 
     async def start(self) -> None:
         if self._task is None:
@@ -249,8 +259,12 @@ class SimulatedEngine(Engine):
 
     def stats(self) -> dict:
         active = sum(1 for j in self._jobs if j.admitted_at is not None)
-        return {"queued": len(self._jobs) - active, "active": active, "audio_seconds": self.audio_seconds,
-                "step_failures": self.step_failures}
+        return {
+            "queued": len(self._jobs) - active,
+            "active": active,
+            "audio_seconds": self.audio_seconds,
+            "step_failures": self.step_failures,
+        }
 
     def _cancel(self, stream: SynthesisStream) -> None:
         job = self._by_stream.pop(id(stream), None)

@@ -68,18 +68,19 @@ class TurnWords:
     def _release(self, end: int) -> str:
         if end <= self._raw_done:
             return ""
-        raw = self.raw[self._raw_done:end]
+        raw = self.raw[self._raw_done : end]
         core = raw.strip()
-        lead = raw[:len(raw) - len(raw.lstrip())]
-        trail = raw[len(raw.rstrip()):]
+        lead = raw[: len(raw) - len(raw.lstrip())]
+        trail = raw[len(raw.rstrip()) :]
         said = self._normalize(core) if (self._normalize and core) else core
         if self._raw_done == 0 or not self.spoken:
             lead = ""  # the turn starts at its first word (as a whole-text prompt would be stripped)
         norm = unicodedata.normalize("NFC", lead + said + trail)
         start = len(self.spoken)
         self.spoken += norm
-        self._segments.append(_Segment(self._raw_done, end, start, len(self.spoken),
-                                       verbatim=norm == self.raw[self._raw_done:end]))
+        self._segments.append(
+            _Segment(self._raw_done, end, start, len(self.spoken), verbatim=norm == self.raw[self._raw_done : end])
+        )
         self._raw_done = end
         return norm
 
@@ -109,4 +110,4 @@ class TurnWords:
 
     def raw_text(self, spoken_end: int) -> str:
         """The raw text the normalised text [0, spoken_end) speaks."""
-        return self.raw[:self.raw_offset(spoken_end)].strip()
+        return self.raw[: self.raw_offset(spoken_end)].strip()

@@ -52,14 +52,35 @@ def _judge_codes(codes: list[str]) -> tuple[bool, str]:
 
 # ---------------------------------------------------------------- JSON-ish values
 json_scalars = (
-    st.none() | st.booleans() | st.integers() | st.integers(min_value=-(10**30), max_value=10**30)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=40)
-    | st.sampled_from(["", "auto", "en", "pcm16", "mulaw", "alaw", "default", "t1", "\u0000", "\u202e", "😀", "Привет."])
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=40)
+    | st.sampled_from(
+        ["", "auto", "en", "pcm16", "mulaw", "alaw", "default", "t1", "\u0000", "\u202e", "😀", "Привет."]
+    )
 )
-json_values = st.recursive(json_scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12)
+json_values = st.recursive(
+    json_scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12
+)
 
 MESSAGE_TYPES = ["session.start", "text", "user.text", "interrupt", "session.end", "call.attach"]
-FIELDS = ["type", "voice", "language", "instruct", "output", "turn_id", "text", "final", "drain", "call_id", "input", "barge_in"]
+FIELDS = [
+    "type",
+    "voice",
+    "language",
+    "instruct",
+    "output",
+    "turn_id",
+    "text",
+    "final",
+    "drain",
+    "call_id",
+    "input",
+    "barge_in",
+]
 
 
 @st.composite
@@ -68,13 +89,27 @@ def schema_messages(draw) -> str:
     msg = {"type": draw(st.sampled_from(MESSAGE_TYPES) | st.text(max_size=12))}
     for name in draw(st.lists(st.sampled_from(FIELDS), max_size=5, unique=True)):
         if name in ("output", "input"):
-            msg[name] = draw(st.fixed_dictionaries({}, optional={
-                "encoding": st.sampled_from(["pcm16", "mulaw", "alaw", "opus", ""]) | json_scalars,
-                "sample_rate": st.sampled_from([8000, 16000, 24000, 48000, 8000.0, 44100, 0, -8000, 10**20]) | json_scalars,
-            }))
+            msg[name] = draw(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "encoding": st.sampled_from(["pcm16", "mulaw", "alaw", "opus", ""]) | json_scalars,
+                        "sample_rate": st.sampled_from([8000, 16000, 24000, 48000, 8000.0, 44100, 0, -8000, 10**20])
+                        | json_scalars,
+                    },
+                )
+            )
         elif name == "barge_in":
-            msg[name] = draw(st.fixed_dictionaries({}, optional={"mode": st.sampled_from(["off", "vad", "x"]) | json_scalars,
-                                                                 "min_speech_ms": json_scalars}) | json_values)
+            msg[name] = draw(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "mode": st.sampled_from(["off", "vad", "x"]) | json_scalars,
+                        "min_speech_ms": json_scalars,
+                    },
+                )
+                | json_values
+            )
         elif name == "type":
             continue
         else:
@@ -92,7 +127,9 @@ def mutated(draw, base: str) -> str:
     for _ in range(draw(st.integers(1, 6))):
         op = draw(st.sampled_from(["ins", "del", "rep", "dup"]))
         i = draw(st.integers(0, max(0, len(s) - 1)))
-        ch = draw(st.sampled_from(list('{}[]":,\\0123456789eE.-+ntfu') + ["\\ud800", "\\u0000", "\\udfff", "\x00", "é"]))
+        ch = draw(
+            st.sampled_from(list('{}[]":,\\0123456789eE.-+ntfu') + ["\\ud800", "\\u0000", "\\udfff", "\x00", "é"])
+        )
         if op == "ins":
             s.insert(i, ch)
         elif op == "del" and s:
@@ -117,25 +154,46 @@ special_texts = st.one_of(
     # deep nesting, well under the size limit
     st.builds(_nested, st.integers(50, 30_000), st.sampled_from(["list", "dict", "field"])),
     # lone surrogates and other escapes that are not valid Unicode, in fields the server echoes
-    st.builds(lambda tid, txt: '{"type":"text","turn_id":"%s","text":"%s","final":true}' % (tid, txt),
-              st.sampled_from(["\\ud800", "t\\udfff", "\\ud83d", "\\ud83d\\ude00", "ok", "\\u0000"]),
-              st.sampled_from(["Hi \\ud800 there.", "\\udc00", "fine", "\\ud83d\\ude00 smile.", "a\\u0000b."])),
-    st.builds(lambda v: '{"type":"session.start","voice":"%s","language":"%s","instruct":"%s"}' % v,
-              st.tuples(st.sampled_from(["\\ud800", "default"]), st.sampled_from(["\\udfff", "auto"]), st.sampled_from(["\\ud800", "calm"]))),
+    st.builds(
+        lambda tid, txt: '{"type":"text","turn_id":"%s","text":"%s","final":true}' % (tid, txt),
+        st.sampled_from(["\\ud800", "t\\udfff", "\\ud83d", "\\ud83d\\ude00", "ok", "\\u0000"]),
+        st.sampled_from(["Hi \\ud800 there.", "\\udc00", "fine", "\\ud83d\\ude00 smile.", "a\\u0000b."]),
+    ),
+    st.builds(
+        lambda v: '{"type":"session.start","voice":"%s","language":"%s","instruct":"%s"}' % v,
+        st.tuples(
+            st.sampled_from(["\\ud800", "default"]),
+            st.sampled_from(["\\udfff", "auto"]),
+            st.sampled_from(["\\ud800", "calm"]),
+        ),
+    ),
     # huge numbers, NaN, infinities
-    st.builds(lambda n: '{"type":"text","turn_id":%s,"text":"n","final":true}' % n,
-              st.sampled_from(["1e999", "-1e999", "NaN", "Infinity", "-0", "1" * 5000, "1" * 4300, "0.1e-400", "12345678901234567890"])),
-    st.builds(lambda n: '{"type":"session.start","output":{"encoding":"pcm16","sample_rate":%s}}' % n,
-              st.sampled_from(["8000.0", "8000.5", "1e999", "NaN", "true", "-8000", "1" * 400, "16000.0", "48000"])),
+    st.builds(
+        lambda n: '{"type":"text","turn_id":%s,"text":"n","final":true}' % n,
+        st.sampled_from(
+            ["1e999", "-1e999", "NaN", "Infinity", "-0", "1" * 5000, "1" * 4300, "0.1e-400", "12345678901234567890"]
+        ),
+    ),
+    st.builds(
+        lambda n: '{"type":"session.start","output":{"encoding":"pcm16","sample_rate":%s}}' % n,
+        st.sampled_from(["8000.0", "8000.5", "1e999", "NaN", "true", "-8000", "1" * 400, "16000.0", "48000"]),
+    ),
     # big messages: just under, at and over the limit
-    st.builds(lambda n: '{"type":"text","turn_id":"big","text":"%s","final":false}' % ("a" * n),
-              st.sampled_from([MAX_MESSAGE_BYTES - 80, MAX_MESSAGE_BYTES + 10, 3 * MAX_MESSAGE_BYTES, 5 * MAX_MESSAGE_BYTES])),
+    st.builds(
+        lambda n: '{"type":"text","turn_id":"big","text":"%s","final":false}' % ("a" * n),
+        st.sampled_from([MAX_MESSAGE_BYTES - 80, MAX_MESSAGE_BYTES + 10, 3 * MAX_MESSAGE_BYTES, 5 * MAX_MESSAGE_BYTES]),
+    ),
     st.builds(lambda n: '{"type":"user.text","text":"%s"}' % ("é" * n), st.sampled_from([10, 30_000, 40_000])),
 )
 
-ws_texts = st.one_of(schema_messages(), json_values.map(lambda v: json.dumps(v, allow_nan=True)), mutated(VALID_TEXT),
-                     mutated('{"type":"session.start","voice":"default","output":{"encoding":"mulaw","sample_rate":8000}}'),
-                     special_texts, st.text(max_size=200))
+ws_texts = st.one_of(
+    schema_messages(),
+    json_values.map(lambda v: json.dumps(v, allow_nan=True)),
+    mutated(VALID_TEXT),
+    mutated('{"type":"session.start","voice":"default","output":{"encoding":"mulaw","sample_rate":8000}}'),
+    special_texts,
+    st.text(max_size=200),
+)
 
 
 @st.composite
@@ -147,13 +205,17 @@ def ws_frames(draw) -> tuple[str, object]:
     if kind == "binary":
         return kind, draw(st.binary(max_size=400))
     good = draw(st.sampled_from(['{"type":"text","turn_id":"u","text":"', '{"type":"', ""]))
-    return kind, good.encode() + draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf"])) + b'"}'
+    return kind, good.encode() + draw(
+        st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf"])
+    ) + b'"}'
 
 
-ws_cases = st.fixed_dictionaries({
-    "start_first": st.booleans(),
-    "messages": st.lists(ws_frames(), min_size=1, max_size=3),
-})
+ws_cases = st.fixed_dictionaries(
+    {
+        "start_first": st.booleans(),
+        "messages": st.lists(ws_frames(), min_size=1, max_size=3),
+    }
+)
 
 
 # ---------------------------------------------------------------- WebSocket runners
@@ -226,13 +288,19 @@ def run_ws(base: str, case: dict, path: str = "/v1/ws", prelude=None) -> Outcome
         return Outcome("connect_failed", False, f"{type(exc).__name__}: {exc}")
 
 
-control_cases = st.fixed_dictionaries({
-    "before_attach": st.lists(ws_frames(), max_size=2),
-    "attach": st.one_of(st.just({"type": "call.attach", "call_id": "CALL"}),
-                        st.fixed_dictionaries({"type": st.just("call.attach"), "call_id": json_values},
-                                              optional={"voice": json_values, "language": json_values})),
-    "messages": st.lists(ws_frames(), min_size=0, max_size=3),
-})
+control_cases = st.fixed_dictionaries(
+    {
+        "before_attach": st.lists(ws_frames(), max_size=2),
+        "attach": st.one_of(
+            st.just({"type": "call.attach", "call_id": "CALL"}),
+            st.fixed_dictionaries(
+                {"type": st.just("call.attach"), "call_id": json_values},
+                optional={"voice": json_values, "language": json_values},
+            ),
+        ),
+        "messages": st.lists(ws_frames(), min_size=0, max_size=3),
+    }
+)
 
 
 def run_control(base: str, case: dict) -> Outcome:
@@ -244,15 +312,28 @@ def run_control(base: str, case: dict) -> Outcome:
             attach["call_id"] = f"fuzz-{uuid.uuid4().hex}"
         ws.send(json.dumps(attach, allow_nan=True))
 
-    return run_ws(base, {"messages": case["messages"], "before": case["before_attach"], "start_first": False}, "/v1/control", prelude)
+    return run_ws(
+        base,
+        {"messages": case["messages"], "before": case["before_attach"], "start_first": False},
+        "/v1/control",
+        prelude,
+    )
 
 
 # ---------------------------------------------------------------- Twilio
 def _twilio_start(call_id: str) -> dict:
-    return {"event": "start", "sequenceNumber": "1", "streamSid": "MZ" + call_id[:30],
-            "start": {"streamSid": "MZ" + call_id[:30], "callSid": "CA" + call_id[:30], "tracks": ["inbound"],
-                      "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
-                      "customParameters": {"call_id": call_id}}}
+    return {
+        "event": "start",
+        "sequenceNumber": "1",
+        "streamSid": "MZ" + call_id[:30],
+        "start": {
+            "streamSid": "MZ" + call_id[:30],
+            "callSid": "CA" + call_id[:30],
+            "tracks": ["inbound"],
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+            "customParameters": {"call_id": call_id},
+        },
+    }
 
 
 TWILIO_EVENTS = ["connected", "start", "media", "dtmf", "mark", "stop", "clear", "bogus"]
@@ -265,29 +346,41 @@ def twilio_messages(draw) -> tuple[str, object]:
         event = draw(st.sampled_from(TWILIO_EVENTS))
         msg: dict = {"event": event}
         if draw(st.booleans()):
-            msg["media"] = draw(st.fixed_dictionaries({}, optional={
-                "payload": st.sampled_from(["", "/w==", "not base64!", "A" * 20000, "//8A" * 40]) | json_values,
-                "track": st.sampled_from(["inbound", "outbound", "both"]) | json_values,
-                "timestamp": st.sampled_from(["0", "20", "nan", "inf", "-5", "1e30", "abc"]) | json_values,
-                "chunk": json_values}))
+            msg["media"] = draw(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "payload": st.sampled_from(["", "/w==", "not base64!", "A" * 20000, "//8A" * 40]) | json_values,
+                        "track": st.sampled_from(["inbound", "outbound", "both"]) | json_values,
+                        "timestamp": st.sampled_from(["0", "20", "nan", "inf", "-5", "1e30", "abc"]) | json_values,
+                        "chunk": json_values,
+                    },
+                )
+            )
         if draw(st.booleans()):
-            msg["dtmf"] = draw(st.fixed_dictionaries({}, optional={"digit": st.sampled_from(["1", "#", "x", "12", ""]) | json_values}))
+            msg["dtmf"] = draw(
+                st.fixed_dictionaries({}, optional={"digit": st.sampled_from(["1", "#", "x", "12", ""]) | json_values})
+            )
         if draw(st.booleans()):
             msg["mark"] = draw(st.fixed_dictionaries({}, optional={"name": json_values}))
         if draw(st.booleans()):
             msg["start"] = draw(json_values)
         return "text", json.dumps(msg, allow_nan=True)
     if choice <= 6:
-        return "text", draw(mutated('{"event":"media","media":{"track":"inbound","chunk":"1","timestamp":"20","payload":"//8A//8A"}}'))
+        return "text", draw(
+            mutated('{"event":"media","media":{"track":"inbound","chunk":"1","timestamp":"20","payload":"//8A//8A"}}')
+        )
     return draw(ws_frames())
 
 
-twilio_cases = st.fixed_dictionaries({
-    "start": st.sampled_from(["valid"] * 3 + ["mutated", "random"]),
-    "start_mutation": mutated(json.dumps(_twilio_start("X" * 32))),
-    "start_random": twilio_messages(),
-    "messages": st.lists(twilio_messages(), max_size=4),
-})
+twilio_cases = st.fixed_dictionaries(
+    {
+        "start": st.sampled_from(["valid"] * 3 + ["mutated", "random"]),
+        "start_mutation": mutated(json.dumps(_twilio_start("X" * 32))),
+        "start_random": twilio_messages(),
+        "messages": st.lists(twilio_messages(), max_size=4),
+    }
+)
 
 
 def run_twilio(base: str, case: dict) -> Outcome:
@@ -320,7 +413,11 @@ def run_twilio(base: str, case: dict) -> Outcome:
                         tw.recv(timeout=5)  # nothing is sent to a stream without audio: this waits for the close
                         return Outcome("no_close", False, "the stream did not close after stop")
                 except ConnectionClosed as exc:
-                    closed = _closed(exc, codes, _violates_framing(case["messages"] + [case["start_random"]] * (case["start"] == "random")))
+                    closed = _closed(
+                        exc,
+                        codes,
+                        _violates_framing(case["messages"] + [case["start_random"]] * (case["start"] == "random")),
+                    )
                     if not closed.ok:
                         return closed
                     _drain(control, codes, probe, 0.3)
@@ -367,19 +464,34 @@ def as_frame(kind: int, payload: bytes, declared: int | None = None) -> bytes:
 
 @st.composite
 def as_messages(draw) -> bytes:
-    kind = draw(st.sampled_from([0x10, 0x10, 0x10, 0x03, 0xFF, 0x01, 0x11, 0x16, 0x02, 0x04, 0x7F, 0xFE]) | st.integers(0, 255))
-    payload = draw(st.sampled_from([b"", b"\x00" * 320, b"\x01" * 321, b"5", b"x", b"12", b"\x01", b"\x00" * 16]) | st.binary(max_size=64))
+    kind = draw(
+        st.sampled_from([0x10, 0x10, 0x10, 0x03, 0xFF, 0x01, 0x11, 0x16, 0x02, 0x04, 0x7F, 0xFE]) | st.integers(0, 255)
+    )
+    payload = draw(
+        st.sampled_from([b"", b"\x00" * 320, b"\x01" * 321, b"5", b"x", b"12", b"\x01", b"\x00" * 16])
+        | st.binary(max_size=64)
+    )
     lie = draw(st.sampled_from([None] * 14 + ["short", "long"]))
-    declared = None if lie is None else (max(0, len(payload) - draw(st.integers(1, 8))) if lie == "short" else len(payload) + draw(st.integers(1, 600)))
+    declared = (
+        None
+        if lie is None
+        else (
+            max(0, len(payload) - draw(st.integers(1, 8)))
+            if lie == "short"
+            else len(payload) + draw(st.integers(1, 600))
+        )
+    )
     return as_frame(kind, payload, declared)
 
 
-audiosocket_cases = st.fixed_dictionaries({
-    "handshake": st.sampled_from(["uuid"] * 6 + ["wrong_type", "short_uuid", "garbage", "nothing"]),
-    "messages": st.lists(as_messages(), max_size=5),
-    "junk": st.binary(max_size=40),
-    "end": st.sampled_from(["probe"] * 4 + ["truncate", "hangup"]),
-})
+audiosocket_cases = st.fixed_dictionaries(
+    {
+        "handshake": st.sampled_from(["uuid"] * 6 + ["wrong_type", "short_uuid", "garbage", "nothing"]),
+        "messages": st.lists(as_messages(), max_size=5),
+        "junk": st.binary(max_size=40),
+        "end": st.sampled_from(["probe"] * 4 + ["truncate", "hangup"]),
+    }
+)
 
 
 def _as_recv_all(sock: socket.socket, timeout: float) -> bytes:
@@ -469,7 +581,11 @@ def run_audiosocket(base: str, port: int, case: dict) -> Outcome:
                     answer = answer and answer + "_after_eof"
                 ok, why = _judge_codes(codes)
                 if not answer:
-                    return Outcome("no_answer", False, f"neither the probe nor the call's end reached the control socket; codes {codes}")
+                    return Outcome(
+                        "no_answer",
+                        False,
+                        f"neither the probe nor the call's end reached the control socket; codes {codes}",
+                    )
                 return Outcome(answer + (":" + ",".join(sorted(set(codes))) if codes else ""), ok, why)
             finally:
                 sock.close()
@@ -480,38 +596,142 @@ def run_audiosocket(base: str, port: int, case: dict) -> Outcome:
 
 
 # ---------------------------------------------------------------- HTTP
-ROUTES = ["/healthz", "/readyz", "/metrics", "/v1/voices", "/v1/ws", "/v1/control", "/v1/twilio", "/v1/webrtc/offer",
-          "/v1/webrtc/config", "/", "/static/demo.js", "/static/../../etc/passwd", "/v1/tokens", "/v1/audio/speech",
-          "/v1/models", "/v1/asterisk", "/v1/telnyx", "/v1/vonage", "/v1/jambonz", "/nope"]
-METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "CONNECT", "PRI", "get", "G\x00T", "BREW"]
+ROUTES = [
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/v1/voices",
+    "/v1/ws",
+    "/v1/control",
+    "/v1/twilio",
+    "/v1/webrtc/offer",
+    "/v1/webrtc/config",
+    "/",
+    "/static/demo.js",
+    "/static/../../etc/passwd",
+    "/v1/tokens",
+    "/v1/audio/speech",
+    "/v1/models",
+    "/v1/asterisk",
+    "/v1/telnyx",
+    "/v1/vonage",
+    "/v1/jambonz",
+    "/nope",
+]
+METHODS = [
+    "GET",
+    "POST",
+    "PUT",
+    "DELETE",
+    "PATCH",
+    "HEAD",
+    "OPTIONS",
+    "TRACE",
+    "CONNECT",
+    "PRI",
+    "get",
+    "G\x00T",
+    "BREW",
+]
 
 
 @st.composite
 def http_requests(draw) -> bytes:
-    method = draw(st.sampled_from(METHODS) | st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=10))
+    method = draw(
+        st.sampled_from(METHODS)
+        | st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=10)
+    )
     path = draw(st.sampled_from(ROUTES))
-    suffix = draw(st.sampled_from([""] * 8 + ["?token=x", "?a=%ff%fe", "/" + "a" * 20_000, "?" + "q" * 9000, "%00", "/%2e%2e/", "\u00e9"])
-                  | st.text(max_size=30).map(urllib.parse.quote))
+    suffix = draw(
+        st.sampled_from(
+            [""] * 8 + ["?token=x", "?a=%ff%fe", "/" + "a" * 20_000, "?" + "q" * 9000, "%00", "/%2e%2e/", "\u00e9"]
+        )
+        | st.text(max_size=30).map(urllib.parse.quote)
+    )
     version = draw(st.sampled_from(["HTTP/1.1"] * 12 + ["HTTP/1.0", "HTTP/2.0", "HTTP/9", "FOO", ""]))
     headers = {"Host": "127.0.0.1"}
     if draw(st.booleans()):  # well-formed headers half the time, so more requests get past the parser to the handlers
-        pairs = draw(st.lists(st.sampled_from([("Content-Type", "application/json"), ("Authorization", "Bearer nope"),
-                                                ("Origin", "https://evil.example"), ("Connection", "close"),
-                                                ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13")]), max_size=3))
-        method = method if draw(st.booleans()) else draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS"]))
+        pairs = draw(
+            st.lists(
+                st.sampled_from(
+                    [
+                        ("Content-Type", "application/json"),
+                        ("Authorization", "Bearer nope"),
+                        ("Origin", "https://evil.example"),
+                        ("Connection", "close"),
+                        ("Upgrade", "websocket"),
+                        ("Sec-WebSocket-Version", "13"),
+                    ]
+                ),
+                max_size=3,
+            )
+        )
+        method = (
+            method
+            if draw(st.booleans())
+            else draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS"]))
+        )
         version = "HTTP/1.1"
     else:
-        pairs = draw(st.lists(st.tuples(
-            st.sampled_from(["Content-Type", "Content-Length", "Transfer-Encoding", "Authorization", "Origin", "Upgrade",
-                             "Connection", "Sec-WebSocket-Key", "Sec-WebSocket-Version", "X-Twilio-Signature", "X-Big", "Bad Name"]),
-            st.sampled_from(["application/json", "-1", "99999999999999999999", "0", "chunked", "Bearer x", "websocket",
-                             "Upgrade", "13", "dGhlIHNhbXBsZSBub25jZQ==", "x" * 10_000, "\x01\x7f", "https://evil.example"])), max_size=4))
+        pairs = draw(
+            st.lists(
+                st.tuples(
+                    st.sampled_from(
+                        [
+                            "Content-Type",
+                            "Content-Length",
+                            "Transfer-Encoding",
+                            "Authorization",
+                            "Origin",
+                            "Upgrade",
+                            "Connection",
+                            "Sec-WebSocket-Key",
+                            "Sec-WebSocket-Version",
+                            "X-Twilio-Signature",
+                            "X-Big",
+                            "Bad Name",
+                        ]
+                    ),
+                    st.sampled_from(
+                        [
+                            "application/json",
+                            "-1",
+                            "99999999999999999999",
+                            "0",
+                            "chunked",
+                            "Bearer x",
+                            "websocket",
+                            "Upgrade",
+                            "13",
+                            "dGhlIHNhbXBsZSBub25jZQ==",
+                            "x" * 10_000,
+                            "\x01\x7f",
+                            "https://evil.example",
+                        ]
+                    ),
+                ),
+                max_size=4,
+            )
+        )
     for name, value in pairs:
         headers[name] = value
-    body = draw(st.sampled_from([b"", b"{}", b'{"sdp":"v=0","type":"offer"}', b'{"model":"tts-1","input":"Hi.","voice":"default"}',
-                                 b'{"model":"tts-1","input":"' + b"a" * 30000 + b'","response_format":"pcm"}',
-                                 b'{"input":"\\ud800","voice":{"x":1},"speed":1e999}', b"[" * 20_000, b"\xff\xfe", b"{" * 5 + b"x"])
-                | st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v, allow_nan=True).encode()))
+    body = draw(
+        st.sampled_from(
+            [
+                b"",
+                b"{}",
+                b'{"sdp":"v=0","type":"offer"}',
+                b'{"model":"tts-1","input":"Hi.","voice":"default"}',
+                b'{"model":"tts-1","input":"' + b"a" * 30000 + b'","response_format":"pcm"}',
+                b'{"input":"\\ud800","voice":{"x":1},"speed":1e999}',
+                b"[" * 20_000,
+                b"\xff\xfe",
+                b"{" * 5 + b"x",
+            ]
+        )
+        | st.binary(max_size=200)
+        | json_values.map(lambda v: json.dumps(v, allow_nan=True).encode())
+    )
     if "Content-Length" not in headers and "Transfer-Encoding" not in headers and body:
         headers["Content-Length"] = str(len(body))
     head = f"{method} {path}{suffix} {version}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
@@ -555,7 +775,6 @@ def run_http(port: int, request: bytes) -> Outcome:
         sock.close()
 
 
-
 # ---------------------------------------------------------------- the demo page and /static/ (and every route's path)
 # Names that have broken static file servers: past NAME_MAX (255) and PATH_MAX, encoded slashes and
 # backslashes, dot segments (raw and encoded), NUL bytes, the real files with something after them.
@@ -563,15 +782,69 @@ STATIC_DIR = Path(__file__).resolve().parents[2] / "gateway" / "static"
 STATIC_BODIES = frozenset(p.read_bytes() for p in STATIC_DIR.iterdir() if p.is_file())
 MAX_REQUEST_LINE = 8190  # aiohttp's default: longer request lines are refused by its parser (400) before any route
 URL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/%?")
-STATIC_PREFIXES = ["/static/"] * 10 + ["/", "/static", "//static/", "/static//", "/static/./", "/STATIC/", "/v1/webrtc/config/",
-                                         # the same tails on the other routes: each must answer a coded 4xx too
-                                         "/v1/voices/", "/v1/twilio/", "/v1/control/", "/v1/asterisk/", "/v1/ws/", "/v1/tokens/",
-                                         "/v1/audio/speech/", "/healthz/", "/v1/"]
-STATIC_NAMES = ["demo.js", "demo.css", "index.html", "DEMO.JS", "demo.js/", "demo.js/x", "demo.js.", "demo.js~", ".", "..", "...",
-                "../../../../etc/passwd", "a/../demo.js", "./demo.js", "%2e%2e/%2e%2e/etc/passwd", ".%2e/", "%2e",
-                "..%2f..%2fetc%2fpasswd", "%2fetc%2fpasswd", "demo.js%2f", "%5c..%5c..%5cwindows", "..%5cdemo.js", "%00",
-                "demo.js%00", "%00.js", "a%00b", "%00" * 300, "%ff%fe", "%c0%ae%c0%ae/", "%", "%zz", "%2", "con", "aux.js",
-                "~root", "?", "#x", ";x", "demo.js;x", "*", "%25", "%252e%252e/"]
+STATIC_PREFIXES = ["/static/"] * 10 + [
+    "/",
+    "/static",
+    "//static/",
+    "/static//",
+    "/static/./",
+    "/STATIC/",
+    "/v1/webrtc/config/",
+    # the same tails on the other routes: each must answer a coded 4xx too
+    "/v1/voices/",
+    "/v1/twilio/",
+    "/v1/control/",
+    "/v1/asterisk/",
+    "/v1/ws/",
+    "/v1/tokens/",
+    "/v1/audio/speech/",
+    "/healthz/",
+    "/v1/",
+]
+STATIC_NAMES = [
+    "demo.js",
+    "demo.css",
+    "index.html",
+    "DEMO.JS",
+    "demo.js/",
+    "demo.js/x",
+    "demo.js.",
+    "demo.js~",
+    ".",
+    "..",
+    "...",
+    "../../../../etc/passwd",
+    "a/../demo.js",
+    "./demo.js",
+    "%2e%2e/%2e%2e/etc/passwd",
+    ".%2e/",
+    "%2e",
+    "..%2f..%2fetc%2fpasswd",
+    "%2fetc%2fpasswd",
+    "demo.js%2f",
+    "%5c..%5c..%5cwindows",
+    "..%5cdemo.js",
+    "%00",
+    "demo.js%00",
+    "%00.js",
+    "a%00b",
+    "%00" * 300,
+    "%ff%fe",
+    "%c0%ae%c0%ae/",
+    "%",
+    "%zz",
+    "%2",
+    "con",
+    "aux.js",
+    "~root",
+    "?",
+    "#x",
+    ";x",
+    "demo.js;x",
+    "*",
+    "%25",
+    "%252e%252e/",
+]
 STATIC_RAW_ODD = ["\x00", "a\x00b", "é", "a b", "\\..\\", "\x7f", "\t", "<x>", '"', "{}", "|", "^", "`"]
 
 
@@ -579,14 +852,20 @@ STATIC_RAW_ODD = ["\x00", "a\x00b", "é", "a b", "\\..\\", "\x7f", "\t", "<x>", 
 def static_requests(draw) -> dict:
     """One request for the demo page or a /static/ name: {"method", "path"}; most are well-formed URLs."""
     prefix = draw(st.sampled_from(STATIC_PREFIXES))
-    long_name = st.builds(lambda unit, n: unit * n, st.sampled_from(["a", "%c3%a9", "%41", "ab/", "../", "%2e%2e%2f", "%00"]),
-                          st.sampled_from([85, 86, 128, 200, 255, 256, 300, 1365, 2000, 2600]))
-    segments = st.lists(st.sampled_from(STATIC_NAMES) | st.text(max_size=20).map(lambda t: urllib.parse.quote(t, safe="")),
-                        min_size=1, max_size=4).map("/".join)
+    long_name = st.builds(
+        lambda unit, n: unit * n,
+        st.sampled_from(["a", "%c3%a9", "%41", "ab/", "../", "%2e%2e%2f", "%00"]),
+        st.sampled_from([85, 86, 128, 200, 255, 256, 300, 1365, 2000, 2600]),
+    )
+    segments = st.lists(
+        st.sampled_from(STATIC_NAMES) | st.text(max_size=20).map(lambda t: urllib.parse.quote(t, safe="")),
+        min_size=1,
+        max_size=4,
+    ).map("/".join)
     name = draw(st.sampled_from(STATIC_NAMES) | long_name | segments | st.sampled_from(STATIC_RAW_ODD))
     query = draw(st.sampled_from([""] * 6 + ["?x=1", "?%00", "?" + "q" * 3000, "/"]))
     method = draw(st.sampled_from(["GET"] * 6 + ["HEAD", "POST", "PUT", "DELETE", "OPTIONS"]))
-    return {"method": method, "path": (prefix + name + query)[:MAX_REQUEST_LINE + 500]}
+    return {"method": method, "path": (prefix + name + query)[: MAX_REQUEST_LINE + 500]}
 
 
 def _read_response(sock: socket.socket, limit: int = 1 << 20) -> bytes:
@@ -609,7 +888,7 @@ def _dechunk(body: bytes) -> bytes:
             return body
         if size == 0:
             break
-        out, rest = out + rest[:size], rest[size + 2:]
+        out, rest = out + rest[:size], rest[size + 2 :]
     return out
 
 
@@ -648,7 +927,9 @@ def run_static(port: int, case: dict) -> Outcome:
         return Outcome(f"http:{status}", False, data[:300].decode(errors="replace"))
     if status == 200:
         ok = method == "HEAD" or body in STATIC_BODIES
-        return Outcome("http:200", ok, "" if ok else f"200 with a body that is none of the demo page's files: {body[:200]!r}")
+        return Outcome(
+            "http:200", ok, "" if ok else f"200 with a body that is none of the demo page's files: {body[:200]!r}"
+        )
     if not well_formed and status == 400 and not body.lstrip().startswith(b"{"):
         return Outcome("http:400:parser", True)  # refused by aiohttp's parser, before any route
     if not 400 <= status < 500:
@@ -664,20 +945,66 @@ def run_static(port: int, case: dict) -> Outcome:
 
 
 # ---------------------------------------------------------------- WebRTC offers
-OFFER = "\r\n".join([
-    "v=0", "o=- 4611731400430051336 2 IN IP4 127.0.0.1", "s=-", "t=0 0", "a=group:BUNDLE 0 1", "a=msid-semantic: WMS",
-    "m=audio 9 UDP/TLS/RTP/SAVPF 111 0 8", "c=IN IP4 0.0.0.0", "a=rtcp:9 IN IP4 0.0.0.0",
-    "a=ice-ufrag:fuzz", "a=ice-pwd:fuzzfuzzfuzzfuzzfuzzfuzz", "a=ice-options:trickle",
-    "a=fingerprint:sha-256 " + ":".join(["AB"] * 32), "a=setup:actpass", "a=mid:0", "a=recvonly", "a=rtcp-mux",
-    "a=rtpmap:111 opus/48000/2", "a=fmtp:111 minptime=10;useinbandfec=1", "a=rtpmap:0 PCMU/8000", "a=rtpmap:8 PCMA/8000",
-    "m=application 9 UDP/DTLS/SCTP webrtc-datachannel", "c=IN IP4 0.0.0.0",
-    "a=ice-ufrag:fuzz", "a=ice-pwd:fuzzfuzzfuzzfuzzfuzzfuzz", "a=fingerprint:sha-256 " + ":".join(["AB"] * 32),
-    "a=setup:actpass", "a=mid:1", "a=sctp-port:5000", "a=max-message-size:262144", "",
-])
-SDP_JUNK = ["m=audio", "m=video 9 RTP/AVP 96", "m=audio 0 RTP/AVP", "m=text 9 RTP/AVP 98", "a=rtpmap:111 opus/0/2",
-            "a=rtpmap:999999999999 opus/48000/2", "a=rtpmap:x", "a=fingerprint:sha-256 ZZ", "a=setup:bogus", "a=mid:",
-            "a=sctp-port:99999999", "c=IN IP6 ::1", "c=IN IP4", "a=candidate:1 1 udp 1 1.2.3.4 9 typ host", "a=candidate:x",
-            "a=ssrc:-1 cname:x", "a=group:BUNDLE 7", "o=", "v=9", "", "\x00", "é", "m=audio 9 UDP/TLS/RTP/SAVPF " + "1 " * 500]
+OFFER = "\r\n".join(
+    [
+        "v=0",
+        "o=- 4611731400430051336 2 IN IP4 127.0.0.1",
+        "s=-",
+        "t=0 0",
+        "a=group:BUNDLE 0 1",
+        "a=msid-semantic: WMS",
+        "m=audio 9 UDP/TLS/RTP/SAVPF 111 0 8",
+        "c=IN IP4 0.0.0.0",
+        "a=rtcp:9 IN IP4 0.0.0.0",
+        "a=ice-ufrag:fuzz",
+        "a=ice-pwd:fuzzfuzzfuzzfuzzfuzzfuzz",
+        "a=ice-options:trickle",
+        "a=fingerprint:sha-256 " + ":".join(["AB"] * 32),
+        "a=setup:actpass",
+        "a=mid:0",
+        "a=recvonly",
+        "a=rtcp-mux",
+        "a=rtpmap:111 opus/48000/2",
+        "a=fmtp:111 minptime=10;useinbandfec=1",
+        "a=rtpmap:0 PCMU/8000",
+        "a=rtpmap:8 PCMA/8000",
+        "m=application 9 UDP/DTLS/SCTP webrtc-datachannel",
+        "c=IN IP4 0.0.0.0",
+        "a=ice-ufrag:fuzz",
+        "a=ice-pwd:fuzzfuzzfuzzfuzzfuzzfuzz",
+        "a=fingerprint:sha-256 " + ":".join(["AB"] * 32),
+        "a=setup:actpass",
+        "a=mid:1",
+        "a=sctp-port:5000",
+        "a=max-message-size:262144",
+        "",
+    ]
+)
+SDP_JUNK = [
+    "m=audio",
+    "m=video 9 RTP/AVP 96",
+    "m=audio 0 RTP/AVP",
+    "m=text 9 RTP/AVP 98",
+    "a=rtpmap:111 opus/0/2",
+    "a=rtpmap:999999999999 opus/48000/2",
+    "a=rtpmap:x",
+    "a=fingerprint:sha-256 ZZ",
+    "a=setup:bogus",
+    "a=mid:",
+    "a=sctp-port:99999999",
+    "c=IN IP6 ::1",
+    "c=IN IP4",
+    "a=candidate:1 1 udp 1 1.2.3.4 9 typ host",
+    "a=candidate:x",
+    "a=ssrc:-1 cname:x",
+    "a=group:BUNDLE 7",
+    "o=",
+    "v=9",
+    "",
+    "\x00",
+    "é",
+    "m=audio 9 UDP/TLS/RTP/SAVPF " + "1 " * 500,
+]
 
 
 @st.composite
@@ -713,8 +1040,10 @@ def sdp_offers(draw) -> bytes:
 
 
 def run_webrtc_offer(port: int, body: bytes) -> Outcome:
-    head = (f"POST /v1/webrtc/offer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"POST /v1/webrtc/offer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
         sock.sendall(head + body)
@@ -733,7 +1062,12 @@ def run_webrtc_offer(port: int, body: bytes) -> Outcome:
         code = json.loads(payload).get("code")
     except ValueError:
         code = None
-    ok = 400 <= status < 500 and code in STABLE_CODES and code not in FAILURE_CODES or (status == 503 and code == P.AT_CAPACITY)
+    ok = (
+        400 <= status < 500
+        and code in STABLE_CODES
+        and code not in FAILURE_CODES
+        or (status == 503 and code == P.AT_CAPACITY)
+    )
     return Outcome(f"http:{status}:{code}", ok, "" if ok else payload[:300].decode(errors="replace"))
 
 
@@ -745,29 +1079,79 @@ def seeded_random(seed: int) -> random.Random:
 def _wire_starts(call: str) -> dict[str, tuple[str, list[str], str]]:
     """path, subprotocols, a valid opening message per wire (as the providers send them)."""
     return {
-        "asterisk": ("/v1/asterisk", ["media"], json.dumps({
-            "event": "MEDIA_START", "connection_id": "voxgate", "channel": "WebSocket/voxgate/0x1", "channel_id": call,
-            "format": "ulaw", "optimal_frame_size": 160, "ptime": 20})),
-        "telnyx": ("/v1/telnyx", [], json.dumps({
-            "event": "start", "sequence_number": "1", "stream_id": call, "start": {
-                "call_control_id": "v3:" + call, "call_session_id": call, "custom_parameters": {},
-                "media_format": {"encoding": "PCMU", "sample_rate": 8000, "channels": 1}}})),
-        "vonage": ("/v1/vonage", [], json.dumps({"event": "websocket:connected", "content-type": "audio/l16;rate=16000", "call_id": call})),
-        "jambonz": ("/v1/jambonz", ["audio.jambonz.org"], json.dumps({
-            "callSid": call, "callId": call + "@10.0.0.1", "direction": "inbound", "sampleRate": 8000, "mixType": "mono", "metadata": {}})),
+        "asterisk": (
+            "/v1/asterisk",
+            ["media"],
+            json.dumps(
+                {
+                    "event": "MEDIA_START",
+                    "connection_id": "voxgate",
+                    "channel": "WebSocket/voxgate/0x1",
+                    "channel_id": call,
+                    "format": "ulaw",
+                    "optimal_frame_size": 160,
+                    "ptime": 20,
+                }
+            ),
+        ),
+        "telnyx": (
+            "/v1/telnyx",
+            [],
+            json.dumps(
+                {
+                    "event": "start",
+                    "sequence_number": "1",
+                    "stream_id": call,
+                    "start": {
+                        "call_control_id": "v3:" + call,
+                        "call_session_id": call,
+                        "custom_parameters": {},
+                        "media_format": {"encoding": "PCMU", "sample_rate": 8000, "channels": 1},
+                    },
+                }
+            ),
+        ),
+        "vonage": (
+            "/v1/vonage",
+            [],
+            json.dumps({"event": "websocket:connected", "content-type": "audio/l16;rate=16000", "call_id": call}),
+        ),
+        "jambonz": (
+            "/v1/jambonz",
+            ["audio.jambonz.org"],
+            json.dumps(
+                {
+                    "callSid": call,
+                    "callId": call + "@10.0.0.1",
+                    "direction": "inbound",
+                    "sampleRate": 8000,
+                    "mixType": "mono",
+                    "metadata": {},
+                }
+            ),
+        ),
     }
 
 
 WIRES = ("asterisk", "telnyx", "vonage", "jambonz")
 
-wire_cases = st.fixed_dictionaries({
-    "wire": st.sampled_from(WIRES),
-    "start": st.sampled_from(["valid"] * 3 + ["mutated", "random", "none"]),
-    "mutation_seed": st.integers(0, 2**16),
-    "messages": st.lists(st.one_of(ws_frames(), st.binary(min_size=0, max_size=700).map(lambda b: ("binary", b)),
-                                   st.sampled_from(["MEDIA_XOFF", "MEDIA_XON", "HANGUP", "FLUSH_MEDIA", "MEDIA_MARK_PROCESSED x"])
-                                   .map(lambda t: ("text", t))), max_size=5),
-})
+wire_cases = st.fixed_dictionaries(
+    {
+        "wire": st.sampled_from(WIRES),
+        "start": st.sampled_from(["valid"] * 3 + ["mutated", "random", "none"]),
+        "mutation_seed": st.integers(0, 2**16),
+        "messages": st.lists(
+            st.one_of(
+                ws_frames(),
+                st.binary(min_size=0, max_size=700).map(lambda b: ("binary", b)),
+                st.sampled_from(["MEDIA_XOFF", "MEDIA_XON", "HANGUP", "FLUSH_MEDIA", "MEDIA_MARK_PROCESSED x"]).map(
+                    lambda t: ("text", t)
+                ),
+            ),
+            max_size=5,
+        ),
+    }
+)
 
 
 def _mutate_text(text: str, rng: random.Random) -> str:
@@ -800,7 +1184,9 @@ def run_wire(base: str, case: dict) -> Outcome:
     rng = random.Random(case["mutation_seed"])
     frames = list(case["messages"])
     try:
-        with connect(base + path, subprotocols=protocols or None, max_size=None, open_timeout=10, close_timeout=3) as ws:
+        with connect(
+            base + path, subprotocols=protocols or None, max_size=None, open_timeout=10, close_timeout=3
+        ) as ws:
             try:
                 if case["start"] == "valid":
                     ws.send(start)
@@ -826,18 +1212,41 @@ def run_wire(base: str, case: dict) -> Outcome:
 
 
 # ---------------------------------------------------------------- SIP (UDP)
-SIP_SDP = ("v=0\r\no=fuzz 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
-           "m=audio 4000 RTP/AVP 0 8 101\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:101 telephone-event/8000\r\na=sendrecv\r\n")
+SIP_SDP = (
+    "v=0\r\no=fuzz 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+    "m=audio 4000 RTP/AVP 0 8 101\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:101 telephone-event/8000\r\na=sendrecv\r\n"
+)
 SIP_METHODS = ("INVITE", "OPTIONS", "BYE", "CANCEL", "ACK", "INFO", "REFER", "NOTIFY", "REGISTER", "FOO")
-SIP_HEADER_JUNK = ("Content-Length: -5", "Content-Length: 99999999999999", "Content-Length: x", "Via: ", "Via: SIP/2.0/UDP",
-                   "CSeq: abc INVITE", "CSeq: 1", "From: <", "To: \x00", "Call-ID:", "X-Call-Id: " + "x" * 300,
-                   "Content-Type: application/sdp;;;", "Contact: <sip:@:>", "l: 3", "v: SIP/2.0/UDP 127.0.0.1:1")
+SIP_HEADER_JUNK = (
+    "Content-Length: -5",
+    "Content-Length: 99999999999999",
+    "Content-Length: x",
+    "Via: ",
+    "Via: SIP/2.0/UDP",
+    "CSeq: abc INVITE",
+    "CSeq: 1",
+    "From: <",
+    "To: \x00",
+    "Call-ID:",
+    "X-Call-Id: " + "x" * 300,
+    "Content-Type: application/sdp;;;",
+    "Contact: <sip:@:>",
+    "l: 3",
+    "v: SIP/2.0/UDP 127.0.0.1:1",
+)
 
 
 def sip_request(method: str, port: int, call_id: str, body: str = "", extra: tuple[str, ...] = ()) -> list[str]:
-    head = [f"{method} sip:agent@127.0.0.1 SIP/2.0", f"Via: SIP/2.0/UDP 127.0.0.1:{port};branch=z9hG4bK{call_id[:12]}",
-            "From: <sip:fuzz@127.0.0.1>;tag=f1", "To: <sip:agent@127.0.0.1>", f"Call-ID: {call_id}", f"CSeq: 1 {method}",
-            "Max-Forwards: 70", *extra]
+    head = [
+        f"{method} sip:agent@127.0.0.1 SIP/2.0",
+        f"Via: SIP/2.0/UDP 127.0.0.1:{port};branch=z9hG4bK{call_id[:12]}",
+        "From: <sip:fuzz@127.0.0.1>;tag=f1",
+        "To: <sip:agent@127.0.0.1>",
+        f"Call-ID: {call_id}",
+        f"CSeq: 1 {method}",
+        "Max-Forwards: 70",
+        *extra,
+    ]
     if body:
         head.append("Content-Type: application/sdp")
     head.append(f"Content-Length: {len(body.encode())}")
@@ -856,9 +1265,16 @@ def sip_cases(draw) -> dict:
             sdp[i] = draw(st.sampled_from(SDP_JUNK) | st.text(max_size=40) | st.just(sdp[i][: len(sdp[i]) // 2]))
         body = "\r\n".join(sdp)
     shape = draw(st.sampled_from(["lines", "truncate", "huge_body", "binary", "lying_length"]))
-    return {"method": method, "body": body, "shape": shape, "ops": draw(st.lists(st.tuples(st.integers(0, 12), st.sampled_from(SIP_HEADER_JUNK)), max_size=4)),
-            "cut": draw(st.floats(0.0, 1.0)), "junk": draw(st.binary(min_size=1, max_size=200)),
-            "huge": draw(st.integers(1000, 60000)), "sep": draw(st.sampled_from(["\r\n"] * 3 + ["\n"]))}
+    return {
+        "method": method,
+        "body": body,
+        "shape": shape,
+        "ops": draw(st.lists(st.tuples(st.integers(0, 12), st.sampled_from(SIP_HEADER_JUNK)), max_size=4)),
+        "cut": draw(st.floats(0.0, 1.0)),
+        "junk": draw(st.binary(min_size=1, max_size=200)),
+        "huge": draw(st.integers(1000, 60000)),
+        "sep": draw(st.sampled_from(["\r\n"] * 3 + ["\n"])),
+    }
 
 
 def _sip_bytes(case: dict, port: int, call_id: str) -> bytes:
@@ -905,6 +1321,10 @@ def run_sip(sip_port: int, case: dict) -> Outcome:
         call_id = f"fuzz-{uuid.uuid4().hex}"
         sock.sendto(_sip_bytes(case, sock.getsockname()[1], call_id), ("127.0.0.1", sip_port))
         answered = _sip_probe(sock, sip_port, 5.0)
-        return Outcome("probe_answered" if answered else "probe_unanswered", answered, "" if answered else "OPTIONS after the case got no 200")
+        return Outcome(
+            "probe_answered" if answered else "probe_unanswered",
+            answered,
+            "" if answered else "OPTIONS after the case got no 200",
+        )
     finally:
         sock.close()

@@ -18,8 +18,10 @@ import sys
 import threading
 import time
 
-TEXT = ("Thank you for calling, your order has shipped and should arrive on Tuesday, "
-        "and the courier will text you a window in the morning.")
+TEXT = (
+    "Thank you for calling, your order has shipped and should arrive on Tuesday, "
+    "and the courier will text you a window in the morning."
+)
 FRAME_S = 0.02
 
 
@@ -74,8 +76,13 @@ class HealthyCall:
 
     def start(self, wait_first_turn: bool = True) -> "HealthyCall":
         env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self._proc = subprocess.Popen([sys.executable, "-m", "bench.fuzz.healthy", self.url, str(self.pause_s)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.fuzz.healthy", self.url, str(self.pause_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
         if wait_first_turn:
             self._proc.stdout.readline()  # one turn played before anything else runs: the quiet reference
         self.started_fuzz_at = time.monotonic()  # CLOCK_MONOTONIC is one clock for every process
@@ -101,17 +108,27 @@ class HealthyCall:
         def q(values: list[float], p: float) -> float:
             return round(1000 * values[min(len(values) - 1, int(p * len(values)))], 2) if values else float("nan")
 
-        return {"turns": r.get("turns", 0), "frames": r.get("frames", 0), "audible_gaps": r.get("audible_gaps", 0),
-                "micro_gaps": r.get("micro_gaps", 0), "lateness_p50_ms": q(late, 0.5), "lateness_p99_ms": q(late, 0.99),
-                "lateness_max_ms": round(1000 * late[-1], 2) if late else float("nan"),
-                "quiet_lateness_p99_ms": q(quiet, 0.99), "quiet_frames": len(quiet),
-                "errors": r.get("errors", []), "failure": r.get("failure")}
+        return {
+            "turns": r.get("turns", 0),
+            "frames": r.get("frames", 0),
+            "audible_gaps": r.get("audible_gaps", 0),
+            "micro_gaps": r.get("micro_gaps", 0),
+            "lateness_p50_ms": q(late, 0.5),
+            "lateness_p99_ms": q(late, 0.99),
+            "lateness_max_ms": round(1000 * late[-1], 2) if late else float("nan"),
+            "quiet_lateness_p99_ms": q(quiet, 0.99),
+            "quiet_frames": len(quiet),
+            "errors": r.get("errors", []),
+            "failure": r.get("failure"),
+        }
 
 
 def main() -> None:
     halt = threading.Event()
     results: queue.Queue = queue.Queue()
-    player = threading.Thread(target=_play, args=(sys.argv[1], halt, results, float(sys.argv[2]) if len(sys.argv) > 2 else 0.3))
+    player = threading.Thread(
+        target=_play, args=(sys.argv[1], halt, results, float(sys.argv[2]) if len(sys.argv) > 2 else 0.3)
+    )
     player.start()
     sys.stdin.read()  # until the parent closes our stdin
     halt.set()

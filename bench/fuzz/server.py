@@ -44,8 +44,9 @@ class GatewayProcess:
         self._dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self._dir / "fuzz.yaml"
         sip = SIP_CONFIG.format(sip_port=self.sip_port) if self.sip_port else ""
-        self.config_path.write_text(CONFIG.format(port=self.port, as_port=self.audiosocket_port, max_sessions=max_sessions) + sip
-                                    + extra_config)
+        self.config_path.write_text(
+            CONFIG.format(port=self.port, as_port=self.audiosocket_port, max_sessions=max_sessions) + sip + extra_config
+        )
         self.log_path = self._dir / "server.log"
         self.proc: subprocess.Popen | None = None
         self._log_offset = 0
@@ -63,13 +64,18 @@ class GatewayProcess:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway.cli", "serve", "--config", str(self.config_path), "--log-level", "WARNING"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the gateway exited with {self.proc.returncode} at start; log:\n{self.log_path.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"the gateway exited with {self.proc.returncode} at start; log:\n{self.log_path.read_text()[-3000:]}"
+                )
             if self.get("/readyz")[0] == 200:
                 # wait for the AudioSocket listener too (it starts with the server, but the check is cheap)
                 return self
@@ -103,7 +109,11 @@ class GatewayProcess:
     def crashes_in(self, log_text: str) -> list[str]:
         """Log paragraphs that show an unhandled error."""
         lines = log_text.splitlines()
-        return ["\n".join(lines[max(0, i - 2): i + 25]) for i, line in enumerate(lines) if any(m in line for m in CRASH_MARKERS)]
+        return [
+            "\n".join(lines[max(0, i - 2) : i + 25])
+            for i, line in enumerate(lines)
+            if any(m in line for m in CRASH_MARKERS)
+        ]
 
     def metrics(self) -> str:
         return self.get("/metrics")[1]
@@ -123,6 +133,7 @@ class GatewayProcess:
 
 def histogram_quantile(metrics_before: str, metrics_after: str, name: str, q: float) -> float:
     """Bucket-interpolated quantile (seconds) of a Prometheus histogram over the interval between two scrapes."""
+
     def buckets(text: str) -> dict[float, float]:
         out = {}
         for line in text.splitlines():

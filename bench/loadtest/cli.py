@@ -116,12 +116,16 @@ async def _run(args, params: SweepParams, out: Path) -> int:
                 t = await start_local(label, path, out)
                 started.append(t)
                 targets.append(t)
-        env = environment(scenarios.path, {t.label: t.config_path for t in targets}, {t.label: t.ws_url for t in targets})
+        env = environment(
+            scenarios.path, {t.label: t.config_path for t in targets}, {t.label: t.ws_url for t in targets}
+        )
         (out / "env.json").write_text(json.dumps(env, indent=2, ensure_ascii=False))
         params_doc = {
             "levels": params.levels,
             "window_s": params.window_s,
-            "ramp_s": params.ramp_s if params.ramp_s is not None else {str(level): params.ramp_for(level) for level in params.levels},
+            "ramp_s": params.ramp_s
+            if params.ramp_s is not None
+            else {str(level): params.ramp_for(level) for level in params.levels},
             "settle_s": params.settle_s,
             "seed": params.seed,
             "client": asdict(params.client) | {"api_key": "***" if params.client.api_key else None},
@@ -146,7 +150,13 @@ async def _run(args, params: SweepParams, out: Path) -> int:
         "params": params_doc,
         "targets": {t.label: {"ws_url": t.ws_url, "config": t.config_path} for t in targets},
         "capacities": {label: capacities([r.metrics for r in rs]) for label, rs in results.items()},
-        "levels": {label: [r.metrics.as_dict() | {"server_deltas": r.server_deltas, "session_errors": r.session_errors[:50]} for r in rs] for label, rs in results.items()},
+        "levels": {
+            label: [
+                r.metrics.as_dict() | {"server_deltas": r.server_deltas, "session_errors": r.session_errors[:50]}
+                for r in rs
+            ]
+            for label, rs in results.items()
+        },
         "worst_calls": {label: {str(r.metrics.level): r.worst_call for r in rs} for label, rs in results.items()},
     }
     doc["client_capacity"] = client_capacity(doc)

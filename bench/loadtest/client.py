@@ -136,7 +136,9 @@ class TurnRecord:
 class LevelRun:
     """Shared state of one concurrency level: the window, the sinks and counters."""
 
-    def __init__(self, level: int, label: str, t0: float, window: tuple[float, float], on_event: Callable[[dict], None]):
+    def __init__(
+        self, level: int, label: str, t0: float, window: tuple[float, float], on_event: Callable[[dict], None]
+    ):
         self.level = level
         self.label = label
         self.t0 = t0  # run start (monotonic); records are relative to it
@@ -157,7 +159,16 @@ class LevelRun:
 
 
 class Caller:
-    def __init__(self, index: int, url: str, picker: CallPicker, settings: ClientSettings, clock: ClientClock, run: LevelRun, seed: int):
+    def __init__(
+        self,
+        index: int,
+        url: str,
+        picker: CallPicker,
+        settings: ClientSettings,
+        clock: ClientClock,
+        run: LevelRun,
+        seed: int,
+    ):
         self.index = index
         self.url = url
         self.picker = picker
@@ -166,7 +177,11 @@ class Caller:
         self.run = run
         self.rng = random.Random(seed)
         self.llm = LlmSimulator(settings.llm_ttft_ms, settings.llm_tokens_per_s, seed=seed, jitter=settings.llm_jitter)
-        fmt = OutputFormat("mulaw", 8000) if settings.leg == "twilio" else OutputFormat(settings.encoding, settings.sample_rate)
+        fmt = (
+            OutputFormat("mulaw", 8000)
+            if settings.leg == "twilio"
+            else OutputFormat(settings.encoding, settings.sample_rate)
+        )
         self.frame_bytes = fmt.frame_bytes
         self.silence = FrameEncoder(fmt).silence
         self.root = url.rsplit("/v1/", 1)[0]  # ws://host:port
@@ -189,7 +204,14 @@ class Caller:
 
     def _session_error(self, code: str, message: str) -> None:
         now = time.monotonic()
-        err = {"t": self.run.rel(now), "caller": self.index, "call_seq": self.call_seq, "code": code, "message": message[:300], "in_window": self.run.in_window(now)}
+        err = {
+            "t": self.run.rel(now),
+            "caller": self.index,
+            "call_seq": self.call_seq,
+            "code": code,
+            "message": message[:300],
+            "in_window": self.run.in_window(now),
+        }
         self.run.session_errors.append(err)
         self.run.on_event({"type": "client.session_error", **err, "level": self.run.level, "label": self.run.label})
 
@@ -198,28 +220,65 @@ class Caller:
             return await self._call_twilio(call)
         headers = {"Authorization": f"Bearer {self.s.api_key}"} if self.s.api_key else None
         heard_q: asyncio.Queue[HeardTurn] = asyncio.Queue()
-        pb = CallerPlayback(self.silence, self.s.prebuffer_ms, on_heard=heard_q.put_nowait, keep_audio=self.s.keep_audio, trace_level=True)
+        pb = CallerPlayback(
+            self.silence,
+            self.s.prebuffer_ms,
+            on_heard=heard_q.put_nowait,
+            keep_audio=self.s.keep_audio,
+            trace_level=True,
+        )
         state = _CallState(call)
-        async with connect(self.url, compression=None, additional_headers=headers, proxy=None, ping_interval=None, open_timeout=10, max_size=2**20) as ws:
-            await ws.send(json.dumps({
-                "type": "session.start",
-                "voice": self.s.voice or call.voice,
-                "language": call.language,
-                "output": {"encoding": self.s.encoding, "sample_rate": self.s.sample_rate},
-            }))
+        async with connect(
+            self.url,
+            compression=None,
+            additional_headers=headers,
+            proxy=None,
+            ping_interval=None,
+            open_timeout=10,
+            max_size=2**20,
+        ) as ws:
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "session.start",
+                        "voice": self.s.voice or call.voice,
+                        "language": call.language,
+                        "output": {"encoding": self.s.encoding, "sample_rate": self.s.sample_rate},
+                    }
+                )
+            )
             reader = asyncio.get_running_loop().create_task(self._read(ws, pb, state))
             call_start = time.monotonic()
             self.clock.add(pb)
             try:
-                await self._converse(ws, pb, state, heard_q, call, call_start, "no_session_started", "session.started",
-                                     lambda: ws.send('{"type":"session.end"}'))
+                await self._converse(
+                    ws,
+                    pb,
+                    state,
+                    heard_q,
+                    call,
+                    call_start,
+                    "no_session_started",
+                    "session.started",
+                    lambda: ws.send('{"type":"session.end"}'),
+                )
             finally:
                 self.clock.remove(pb)
                 reader.cancel()
                 self._call_done(call, pb, state, call_start)
 
-    async def _converse(self, text_ws, pb: CallerPlayback, state: "_CallState", heard_q: asyncio.Queue, call: Call,
-                        call_start: float, missing_code: str, started_event: str, hang_up) -> None:
+    async def _converse(
+        self,
+        text_ws,
+        pb: CallerPlayback,
+        state: "_CallState",
+        heard_q: asyncio.Queue,
+        call: Call,
+        call_start: float,
+        missing_code: str,
+        started_event: str,
+        hang_up,
+    ) -> None:
         """Wait for the session, play the call's turns over `text_ws`, then `hang_up()` and wait for the end."""
         try:
             await asyncio.wait_for(state.started.wait(), 10.0)
@@ -238,7 +297,9 @@ class Caller:
             except asyncio.TimeoutError:
                 pass
 
-    async def _turns(self, ws, pb: CallerPlayback, state: "_CallState", heard_q: asyncio.Queue, call: Call, call_start: float) -> None:
+    async def _turns(
+        self, ws, pb: CallerPlayback, state: "_CallState", heard_q: asyncio.Queue, call: Call, call_start: float
+    ) -> None:
         """The call's turns at real pace; `ws` carries the text leg."""
         heard_end = call_start
         for i, turn in enumerate(call.turns):
@@ -256,27 +317,69 @@ class Caller:
         """A Twilio Media Streams leg (/v1/twilio, μ-law 8 kHz in JSON) plus the agent's control socket (/v1/control)."""
         headers = {"Authorization": f"Bearer {self.s.api_key}"} if self.s.api_key else None
         heard_q: asyncio.Queue[HeardTurn] = asyncio.Queue()
-        pb = CallerPlayback(self.silence, self.s.prebuffer_ms, on_heard=heard_q.put_nowait, keep_audio=self.s.keep_audio, trace_level=True)
+        pb = CallerPlayback(
+            self.silence,
+            self.s.prebuffer_ms,
+            on_heard=heard_q.put_nowait,
+            keep_audio=self.s.keep_audio,
+            trace_level=True,
+        )
         state = _CallState(call)
         call_sid, stream_sid = "CA" + uuid.uuid4().hex, "MZ" + uuid.uuid4().hex
         voice = self.s.voice or call.voice
         opts = dict(compression=None, proxy=None, ping_interval=None, open_timeout=10, max_size=2**20)
-        async with connect(self.root + "/v1/twilio", **opts) as media, connect(self.root + "/v1/control", additional_headers=headers, **opts) as ctl:
+        async with (
+            connect(self.root + "/v1/twilio", **opts) as media,
+            connect(self.root + "/v1/control", additional_headers=headers, **opts) as ctl,
+        ):
             params = {"call_id": call_sid, "language": call.language} | ({"voice": voice} if voice else {})
             await media.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
-            await media.send(json.dumps({"event": "start", "sequenceNumber": "1", "streamSid": stream_sid, "start": {
-                "streamSid": stream_sid, "callSid": call_sid, "accountSid": "AC" + "0" * 32, "tracks": ["inbound"],
-                "customParameters": params, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}))
-            await ctl.send(json.dumps({"type": "call.attach", "call_id": call_sid, "language": call.language} | ({"voice": voice} if voice else {})))
+            await media.send(
+                json.dumps(
+                    {
+                        "event": "start",
+                        "sequenceNumber": "1",
+                        "streamSid": stream_sid,
+                        "start": {
+                            "streamSid": stream_sid,
+                            "callSid": call_sid,
+                            "accountSid": "AC" + "0" * 32,
+                            "tracks": ["inbound"],
+                            "customParameters": params,
+                            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+                        },
+                    }
+                )
+            )
+            await ctl.send(
+                json.dumps(
+                    {"type": "call.attach", "call_id": call_sid, "language": call.language}
+                    | ({"voice": voice} if voice else {})
+                )
+            )
             marks: deque = deque()
             loop = asyncio.get_running_loop()
-            tasks = [loop.create_task(self._read(ctl, pb, state)), loop.create_task(self._read_twilio(media, pb, state, marks)),
-                     loop.create_task(self._echo_marks(media, pb, marks, stream_sid))]
+            tasks = [
+                loop.create_task(self._read(ctl, pb, state)),
+                loop.create_task(self._read_twilio(media, pb, state, marks)),
+                loop.create_task(self._echo_marks(media, pb, marks, stream_sid)),
+            ]
             call_start = time.monotonic()
             self.clock.add(pb)
             try:
-                await self._converse(ctl, pb, state, heard_q, call, call_start, "no_call_attached", "call.attached",
-                                     lambda: media.send(json.dumps({"event": "stop", "streamSid": stream_sid, "stop": {"callSid": call_sid}})))
+                await self._converse(
+                    ctl,
+                    pb,
+                    state,
+                    heard_q,
+                    call,
+                    call_start,
+                    "no_call_attached",
+                    "call.attached",
+                    lambda: media.send(
+                        json.dumps({"event": "stop", "streamSid": stream_sid, "stop": {"callSid": call_sid}})
+                    ),
+                )
             finally:
                 self.clock.remove(pb)
                 for t in tasks:
@@ -293,7 +396,7 @@ class Caller:
                 if event == "media":
                     audio = base64.b64decode(m["media"]["payload"])
                     for i in range(0, len(audio), n):
-                        self._on_frame(now, audio[i:i + n], pb, state)
+                        self._on_frame(now, audio[i : i + n], pb, state)
                 elif event == "mark":
                     marks.append((state.frames_in, m["mark"]["name"]))
         except websockets.exceptions.ConnectionClosed:
@@ -319,13 +422,24 @@ class Caller:
         if w[0] <= now < w[1] and frame != self.silence:
             self.run.window_audio_frames += 1
 
-    async def _turn(self, ws, pb: CallerPlayback, state: "_CallState", heard_q: asyncio.Queue, call: Call, i: int, t_eot: float) -> float | None:
+    async def _turn(
+        self, ws, pb: CallerPlayback, state: "_CallState", heard_q: asyncio.Queue, call: Call, i: int, t_eot: float
+    ) -> float | None:
         run = self.run
         turn = call.turns[i]
         in_window = run.in_window(t_eot)
         rec = TurnRecord(
-            run.level, run.label, self.index, self.call_seq, call.id, i, f"c{self.call_seq}t{i}",
-            turn.language or call.language, len(turn.reply), run.rel(t_eot), in_window,
+            run.level,
+            run.label,
+            self.index,
+            self.call_seq,
+            call.id,
+            i,
+            f"c{self.call_seq}t{i}",
+            turn.language or call.language,
+            len(turn.reply),
+            run.rel(t_eot),
+            in_window,
         )
         state.rec = rec
         state.t_eot = t_eot
@@ -334,14 +448,28 @@ class Caller:
         if in_window:
             run.pending_in_window += 1
         pb.begin_turn(rec)
-        run.on_event({"type": "client.turn_start", "t": rec.t_eot, "level": run.level, "label": run.label, "caller": self.index, "turn_id": rec.turn_id, "call_id": call.id})
+        run.on_event(
+            {
+                "type": "client.turn_start",
+                "t": rec.t_eot,
+                "level": run.level,
+                "label": run.label,
+                "caller": self.index,
+                "turn_id": rec.turn_id,
+                "call_id": call.id,
+            }
+        )
         deadline = time.monotonic() + self.s.turn_timeout_s
         heard: HeardTurn | None = None
         try:
             async for piece in self.llm.stream(turn.reply):
                 if state.t_first_text is None:
                     state.t_first_text = time.monotonic()
-                await ws.send(json.dumps({"type": "text", "turn_id": rec.turn_id, "text": piece, "final": False}, ensure_ascii=False))
+                await ws.send(
+                    json.dumps(
+                        {"type": "text", "turn_id": rec.turn_id, "text": piece, "final": False}, ensure_ascii=False
+                    )
+                )
             await ws.send(json.dumps({"type": "text", "turn_id": rec.turn_id, "text": "", "final": True}))
             heard = await asyncio.wait_for(heard_q.get(), max(0.1, deadline - time.monotonic()))
         except asyncio.TimeoutError:
@@ -370,14 +498,36 @@ class Caller:
             rec.silent_frames = heard.silent_frames
             rec.heard_audio_ms = heard.audio_frames * FRAME_MS
             rec.lead_silence_ms = heard.lead_silence_ms
-            rec.heard_gaps = [{"t": run.rel(g.start), "duration_ms": g.duration_ms, "source": g.source, "kind": g.kind} for g in heard.gaps]
+            rec.heard_gaps = [
+                {"t": run.rel(g.start), "duration_ms": g.duration_ms, "source": g.source, "kind": g.kind}
+                for g in heard.gaps
+            ]
             for g in rec.heard_gaps:
-                run.on_event({"type": "client.gap", "level": run.level, "label": run.label, "caller": self.index, "turn_id": rec.turn_id, **g})
+                run.on_event(
+                    {
+                        "type": "client.gap",
+                        "level": run.level,
+                        "label": run.label,
+                        "caller": self.index,
+                        "turn_id": rec.turn_id,
+                        **g,
+                    }
+                )
         if rec.error is None and rec.t_first_frame is None:
             rec.error = "no_audio"
         run.turns.append(rec)
-        run.on_event({"type": "client.turn_end", "t": run.rel(time.monotonic()), "level": run.level, "label": run.label, "caller": self.index,
-                      "turn_id": rec.turn_id, "error": rec.error, "ttfa_client_ms": rec.ttfa_client_ms})
+        run.on_event(
+            {
+                "type": "client.turn_end",
+                "t": run.rel(time.monotonic()),
+                "level": run.level,
+                "label": run.label,
+                "caller": self.index,
+                "turn_id": rec.turn_id,
+                "error": rec.error,
+                "ttfa_client_ms": rec.ttfa_client_ms,
+            }
+        )
 
     # ------------------------------------------------------------ receiving
     async def _read(self, ws, pb: CallerPlayback, state: "_CallState") -> None:
@@ -403,7 +553,9 @@ class Caller:
         if etype == "audio.start" and same_turn:
             rec.ttfa_server_ms = ev.get("ttfa_ms")
         elif etype == "underrun" and same_turn:
-            rec.server_gaps.append({"duration_ms": ev.get("duration_ms"), "kind": ev.get("kind"), "cause": ev.get("cause")})
+            rec.server_gaps.append(
+                {"duration_ms": ev.get("duration_ms"), "kind": ev.get("kind"), "cause": ev.get("cause")}
+            )
         elif etype == "turn.done" and same_turn:
             rec.played_ms_server = ev.get("played_ms")
             rec.server_turn_gaps = ev.get("gaps")
@@ -430,11 +582,21 @@ class Caller:
         mine = [t for t in run.turns if t.caller == self.index and t.call_seq == self.call_seq]
         in_window = [t for t in mine if t.in_window]
         if pb.stray_frames:
-            run.on_event({"type": "client.stray_frames", "level": run.level, "label": run.label, "caller": self.index, "count": pb.stray_frames})
+            run.on_event(
+                {
+                    "type": "client.stray_frames",
+                    "level": run.level,
+                    "label": run.label,
+                    "caller": self.index,
+                    "count": pb.stray_frames,
+                }
+            )
         if not in_window:
             return
-        badness = (sum(g["duration_ms"] for t in in_window for g in t.heard_gaps if g["kind"] == "audible"),
-                   sum(g["duration_ms"] for t in in_window for g in t.heard_gaps))
+        badness = (
+            sum(g["duration_ms"] for t in in_window for g in t.heard_gaps if g["kind"] == "audible"),
+            sum(g["duration_ms"] for t in in_window for g in t.heard_gaps),
+        )
         if run.worst is None or badness > run.worst["badness"]:
             run.worst = {
                 "badness": badness,
@@ -444,11 +606,23 @@ class Caller:
                 "t_start": run.rel(call_start),
                 "frame_ms": FRAME_MS,
                 "levels": list(pb.levels) if pb.levels is not None else [],
-                "turns": [{"turn_id": t.turn_id, "t_eot": t.t_eot, "t_first_frame": t.t_first_frame, "t_heard_end": t.t_heard_end,
-                           "gaps": t.heard_gaps} for t in mine],
+                "turns": [
+                    {
+                        "turn_id": t.turn_id,
+                        "t_eot": t.t_eot,
+                        "t_first_frame": t.t_first_frame,
+                        "t_heard_end": t.t_heard_end,
+                        "gaps": t.heard_gaps,
+                    }
+                    for t in mine
+                ],
             }
         if self.wav_sink is not None and pb.audio is not None:
-            self.wav_sink(f"{run.label or 'x'}_L{run.level}_caller{self.index:03d}_call{self.call_seq}_{call.id}", bytes(pb.audio), self.s.sample_rate)
+            self.wav_sink(
+                f"{run.label or 'x'}_L{run.level}_caller{self.index:03d}_call{self.call_seq}_{call.id}",
+                bytes(pb.audio),
+                self.s.sample_rate,
+            )
 
 
 class _CallState:

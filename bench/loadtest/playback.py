@@ -39,7 +39,12 @@ class HeardGap:
     kind: str
 
     def as_dict(self) -> dict:
-        return {"start": round(self.start, 4), "duration_ms": self.duration_ms, "source": self.source, "kind": self.kind}
+        return {
+            "start": round(self.start, 4),
+            "duration_ms": self.duration_ms,
+            "source": self.source,
+            "kind": self.kind,
+        }
 
 
 @dataclass

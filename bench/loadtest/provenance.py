@@ -68,18 +68,34 @@ def environment(scenario_path: str, config_paths: dict[str, str | None], gateway
             continue
         text = Path(path).read_text(encoding="utf-8")
         parsed = yaml.safe_load(text) or {}
-        configs[label] = {"path": path, "sha256": sha256_file(path), "text": text, "voice_references": _voice_references(parsed)}
-    gpus = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]) if shutil.which("nvidia-smi") else None
+        configs[label] = {
+            "path": path,
+            "sha256": sha256_file(path),
+            "text": text,
+            "voice_references": _voice_references(parsed),
+        }
+    gpus = (
+        _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
+        if shutil.which("nvidia-smi")
+        else None
+    )
     return {
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": sys.argv,
         "python": sys.version,
         "platform": platform.platform(),
-        "cpu": {"model": _cpu_model(), "logical_cores": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-                "loadavg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None},
+        "cpu": {
+            "model": _cpu_model(),
+            "logical_cores": os.cpu_count(),
+            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "loadavg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        },
         "gpu": gpus,
         "versions": versions,
-        "git": {"commit": _run(["git", "-C", str(repo), "rev-parse", "HEAD"]), "dirty": bool(_run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"]))},
+        "git": {
+            "commit": _run(["git", "-C", str(repo), "rev-parse", "HEAD"]),
+            "dirty": bool(_run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"])),
+        },
         "scenarios": {"path": scenario_path, "sha256": sha256_file(scenario_path)},
         "gateways": gateways,
         "configs": configs,
@@ -94,7 +110,9 @@ class GpuMonitor:
         if shutil.which("nvidia-smi"):
             f = open(out / "gpu_dmon.log", "wb")
             try:
-                self.proc = subprocess.Popen(["nvidia-smi", "dmon", "-s", "pucm", "-o", "T"], stdout=f, stderr=subprocess.STDOUT)
+                self.proc = subprocess.Popen(
+                    ["nvidia-smi", "dmon", "-s", "pucm", "-o", "T"], stdout=f, stderr=subprocess.STDOUT
+                )
             except OSError:
                 self.proc = None
             f.close()

@@ -61,7 +61,11 @@ def client_health(lateness_s, cpu_s: float, window_s: float, level: int) -> dict
     cpu_frac = cpu_s / window_s if window_s else 0.0
     return {
         "ticks": len(lat_ms),
-        "lateness_ms": {"p50": percentile(lat_ms, 50), "p99": percentile(lat_ms, 99), "max": max(lat_ms) if lat_ms else None},
+        "lateness_ms": {
+            "p50": percentile(lat_ms, 50),
+            "p99": percentile(lat_ms, 99),
+            "max": max(lat_ms) if lat_ms else None,
+        },
         "late_ticks_over_20ms": sum(x > 20.0 for x in lat_ms),
         "cpu_pct_of_core": 100.0 * cpu_frac,
         "callers_per_core_est": (level / cpu_frac) if cpu_frac > 0 else None,
@@ -169,7 +173,10 @@ async def run_sweep(
     t0 = time.monotonic()
     scrapes = out / "scrapes"
     scrapes.mkdir(parents=True, exist_ok=True)
-    with open(out / "turns.jsonl", "w", encoding="utf-8") as turns_f, open(out / "events.jsonl", "w", encoding="utf-8") as events_f:
+    with (
+        open(out / "turns.jsonl", "w", encoding="utf-8") as turns_f,
+        open(out / "events.jsonl", "w", encoding="utf-8") as events_f,
+    ):
         async with aiohttp.ClientSession() as http:
             for level in params.levels:
                 for target in targets:

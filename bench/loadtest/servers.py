@@ -57,7 +57,20 @@ async def start_local(label: str, config_path: str | None, log_dir: Path, ready_
     port = free_port()
     log_path = log_dir / f"server_{label}.log"
     if config_path:
-        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--config", config_path, "--host", "127.0.0.1", "--port", str(port), "--log-level", "WARNING"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--config",
+            config_path,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "WARNING",
+        ]
     else:
         cmd = [sys.executable, "-m", "bench.loadtest.stub", "--host", "127.0.0.1", "--port", str(port)]
     logf = open(log_path, "wb")
@@ -68,7 +81,9 @@ async def start_local(label: str, config_path: str | None, log_dir: Path, ready_
     async with aiohttp.ClientSession() as http:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"gateway {label} ({config_path or 'stub'}) exited with {proc.returncode}; see {log_path}")
+                raise RuntimeError(
+                    f"gateway {label} ({config_path or 'stub'}) exited with {proc.returncode}; see {log_path}"
+                )
             try:
                 async with http.get(target.http_url + "/readyz", timeout=aiohttp.ClientTimeout(total=2)) as r:
                     if r.status == 200:

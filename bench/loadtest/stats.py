@@ -72,7 +72,11 @@ def _gap_table(gaps: list[dict], split: str, splits: Iterable[str], turns: int) 
     # Late-delivery gaps that overlap a stall of the load client itself (suspect, not the gateway's).
     out["during_client_stall"] = sum(1 for g in gaps if g.get("client_stall"))
     durations = [g["duration_ms"] for g in gaps]
-    out["duration_ms"] = {"p50": percentile(durations, 50), "p95": percentile(durations, 95), "max": max(durations) if durations else None}
+    out["duration_ms"] = {
+        "p50": percentile(durations, 50),
+        "p95": percentile(durations, 95),
+        "max": max(durations) if durations else None,
+    }
     out["total_ms"] = sum(durations)
     return out
 
@@ -164,10 +168,7 @@ def slo_verdict(m: LevelMetrics, slo: Slo) -> dict:
         "audible_per_turn": (audible_per_turn, slo.audible_per_turn),
         "error_rate": (m.error_rate, slo.error_rate),
     }
-    out = {
-        k: {"value": v, "limit": lim, "pass": v is not None and v <= lim}
-        for k, (v, lim) in checks.items()
-    }
+    out = {k: {"value": v, "limit": lim, "pass": v is not None and v <= lim} for k, (v, lim) in checks.items()}
     out["pass"] = m.turns > 0 and all(c["pass"] for c in out.values())
     out["zero_audible"] = m.turns > 0 and gaps["audible"] == 0 and m.errors == 0
     # The engine's share: no audible gap the gateway blames on late synthesis.

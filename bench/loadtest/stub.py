@@ -38,13 +38,17 @@ class StubGateway:
         self.ms_per_char = ms_per_char
         self.sessions: set[_StubSession] = set()
         self.app = web.Application()
-        self.app.add_routes([web.get("/v1/ws", self._ws), web.get("/readyz", self._ready), web.get("/metrics", self._metrics)])
+        self.app.add_routes(
+            [web.get("/v1/ws", self._ws), web.get("/readyz", self._ready), web.get("/metrics", self._metrics)]
+        )
 
     async def _ready(self, request: web.Request) -> web.Response:
         return web.json_response({"ready": True, "engine": "stub"})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=f'voxgate_engine_info{{kind="stub",vocoder="none"}} 1.0\nvoxgate_sessions_active {len(self.sessions)}\n')
+        return web.Response(
+            text=f'voxgate_engine_info{{kind="stub",vocoder="none"}} 1.0\nvoxgate_sessions_active {len(self.sessions)}\n'
+        )
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(compress=False)
@@ -60,7 +64,9 @@ class StubGateway:
                 width = 2 if out.get("encoding", "pcm16") == "pcm16" else 1
                 session = _StubSession(ws, b"\x01\x02" * (rate // 50 * width // 2))
                 self.sessions.add(session)
-                await ws.send_json({"type": "session.started", "session_id": hex(id(session)), "output": {"frame_ms": 20, **out}})
+                await ws.send_json(
+                    {"type": "session.started", "session_id": hex(id(session)), "output": {"frame_ms": 20, **out}}
+                )
             elif m["type"] == "text" and session is not None:
                 tid = m["turn_id"]
                 session.chars[tid] = session.chars.get(tid, 0) + len(m.get("text", ""))
@@ -94,14 +100,32 @@ class StubGateway:
             tid, frames, t0 = s.queue.pop(0)
             s.playing = (tid, frames)
             s.sent = 0
-            await s.ws.send_str(json.dumps({"type": "audio.start", "turn_id": tid, "ttfa_ms": round((now - t0) * 1000 + self.latency_s * 1000, 1)}))
+            await s.ws.send_str(
+                json.dumps(
+                    {
+                        "type": "audio.start",
+                        "turn_id": tid,
+                        "ttfa_ms": round((now - t0) * 1000 + self.latency_s * 1000, 1),
+                    }
+                )
+            )
         tid, frames = s.playing
         await s.ws.send_bytes(s.frame)
         s.sent += 1
         if s.sent >= frames:
             s.playing = None
-            await s.ws.send_str(json.dumps({"type": "turn.done", "turn_id": tid, "played_ms": frames * 20, "interrupted": False,
-                                            "gaps": {"micro": 0, "audible": 0}, "played_text": ""}))
+            await s.ws.send_str(
+                json.dumps(
+                    {
+                        "type": "turn.done",
+                        "turn_id": tid,
+                        "played_ms": frames * 20,
+                        "interrupted": False,
+                        "gaps": {"micro": 0, "audible": 0},
+                        "played_text": "",
+                    }
+                )
+            )
 
 
 async def serve(host: str, port: int, latency_ms: float, ms_per_char: float) -> None:

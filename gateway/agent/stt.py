@@ -57,7 +57,7 @@ class UtteranceBuffer:
             n = size
         at = self.samples % size
         first = min(n, size - at)
-        self._ring[at:at + first] = pcm[:first]
+        self._ring[at : at + first] = pcm[:first]
         self._ring[: n - first] = pcm[first:]
         self.samples += n
 
@@ -84,8 +84,14 @@ def wav_bytes(pcm: np.ndarray, sample_rate: int = 16000) -> bytes:
 class TranscriptionClient:
     """One client per gateway; `transcribe` is safe to call from many sessions at once."""
 
-    def __init__(self, base_url: str, model: str, api_key_env: str | None = None, language: str | None = None,
-                 timeout_s: float = 15.0):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str | None = None,
+        language: str | None = None,
+        timeout_s: float = 15.0,
+    ):
         self.url = base_url.rstrip("/") + "/audio/transcriptions"
         self.model = model
         self.api_key_env = api_key_env

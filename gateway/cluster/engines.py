@@ -63,7 +63,10 @@ class EngineRegistration:
             try:
                 await self._beat()
             except Exception as exc:
-                log.warning("engine registration: Redis failed (%s); gateways keep their link, new ones find us when it is back", exc)
+                log.warning(
+                    "engine registration: Redis failed (%s); gateways keep their link, new ones find us when it is back",
+                    exc,
+                )
 
     async def close(self) -> None:
         if self._task is not None:

@@ -75,8 +75,13 @@ def hop_matches(request: web.BaseRequest, ids: list[str]) -> bool:
 
 def log_wrong_call(request: web.BaseRequest, door: str, ids: list[str]) -> None:
     checked = hop_of(request)
-    log.warning("cluster: refused a %s leg forwarded by node %s: its hop was signed for call %s, the leg names %s",
-                door, checked.node if checked else "?", checked.call_id if checked else "?", ", ".join(ids) or "no call")
+    log.warning(
+        "cluster: refused a %s leg forwarded by node %s: its hop was signed for call %s, the leg names %s",
+        door,
+        checked.node if checked else "?",
+        checked.call_id if checked else "?",
+        ", ".join(ids) or "no call",
+    )
 
 
 # ------------------------------------------------------------ where a call lives
@@ -101,35 +106,55 @@ def ws_url(owner: Owner, path_qs: str) -> str:
     return ("wss://" + base[8:] if base.startswith("https://") else "ws://" + base.removeprefix("http://")) + path_qs
 
 
-async def connect_owner(core, request: web.BaseRequest, owner: Owner, ids: list[str]) -> aiohttp.ClientWebSocketResponse | None:
+async def connect_owner(
+    core, request: web.BaseRequest, owner: Owner, ids: list[str]
+) -> aiohttp.ClientWebSocketResponse | None:
     """The hop to the owner, or None when this node should serve the leg itself (the owner is gone and its
     claim passed to us: the call is then one that never existed, as anywhere else)."""
     plane = core.cluster
     for _ in range(2):
         if owner.url:
             signed = hop.sign(plane.secret, plane.node_id, request.method, request.raw_path, normalize_call_id(ids[0]))
-            headers = {HOP_HEADER: signed, "Host": request.host,
-                       "X-Forwarded-For": ", ".join(filter(None, [request.headers.get("X-Forwarded-For"), request.remote])),
-                       "X-Forwarded-Proto": request.scheme}
+            headers = {
+                HOP_HEADER: signed,
+                "Host": request.host,
+                "X-Forwarded-For": ", ".join(filter(None, [request.headers.get("X-Forwarded-For"), request.remote])),
+                "X-Forwarded-Proto": request.scheme,
+            }
             protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
             try:
                 # encoded=True: the owner sees the very path and query the hop was signed for
-                return await _http(core).ws_connect(URL(ws_url(owner, request.raw_path), encoded=True), headers=headers, protocols=protocols,
-                                                    compress=0, max_msg_size=MAX_HOP_MESSAGE, autoping=True,
-                                                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0))
+                return await _http(core).ws_connect(
+                    URL(ws_url(owner, request.raw_path), encoded=True),
+                    headers=headers,
+                    protocols=protocols,
+                    compress=0,
+                    max_msg_size=MAX_HOP_MESSAGE,
+                    autoping=True,
+                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0),
+                )
             except aiohttp.WSServerHandshakeError as exc:
                 if exc.status != 403:
                     raise ClusterUnavailable(f"node {owner.node_id} answered the hop with HTTP {exc.status}") from None
                 # the owner lives and refused us: taking its call over would split the call in two
-                log.warning("cluster: node %s refused this node's hop for call %s (HTTP 403; its log says why: most "
-                            "often the nodes hold different secrets in cluster.secret_env)", owner.node_id, ids[0])
+                log.warning(
+                    "cluster: node %s refused this node's hop for call %s (HTTP 403; its log says why: most "
+                    "often the nodes hold different secrets in cluster.secret_env)",
+                    owner.node_id,
+                    ids[0],
+                )
                 raise ClusterUnavailable(f"node {owner.node_id} refused this node's hop") from None
             except aiohttp.ClientSSLError as exc:  # it answers, we cannot trust it: not a dead owner either
-                log.warning("cluster: node %s's TLS certificate does not verify (%s; is its CA in cluster.peer_ca_file?)",
-                            owner.node_id, exc)
+                log.warning(
+                    "cluster: node %s's TLS certificate does not verify (%s; is its CA in cluster.peer_ca_file?)",
+                    owner.node_id,
+                    exc,
+                )
                 raise ClusterUnavailable(f"node {owner.node_id}'s certificate does not verify") from None
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-                log.warning("cluster: owner %s of call %s unreachable (%s); taking the call over", owner.node_id, ids[0], exc)
+                log.warning(
+                    "cluster: owner %s of call %s unreachable (%s); taking the call over", owner.node_id, ids[0], exc
+                )
         owner = await plane.take_over(ids, owner.node_id)
         if owner is None:
             return None
@@ -143,8 +168,10 @@ def _http(core) -> aiohttp.ClientSession:
         # cluster.peer_ca_file (a private CA for the nodes) or the system's CAs
         ca_file = core.config.cluster.peer_ca_file
         tls = ssl.create_default_context(cafile=ca_file) if ca_file else True
-        plane.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls),
-                                           timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S))
+        plane.http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=tls),
+            timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S),
+        )
     return plane.http
 
 
@@ -212,8 +239,15 @@ class ReplayingSocket:
 
 
 # ------------------------------------------------------------ AudioSocket: the same hop over TCP
-async def forward_tcp(core, owner: Owner, ids: list[str], first: bytes, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, hop_kind: int) -> bool:
+async def forward_tcp(
+    core,
+    owner: Owner,
+    ids: list[str],
+    first: bytes,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    hop_kind: int,
+) -> bool:
     """Splice an AudioSocket connection to its owner's AudioSocket port: a signed hop frame, the far end's
     handshake as read, then bytes both ways. False when the owner is gone and the call is now ours."""
     plane = core.cluster
@@ -221,10 +255,17 @@ async def forward_tcp(core, owner: Owner, ids: list[str], first: bytes, reader: 
         if owner.audiosocket:
             host, _, port = owner.audiosocket.rpartition(":")
             try:
-                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+                up_reader, up_writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
+                )
                 break
             except (OSError, asyncio.TimeoutError, ValueError) as exc:
-                log.warning("cluster: owner %s of call %s unreachable over AudioSocket (%s); taking the call over", owner.node_id, ids[0], exc)
+                log.warning(
+                    "cluster: owner %s of call %s unreachable over AudioSocket (%s); taking the call over",
+                    owner.node_id,
+                    ids[0],
+                    exc,
+                )
         owner = await plane.take_over(ids, owner.node_id)
         if owner is None:
             return False
@@ -274,7 +315,9 @@ def unavailable_event(exc: ClusterUnavailable) -> dict:
     return P.error_event(P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly")
 
 
-async def forward_by_path(core, request: web.Request, door: str, ids: list[str], ws_kwargs: dict | None = None) -> web.StreamResponse | None:
+async def forward_by_path(
+    core, request: web.Request, door: str, ids: list[str], ws_kwargs: dict | None = None
+) -> web.StreamResponse | None:
     """A door whose call ids are known before the upgrade: the finished forwarded response, a refusal, or None
     (serve it here)."""
     if core.cluster is None or not ids:
@@ -302,8 +345,15 @@ async def forward_by_path(core, request: web.Request, door: str, ids: list[str],
     return down
 
 
-async def forward_after_peek(core, request: web.Request, ws: web.WebSocketResponse, door: str,
-                             ids_of: Callable[[object], list[str] | None], timeout: float, native_errors: bool = False):
+async def forward_after_peek(
+    core,
+    request: web.Request,
+    ws: web.WebSocketResponse,
+    door: str,
+    ids_of: Callable[[object], list[str] | None],
+    timeout: float,
+    native_errors: bool = False,
+):
     """A door whose call ids come in its opening messages: reads up to a few, then serves the leg here (returns a
     socket that replays them) or forwards it to the owner (returns None: the leg is over)."""
     if core.cluster is None:

@@ -64,8 +64,10 @@ def verify(secret: bytes, value: str, method: str, target: str, now: float | Non
         raise HopRefused("its stamp is not a number") from None
     want = _mac(secret, node, stamp, nonce, call_id, method, target)
     if not hmac.compare_digest(mac.encode(), want.encode()):
-        raise HopRefused(f"its signature does not verify for {method.upper()} {_shown(target)} (signed for another "
-                         "request, or the nodes hold different secrets in cluster.secret_env)")
+        raise HopRefused(
+            f"its signature does not verify for {method.upper()} {_shown(target)} (signed for another "
+            "request, or the nodes hold different secrets in cluster.secret_env)"
+        )
     if abs(age) > MAX_AGE_S:
         raise HopRefused(f"it is {age:.0f} s old (at most {MAX_AGE_S:g} s: are the nodes' clocks in step?)")
     if not nonce or not call_id:

@@ -166,10 +166,20 @@ class ClusterPlane:
         if self.audiosocket:
             self.audiosocket = reachable_audiosocket(self.audiosocket, self.advertise_url)
         password = os.environ.get(self.cc.password_env) if self.cc.password_env else None
-        self._redis = aioredis.Redis.from_url(self.cc.redis_url, password=password, socket_timeout=REDIS_TIMEOUT_S,
-                                              socket_connect_timeout=REDIS_TIMEOUT_S, decode_responses=False)
-        for name, text in (("claim", _CLAIM), ("refresh", _REFRESH), ("release", _RELEASE), ("take_over", _TAKE_OVER),
-                           ("peer_open", _PEER_OPEN)):
+        self._redis = aioredis.Redis.from_url(
+            self.cc.redis_url,
+            password=password,
+            socket_timeout=REDIS_TIMEOUT_S,
+            socket_connect_timeout=REDIS_TIMEOUT_S,
+            decode_responses=False,
+        )
+        for name, text in (
+            ("claim", _CLAIM),
+            ("refresh", _REFRESH),
+            ("release", _RELEASE),
+            ("take_over", _TAKE_OVER),
+            ("peer_open", _PEER_OPEN),
+        ):
             self._scripts[name] = self._redis.register_script(text)
         async with refusing_start(self._redis, self.url, self.cc.password_env):
             await self._redis.ping()
@@ -208,7 +218,11 @@ class ClusterPlane:
                 self.problem = None
             except Exception as exc:
                 if self.problem is None:
-                    log.warning("cluster: Redis at %s failed: %s (calls in progress go on; new calls are refused)", self.url, _why(exc))
+                    log.warning(
+                        "cluster: Redis at %s failed: %s (calls in progress go on; new calls are refused)",
+                        self.url,
+                        _why(exc),
+                    )
                 self.problem = f"redis at {self.url} unreachable: {_why(exc)}"
                 self._count_error()
                 continue
@@ -224,8 +238,14 @@ class ClusterPlane:
         now_ms = int(time.time() * 1000)
         node_key = self.key("node", self.node_id)
         pipe = r.pipeline(transaction=False)
-        pipe.hset(node_key, mapping={"url": self.advertise_url, "audiosocket": self.audiosocket or "",
-                                     "draining": "1" if self.draining else "0"})
+        pipe.hset(
+            node_key,
+            mapping={
+                "url": self.advertise_url,
+                "audiosocket": self.audiosocket or "",
+                "draining": "1" if self.draining else "0",
+            },
+        )
         pipe.pexpire(node_key, self.ttl_ms)
         pipe.zadd(self.key("nodes"), {self.node_id: now_ms + self.ttl_ms})
         pipe.zremrangebyscore(self.key("nodes"), 0, now_ms - 60_000)  # forget the long dead
@@ -241,7 +261,7 @@ class ClusterPlane:
         self.live_nodes = [n.decode() for n in results[4]]
         ids = list(self.live_call_ids())
         for start in range(0, len(ids), 500):
-            keys = [self.key("call", i) for i in ids[start:start + 500]]
+            keys = [self.key("call", i) for i in ids[start : start + 500]]
             await self._scripts["refresh"](keys=keys, args=[self.node_id, self.ttl_ms])
 
     def _count_error(self) -> None:
@@ -307,7 +327,12 @@ class ClusterPlane:
         try:
             await self._scripts["release"](keys=keys, args=[self.node_id])
         except Exception as exc:
-            log.info("cluster: releasing %d call ids failed (%s); they expire within %.0f s", len(keys), _why(exc), self.cc.claim_ttl_s)
+            log.info(
+                "cluster: releasing %d call ids failed (%s); they expire within %.0f s",
+                len(keys),
+                _why(exc),
+                self.cc.claim_ttl_s,
+            )
 
     # ------------------------------------------------------------ hops (single use across nodes)
     async def hop_nonce_spend(self, nonce: str, ttl_ms: int) -> bool:
@@ -331,8 +356,11 @@ class ClusterPlane:
         second = int(time.time())
         keys = [self.key("ip", address), self.key("iprate", address, str(second))]
         nodes = self.live_nodes if self.node_id in self.live_nodes else [*self.live_nodes, self.node_id]
-        why = await self._call(self._scripts["peer_open"](keys=keys, args=[self.node_id, cap, int(rate) if rate else 0,
-                                                                               3 * self.ttl_ms, *nodes]))
+        why = await self._call(
+            self._scripts["peer_open"](
+                keys=keys, args=[self.node_id, cap, int(rate) if rate else 0, 3 * self.ttl_ms, *nodes]
+            )
+        )
         return why.decode() or None
 
     def peer_close(self, address: str) -> None:
@@ -377,11 +405,15 @@ def hop_secret(secret_env: str | None) -> bytes:
     """The plane's hop secret, from the environment only: one secret on every node, never made up by a node nor
     kept in Redis (a node with its own, or with one from a Redis that lost its data, would have its legs refused)."""
     if not secret_env:
-        raise ValueError("cluster.secret_env is required with cluster.redis_url: name the environment variable "
-                         f"holding the nodes' shared secret (at least {MIN_SECRET_CHARS} characters, the same on every node)")
+        raise ValueError(
+            "cluster.secret_env is required with cluster.redis_url: name the environment variable "
+            f"holding the nodes' shared secret (at least {MIN_SECRET_CHARS} characters, the same on every node)"
+        )
     value = os.environ.get(secret_env, "")
     if len(value) < MIN_SECRET_CHARS:
-        raise ValueError(f"cluster.secret_env names {secret_env!r}, which must hold at least {MIN_SECRET_CHARS} characters")
+        raise ValueError(
+            f"cluster.secret_env names {secret_env!r}, which must hold at least {MIN_SECRET_CHARS} characters"
+        )
     return value.encode()
 
 
@@ -390,18 +422,27 @@ def _why(exc: BaseException) -> str:
     return text.splitlines()[0][:200]
 
 
-_LOGIN_REFUSED = ("NOAUTH", "HELLO must be called", "Authentication required", "invalid password",
-                  "invalid username-password", "WRONGPASS")
+_LOGIN_REFUSED = (
+    "NOAUTH",
+    "HELLO must be called",
+    "Authentication required",
+    "invalid password",
+    "invalid username-password",
+    "WRONGPASS",
+)
 
 
 def start_refusal(url: str, exc: BaseException, password_env: str | None) -> str:
     """The start's one line when Redis cannot be used: a refused login says which setting to look at."""
     why = _why(exc)
     if type(exc).__name__ in ("AuthenticationError", "AuthenticationWrongNumberOfArgsError") or any(
-            s.lower() in why.lower() for s in _LOGIN_REFUSED):
+        s.lower() in why.lower() for s in _LOGIN_REFUSED
+    ):
         if not password_env:
-            return (f"cluster.redis_url {url} wants a password: name the environment variable that holds it in "
-                    "cluster.password_env")
+            return (
+                f"cluster.redis_url {url} wants a password: name the environment variable that holds it in "
+                "cluster.password_env"
+            )
         return f"cluster.redis_url {url} refused the password in {password_env} ({why})"
     return f"cluster.redis_url {url} is unreachable: {why}"
 

@@ -59,8 +59,16 @@ class CallCore:
             self.cluster.live_call_ids = self.calls.ids
             self.cluster.local_peers = self.peers.open_counts
 
-    def new_session(self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat,
-                    session_id: str | None = None, unpaced: bool = False) -> Session:
+    def new_session(
+        self,
+        leg_name: str,
+        voice: str | None,
+        language: str,
+        instruct: str | None,
+        output: OutputFormat,
+        session_id: str | None = None,
+        unpaced: bool = False,
+    ) -> Session:
         """`unpaced`: the leg sends audio as the engine makes it (gateway/core/unpaced.py), not on the clock."""
         return self.registry.new_session(leg_name, voice, language, instruct, output, session_id, unpaced=unpaced)
 
@@ -68,7 +76,9 @@ class CallCore:
         """A session with no media leg (the OpenAI speech route): counted against max_sessions, its turns go
         through the same frontend, chunker and engine deadlines, and `session.playout.audio()` yields its
         24 kHz PCM in order, unpaced, raising `HeadlessError` if a chunk fails (gateway/core/headless.py)."""
-        return self.registry.new_session(leg_name, voice, language, instruct, OutputFormat("pcm16", SAMPLE_RATE), headless=True)
+        return self.registry.new_session(
+            leg_name, voice, language, instruct, OutputFormat("pcm16", SAMPLE_RATE), headless=True
+        )
 
     def play(self, session: Session) -> None:
         """The session's media leg is attached: the shared clock ticks it, and its max-call timer runs.

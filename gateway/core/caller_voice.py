@@ -50,10 +50,12 @@ def session_settings(base: BargeInConfig, override) -> BargeInConfig:
     if override is None:
         return base
     if not isinstance(override, dict):
-        raise P.ProtocolError(P.BAD_MESSAGE, "barge_in must be an object, e.g. {\"mode\": \"vad\", \"min_speech_ms\": 250}")
+        raise P.ProtocolError(P.BAD_MESSAGE, 'barge_in must be an object, e.g. {"mode": "vad", "min_speech_ms": 250}')
     unknown = sorted(set(override) - set(SESSION_KEYS))
     if unknown:
-        raise P.ProtocolError(P.BAD_MESSAGE, f"barge_in: unknown field {unknown[0]!r} (known: {', '.join(SESSION_KEYS)})")
+        raise P.ProtocolError(
+            P.BAD_MESSAGE, f"barge_in: unknown field {unknown[0]!r} (known: {', '.join(SESSION_KEYS)})"
+        )
     fields = {f.name: f for f in dataclasses.fields(BargeInConfig)}
     values = {}
     for key, value in override.items():
@@ -82,12 +84,20 @@ INPUT_RATES = {"pcm16": (8000, 16000, 24000, 48000), "mulaw": (8000,), "alaw": (
 def parse_input(spec) -> tuple[str, int]:
     """`session.start.input` → (encoding, sample_rate), or a ProtocolError saying what is allowed."""
     if not isinstance(spec, dict):
-        raise P.ProtocolError(P.BAD_MESSAGE, "input must be an object: {\"encoding\": \"pcm16\", \"sample_rate\": 16000}")
+        raise P.ProtocolError(P.BAD_MESSAGE, 'input must be an object: {"encoding": "pcm16", "sample_rate": 16000}')
     encoding = spec.get("encoding", "pcm16")
     rate = spec.get("sample_rate", 8000 if encoding in ("mulaw", "alaw") else 16000)
-    if not isinstance(encoding, str) or encoding not in INPUT_RATES or isinstance(rate, bool) or rate not in INPUT_RATES[encoding]:
-        raise P.ProtocolError(P.UNSUPPORTED_FORMAT, f"input {encoding!r} at {rate!r} Hz is not supported "
-                              "(pcm16 at 8000|16000|24000|48000, mulaw or alaw at 8000)")
+    if (
+        not isinstance(encoding, str)
+        or encoding not in INPUT_RATES
+        or isinstance(rate, bool)
+        or rate not in INPUT_RATES[encoding]
+    ):
+        raise P.ProtocolError(
+            P.UNSUPPORTED_FORMAT,
+            f"input {encoding!r} at {rate!r} Hz is not supported "
+            "(pcm16 at 8000|16000|24000|48000, mulaw or alaw at 8000)",
+        )
     return encoding, int(rate)
 
 
@@ -123,7 +133,9 @@ class VoiceHub:
             try:
                 self.pool(self.config.barge_in.detector)
             except VadUnavailable as exc:
-                raise ValueError(f"{self.config.source}: barge_in.detector {self.config.barge_in.detector}: {exc}") from None
+                raise ValueError(
+                    f"{self.config.source}: barge_in.detector {self.config.barge_in.detector}: {exc}"
+                ) from None
 
     def pool(self, detector: str) -> VadPool:
         pool = self._pools.get(detector)
@@ -133,7 +145,9 @@ class VoiceHub:
         pool.start()
         return pool
 
-    def attach(self, session, inbound, settings: BargeInConfig | None = None, owns_buffer: bool = True) -> "CallerVoice | None":
+    def attach(
+        self, session, inbound, settings: BargeInConfig | None = None, owns_buffer: bool = True
+    ) -> "CallerVoice | None":
         """Start listening to `session`'s caller audio; None when detection is off for it."""
         settings = settings or self.config.barge_in
         if session.caller_voice is not None:  # already listening (e.g. a late call.attach.barge_in): new rules only
@@ -170,8 +184,11 @@ class CallerVoice:
         self.settings = settings
         self.owns_buffer = owns_buffer  # pausing is only honest where voxgate holds the audio not yet heard
         self.stream: VadStream = pool.open(
-            on_event=self._on_speech, on_window=self._on_window,
-            threshold=settings.threshold, onset_ms=settings.onset_ms, silence_ms=settings.silence_ms,
+            on_event=self._on_speech,
+            on_window=self._on_window,
+            threshold=settings.threshold,
+            onset_ms=settings.onset_ms,
+            silence_ms=settings.silence_ms,
         )
         self._resampler = StreamResampler(inbound.sample_rate, SAMPLE_RATE)
         self._anchors: deque[tuple[int, float]] = deque(maxlen=512)  # (16 kHz samples in, timeline ms at arrival)
@@ -271,11 +288,18 @@ class CallerVoice:
             self._count("speech_events")
             self._paused_at_onset_ms = self.session.playout.paused_total_ms
             self.session.emit({"type": "user.speech", "state": "started", "at_ms": at})
-            if (self.settings.mode == "vad" and self.settings.pause_on_onset and self.owns_buffer and self._playing()
-                    and at >= self._holdoff_until_ms):
+            if (
+                self.settings.mode == "vad"
+                and self.settings.pause_on_onset
+                and self.owns_buffer
+                and self._playing()
+                and at >= self._holdoff_until_ms
+            ):
                 self._paused = self.session.playout.pause()
         else:
-            self.session.emit({"type": "user.speech", "state": "stopped", "at_ms": at, "duration_ms": round(ev.speech_ms, 1)})
+            self.session.emit(
+                {"type": "user.speech", "state": "stopped", "at_ms": at, "duration_ms": round(ev.speech_ms, 1)}
+            )
             if self._paused and not self._barged:
                 self.session.playout.resume()
                 self.false_interruptions += 1

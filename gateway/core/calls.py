@@ -105,8 +105,16 @@ class CallRegistry:
             await asyncio.wait(pending, timeout=timeout)
 
     # ------------------------------------------------------------ control side
-    async def attach_control(self, call_id: str, leg: ControlLeg, voice: str | None = None, language: str | None = None,
-                             instruct: str | None = None, barge_in: dict | None = None, mode: str | None = None) -> Call:
+    async def attach_control(
+        self,
+        call_id: str,
+        leg: ControlLeg,
+        voice: str | None = None,
+        language: str | None = None,
+        instruct: str | None = None,
+        barge_in: dict | None = None,
+        mode: str | None = None,
+    ) -> Call:
         """`call.attach`: joins the call, or creates it to wait for its media leg. Sends `call.attached`."""
         from gateway.core.caller_voice import session_settings
 
@@ -129,8 +137,16 @@ class CallRegistry:
             if call.media_state == "connected":
                 self._listen(call)
         # `voice` says which voice the call speaks with: the media leg's, when it came first.
-        call.session.emit({"type": "call.attached", "call_id": call_id, "session_id": call.session.session_id, "voice": call.session.voice_name,
-                           "mode": call.session.mode, **({"mode_note": call.session.mode_note} if call.session.mode_note else {})})
+        call.session.emit(
+            {
+                "type": "call.attached",
+                "call_id": call_id,
+                "session_id": call.session.session_id,
+                "voice": call.session.voice_name,
+                "mode": call.session.mode,
+                **({"mode_note": call.session.mode_note} if call.session.mode_note else {}),
+            }
+        )
         if call.media_state == "connected":
             call.session.emit({"type": "call.media", "state": "connected", "leg": call.media_kind})
         await call.session.flush_events()
@@ -147,12 +163,22 @@ class CallRegistry:
 
     def _unknown_call(self, call: Call, timeout: float) -> None:
         if call.media_state == "waiting" and not call.session.closed:
-            error = P.error_event(P.UNKNOWN_CALL, f"no media leg arrived for call {call.call_id!r} within {timeout:g} s")
+            error = P.error_event(
+                P.UNKNOWN_CALL, f"no media leg arrived for call {call.call_id!r} within {timeout:g} s"
+            )
             asyncio.get_running_loop().create_task(call.session.close(error))
 
     # ------------------------------------------------------------ media side
-    def connect_media(self, ids: list[str], leg: TelephonyLeg, kind: str, voice: str | None = None, language: str | None = None,
-                      output: OutputFormat = TELEPHONY_PCM, inbound_rate: int = TELEPHONY_PCM.sample_rate) -> Call:
+    def connect_media(
+        self,
+        ids: list[str],
+        leg: TelephonyLeg,
+        kind: str,
+        voice: str | None = None,
+        language: str | None = None,
+        output: OutputFormat = TELEPHONY_PCM,
+        inbound_rate: int = TELEPHONY_PCM.sample_rate,
+    ) -> Call:
         """A media leg started: join the call one of `ids` names, or start one. The caller flushes events.
 
         `output` and `inbound_rate` apply to a call this leg starts (a wideband wire plays and hears at its
@@ -202,7 +228,9 @@ class CallRegistry:
     def _refuse_new_while_draining(self) -> None:
         """A draining node of a cluster finishes its calls (their late legs still join) but starts none."""
         if self.core.draining:
-            raise P.ProtocolError(P.SHUTTING_DOWN, "this gateway is draining: it finishes its calls and starts no new ones")
+            raise P.ProtocolError(
+                P.SHUTTING_DOWN, "this gateway is draining: it finishes its calls and starts no new ones"
+            )
 
     def _listen(self, call: Call) -> None:
         """The caller's voice: detection and barge-in on the call's inbound audio (AudioSocket's buffer is ours to pause)."""

@@ -35,8 +35,14 @@ class Ticked(Protocol):
 
 
 class PlayoutClock:
-    def __init__(self, frame_ms: int = 20, max_catchup: int = 10, on_lateness: Callable[[float], None] | None = None,
-                 on_skip: Callable[[int], None] | None = None, on_tick_cpu: Callable[[float, int], None] | None = None):
+    def __init__(
+        self,
+        frame_ms: int = 20,
+        max_catchup: int = 10,
+        on_lateness: Callable[[float], None] | None = None,
+        on_skip: Callable[[int], None] | None = None,
+        on_tick_cpu: Callable[[float, int], None] | None = None,
+    ):
         self.period = frame_ms / 1000.0
         self.max_catchup = max_catchup
         self.on_lateness = on_lateness

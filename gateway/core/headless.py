@@ -35,7 +35,9 @@ class HeadlessError(Exception):
 class HeadlessPlayout:
     """The `Playout` face a `Session` uses (open/push/mark/close/flush, buffered_ms, current_turn), without a clock."""
 
-    def __init__(self, sample_rate: int, on_event: Callable[[PlayoutEvent], None], clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, sample_rate: int, on_event: Callable[[PlayoutEvent], None], clock: Callable[[], float] = time.monotonic
+    ):
         self.sample_rate = sample_rate
         self.on_event = on_event
         self.clock = clock
@@ -70,7 +72,13 @@ class HeadlessPlayout:
 
     def mark(self, turn_id: str, chunk: int, payload: dict | None = None) -> None:
         if turn_id in self._opened_at:
-            self._emit("mark", self.clock(), turn_id, chunk=chunk, played_ms=self._ms(sum(self._chunk_samples[turn_id].values())))
+            self._emit(
+                "mark",
+                self.clock(),
+                turn_id,
+                chunk=chunk,
+                played_ms=self._ms(sum(self._chunk_samples[turn_id].values())),
+            )
 
     def close_utterance(self, turn_id: str) -> None:
         if turn_id in self._opened_at:

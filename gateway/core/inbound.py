@@ -52,7 +52,9 @@ class RealtimeCap:
             return pcm
         keep = max(0, allowed)
         if not self.dropped:
-            log.info("caller audio arrives faster than real time: dropping what runs more than %.1f s ahead", self.ahead)
+            log.info(
+                "caller audio arrives faster than real time: dropping what runs more than %.1f s ahead", self.ahead
+            )
         self.dropped += len(pcm) - keep
         self.accepted += keep
         return pcm[:keep]
@@ -104,7 +106,9 @@ class InboundStream:
 class InboundAudio:
     """Caller audio of one call at `sample_rate` (8 kHz for Twilio and AudioSocket)."""
 
-    def __init__(self, sample_rate: int = 8000, wav_path: str | None = None, max_ahead_ms: float = MAX_INBOUND_AHEAD_MS):
+    def __init__(
+        self, sample_rate: int = 8000, wav_path: str | None = None, max_ahead_ms: float = MAX_INBOUND_AHEAD_MS
+    ):
         self.sample_rate = sample_rate
         self.cap = RealtimeCap(sample_rate, max_ahead_ms)
         self.samples_received = 0

@@ -85,8 +85,14 @@ class SpokenChunk:
         return self.original[:cut].strip()
 
 
-def played_text(chunks: list[SpokenChunk | None], pushed: dict[int, int], complete: set[int], failed: set[int],
-                played_samples: dict[int, float], slack: float = 1.0) -> str:
+def played_text(
+    chunks: list[SpokenChunk | None],
+    pushed: dict[int, int],
+    complete: set[int],
+    failed: set[int],
+    played_samples: dict[int, float],
+    slack: float = 1.0,
+) -> str:
     """The turn's heard text: full chunks, then the heard words of the chunk that was cut off.
 
     `chunks[i]` is chunk i's map (None while it is not yet prepared), `pushed[i]` its samples,
@@ -111,7 +117,9 @@ def played_text(chunks: list[SpokenChunk | None], pushed: dict[int, int], comple
 
 
 # ---------------------------------------------------------------- playback confirmations
-CONFIRM_AFTER_BARGE_IN_S = 0.5  # after a barge-in, turn.done waits this long for the far end's outstanding confirmations
+CONFIRM_AFTER_BARGE_IN_S = (
+    0.5  # after a barge-in, turn.done waits this long for the far end's outstanding confirmations
+)
 CONFIRM_AFTER_END_S = 1.5  # a turn that played out waits this long for its last chunk's (the far end's buffer + RTT)
 PROGRESS_MARK_MS = 500.0  # inside a long chunk, a confirmation point this often: barge-in truth finer than a chunk
 

@@ -23,7 +23,13 @@ def engine_health(engine) -> str | None:
 
 
 class SessionRegistry:
-    def __init__(self, config: Config, engine: Engine, metrics: GatewayMetrics, on_closed: Callable[[Session], None] | None = None):
+    def __init__(
+        self,
+        config: Config,
+        engine: Engine,
+        metrics: GatewayMetrics,
+        on_closed: Callable[[Session], None] | None = None,
+    ):
         self.config = config
         self.engine = engine
         self.metrics = metrics
@@ -38,11 +44,20 @@ class SessionRegistry:
         return len(self.sessions) + waiting >= self.config.server.max_sessions
 
     def capacity_error(self) -> P.ProtocolError:
-        return P.ProtocolError(P.AT_CAPACITY, f"the gateway holds its maximum of {self.config.server.max_sessions} sessions")
+        return P.ProtocolError(
+            P.AT_CAPACITY, f"the gateway holds its maximum of {self.config.server.max_sessions} sessions"
+        )
 
     def new_session(
-        self, leg_name: str, voice: str | None, language: str, instruct: str | None, output: OutputFormat, session_id: str | None = None,
-        headless: bool = False, unpaced: bool = False,
+        self,
+        leg_name: str,
+        voice: str | None,
+        language: str,
+        instruct: str | None,
+        output: OutputFormat,
+        session_id: str | None = None,
+        headless: bool = False,
+        unpaced: bool = False,
     ) -> Session:
         """Validates the session.start fields and registers a session (the caller attaches legs)."""
         voice = self.config.resolve_voice(voice) if voice else self.config.default_voice_name
@@ -56,8 +71,17 @@ class SessionRegistry:
         if unhealthy:
             raise P.ProtocolError(P.ENGINE_UNAVAILABLE, f"the engine cannot serve: {unhealthy}")
         session = Session(
-            session_id or uuid.uuid4().hex[:16], self.config, self.engine, self.metrics, voice, language, instruct, output, on_closed=self._closed,
-            headless=headless, unpaced=unpaced,
+            session_id or uuid.uuid4().hex[:16],
+            self.config,
+            self.engine,
+            self.metrics,
+            voice,
+            language,
+            instruct,
+            output,
+            on_closed=self._closed,
+            headless=headless,
+            unpaced=unpaced,
         )
         self.sessions[session.session_id] = session
         self.metrics.sessions_active.set(len(self.sessions))

@@ -51,7 +51,9 @@ class _Turn:
     turn_id: str
     chunker: Chunker
     texts: list[str] = field(default_factory=list)  # text chunks as the agent wrote them
-    spoken: list[SpokenChunk | None] = field(default_factory=list)  # each chunk as the engine speaks it, with its word map
+    spoken: list[SpokenChunk | None] = field(
+        default_factory=list
+    )  # each chunk as the engine speaks it, with its word map
     pushed: dict[int, int] = field(default_factory=dict)  # chunk -> samples pushed to the playout
     complete: set[int] = field(default_factory=set)  # chunks fully synthesised (or failed)
     failed: set[int] = field(default_factory=set)  # chunks the engine refused or failed: skipped, the turn goes on
@@ -240,15 +242,22 @@ class Session:
             raise P.ProtocolError(P.SHUTTING_DOWN, "session.end(drain) was requested; no new text is accepted")
         turn = self._turns.get(turn_id)
         if turn is None and turn_id in self._ended_turns:
-            raise P.ProtocolError(P.TURN_CLOSED, f"turn {turn_id!r} has ended (played out or interrupted); its late text is dropped")
+            raise P.ProtocolError(
+                P.TURN_CLOSED, f"turn {turn_id!r} has ended (played out or interrupted); its late text is dropped"
+            )
         limit = self.config.server.limits.max_text_per_turn
         if (turn.chars if turn else 0) + len(text) > limit:
             raise P.ProtocolError(P.TEXT_TOO_LONG, f"turn {turn_id!r} would exceed {limit} characters; piece dropped")
         if turn is None:
             if len(self._turns) >= self.config.server.limits.max_queued_turns:
-                raise P.ProtocolError(P.TOO_MANY_TURNS, f"at most {self.config.server.limits.max_queued_turns} turns may be queued")
+                raise P.ProtocolError(
+                    P.TOO_MANY_TURNS, f"at most {self.config.server.limits.max_queued_turns} turns may be queued"
+                )
             c = self.config.chunker
-            turn = _Turn(turn_id, Chunker(c.first_chunk_words, c.max_chunk_chars, c.min_chunk_chars, min_first_chars=c.min_first_chars))
+            turn = _Turn(
+                turn_id,
+                Chunker(c.first_chunk_words, c.max_chunk_chars, c.min_chunk_chars, min_first_chars=c.min_first_chars),
+            )
             self._turns[turn_id] = turn
             self.playout.open_utterance(turn_id)  # audio.start.ttfa_ms counts from here: the first text piece
             if self.mode == "turn":
@@ -308,9 +317,14 @@ class Session:
         turn = job.turn
         await turn.text_ready.wait()
         language = turn.language or (self.language if self.language != "auto" else self._last_language)
-        request = SynthesisRequest(text="", voice=self.voice.speaker or self.voice_name, language=language,
-                                   instruct=self.instruct, deadline=self._next_deadline(),
-                                   tag=f"{self.session_id}/{turn.turn_id}/turn")
+        request = SynthesisRequest(
+            text="",
+            voice=self.voice.speaker or self.voice_name,
+            language=language,
+            instruct=self.instruct,
+            deadline=self._next_deadline(),
+            tag=f"{self.session_id}/{turn.turn_id}/turn",
+        )
         stream = self.engine.open_turn(request)
         turn.stream = job.stream = stream
         self.metrics.chunks.inc()
@@ -323,7 +337,7 @@ class Session:
     @staticmethod
     def _turn_spoken_all(turn: _Turn) -> bool:
         """Turn mode: the engine's audio so far reaches the end of the words it was given."""
-        released = len(turn.words.raw[:turn.words.raw_offset(len(turn.words.spoken))].rstrip())
+        released = len(turn.words.raw[: turn.words.raw_offset(len(turn.words.spoken))].rstrip())
         spoken = turn.text_marks[-1][1] if turn.text_marks else 0
         return spoken >= released
 
@@ -362,7 +376,14 @@ class Session:
 
     def _submit(self, job: _Job, prepared) -> None:
         turn, index = job.turn, job.index
-        log.info("session %s turn %s chunk %d speaks %r (%s)", self.session_id, turn.turn_id, index, prepared.text, prepared.language)
+        log.info(
+            "session %s turn %s chunk %d speaks %r (%s)",
+            self.session_id,
+            turn.turn_id,
+            index,
+            prepared.text,
+            prepared.language,
+        )
         turn.spoken[index] = SpokenChunk.build(turn.texts[index], prepared.normalized or prepared.text)
         request = SynthesisRequest(
             text=prepared.text,
@@ -436,7 +457,9 @@ class Session:
         if job.turn.words is not None and not job.turn.final:
             job.fed_at = loop.time()  # turn mode: a stream waiting for the agent's text is paused, not stalled
         if loop.time() - job.fed_at >= stall:
-            job.stream.cancel(EngineError(P.ENGINE_ERROR, f"no audio from the engine for {stall:g} s (engine.stall_timeout_s)"))
+            job.stream.cancel(
+                EngineError(P.ENGINE_ERROR, f"no audio from the engine for {stall:g} s (engine.stall_timeout_s)")
+            )
         else:
             job.watchdog = loop.call_at(job.fed_at + stall, self._check_stall, job)
 
@@ -509,12 +532,27 @@ class Session:
             self.emit(start)
         elif ev.type == "mark":
             if not self._confirming:  # else the client hears of it when the far end confirms it
-                self.emit({"type": "mark", "turn_id": ev.turn_id, "chunk": d["chunk"], "played_ms": d["played_ms"],
-                           **self._chunk_text(ev.turn_id, d["chunk"])})
+                self.emit(
+                    {
+                        "type": "mark",
+                        "turn_id": ev.turn_id,
+                        "chunk": d["chunk"],
+                        "played_ms": d["played_ms"],
+                        **self._chunk_text(ev.turn_id, d["chunk"]),
+                    }
+                )
         elif ev.type == "underrun_end":
             self.metrics.underruns.labels(kind=d["kind"], cause=d["cause"]).inc()
             self.metrics.underrun_seconds.labels(kind=d["kind"]).inc(d["duration_ms"] / 1000.0)
-            self.emit({"type": "underrun", "turn_id": ev.turn_id, "duration_ms": d["duration_ms"], "kind": d["kind"], "cause": d["cause"]})
+            self.emit(
+                {
+                    "type": "underrun",
+                    "turn_id": ev.turn_id,
+                    "duration_ms": d["duration_ms"],
+                    "kind": d["kind"],
+                    "cause": d["cause"],
+                }
+            )
         elif ev.type == "utterance_end":
             turn = self._turns.pop(ev.turn_id, None)
             self._remember_ended(ev.turn_id)
@@ -548,8 +586,15 @@ class Session:
         self._finish_done(done, turn, heard_ms, heard_chunks, onset, confirmed=True)
         asyncio.get_running_loop().create_task(self.flush_events())
 
-    def _finish_done(self, done: dict, turn: _Turn | None, played_ms: float, chunk_played: dict, onset: float | None,
-                     confirmed: bool = False) -> None:
+    def _finish_done(
+        self,
+        done: dict,
+        turn: _Turn | None,
+        played_ms: float,
+        chunk_played: dict,
+        onset: float | None,
+        confirmed: bool = False,
+    ) -> None:
         sent_ms = done["played_ms"]  # what the playout sent
         done["played_ms"] = played_ms
         if confirmed:
@@ -627,7 +672,9 @@ class Session:
                 if data is None:
                     data = self.encoder.encode(frame.pcm)
             elif kind == "audio" or kind == "gap" or kind == "paused" or media.send_idle_silence:
-                data = self.encoder.silence  # silence as it is, or a frame the congested leg skips anyway: nothing to encode
+                data = (
+                    self.encoder.silence
+                )  # silence as it is, or a frame the congested leg skips anyway: nothing to encode
             else:
                 data = None
             if data is not None:
@@ -654,8 +701,20 @@ class Session:
             return
         self._progress_at[turn_id] = played_ms
         mark_id = self._confirmations.sent(turn_id, chunk, played_ms, chunk_played, chunk_end=False)
-        self.media_leg.on_playout_event(PlayoutEvent("mark", time.monotonic(), turn_id, {
-            "chunk": chunk, "played_ms": played_ms, "chunk_played_ms": chunk_played, "mark_id": mark_id, "progress": True}))
+        self.media_leg.on_playout_event(
+            PlayoutEvent(
+                "mark",
+                time.monotonic(),
+                turn_id,
+                {
+                    "chunk": chunk,
+                    "played_ms": played_ms,
+                    "chunk_played_ms": chunk_played,
+                    "mark_id": mark_id,
+                    "progress": True,
+                },
+            )
+        )
 
     def tick_failed(self) -> None:
         """The clock caught an exception from this session's tick: end this session (`internal`), never the others."""

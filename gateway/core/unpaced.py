@@ -52,7 +52,9 @@ class _Turn:
 class UnpacedPlayout:
     """The `Playout` face a `Session` uses, driven by a sender task instead of the clock."""
 
-    def __init__(self, sample_rate: int, on_event: Callable[[PlayoutEvent], None], clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, sample_rate: int, on_event: Callable[[PlayoutEvent], None], clock: Callable[[], float] = time.monotonic
+    ):
         self.sample_rate = sample_rate
         self.on_event = on_event
         self.clock = clock
@@ -121,8 +123,12 @@ class UnpacedPlayout:
         self._ready.set()
 
     # ------------------------------------------------------------ the sender
-    async def pump(self, send: Callable[[np.ndarray], Awaitable[bool]], flush_events: Callable[[], Awaitable[None]],
-                   writable: Callable[[], Awaitable[bool]]) -> None:
+    async def pump(
+        self,
+        send: Callable[[np.ndarray], Awaitable[bool]],
+        flush_events: Callable[[], Awaitable[None]],
+        writable: Callable[[], Awaitable[bool]],
+    ) -> None:
         """Hands the queued audio to `send` in order until `close()`; events go out via `flush_events`
         at their place between the pieces. `writable()` waits until the leg can take a piece (False:
         the leg is gone)."""
@@ -149,7 +155,11 @@ class UnpacedPlayout:
                         break
                     if not turn.started:
                         turn.started = True
-                        self._emit("first_audio", turn_id, ttfa_ms=round((self.clock() - (turn.latency_from or turn.opened_at)) * 1000.0, 1))
+                        self._emit(
+                            "first_audio",
+                            turn_id,
+                            ttfa_ms=round((self.clock() - (turn.latency_from or turn.opened_at)) * 1000.0, 1),
+                        )
                         await flush_events()  # audio.start goes before the turn's first audio
                         if self._turns.get(turn_id) is not turn:
                             break

@@ -65,7 +65,9 @@ class VoiceStore:
             try:
                 os.makedirs(self.dir, exist_ok=True)
             except OSError as exc:
-                raise ValueError(f"{self.config.source}: server.voices_dir: cannot create {self.dir!r}: {exc.strerror}") from exc
+                raise ValueError(
+                    f"{self.config.source}: server.voices_dir: cannot create {self.dir!r}: {exc.strerror}"
+                ) from exc
             for name in sorted(os.listdir(self.dir)):
                 folder = os.path.join(self.dir, name)
                 if not os.path.isfile(os.path.join(folder, "voice.json")):
@@ -81,7 +83,9 @@ class VoiceStore:
         if name in self.config.voices:
             log.warning("uploaded voice %r is shadowed by the config's voice of that name", name)
             return
-        ref = os.path.join(folder, os.path.basename(meta.get("ref_file") or "ref.wav"))  # uploads before formats: ref.wav
+        ref = os.path.join(
+            folder, os.path.basename(meta.get("ref_file") or "ref.wav")
+        )  # uploads before formats: ref.wav
         with open(ref, "rb") as f:
             data = f.read()
         await self.engine.add_voice(VoiceClone(name, data, meta.get("ref_text"), bool(meta.get("x_vector_only"))))
@@ -91,52 +95,82 @@ class VoiceStore:
 
     @staticmethod
     def _voice_config(ref: str, meta: dict) -> VoiceConfig:
-        return VoiceConfig(ref_audio=ref, ref_text=meta.get("ref_text"), x_vector_only=bool(meta.get("x_vector_only")),
-                           language=meta.get("language") or "auto")
+        return VoiceConfig(
+            ref_audio=ref,
+            ref_text=meta.get("ref_text"),
+            x_vector_only=bool(meta.get("x_vector_only")),
+            language=meta.get("language") or "auto",
+        )
 
     # ------------------------------------------------------------ what the HTTP routes call
-    async def add(self, name: str, audio: bytes, ref_text: str | None, x_vector_only: bool,
-                  language: str = "auto") -> dict:
+    async def add(
+        self, name: str, audio: bytes, ref_text: str | None, x_vector_only: bool, language: str = "auto"
+    ) -> dict:
         if not NAME.fullmatch(name or ""):
-            raise VoiceError("bad_message", "name must be 1-64 letters, digits, '_', '.' or '-', starting with a "
-                                            "letter or digit")
+            raise VoiceError(
+                "bad_message", "name must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+            )
         if not _LANGUAGE.fullmatch(language):
             raise VoiceError("bad_message", f"language must be 'auto' or an ISO 639-1 code, not {language!r}")
         ref_text = (ref_text or "").strip() or None
         if not x_vector_only and not ref_text:
-            raise VoiceError("bad_voice", "ref_text (the recording's transcript) is required for in-context cloning; "
-                                          "or set x_vector_only=true")
+            raise VoiceError(
+                "bad_voice",
+                "ref_text (the recording's transcript) is required for in-context cloning; or set x_vector_only=true",
+            )
         try:
             ref = load_reference(audio)  # checked here: a bad recording never reaches the engine
         except ReferenceAudioError as exc:
             raise VoiceError("bad_audio", exc.message) from None
         async with self._lock:
             if name in self.config.voices or name.lower() in self._aliases():
-                raise VoiceError("voice_exists", f"voice {name!r} already exists; DELETE /v1/voices/{name} first"
-                                 if name in self.uploaded else f"voice {name!r} is configured and cannot be replaced",
-                                 409)
+                raise VoiceError(
+                    "voice_exists",
+                    f"voice {name!r} already exists; DELETE /v1/voices/{name} first"
+                    if name in self.uploaded
+                    else f"voice {name!r} is configured and cannot be replaced",
+                    409,
+                )
             if not self.engine.can_clone:
-                raise VoiceError("unsupported_voice", f"the {self.engine.name} engine cannot clone voices "
-                                                      "(it needs a Qwen3-TTS Base checkpoint)", 422)
+                raise VoiceError(
+                    "unsupported_voice",
+                    f"the {self.engine.name} engine cannot clone voices (it needs a Qwen3-TTS Base checkpoint)",
+                    422,
+                )
             t0 = time.perf_counter()
             try:
                 info = await self.engine.add_voice(VoiceClone(name, audio, ref_text, x_vector_only))
             except EngineError as exc:
                 raise VoiceError(exc.code, exc.message, 422 if exc.code == "unsupported_voice" else 400) from None
-            meta = {"ref_text": ref_text, "x_vector_only": x_vector_only, "language": language,
-                    "created": time.time(), "ref_seconds": round(ref.duration_s, 3), "sha256": ref.sha256,
-                    "ref_file": "ref." + file_extension(audio)}
+            meta = {
+                "ref_text": ref_text,
+                "x_vector_only": x_vector_only,
+                "language": language,
+                "created": time.time(),
+                "ref_seconds": round(ref.duration_s, 3),
+                "sha256": ref.sha256,
+                "ref_file": "ref." + file_extension(audio),
+            }
             if self.plane is not None:  # every node of the plane takes it from Redis (docs/cluster.md)
                 try:
                     await self.plane.voice_put(name, {"wav": audio, "meta": json.dumps(meta)})
                 except ClusterUnavailable as exc:
                     self.engine.remove_voice(name)
-                    raise VoiceError("cluster_unavailable", f"the voice could not be shared with the other nodes ({exc}); try again", 503) from None
+                    raise VoiceError(
+                        "cluster_unavailable",
+                        f"the voice could not be shared with the other nodes ({exc}); try again",
+                        503,
+                    ) from None
             path = self._persist(name, audio, meta)
             self.config.voices[name] = self._voice_config(path or "<memory>", meta)
             self.uploaded.add(name)
-        log.info("voice %r added (%s, %.1f s reference, prepared in %.0f ms)", name, info.get("kind"), ref.duration_s,
-                 (time.perf_counter() - t0) * 1000)
+        log.info(
+            "voice %r added (%s, %.1f s reference, prepared in %.0f ms)",
+            name,
+            info.get("kind"),
+            ref.duration_s,
+            (time.perf_counter() - t0) * 1000,
+        )
         return {**self.describe(name), **{k: info[k] for k in ("ref_frames", "prepare_ms") if k in info}}
 
     def _persist(self, name: str, audio: bytes, meta: dict) -> str | None:
@@ -160,13 +194,16 @@ class VoiceStore:
             if name not in self.config.voices:
                 raise VoiceError("unknown_voice", f"unknown voice {name!r}", 404)
             if name not in self.uploaded:
-                raise VoiceError("voice_readonly", f"voice {name!r} comes from the config; edit the config to remove it",
-                                 409)
+                raise VoiceError(
+                    "voice_readonly", f"voice {name!r} comes from the config; edit the config to remove it", 409
+                )
             if self.plane is not None:
                 try:
                     await self.plane.voice_delete(name)
                 except ClusterUnavailable as exc:
-                    raise VoiceError("cluster_unavailable", f"the voice could not be deleted on every node ({exc}); try again", 503) from None
+                    raise VoiceError(
+                        "cluster_unavailable", f"the voice could not be deleted on every node ({exc}); try again", 503
+                    ) from None
             self.engine.remove_voice(name)
             del self.config.voices[name]
             self.uploaded.discard(name)
@@ -187,7 +224,12 @@ class VoiceStore:
                 audio = f.read()
         except OSError:
             return False
-        meta = {"ref_text": v.ref_text, "x_vector_only": v.x_vector_only, "language": v.language, "created": time.time()}
+        meta = {
+            "ref_text": v.ref_text,
+            "x_vector_only": v.x_vector_only,
+            "language": v.language,
+            "created": time.time(),
+        }
         await self.plane.voice_put(name, {"wav": audio, "meta": json.dumps(meta)})
         log.info("voice %r shared with the plane", name)
         return True
@@ -205,7 +247,9 @@ class VoiceStore:
                     continue
                 meta = json.loads(fields.get("meta") or b"{}")
                 try:
-                    await self.engine.add_voice(VoiceClone(name, fields["wav"], meta.get("ref_text"), bool(meta.get("x_vector_only"))))
+                    await self.engine.add_voice(
+                        VoiceClone(name, fields["wav"], meta.get("ref_text"), bool(meta.get("x_vector_only")))
+                    )
                 except EngineError as exc:
                     log.error("shared voice %r not usable here: %s", name, exc.message)
                     continue
@@ -228,8 +272,15 @@ class VoiceStore:
 
     def describe(self, name: str) -> dict:
         v = self.config.voices[name]
-        out = {"name": name, "kind": v.kind, "source": "uploaded" if name in self.uploaded else "config",
-               "language": v.language, "speaker": v.speaker, "instruct": v.instruct, "aliases": v.aliases}
+        out = {
+            "name": name,
+            "kind": v.kind,
+            "source": "uploaded" if name in self.uploaded else "config",
+            "language": v.language,
+            "speaker": v.speaker,
+            "instruct": v.instruct,
+            "aliases": v.aliases,
+        }
         if v.ref_audio:
             out.update(ref_text=v.ref_text, x_vector_only=v.x_vector_only)
         return out

@@ -72,7 +72,9 @@ def guard_middleware(core: CallCore):
 
     @web.middleware
     async def guard(request: web.Request, handler):
-        if HOP_HEADER in request.headers:  # another node of the plane forwards a leg it checked already (docs/cluster.md)
+        if (
+            HOP_HEADER in request.headers
+        ):  # another node of the plane forwards a leg it checked already (docs/cluster.md)
             refused = await _accept_hop(core, request)
             if refused is not None:
                 return refused
@@ -81,10 +83,14 @@ def guard_middleware(core: CallCore):
         if origin is not None and not origin_allowed(config.server.allowed_origins, origin, request.host):
             core.metrics.connections_refused.labels(reason="origin").inc()
             core.metrics.errors.labels(code=P.FORBIDDEN_ORIGIN).inc()
-            return web.json_response(P.error_event(P.FORBIDDEN_ORIGIN, "this page's origin is not in server.allowed_origins"),
-                                     status=403)
-        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers and \
-                listed_origin(config.server.allowed_origins, origin):
+            return web.json_response(
+                P.error_event(P.FORBIDDEN_ORIGIN, "this page's origin is not in server.allowed_origins"), status=403
+            )
+        if (
+            request.method == "OPTIONS"
+            and "Access-Control-Request-Method" in request.headers
+            and listed_origin(config.server.allowed_origins, origin)
+        ):
             return web.Response(status=204, headers=CORS_PREFLIGHT_HEADERS)
         address = client_address(request.remote, request.headers.get("X-Forwarded-For"), core.trusted_proxies)
         refused = core.peers.open(address)
@@ -123,22 +129,33 @@ async def _accept_hop(core: CallCore, request: web.Request) -> web.Response | No
         return None
     except (HopRefused, ClusterUnavailable) as exc:
         # the value itself is never logged: a hop is a credential, however short-lived
-        log.warning("cluster: refused a hop from %s claiming node %s for %s %s: %s", request.remote, claimed_node(value),
-                    request.method, request.path, exc)
+        log.warning(
+            "cluster: refused a hop from %s claiming node %s for %s %s: %s",
+            request.remote,
+            claimed_node(value),
+            request.method,
+            request.path,
+            exc,
+        )
         core.metrics.connections_refused.labels(reason="hop").inc()
         if isinstance(exc, ClusterUnavailable):
             core.metrics.errors.labels(code=P.CLUSTER_UNAVAILABLE).inc()
-            return web.json_response(P.error_event(P.CLUSTER_UNAVAILABLE, "the call plane cannot check this hop now"),
-                                     status=503, headers={"Retry-After": "1"})
+            return web.json_response(
+                P.error_event(P.CLUSTER_UNAVAILABLE, "the call plane cannot check this hop now"),
+                status=503,
+                headers={"Retry-After": "1"},
+            )
         core.metrics.errors.labels(code=P.UNAUTHORIZED).inc()
         return web.json_response(P.error_event(P.UNAUTHORIZED, f"{HOP_HEADER} refused: {exc}"), status=403)
 
 
 async def _refuse(core: CallCore, request: web.Request, reason: str) -> web.StreamResponse:
     limits = core.config.server.limits
-    message = (f"too many connections from your address (server.limits.max_connections_per_ip = {limits.max_connections_per_ip})"
-               if reason == CAP else
-               f"connections opened too fast from your address (server.limits.connections_per_ip_per_s = {limits.connections_per_ip_per_s:g})")
+    message = (
+        f"too many connections from your address (server.limits.max_connections_per_ip = {limits.max_connections_per_ip})"
+        if reason == CAP
+        else f"connections opened too fast from your address (server.limits.connections_per_ip_per_s = {limits.connections_per_ip_per_s:g})"
+    )
     core.metrics.connections_refused.labels(reason=reason).inc()
     core.metrics.errors.labels(code=P.RATE_LIMITED).inc()
     event = P.error_event(P.RATE_LIMITED, message)

@@ -23,7 +23,12 @@ class _MalformedRequestsAreNotErrors(logging.Filter):
         if not log.isEnabledFor(logging.INFO):
             return False
         record.name, record.levelno, record.levelname = log.name, logging.INFO, "INFO"
-        record.msg, record.args, record.exc_info, record.exc_text = "refused a malformed HTTP request (%s)", (_what(exc),), None, None
+        record.msg, record.args, record.exc_info, record.exc_text = (
+            "refused a malformed HTTP request (%s)",
+            (_what(exc),),
+            None,
+            None,
+        )
         return True
 
 

@@ -44,8 +44,15 @@ TURN_ID = "speech"
 STREAM_FORMATS = ("audio", "sse")
 MAX_INSTRUCTIONS = 4096
 ENCODE_SLICE = SAMPLE_RATE // 5  # encode (and send) at most 200 ms of audio at a time
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 413: "invalid_request_error", 429: "rate_limit_error",
-          500: "server_error", 503: "server_error", 504: "server_error"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_error",
+    504: "server_error",
+}
 # Our error codes that mean "try again later" rather than "your request is wrong".
 _RETRY_LATER = {P.AT_CAPACITY: 429, P.OVERLOADED: 429, P.SHUTTING_DOWN: 503, P.ENGINE_UNAVAILABLE: 503}
 
@@ -59,7 +66,14 @@ class SpeechError(Exception):
         self.param = param
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": _TYPES.get(self.status, "server_error"), "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": _TYPES.get(self.status, "server_error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def response(self) -> web.Response:
         headers = {"Retry-After": "1"} if self.status in (429, 503) else None
@@ -93,7 +107,9 @@ def _field(body: dict, name: str, kind: type | tuple, default: Any = None, requi
 
 def _kind_name(kind) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({"str": "a string", "int": "a number", "float": "a number", "dict": "an object"}[k.__name__] for k in kinds)
+    return " or ".join(
+        {"str": "a string", "int": "a number", "float": "a number", "dict": "an object"}[k.__name__] for k in kinds
+    )
 
 
 def parse_speech_request(body: Any) -> SpeechRequest:
@@ -113,12 +129,21 @@ def parse_speech_request(body: Any) -> SpeechRequest:
             raise SpeechError(400, P.BAD_MESSAGE, "'voice' as an object needs a string 'id'", "voice")
     instructions = _field(body, "instructions", str)
     if instructions is not None and len(instructions) > MAX_INSTRUCTIONS:
-        raise SpeechError(400, P.TEXT_TOO_LONG, f"'instructions' is longer than {MAX_INSTRUCTIONS} characters", "instructions")
+        raise SpeechError(
+            400, P.TEXT_TOO_LONG, f"'instructions' is longer than {MAX_INSTRUCTIONS} characters", "instructions"
+        )
     fmt = _field(body, "response_format", str, "mp3")
     if fmt not in FORMATS:
-        raise SpeechError(400, P.UNSUPPORTED_FORMAT, f"response_format {fmt!r} is not one of {', '.join(FORMATS)}", "response_format")
+        raise SpeechError(
+            400, P.UNSUPPORTED_FORMAT, f"response_format {fmt!r} is not one of {', '.join(FORMATS)}", "response_format"
+        )
     if fmt not in containers_available():
-        raise SpeechError(400, P.UNSUPPORTED_FORMAT, f"response_format {fmt!r} needs PyAV on the server (pip install 'voxgate[speech]'); pcm and wav work without it", "response_format")
+        raise SpeechError(
+            400,
+            P.UNSUPPORTED_FORMAT,
+            f"response_format {fmt!r} needs PyAV on the server (pip install 'voxgate[speech]'); pcm and wav work without it",
+            "response_format",
+        )
     speed = _field(body, "speed", (int, float), 1.0)
     if not math.isfinite(speed) or not 0.25 <= speed <= 4.0:
         raise SpeechError(400, P.BAD_MESSAGE, f"'speed' must be between 0.25 and 4.0, got {speed}", "speed")
@@ -127,7 +152,9 @@ def parse_speech_request(body: Any) -> SpeechRequest:
         raise SpeechError(400, P.UNSUPPORTED_SPEED, f"this engine speaks at speed 1.0 only, not {speed}", "speed")
     stream_format = _field(body, "stream_format", str, "audio")
     if stream_format not in STREAM_FORMATS:
-        raise SpeechError(400, P.BAD_MESSAGE, f"stream_format {stream_format!r} is not one of audio, sse", "stream_format")
+        raise SpeechError(
+            400, P.BAD_MESSAGE, f"stream_format {stream_format!r} is not one of audio, sse", "stream_format"
+        )
     language = _field(body, "language", str, "auto")
     return SpeechRequest(model, text, voice, instructions, fmt, float(speed), stream_format, language)
 
@@ -155,10 +182,18 @@ class OpenAISpeech:
         config = self.core.config
         voices = {name: v.aliases for name, v in config.voices.items()}
         model = {
-            "id": self.model_id, "object": "model", "created": self.created, "owned_by": "voxgate",
+            "id": self.model_id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "voxgate",
             # ours, beside OpenAI's fields: what /v1/audio/speech takes
-            "voxgate": {"engine": self.core.engine_kind, "voices": voices, "default_voice": config.default_voice_name,
-                        "response_formats": list(containers_available()), "stream_formats": list(STREAM_FORMATS)},
+            "voxgate": {
+                "engine": self.core.engine_kind,
+                "voices": voices,
+                "default_voice": config.default_voice_name,
+                "response_formats": list(containers_available()),
+                "stream_formats": list(STREAM_FORMATS),
+            },
         }
         return web.json_response({"object": "list", "data": [model]})
 
@@ -170,7 +205,9 @@ class OpenAISpeech:
                 if await admit(core, request) is not None:
                     raise _unauthorized()
             except ClusterUnavailable as exc:
-                raise SpeechError(503, P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly") from None
+                raise SpeechError(
+                    503, P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly"
+                ) from None
             if not core.accepting or core.draining:
                 raise SpeechError(503, P.SHUTTING_DOWN, "the gateway is draining and takes no new requests")
             req = parse_speech_request(await _read_json(request))
@@ -185,7 +222,8 @@ class OpenAISpeech:
         # answers must not hold a session for ever).
         limit = core.config.server.limits.max_call_s
         timer = asyncio.get_running_loop().call_later(
-            limit, session.playout.fail, P.CALL_TOO_LONG, f"the request reached limits.max_call_s = {limit:g} s")
+            limit, session.playout.fail, P.CALL_TOO_LONG, f"the request reached limits.max_call_s = {limit:g} s"
+        )
         core.metrics.speech_in_flight.inc()
         try:
             return await self._stream(request, req, session, encoder)
@@ -200,7 +238,9 @@ class OpenAISpeech:
         try:
             session = self.core.new_headless_session("openai", req.voice, req.language, req.instructions)
         except P.ProtocolError as exc:
-            raise _from_protocol(exc, "voice" if exc.code == P.UNKNOWN_VOICE else "language" if exc.code == P.BAD_MESSAGE else None) from None
+            raise _from_protocol(
+                exc, "voice" if exc.code == P.UNKNOWN_VOICE else "language" if exc.code == P.BAD_MESSAGE else None
+            ) from None
         try:
             session.add_text(TURN_ID, req.input, final=True)
         except P.ProtocolError as exc:
@@ -221,14 +261,16 @@ class OpenAISpeech:
             metrics.errors.labels(code=error.code).inc()
             return error.response()
         sse = req.stream_format == "sse"
-        response = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream" if sse else encoder.media_type,
-            "Cache-Control": "no-cache",
-            "X-Voxgate-Model": req.model,  # the model the client asked for; the configured engine served it
-            "X-Voxgate-Served-By": self.model_id,
-            "X-Voxgate-Voice": session.voice_name,
-            "X-Voxgate-Session": session.session_id,
-        })
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream" if sse else encoder.media_type,
+                "Cache-Control": "no-cache",
+                "X-Voxgate-Model": req.model,  # the model the client asked for; the configured engine served it
+                "X-Voxgate-Served-By": self.model_id,
+                "X-Voxgate-Voice": session.voice_name,
+                "X-Voxgate-Session": session.session_id,
+            }
+        )
         response.enable_chunked_encoding()
         await response.prepare(request)
         samples = 0
@@ -274,10 +316,18 @@ class OpenAISpeech:
             return response
         if sse:
             frames = math.ceil(samples / CODEC_FRAME_SAMPLES)
-            done = {"type": "speech.audio.done", "model": req.model,
-                    # input counted in characters, output in 80 ms codec frames (Qwen3-TTS's tokens)
-                    "usage": {"input_tokens": len(req.input), "output_tokens": frames, "total_tokens": len(req.input) + frames},
-                    "audio_ms": round(samples * 1000 / SAMPLE_RATE, 1), "elapsed_ms": round((time.monotonic() - started) * 1000, 1)}
+            done = {
+                "type": "speech.audio.done",
+                "model": req.model,
+                # input counted in characters, output in 80 ms codec frames (Qwen3-TTS's tokens)
+                "usage": {
+                    "input_tokens": len(req.input),
+                    "output_tokens": frames,
+                    "total_tokens": len(req.input) + frames,
+                },
+                "audio_ms": round(samples * 1000 / SAMPLE_RATE, 1),
+                "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
+            }
             await response.write(f"data: {json.dumps(done)}\n\n".encode())
         await response.write_eof()
         return response
@@ -287,7 +337,9 @@ async def _read_json(request: web.Request) -> Any:
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise SpeechError(413, P.TOO_LARGE, "the request body is too large (the limit is 4 × server.limits.max_message_bytes)") from None
+        raise SpeechError(
+            413, P.TOO_LARGE, "the request body is too large (the limit is 4 × server.limits.max_message_bytes)"
+        ) from None
     try:
         return P.loads_json(raw)
     except ValueError as exc:  # UnicodeDecodeError and too-deep nesting included

@@ -50,8 +50,14 @@ def routes(core: CallCore, store: VoiceStore) -> list[web.RouteDef]:
                 await store.sync()
             except ClusterUnavailable:
                 pass  # this node's last view of them
-        return web.json_response({"default": config.default_voice_name, "voices": store.listing(),
-                                  "languages": LANGUAGES, "can_clone": core.engine.can_clone})
+        return web.json_response(
+            {
+                "default": config.default_voice_name,
+                "voices": store.listing(),
+                "languages": LANGUAGES,
+                "can_clone": core.engine.can_clone,
+            }
+        )
 
     async def add_voice(request: web.Request) -> web.Response:
         try:
@@ -63,12 +69,16 @@ def routes(core: CallCore, store: VoiceStore) -> list[web.RouteDef]:
             form = await _read_form(request, config.server.voice_upload_max_bytes)
             text = lambda key: form.get(key, b"").decode("utf-8", "replace").strip()  # noqa: E731
             if "audio" not in form or not form["audio"]:
-                raise VoiceError("bad_message", "the audio field (the reference recording: WAV, MP3, M4A, Ogg, WebM or FLAC) is missing")
+                raise VoiceError(
+                    "bad_message",
+                    "the audio field (the reference recording: WAV, MP3, M4A, Ogg, WebM or FLAC) is missing",
+                )
             flag = text("x_vector_only").lower()
             if flag not in _TRUE + _FALSE:
                 raise VoiceError("bad_message", f"x_vector_only must be true or false, not {flag!r}")
-            info = await store.add(text("name"), form["audio"], text("ref_text") or None, flag in _TRUE,
-                                   text("language") or "auto")
+            info = await store.add(
+                text("name"), form["audio"], text("ref_text") or None, flag in _TRUE, text("language") or "auto"
+            )
         except VoiceError as err:
             core.metrics.errors.labels(code=err.code).inc()
             return _error(err)
@@ -86,5 +96,8 @@ def routes(core: CallCore, store: VoiceStore) -> list[web.RouteDef]:
             return _error(err)
         return web.json_response({"deleted": request.match_info["name"]})
 
-    return [web.get("/v1/voices", list_voices), web.post("/v1/voices", add_voice),
-            web.delete("/v1/voices/{name}", delete_voice)]
+    return [
+        web.get("/v1/voices", list_voices),
+        web.post("/v1/voices", add_voice),
+        web.delete("/v1/voices/{name}", delete_voice),
+    ]

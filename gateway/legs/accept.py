@@ -20,9 +20,13 @@ from gateway.cluster.plane import ClusterUnavailable
 from gateway.core import CallCore
 from gateway.security.tokens import TokenError
 
-UNAUTHORIZED_MESSAGE = "missing or wrong API key (Authorization: Bearer <key>, or ?token= with a token from POST /v1/tokens)"
-KEY_IN_QUERY_MESSAGE = ("an API key is not accepted in ?token= (URLs end up in logs): send it as "
-                        "Authorization: Bearer <key>, or put a short-lived token from POST /v1/tokens in ?token=")
+UNAUTHORIZED_MESSAGE = (
+    "missing or wrong API key (Authorization: Bearer <key>, or ?token= with a token from POST /v1/tokens)"
+)
+KEY_IN_QUERY_MESSAGE = (
+    "an API key is not accepted in ?token= (URLs end up in logs): send it as "
+    "Authorization: Bearer <key>, or put a short-lived token from POST /v1/tokens in ?token="
+)
 
 
 def presented_credential(request: web.Request) -> str:
@@ -86,8 +90,11 @@ async def admit(core: CallCore, request: web.Request, credential: str | None = N
 
 
 def unavailable_response(exc: ClusterUnavailable) -> web.Response:
-    return web.json_response(P.error_event(P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly"),
-                             status=503, headers={"Retry-After": "1"})
+    return web.json_response(
+        P.error_event(P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc}); try again shortly"),
+        status=503,
+        headers={"Retry-After": "1"},
+    )
 
 
 def unauthorized_response(message: str = UNAUTHORIZED_MESSAGE) -> web.Response:
@@ -97,11 +104,18 @@ def unauthorized_response(message: str = UNAUTHORIZED_MESSAGE) -> web.Response:
 def websocket_response(core: CallCore) -> web.WebSocketResponse:
     """No compression (audio does not compress); pings keep NATs open; messages capped by limits."""
     limits = core.config.server.limits
-    return web.WebSocketResponse(heartbeat=limits.ping_interval_s, max_msg_size=limits.max_message_bytes * 4, compress=False)
+    return web.WebSocketResponse(
+        heartbeat=limits.ping_interval_s, max_msg_size=limits.max_message_bytes * 4, compress=False
+    )
 
 
-async def accept_ws(core: CallCore, request: web.Request, joins_calls: bool = False, door: str | None = None,
-                    call_ids: list[str] | None = None) -> tuple[web.StreamResponse, bool]:
+async def accept_ws(
+    core: CallCore,
+    request: web.Request,
+    joins_calls: bool = False,
+    door: str | None = None,
+    call_ids: list[str] | None = None,
+) -> tuple[web.StreamResponse, bool]:
     """Auth, upgrade and the draining check shared by client sockets (`joins_calls`: a draining node of a
     cluster still takes it, for the legs of its own calls; the call registry refuses new calls).
     In a cluster, a leg whose `call_ids` (from its path) belong to another node is forwarded there.

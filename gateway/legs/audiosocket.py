@@ -163,8 +163,9 @@ class AudioSocketServer:
             return None
         return await accept_tcp_hop(self.core, payload, address) if kind == wire.KIND_VOXGATE_HOP else None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hop: Hop | None = None,
-                     on_hop=None) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hop: Hop | None = None, on_hop=None
+    ) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
         conn = _Connection(self, reader, writer, hop, on_hop)
@@ -186,8 +187,14 @@ class AudioSocketServer:
 
 
 class _Connection:
-    def __init__(self, server: AudioSocketServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 hop: Hop | None = None, on_hop=None):
+    def __init__(
+        self,
+        server: AudioSocketServer,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        hop: Hop | None = None,
+        on_hop=None,
+    ):
         self.hop = hop  # the hop of the node that forwarded this connection (then served here, never forwarded again)
         self.on_hop = on_hop
         self.core = server.core
@@ -211,7 +218,9 @@ class _Connection:
             kind, payload = await self._read(HANDSHAKE_TIMEOUT_S)
             if kind == wire.KIND_VOXGATE_HOP and self.core.cluster is not None and self.hop is None:
                 peer = self.peer[0] if isinstance(self.peer, tuple) and self.peer else None
-                self.hop = await accept_tcp_hop(self.core, payload, peer)  # a node of the plane forwards a leg it checked
+                self.hop = await accept_tcp_hop(
+                    self.core, payload, peer
+                )  # a node of the plane forwards a leg it checked
                 if self.hop is None:
                     raise _Lost(P.UNAUTHORIZED, "a hop frame that does not verify")
                 if self.on_hop is not None:
@@ -222,10 +231,19 @@ class _Connection:
             except P.ProtocolError as exc:
                 raise _Lost(exc.code, exc.message) from None
             if self.hop is not None and self.hop.call_id != call_id:  # a hop opens the one call it was signed for
-                log.warning("cluster: refused an AudioSocket leg forwarded by node %s: its hop was signed for call %s, "
-                            "the leg names %s", self.hop.node, self.hop.call_id, call_id)
+                log.warning(
+                    "cluster: refused an AudioSocket leg forwarded by node %s: its hop was signed for call %s, "
+                    "the leg names %s",
+                    self.hop.node,
+                    self.hop.call_id,
+                    call_id,
+                )
                 raise _Lost(P.UNAUTHORIZED, "the hop frame was signed for another call")
-            if self.core.cluster is not None and self.hop is None and await self._forwarded(call_id, wire.frame(kind, payload)):
+            if (
+                self.core.cluster is not None
+                and self.hop is None
+                and await self._forwarded(call_id, wire.frame(kind, payload))
+            ):
                 return
             if not self.core.accepting:
                 raise _Lost(P.SHUTTING_DOWN, "the gateway is not accepting calls")
@@ -252,7 +270,9 @@ class _Connection:
             owner = await owner_elsewhere(self.core, None, [call_id])
             if owner is None:
                 return False
-            done = await forward_tcp(self.core, owner, [call_id], handshake, self.reader, self.writer, wire.KIND_VOXGATE_HOP)
+            done = await forward_tcp(
+                self.core, owner, [call_id], handshake, self.reader, self.writer, wire.KIND_VOXGATE_HOP
+            )
         except ClusterUnavailable as exc:
             raise _Lost(P.CLUSTER_UNAVAILABLE, f"call {call_id}: the call plane is unavailable ({exc})") from None
         if done:
@@ -270,7 +290,10 @@ class _Connection:
         try:
             payload = await asyncio.wait_for(self.reader.readexactly(length), PAYLOAD_TIMEOUT_S)
         except asyncio.TimeoutError:
-            raise _Lost(P.BAD_MESSAGE, f"type 0x{kind:02x} promised {length} payload bytes that did not arrive within {PAYLOAD_TIMEOUT_S:g} s") from None
+            raise _Lost(
+                P.BAD_MESSAGE,
+                f"type 0x{kind:02x} promised {length} payload bytes that did not arrive within {PAYLOAD_TIMEOUT_S:g} s",
+            ) from None
         return kind, payload
 
     async def _on_message(self, kind: int, payload: bytes) -> bool:
@@ -284,8 +307,13 @@ class _Connection:
         if isinstance(msg, wire.Unknown):
             self._bad_in_a_row += 1
             if self._bad_in_a_row >= MAX_BAD_FRAMES_IN_A_ROW:
-                raise _Lost(P.BAD_MESSAGE, f"{self._bad_in_a_row} unknown message types in a row (last 0x{kind:02x}): the framing is lost")
-            await self.error(P.BAD_MESSAGE, f"unknown AudioSocket message type 0x{kind:02x} ({msg.length} bytes); skipped")
+                raise _Lost(
+                    P.BAD_MESSAGE,
+                    f"{self._bad_in_a_row} unknown message types in a row (last 0x{kind:02x}): the framing is lost",
+                )
+            await self.error(
+                P.BAD_MESSAGE, f"unknown AudioSocket message type 0x{kind:02x} ({msg.length} bytes); skipped"
+            )
             return False
         self._bad_in_a_row = 0
         if isinstance(msg, wire.Audio):
@@ -296,14 +324,19 @@ class _Connection:
         elif isinstance(msg, wire.Dtmf):
             await self.call.notify({"type": "dtmf", "digit": msg.digit})
         elif isinstance(msg, wire.FarEndError):
-            await self.error(P.MEDIA_ERROR, f"Asterisk reported an error (code {msg.code if msg.code is None else hex(msg.code)})")
+            await self.error(
+                P.MEDIA_ERROR, f"Asterisk reported an error (code {msg.code if msg.code is None else hex(msg.code)})"
+            )
             if msg.caller_hung_up:
                 self.end_reason = "hangup"
                 return True
         elif isinstance(msg, wire.HigherRateAudio):
             if not self._warned_rate:
                 self._warned_rate = True
-                await self.error(P.UNSUPPORTED_FORMAT, f"audio type 0x{kind:02x} (slin above 8 kHz) is not supported; use slin 8 kHz (0x10)")
+                await self.error(
+                    P.UNSUPPORTED_FORMAT,
+                    f"audio type 0x{kind:02x} (slin above 8 kHz) is not supported; use slin 8 kHz (0x10)",
+                )
         elif isinstance(msg, wire.SecondUuid):
             await self.error(P.BAD_MESSAGE, "a second UUID message; ignored")
         return False
@@ -330,7 +363,9 @@ def install(core: CallCore, host: LegHost) -> AudioSocketServer | None:
 
     async def start() -> None:
         # `serve --workers`: every worker listens on the one AudioSocket port (SO_REUSEPORT)
-        await server.start(tel.audiosocket_host or core.config.server.host, tel.audiosocket_port, getattr(host, "reuse_port", False))
+        await server.start(
+            tel.audiosocket_host or core.config.server.host, tel.audiosocket_port, getattr(host, "reuse_port", False)
+        )
 
     host.on_start(start)
     host.on_stop(server.stop)

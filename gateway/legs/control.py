@@ -39,7 +39,9 @@ class ControlLeg:
         data = P.dump_event(event)
         # The shared clock flushes events too: an agent that stopped reading is dropped, never awaited
         # (the call goes on, and an agent may re-attach).
-        if self.transport is not None and drop_if_stuck(self.transport, self.protocol, len(data.encode()), "control socket"):
+        if self.transport is not None and drop_if_stuck(
+            self.transport, self.protocol, len(data.encode()), "control socket"
+        ):
             return
         await self.ws.send_str(data)
 
@@ -60,12 +62,18 @@ class ControlEndpoint:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         gw = self.core
         path_id = request.match_info.get("call_id")
-        ws, accepted = await accept_ws(gw, request, joins_calls=True, door="control", call_ids=[path_id] if path_id else None)
+        ws, accepted = await accept_ws(
+            gw, request, joins_calls=True, door="control", call_ids=[path_id] if path_id else None
+        )
         if not accepted:
             return ws
         limits = gw.config.server.limits
-        if gw.cluster is not None and not path_id:  # the call is named by call.attach: read it, then serve here or forward
-            sock = await forward_after_peek(gw, request, ws, "control", attach_ids, limits.idle_timeout_s, native_errors=True)
+        if (
+            gw.cluster is not None and not path_id
+        ):  # the call is named by call.attach: read it, then serve here or forward
+            sock = await forward_after_peek(
+                gw, request, ws, "control", attach_ids, limits.idle_timeout_s, native_errors=True
+            )
             if sock is None:
                 return ws
             ws = sock  # replays what was read; the handler still returns the real response below
@@ -85,7 +93,9 @@ class ControlEndpoint:
                     msg = await asyncio.wait_for(ws.receive(), timeout=limits.idle_timeout_s)
                 except asyncio.TimeoutError:
                     if call is None:
-                        await self._error(leg, None, P.ProtocolError(P.IDLE_TIMEOUT, f"no message for {limits.idle_timeout_s:g} s"))
+                        await self._error(
+                            leg, None, P.ProtocolError(P.IDLE_TIMEOUT, f"no message for {limits.idle_timeout_s:g} s")
+                        )
                         break
                     continue  # an attached agent may stay quiet while the caller talks
                 if msg.type == WSMsgType.TEXT:
@@ -98,7 +108,11 @@ class ControlEndpoint:
                     if call is not None and call.session.closed:
                         break
                 elif msg.type == WSMsgType.BINARY:
-                    await self._error(leg, call, P.ProtocolError(P.BINARY_NOT_ALLOWED, "binary messages are not accepted on /v1/control"))
+                    await self._error(
+                        leg,
+                        call,
+                        P.ProtocolError(P.BINARY_NOT_ALLOWED, "binary messages are not accepted on /v1/control"),
+                    )
                 elif msg.type == WSMsgType.ERROR:
                     log.info("control ws error: %s", ws.exception())
                     gw.metrics.errors.labels(code=P.TOO_LARGE if "size" in str(ws.exception()) else P.BAD_MESSAGE).inc()
@@ -120,24 +134,42 @@ class ControlEndpoint:
             if not ws.closed:
                 await ws.close(code=close_code(gw))
 
-    async def _on_message(self, raw: str, leg: ControlLeg, call: Call | None, path_id: str | None = None) -> Call | None:
+    async def _on_message(
+        self, raw: str, leg: ControlLeg, call: Call | None, path_id: str | None = None
+    ) -> Call | None:
         m = P.parse_message(raw, self.core.config.server.limits.max_message_bytes)
         mtype = m["type"]
         if mtype == "call.attach":
             if call is not None:
-                raise P.ProtocolError(P.SESSION_EXISTS, f"this socket is attached to call {call.call_id!r}; one call per control socket")
+                raise P.ProtocolError(
+                    P.SESSION_EXISTS, f"this socket is attached to call {call.call_id!r}; one call per control socket"
+                )
             if path_id is not None and normalize_call_id(m["call_id"]) != normalize_call_id(path_id):
-                raise P.ProtocolError(P.BAD_MESSAGE, f"call.attach names call {m['call_id']!r} but the path names {path_id!r}")
-            return await self.registry.attach_control(m["call_id"], leg, m.get("voice"), m.get("language"), m.get("instruct"),
-                                                      barge_in=m.get("barge_in"), mode=P.check_mode(m.get("mode")))
+                raise P.ProtocolError(
+                    P.BAD_MESSAGE, f"call.attach names call {m['call_id']!r} but the path names {path_id!r}"
+                )
+            return await self.registry.attach_control(
+                m["call_id"],
+                leg,
+                m.get("voice"),
+                m.get("language"),
+                m.get("instruct"),
+                barge_in=m.get("barge_in"),
+                mode=P.check_mode(m.get("mode")),
+            )
         if call is None:
             raise P.ProtocolError(P.NO_SESSION, "send call.attach first")
         if mtype == "session.start":
-            raise P.ProtocolError(P.BAD_MESSAGE, "session.start is not used on /v1/control; the call's media leg sets the format")
+            raise P.ProtocolError(
+                P.BAD_MESSAGE, "session.start is not used on /v1/control; the call's media leg sets the format"
+            )
         if mtype == "call.transfer":
             transfer = getattr(call.media, "transfer", None)  # legs that can transfer a call (SIP: REFER)
             if transfer is None:
-                raise P.ProtocolError(P.BAD_MESSAGE, f"call.transfer is not supported on a {call.media_kind or 'call without a'} media leg")
+                raise P.ProtocolError(
+                    P.BAD_MESSAGE,
+                    f"call.transfer is not supported on a {call.media_kind or 'call without a'} media leg",
+                )
             await transfer(m["to"])
         elif mtype == "user.text":
             await self.core.handle_user_text(call.session, m["text"])

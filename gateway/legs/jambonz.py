@@ -14,8 +14,11 @@ from gateway.legs.ws_media import WireEndpoint, WireSpec, install_wire
 from gateway.wire.jambonz import MAX_OUTSTANDING_MARKS, SUBPROTOCOL, JambonzWire
 
 SPEC = WireSpec(
-    "jambonz", "/v1/jambonz", lambda query: JambonzWire(query.get("bidirectional_sample_rate")),
-    subprotocol=SUBPROTOCOL, max_outstanding_marks=MAX_OUTSTANDING_MARKS,
+    "jambonz",
+    "/v1/jambonz",
+    lambda query: JambonzWire(query.get("bidirectional_sample_rate")),
+    subprotocol=SUBPROTOCOL,
+    max_outstanding_marks=MAX_OUTSTANDING_MARKS,
 )
 
 

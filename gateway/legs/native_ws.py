@@ -48,7 +48,9 @@ class NativeWsLeg:
     clock_driven = True
     send_idle_silence = False
 
-    def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, output: OutputFormat, metrics: GatewayMetrics):
+    def __init__(
+        self, ws: web.WebSocketResponse, request: web.BaseRequest, output: OutputFormat, metrics: GatewayMetrics
+    ):
         self.ws = ws
         self.transport = request.transport
         self.protocol = request.protocol
@@ -201,9 +203,20 @@ class NativeWsEndpoint:
                         break
                 elif msg.type == WSMsgType.BINARY:
                     leg = session.text_leg if session is not None else None
-                    if session is None or session.inbound is None or not isinstance(leg, NativeWsLeg) or leg.input_encoding is None:
-                        await self._error(ws, session, P.ProtocolError(
-                            P.BINARY_NOT_ALLOWED, "binary messages are caller audio only when session.start carries `input`"))
+                    if (
+                        session is None
+                        or session.inbound is None
+                        or not isinstance(leg, NativeWsLeg)
+                        or leg.input_encoding is None
+                    ):
+                        await self._error(
+                            ws,
+                            session,
+                            P.ProtocolError(
+                                P.BINARY_NOT_ALLOWED,
+                                "binary messages are caller audio only when session.start carries `input`",
+                            ),
+                        )
                         continue
                     try:
                         session.inbound.push(decode_input(leg.input_encoding, msg.data))
@@ -251,7 +264,9 @@ class NativeWsEndpoint:
         barge_in = session_settings(self.core.config.barge_in, m.get("barge_in"))
         unpaced = pacing == "none"
         mode = P.check_mode(m.get("mode"))
-        session = self.core.new_session("ws", m.get("voice"), (m.get("language") or "auto"), m.get("instruct"), output, unpaced=unpaced)
+        session = self.core.new_session(
+            "ws", m.get("voice"), (m.get("language") or "auto"), m.get("instruct"), output, unpaced=unpaced
+        )
         session.set_mode(mode)
         leg = NativeWsLeg(ws, request, output, self.core.metrics)
         leg.clock_driven = not unpaced  # unpaced: the playout's sender task sends, not the shared clock
@@ -264,20 +279,37 @@ class NativeWsEndpoint:
         self.core.play(session)
         if unpaced:
             session.observers.append(session.playout.on_session_event)
-            sender = asyncio.get_running_loop().create_task(session.playout.pump(leg.send_piece, session.flush_events, leg.writable))
+            sender = asyncio.get_running_loop().create_task(
+                session.playout.pump(leg.send_piece, session.flush_events, leg.writable)
+            )
             session.on_close(sender.cancel)
-        session.emit({
-            "type": "session.started",
-            "session_id": session.session_id,
-            "voice": session.voice_name,
-            "language": (m.get("language") or "auto"),
-            "output": {"encoding": output.encoding, "sample_rate": output.sample_rate, "frame_ms": output.frame_ms, "pacing": pacing},
-            "mode": session.mode,
-            **({"mode_note": session.mode_note} if session.mode_note else {}),
-            **({"input": {"encoding": caller_input[0], "sample_rate": caller_input[1]},
-                "barge_in": {"mode": barge_in.mode if session.caller_voice is not None else "off", "min_speech_ms": barge_in.min_speech_ms}}
-               if caller_input else {}),
-        })
+        session.emit(
+            {
+                "type": "session.started",
+                "session_id": session.session_id,
+                "voice": session.voice_name,
+                "language": (m.get("language") or "auto"),
+                "output": {
+                    "encoding": output.encoding,
+                    "sample_rate": output.sample_rate,
+                    "frame_ms": output.frame_ms,
+                    "pacing": pacing,
+                },
+                "mode": session.mode,
+                **({"mode_note": session.mode_note} if session.mode_note else {}),
+                **(
+                    {
+                        "input": {"encoding": caller_input[0], "sample_rate": caller_input[1]},
+                        "barge_in": {
+                            "mode": barge_in.mode if session.caller_voice is not None else "off",
+                            "min_speech_ms": barge_in.min_speech_ms,
+                        },
+                    }
+                    if caller_input
+                    else {}
+                ),
+            }
+        )
         asyncio.get_running_loop().create_task(self._close_ws_when_done(session, ws))
         return session
 

@@ -33,8 +33,21 @@ import numpy as np
 
 try:  # the `sip` extra; without it the leg refuses a config that sets sip.port (install below)
     from aiortp import PortAllocator, RTPSession
-    from aiosipua import (IncomingCall, Registration, SipDigestAuth, SipMessage, SipRequest, SipResponse, SipTransport, SipUAC,
-                          SipUAS, TcpSipTransport, UdpSipTransport, parse_via, stringify_via)
+    from aiosipua import (
+        IncomingCall,
+        Registration,
+        SipDigestAuth,
+        SipMessage,
+        SipRequest,
+        SipResponse,
+        SipTransport,
+        SipUAC,
+        SipUAS,
+        TcpSipTransport,
+        UdpSipTransport,
+        parse_via,
+        stringify_via,
+    )
     from aiosipua.sdp import SdpMessage, negotiate_sdp
     from aiosipua.transport import _UdpProtocol
     from aiosipua.utils import generate_tag
@@ -87,6 +100,7 @@ REFUSAL_STATUS = {
 
 
 if _MISSING is None:
+
     class _UdpIntake(_UdpProtocol):
         def connection_made(self, transport) -> None:
             # aiosipua asserts a DatagramTransport, which Python 3.11's selector transport is not (fixed in 3.12)
@@ -95,7 +109,9 @@ if _MISSING is None:
     class _UdpSip(UdpSipTransport):
         async def start(self) -> None:
             loop = asyncio.get_running_loop()
-            self._udp_transport, _ = await loop.create_datagram_endpoint(lambda: _UdpIntake(self), local_addr=self.local_addr)
+            self._udp_transport, _ = await loop.create_datagram_endpoint(
+                lambda: _UdpIntake(self), local_addr=self.local_addr
+            )
 
     class _TcpSip(TcpSipTransport):
         """SIP over TCP. aiosipua answers by the top Via's host and port, which over TCP is the caller's
@@ -165,7 +181,9 @@ class SipLeg:
     """The media leg of one SIP call: G.711 RTP frames from the shared clock."""
 
     clock_driven = True
-    send_idle_silence = True  # RTP runs on through silence: continuous timestamps, the far end's jitter buffer stays fed
+    send_idle_silence = (
+        True  # RTP runs on through silence: continuous timestamps, the far end's jitter buffer stays fed
+    )
     absorbs_bursts = False  # each frame leaves as a packet: a catch-up burst would reach the caller as a burst
     output = TELEPHONY_PCM  # the session hands us PCM16 8 kHz; we make G.711 of it
 
@@ -290,7 +308,9 @@ class SipServer:
                 if c.call is None or c.ended or c.held_inactive:
                     continue
                 if now - c.heard_at > timeout:
-                    log.info("sip: call %s: no RTP from the caller for %g s; ending it with BYE", c.sip_call_id, timeout)
+                    log.info(
+                        "sip: call %s: no RTP from the caller for %g s; ending it with BYE", c.sip_call_id, timeout
+                    )
                     self._spawn(self.hang_up(c, "rtp_timeout"))
 
     async def _open(self, door: _Door) -> None:
@@ -321,10 +341,18 @@ class SipServer:
                 log.warning("sip: registrar %s: cannot resolve %s (%s); not registered", entry.server, host, exc)
                 continue
             password = os.environ.get(entry.password_env) if entry.password_env else None
-            reg = Registration(self.uac, f"sip:{entry.user}@{host}", info[0][4][:2], expires=entry.expires,
-                               auth=SipDigestAuth(entry.user, password) if password else None, user_agent=USER_AGENT)
+            reg = Registration(
+                self.uac,
+                f"sip:{entry.user}@{host}",
+                info[0][4][:2],
+                expires=entry.expires,
+                auth=SipDigestAuth(entry.user, password) if password else None,
+                user_agent=USER_AGENT,
+            )
             reg.on_registered = lambda r: log.info("sip: registered %s for %d s", r.aor, r.granted_expires)
-            reg.on_failed = lambda r, status, reason: log.warning("sip: registration of %s failed: %d %s", r.aor, status, reason)
+            reg.on_failed = lambda r, status, reason: log.warning(
+                "sip: registration of %s failed: %d %s", r.aor, status, reason
+            )
             reg.on_expired = lambda r: log.warning("sip: registration of %s expired", r.aor)
             reg.register()
             self.registrations.append(reg)
@@ -353,7 +381,12 @@ class SipServer:
     def _on_message(self, door: _Door, msg, addr: tuple[str, int]) -> None:
         if isinstance(msg, SipRequest):
             method = msg.method.upper()
-            if method == "INVITE" and msg.call_id not in self.calls and self.allow and not in_networks(addr[0], self.allow):
+            if (
+                method == "INVITE"
+                and msg.call_id not in self.calls
+                and self.allow
+                and not in_networks(addr[0], self.allow)
+            ):
                 self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
                 log.info("sip: INVITE from %s refused (not in sip.allow)", addr[0])
                 self._reply(door, msg, 403, "Forbidden", wire.refusal_headers(P.SIP_FORBIDDEN))
@@ -370,7 +403,9 @@ class SipServer:
                 return
         door.intake(msg, addr)
 
-    def _reply(self, door: _Door, request: SipRequest, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+    def _reply(
+        self, door: _Door, request: SipRequest, status: int, reason: str, headers: dict[str, str] | None = None
+    ) -> None:
         """A response outside any dialog (refusals before a call exists, INFO)."""
         resp = SipResponse(status_code=status, reason_phrase=reason)
         for v in request.headers.get("via"):
@@ -394,7 +429,9 @@ class SipServer:
         status, reason = REFUSAL_STATUS.get(code, (500, "Server Internal Error"))
         self.core.metrics.errors.labels(code=code).inc()
         log.info("sip: call %s refused with %d (%s): %s", incoming.call_id, status, code, why)
-        incoming._send_response(status, reason, extra_headers={**wire.refusal_headers(code), "Reason": f'SIP;cause={status};text="{code}"'})
+        incoming._send_response(
+            status, reason, extra_headers={**wire.refusal_headers(code), "Reason": f'SIP;cause={status};text="{code}"'}
+        )
         incoming.dialog.terminate()  # the ACK to the refusal then ends the transaction in the stack
 
     # ------------------------------------------------------------ INVITE
@@ -457,9 +494,16 @@ class SipServer:
                     return
             try:
                 c.rtp = await RTPSession.create(
-                    local_addr=(self.host, 0), remote_addr=offer.rtp_address, payload_type=wire.PAYLOAD_TYPES[c.codec],
-                    dtmf_payload_type=self._dtmf_payload_type(offer), symmetric_rtp=True, port_allocator=self.ports,
-                    jitter_prefetch=2, cname=USER_AGENT, rtcp_interval=RTCP_INTERVAL_S)
+                    local_addr=(self.host, 0),
+                    remote_addr=offer.rtp_address,
+                    payload_type=wire.PAYLOAD_TYPES[c.codec],
+                    dtmf_payload_type=self._dtmf_payload_type(offer),
+                    symmetric_rtp=True,
+                    port_allocator=self.ports,
+                    jitter_prefetch=2,
+                    cname=USER_AGENT,
+                    rtcp_interval=RTCP_INTERVAL_S,
+                )
             except RuntimeError:
                 self._forget(c)
                 self._refuse(incoming, P.RTP_PORTS_EXHAUSTED, f"no free RTP port pair in {self.config.rtp_ports}")
@@ -484,10 +528,18 @@ class SipServer:
             incoming.accept(self._sdp_answer(c, offer))
             c.sending = offer.audio.direction in ("sendrecv", "recvonly")
             c.ack_timer = asyncio.get_running_loop().call_later(self.config.ack_timeout_s, self._ack_deadline, c)
-            log.info("sip: call %s answered from %s (%s, RTP port %d)", incoming.call_id, incoming.source_addr[0], c.codec, _rtp_port(c))
+            log.info(
+                "sip: call %s answered from %s (%s, RTP port %d)",
+                incoming.call_id,
+                incoming.source_addr[0],
+                c.codec,
+                _rtp_port(c),
+            )
             await c.call.session.flush_events()
             if self.config.greeting and c.call.control is None:
-                await c.call.session.handle({"type": "text", "turn_id": "greeting", "text": self.config.greeting, "final": True})
+                await c.call.session.handle(
+                    {"type": "text", "turn_id": "greeting", "text": self.config.greeting, "final": True}
+                )
         except Exception:
             log.exception("sip: answering call %s failed", incoming.call_id)
             if not incoming._answered:  # the INVITE still needs its final answer
@@ -507,7 +559,11 @@ class SipServer:
             return False
         if owner is not None:
             self._forget(c)
-            self._refuse(c.incoming, P.CALL_BUSY, f"call {ids[0]!r} is owned by another node; SIP calls are served where they arrive")
+            self._refuse(
+                c.incoming,
+                P.CALL_BUSY,
+                f"call {ids[0]!r} is owned by another node; SIP calls are served where they arrive",
+            )
             return False
         return True
 
@@ -518,8 +574,15 @@ class SipServer:
     def _sdp_answer(self, c: SipCall, offer: SdpMessage) -> SdpMessage:
         port = _rtp_port(c)
         ip = self.config.public_ip or self._sdp_host()
-        answer, _ = negotiate_sdp(offer, local_ip=ip, rtp_port=port, supported_codecs=[wire.PAYLOAD_TYPES[c.codec]],
-                                  dtmf_payload_type=self._dtmf_payload_type(offer), ptime=FRAME_PTIME_MS, session_name=USER_AGENT)
+        answer, _ = negotiate_sdp(
+            offer,
+            local_ip=ip,
+            rtp_port=port,
+            supported_codecs=[wire.PAYLOAD_TYPES[c.codec]],
+            dtmf_payload_type=self._dtmf_payload_type(offer),
+            ptime=FRAME_PTIME_MS,
+            session_name=USER_AGENT,
+        )
         answer.audio.attributes["ptime"] = [str(FRAME_PTIME_MS)]  # we send 20 ms packets, whatever ptime was offered
         return answer
 
@@ -529,7 +592,11 @@ class SipServer:
 
     def _ack_deadline(self, c: SipCall) -> None:
         if not c.acked and not c.ended:
-            log.info("sip: call %s: no ACK for the 200 OK within %g s; ending it with BYE", c.sip_call_id, self.config.ack_timeout_s)
+            log.info(
+                "sip: call %s: no ACK for the 200 OK within %g s; ending it with BYE",
+                c.sip_call_id,
+                self.config.ack_timeout_s,
+            )
             self._spawn(self.hang_up(c, "no_ack"))
 
     # ------------------------------------------------------------ in-dialog
@@ -545,7 +612,9 @@ class SipServer:
             return
         codec = self._codec_for(offer)
         if codec is None:
-            incoming._send_response(488, "Not Acceptable Here", extra_headers=wire.refusal_headers(P.UNSUPPORTED_FORMAT))
+            incoming._send_response(
+                488, "Not Acceptable Here", extra_headers=wire.refusal_headers(P.UNSUPPORTED_FORMAT)
+            )
             return
         if codec != c.codec:  # same SSRC and sequence, new payload type (RFC 3550 allows it)
             c.codec = codec
@@ -555,12 +624,25 @@ class SipServer:
         c.held_inactive = offer.audio.direction in ("inactive", "recvonly")  # the caller sends no RTP then
         c.heard_at = asyncio.get_running_loop().time()
         was_sending = c.sending
-        c.sending = offer.audio.direction in ("sendrecv", "recvonly") and offer.rtp_address is not None and offer.rtp_address[0] != "0.0.0.0"
+        c.sending = (
+            offer.audio.direction in ("sendrecv", "recvonly")
+            and offer.rtp_address is not None
+            and offer.rtp_address[0] != "0.0.0.0"
+        )
         if c.sending and not was_sending and c.leg is not None:
             c.leg.talkspurt()
         incoming.accept(self._sdp_answer(c, offer))
         if c.call is not None:
-            self._spawn(c.call.notify({"type": "call.media", "state": "held" if not c.sending else "connected", "leg": "sip", "codec": codec}))
+            self._spawn(
+                c.call.notify(
+                    {
+                        "type": "call.media",
+                        "state": "held" if not c.sending else "connected",
+                        "leg": "sip",
+                        "codec": codec,
+                    }
+                )
+            )
 
     def _on_bye(self, incoming: IncomingCall, request: SipRequest) -> None:
         c = self.calls.get(incoming.call_id)
@@ -584,7 +666,9 @@ class SipServer:
             return
         digit = wire.dtmf_from_info(request.content_type, request.text if request.body else "")
         if digit is None:
-            self._reply(door, request, 415, "Unsupported Media Type", {"Accept": "application/dtmf-relay, application/dtmf"})
+            self._reply(
+                door, request, 415, "Unsupported Media Type", {"Accept": "application/dtmf-relay, application/dtmf"}
+            )
             return
         self._reply(door, request, 200, "OK")
         self._spawn(self._dtmf(c, digit, "info"))
@@ -605,7 +689,12 @@ class SipServer:
         """REFER the caller to `target`; NOTIFY outcomes come back as `call.transfer` events."""
         if c.ended or c.call is None:
             raise P.ProtocolError(P.BAD_MESSAGE, "the call has ended")
-        if not (target.startswith("sip:") or target.startswith("tel:")) or len(target) > 256 or not target.isprintable() or ">" in target:
+        if (
+            not (target.startswith("sip:") or target.startswith("tel:"))
+            or len(target) > 256
+            or not target.isprintable()
+            or ">" in target
+        ):
             raise P.ProtocolError(P.BAD_MESSAGE, "call.transfer.to must be a sip: or tel: URI")
         door = c.door
         addr = door.uas.advertised_addr or door.transport.local_addr
@@ -682,8 +771,10 @@ def install(core: CallCore, host: LegHost) -> SipServer | None:
     if cfg.port is None:
         return None
     if _MISSING is not None:
-        raise ValueError(f"{core.config.source}: sip.port is set but the SIP stack is not installed "
-                         f"(pip install 'voxgate[sip]'): {_MISSING}")
+        raise ValueError(
+            f"{core.config.source}: sip.port is set but the SIP stack is not installed "
+            f"(pip install 'voxgate[sip]'): {_MISSING}"
+        )
     server = SipServer(core)
 
     async def start() -> None:

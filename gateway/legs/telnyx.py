@@ -14,7 +14,8 @@ from gateway.legs.ws_media import WireEndpoint, WireSpec, install_wire
 from gateway.wire.telnyx import TelnyxWire
 
 SPEC = WireSpec(
-    "telnyx", "/v1/telnyx",
+    "telnyx",
+    "/v1/telnyx",
     lambda query: TelnyxWire(query.get("bidirectional_codec"), query.get("bidirectional_sampling_rate")),
 )
 

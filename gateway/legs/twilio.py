@@ -119,7 +119,19 @@ class TwilioLeg:
         if event.type == "mark":
             d = event.data
             name = f"{event.turn_id}/{d['chunk']}/{next(self._names)}"
-            self._to_send.append((name, _SentMark(self.epoch, event.turn_id, d["chunk"], d["played_ms"], d.get("mark_id"), d.get("progress", False))))
+            self._to_send.append(
+                (
+                    name,
+                    _SentMark(
+                        self.epoch,
+                        event.turn_id,
+                        d["chunk"],
+                        d["played_ms"],
+                        d.get("mark_id"),
+                        d.get("progress", False),
+                    ),
+                )
+            )
 
     async def on_flush(self) -> None:
         self._to_send.clear()  # their audio was flushed before it went out
@@ -137,7 +149,13 @@ class TwilioLeg:
         if mark.progress:
             return mark, None
         status = "played" if mark.epoch == self.epoch else "dropped"
-        return mark, {"type": "call.mark", "turn_id": mark.turn_id, "chunk": mark.chunk, "status": status, "played_ms": mark.played_ms}
+        return mark, {
+            "type": "call.mark",
+            "turn_id": mark.turn_id,
+            "chunk": mark.chunk,
+            "status": status,
+            "played_ms": mark.played_ms,
+        }
 
     async def hangup(self) -> None:
         if not self.ws.closed:
@@ -153,15 +171,21 @@ class TwilioEndpoint:
         if env:
             self.auth_token = os.environ.get(env)
             if not self.auth_token:
-                raise ValueError(f"telephony.twilio_auth_token_env names {env!r}, but that environment variable is empty or unset")
+                raise ValueError(
+                    f"telephony.twilio_auth_token_env names {env!r}, but that environment variable is empty or unset"
+                )
         self.allow_unsigned = core.config.telephony.twilio_allow_unsigned
         # Twilio cannot send an API key (no headers, no query string in <Stream>): its signature is /v1/twilio's only guard.
         self.refuse_all = self.auth_token is None and bool(core.config.server.api_keys) and not self.allow_unsigned
         if self.refuse_all:
-            log.warning("server.api_keys is set but telephony.twilio_auth_token_env is not: /v1/twilio refuses every stream "
-                        "(set the auth token to verify X-Twilio-Signature, or telephony.twilio_allow_unsigned: true)")
+            log.warning(
+                "server.api_keys is set but telephony.twilio_auth_token_env is not: /v1/twilio refuses every stream "
+                "(set the auth token to verify X-Twilio-Signature, or telephony.twilio_allow_unsigned: true)"
+            )
         elif self.auth_token is None and core.config.server.api_keys:
-            log.warning("telephony.twilio_allow_unsigned is true and no twilio_auth_token_env is set: /v1/twilio is OPEN to anyone who can reach it")
+            log.warning(
+                "telephony.twilio_allow_unsigned is true and no twilio_auth_token_env is set: /v1/twilio is OPEN to anyone who can reach it"
+            )
 
     def routes(self) -> list[web.RouteDef]:
         """`/v1/twilio/{call_id}`: `<Stream url>` takes no query string, so a balancer hashes on the path."""
@@ -186,7 +210,9 @@ class TwilioEndpoint:
         if self.auth_token is None or (got is None and self.allow_unsigned):
             return None
         want = twilio_signature(self.auth_token, self.signed_url(request))
-        return None if hmac.compare_digest((got or "").encode(), want.encode()) else "missing or wrong X-Twilio-Signature"
+        return (
+            None if hmac.compare_digest((got or "").encode(), want.encode()) else "missing or wrong X-Twilio-Signature"
+        )
 
     def signature_ok(self, request: web.Request) -> bool:
         return self.refusal(request) is None
@@ -202,7 +228,9 @@ class TwilioEndpoint:
             return web.json_response(P.error_event(P.UNAUTHORIZED, refusal), status=403)
         path_id = request.match_info.get("call_id")
         if path_id and gw.cluster is not None:  # another node may own the call: one hop there
-            forwarded = await forward_by_path(gw, request, "twilio", [path_id], {"heartbeat": gw.config.server.limits.ping_interval_s})
+            forwarded = await forward_by_path(
+                gw, request, "twilio", [path_id], {"heartbeat": gw.config.server.limits.ping_interval_s}
+            )
             if forwarded is not None:
                 return forwarded
         ws = websocket_response(gw)
@@ -241,7 +269,9 @@ class _TwilioStream:
                 msg = await asyncio.wait_for(self.ws.receive(), timeout=timeout)
             except asyncio.TimeoutError:  # Twilio may never send `stop`
                 self.end_reason = "idle_timeout"
-                await self._error(P.IDLE_TIMEOUT, f"no {'message' if self.call else 'start'} from Twilio for {timeout:g} s")
+                await self._error(
+                    P.IDLE_TIMEOUT, f"no {'message' if self.call else 'start'} from Twilio for {timeout:g} s"
+                )
                 return
             if msg.type == WSMsgType.TEXT:
                 try:
@@ -258,7 +288,10 @@ class _TwilioStream:
                 await self._error(P.BINARY_NOT_ALLOWED, "Twilio media streams carry JSON text frames only")
             elif msg.type == WSMsgType.ERROR:
                 log.info("twilio ws error: %s", self.ws.exception())
-                await self._error(P.TOO_LARGE if "size" in str(self.ws.exception()) else P.BAD_MESSAGE, f"Twilio socket error: {self.ws.exception()}")
+                await self._error(
+                    P.TOO_LARGE if "size" in str(self.ws.exception()) else P.BAD_MESSAGE,
+                    f"Twilio socket error: {self.ws.exception()}",
+                )
                 return
             else:  # CLOSE, CLOSING, CLOSED
                 return
@@ -299,7 +332,9 @@ class _TwilioStream:
                 raise P.ProtocolError(P.BAD_MESSAGE, f"Twilio echoed mark {event.name!r}, which was never sent")
             mark, outcome = echoed
             if mark.mark_id is not None:
-                self.call.session.playback_confirmed(mark.mark_id)  # Twilio's echo: played; the core applies the clear rule
+                self.call.session.playback_confirmed(
+                    mark.mark_id
+                )  # Twilio's echo: played; the core applies the clear rule
             if outcome is not None:
                 await self.call.notify(outcome)
             else:

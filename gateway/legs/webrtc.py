@@ -163,7 +163,9 @@ class WebrtcCall:
     clock_driven = False
     send_idle_silence = True
 
-    def __init__(self, transport: "WebrtcTransport", pc: RTCPeerConnection, track: PlayoutTrack, output: OutputFormat, codec: str):
+    def __init__(
+        self, transport: "WebrtcTransport", pc: RTCPeerConnection, track: PlayoutTrack, output: OutputFormat, codec: str
+    ):
         self.transport = transport
         self.core = transport.core
         self.pc = pc
@@ -218,7 +220,9 @@ class WebrtcCall:
         if self.closed:
             return
         if self.session is not None and not self.session.closed:
-            self._spawn(self.session.close(P.error_event(P.IDLE_TIMEOUT, f"no message for {timeout:g} s")))  # _watch then closes the call
+            self._spawn(
+                self.session.close(P.error_event(P.IDLE_TIMEOUT, f"no message for {timeout:g} s"))
+            )  # _watch then closes the call
         else:
             self.core.metrics.errors.labels(code=P.IDLE_TIMEOUT).inc()
             self._spawn(self.close())
@@ -239,7 +243,11 @@ class WebrtcCall:
         if channel is not None and channel.readyState == "open":
             if channel.bufferedAmount > MAX_CHANNEL_BACKLOG_BYTES:  # aiortc queues without bound: drop the peer instead
                 if not self.closed:
-                    log.warning("webrtc call %s: %d bytes of events unacknowledged; closing", self.session_id, channel.bufferedAmount)
+                    log.warning(
+                        "webrtc call %s: %d bytes of events unacknowledged; closing",
+                        self.session_id,
+                        channel.bufferedAmount,
+                    )
                     self._spawn(self.close())
                 return
             channel.send(P.dump_event(event))
@@ -291,7 +299,9 @@ class WebrtcCall:
         language = msg.get("language") or "auto"
         barge_in = session_settings(self.core.config.barge_in, msg.get("barge_in"))
         mode = P.check_mode(msg.get("mode"))
-        session = self.core.new_session("webrtc", msg.get("voice"), language, msg.get("instruct"), self.output, session_id=self.session_id)
+        session = self.core.new_session(
+            "webrtc", msg.get("voice"), language, msg.get("instruct"), self.output, session_id=self.session_id
+        )
         session.set_mode(mode)
         self.session = session
         session.attach_text(self)
@@ -303,25 +313,38 @@ class WebrtcCall:
         self.track.on_frame = self.core.metrics.frames_sent.labels(leg="webrtc").inc
         self.track.on_stall = session.stalled
         self.core.play(session)  # the track pulls frames; this arms the max-call timer
-        session.emit({
-            "type": "session.started",
-            "session_id": session.session_id,
-            "voice": session.voice_name,
-            "language": language,
-            "output": {"encoding": self.codec, "sample_rate": self.output.sample_rate, "frame_ms": self.output.frame_ms},
-            "input": {"microphone": self.inbound is not None,
-                      "barge_in": barge_in.mode if session.caller_voice is not None else "off"},
-            "mode": session.mode,  # as the native leg echoes it (sentence | turn, with why when turn was refused)
-            **({"mode_note": session.mode_note} if session.mode_note else {}),
-        })
+        session.emit(
+            {
+                "type": "session.started",
+                "session_id": session.session_id,
+                "voice": session.voice_name,
+                "language": language,
+                "output": {
+                    "encoding": self.codec,
+                    "sample_rate": self.output.sample_rate,
+                    "frame_ms": self.output.frame_ms,
+                },
+                "input": {
+                    "microphone": self.inbound is not None,
+                    "barge_in": barge_in.mode if session.caller_voice is not None else "off",
+                },
+                "mode": session.mode,  # as the native leg echoes it (sentence | turn, with why when turn was refused)
+                **({"mode_note": session.mode_note} if session.mode_note else {}),
+            }
+        )
         await session.flush_events()
         self._spawn(self._watch(session))
 
     async def _watch(self, session: Session) -> None:
         """Playout stats for the page while the session lives; the call ends with the session."""
         while not session.closed:
-            await self.send_event({"type": "playout.stats", "buffered_ms": round(session.playout.buffered_ms, 1),
-                                   "turn_id": session.playout.current_turn})
+            await self.send_event(
+                {
+                    "type": "playout.stats",
+                    "buffered_ms": round(session.playout.buffered_ms, 1),
+                    "turn_id": session.playout.current_turn,
+                }
+            )
             try:
                 await asyncio.wait_for(session.wait_closed(), STATS_INTERVAL_S)
             except asyncio.TimeoutError:
@@ -374,7 +397,9 @@ class WebrtcTransport:
         if rtc.turn_urls:
             self.turn_secret = os.environ.get(rtc.turn_secret_env or "")
             if not self.turn_secret:
-                raise ValueError(f"webrtc.turn_secret_env names {rtc.turn_secret_env!r}, but that environment variable is empty or unset")
+                raise ValueError(
+                    f"webrtc.turn_secret_env names {rtc.turn_secret_env!r}, but that environment variable is empty or unset"
+                )
         self.turn_ttl_s = rtc.turn_ttl_s or core.config.server.limits.max_call_s + 300.0  # outlives the longest call
         self.calls: set[WebrtcCall] = set()
         self._answering = 0  # offers past the capacity check whose answer is still being made
@@ -396,7 +421,9 @@ class WebrtcTransport:
 
     def _rtc_configuration(self) -> RTCConfiguration:
         turn = self.minted_turn()
-        extra = [RTCIceServer(urls=turn["urls"], username=turn["username"], credential=turn["credential"])] if turn else []
+        extra = (
+            [RTCIceServer(urls=turn["urls"], username=turn["username"], credential=turn["credential"])] if turn else []
+        )
         return RTCConfiguration(iceServers=self.ice + extra)
 
     async def index(self, request: web.Request) -> web.FileResponse:
@@ -409,9 +436,10 @@ class WebrtcTransport:
         turn = self.minted_turn()
         servers = list(cfg.webrtc.ice_servers) + ([turn] if turn else [])
         # stt tells the page whether the caller's speech reaches the agent (off: it can only interrupt)
-        return web.json_response({"ice_servers": servers, "agent": cfg.llm.kind, "engine": self.core.engine_kind,
-                                  "stt": cfg.stt.kind},
-                                 headers={"Cache-Control": "no-store"})
+        return web.json_response(
+            {"ice_servers": servers, "agent": cfg.llm.kind, "engine": self.core.engine_kind, "stt": cfg.stt.kind},
+            headers={"Cache-Control": "no-store"},
+        )
 
     async def offer(self, request: web.Request) -> web.Response:
         gw = self.core
@@ -428,11 +456,13 @@ class WebrtcTransport:
         try:
             body = P.loads_json(await request.read())
         except ValueError:
-            return _error(400, P.BAD_JSON, "the offer must be JSON: {\"sdp\": \"…\", \"type\": \"offer\"}")
+            return _error(400, P.BAD_JSON, 'the offer must be JSON: {"sdp": "…", "type": "offer"}')
         if not isinstance(body, dict) or not isinstance(body.get("sdp"), str) or body.get("type") != "offer":
             return _error(400, P.BAD_MESSAGE, "the offer needs string 'sdp' and 'type': 'offer'")
         if "m=audio" not in body["sdp"]:
-            return _error(400, P.BAD_MESSAGE, "the offer needs an audio m-line (addTransceiver('audio', {direction: 'recvonly'}))")
+            return _error(
+                400, P.BAD_MESSAGE, "the offer needs an audio m-line (addTransceiver('audio', {direction: 'recvonly'}))"
+            )
 
         # No await between this check and taking the slot: concurrent offers cannot all pass it.
         waiting = self._answering + sum(1 for call in self.calls if call.session is None)  # answered, no session yet

@@ -51,7 +51,17 @@ from gateway.cluster.plane import ClusterUnavailable
 from gateway.legs.accept import KEY_IN_QUERY_MESSAGE, admit, run_media_stream, unavailable_response
 from gateway.legs.host import LegHost
 from gateway.wire.events import (
-    Audio, Dtmf, Ended, FarEndError, FlowControl, MarkDone, Notice, Outgoing, Started, StartRefused, WireAudio,
+    Audio,
+    Dtmf,
+    Ended,
+    FarEndError,
+    FlowControl,
+    MarkDone,
+    Notice,
+    Outgoing,
+    Started,
+    StartRefused,
+    WireAudio,
 )
 
 log = logging.getLogger("voxgate.wsmedia")
@@ -61,8 +71,10 @@ MAX_CONTROL_BACKLOG_BYTES = 256 * 1024  # marks and clears still go out above th
 MAX_HELD_FRAMES = 500  # 10 s of audio held while the far end said XOFF
 MAX_OUTSTANDING_MARKS = 256
 MAX_MESSAGE_BYTES = 256 * 1024
-WIRE_UNAUTHORIZED = ("missing or wrong API key (Authorization: Bearer <key>, HTTP Basic with the key as password, "
-                     "or ?token= with a token from POST /v1/tokens)")
+WIRE_UNAUTHORIZED = (
+    "missing or wrong API key (Authorization: Bearer <key>, HTTP Basic with the key as password, "
+    "or ?token= with a token from POST /v1/tokens)"
+)
 
 
 @dataclass(frozen=True)
@@ -91,8 +103,15 @@ class WireMediaLeg:
     send_idle_silence = False  # every one of these far ends plays silence by itself when idle
     confirms_playback = True  # every wire here confirms marks: marks, played_ms and played_text follow the far end
 
-    def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest, wire, spec: WireSpec, metrics,
-                 notify: Callable[[dict], "asyncio.Future | None"]):
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        request: web.BaseRequest,
+        wire,
+        spec: WireSpec,
+        metrics,
+        notify: Callable[[dict], "asyncio.Future | None"],
+    ):
         self.ws = ws
         self.transport = request.transport
         self.protocol = request.protocol
@@ -105,7 +124,9 @@ class WireMediaLeg:
         self._frames = metrics.frames_sent.labels(leg=spec.kind)
         self.out = wire.outbound
         self.output = TELEPHONY_PCM  # what the session hands us; `bind` sets it once the call is known
-        self.confirmed: Callable[[int, bool], None] = lambda mark_id, heard: None  # Session.playback_confirmed, from `bind`
+        self.confirmed: Callable[[int, bool], None] = lambda mark_id, heard: (
+            None
+        )  # Session.playback_confirmed, from `bind`
         self._resampler, self._fifo = self._new_resampler()
         self._names = itertools.count()
         self._to_mark: list[tuple[str, _SentMark]] = []  # marks whose chunk's last frame is being sent
@@ -150,7 +171,11 @@ class WireMediaLeg:
                 return False
         elif send_would_wait(self.transport, self.protocol, len(message)):
             # A mark or clear cannot be dropped alone: a far end this far behind (megabytes unread) is cut.
-            log.warning("%s far end is not reading (%d bytes unsent); closing it", self.spec.kind, self.transport.get_write_buffer_size())
+            log.warning(
+                "%s far end is not reading (%d bytes unsent); closing it",
+                self.spec.kind,
+                self.transport.get_write_buffer_size(),
+            )
             self.transport.abort()
             return False
         if isinstance(message, bytes):
@@ -191,7 +216,9 @@ class WireMediaLeg:
             name, mark = self._to_mark.pop(0)
             if not self._usable():
                 continue
-            if len(self.sent_marks) >= self.spec.max_outstanding_marks:  # a far end that never confirms must not grow our memory
+            if (
+                len(self.sent_marks) >= self.spec.max_outstanding_marks
+            ):  # a far end that never confirms must not grow our memory
                 del self.sent_marks[next(iter(self.sent_marks))]
             self.sent_marks[name] = mark
             for message in self.wire.mark(name):
@@ -202,7 +229,9 @@ class WireMediaLeg:
             # Short names: Asterisk ignores commands over 128 bytes, and turn ids are the agent's to choose.
             d = event.data
             name = f"m{next(self._names)}"
-            mark = _SentMark(self.epoch, event.turn_id, d["chunk"], d["played_ms"], d.get("mark_id"), d.get("progress", False))
+            mark = _SentMark(
+                self.epoch, event.turn_id, d["chunk"], d["played_ms"], d.get("mark_id"), d.get("progress", False)
+            )
             self._to_mark.append((name, mark))
 
     async def on_flush(self) -> None:
@@ -233,7 +262,9 @@ class WireMediaLeg:
         if mark is None:
             if done.name in self._dropped_names:
                 return None
-            raise P.ProtocolError(P.BAD_MESSAGE, f"the {self.spec.kind} far end confirmed mark {done.name!r}, which was never sent")
+            raise P.ProtocolError(
+                P.BAD_MESSAGE, f"the {self.spec.kind} far end confirmed mark {done.name!r}, which was never sent"
+            )
         if mark.mark_id is not None:
             self.confirmed(mark.mark_id, done.played)  # heard only if it came before our clear: the core's rule
         if mark.progress:
@@ -257,7 +288,13 @@ class WireMediaLeg:
 
 
 def _call_mark(mark: _SentMark, status: str) -> dict:
-    return {"type": "call.mark", "turn_id": mark.turn_id, "chunk": mark.chunk, "status": status, "played_ms": mark.played_ms}
+    return {
+        "type": "call.mark",
+        "turn_id": mark.turn_id,
+        "chunk": mark.chunk,
+        "status": status,
+        "played_ms": mark.played_ms,
+    }
 
 
 class WireEndpoint:
@@ -299,12 +336,18 @@ class WireEndpoint:
         limits = gw.config.server.limits
         known = request.match_info.get("call_id") or request.query.get("call_id")
         if known and gw.cluster is not None:  # another node may own the call: one hop there
-            forwarded = await forward_by_path(gw, request, self.spec.kind, [known], {"heartbeat": limits.ping_interval_s})
+            forwarded = await forward_by_path(
+                gw, request, self.spec.kind, [known], {"heartbeat": limits.ping_interval_s}
+            )
             if forwarded is not None:
                 return forwarded
         protocols = (self.spec.subprotocol,) if self.spec.subprotocol else ()
-        ws = web.WebSocketResponse(protocols=protocols, heartbeat=limits.ping_interval_s, compress=False,
-                                   max_msg_size=max(MAX_MESSAGE_BYTES, limits.max_message_bytes * 4))
+        ws = web.WebSocketResponse(
+            protocols=protocols,
+            heartbeat=limits.ping_interval_s,
+            compress=False,
+            max_msg_size=max(MAX_MESSAGE_BYTES, limits.max_message_bytes * 4),
+        )
         await ws.prepare(request)
         if not gw.accepting:
             await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
@@ -318,7 +361,6 @@ class WireEndpoint:
         self.registry.track(ws.close)
         await run_media_stream(gw, stream, ws, self.spec.kind, log)
         return ws
-
 
     def _start_ids(self, request: web.Request):
         """Reads opening messages with a spare wire: the call ids of its start, None before it, [] if it fails."""
@@ -378,7 +420,9 @@ class _WireStream:
                     await self._error(exc.code, exc.message)
             elif msg.type == WSMsgType.ERROR:
                 exc = self.ws.exception()
-                await self._error(P.TOO_LARGE if "size" in str(exc) else P.BAD_MESSAGE, f"{self.spec.kind} socket error: {exc}")
+                await self._error(
+                    P.TOO_LARGE if "size" in str(exc) else P.BAD_MESSAGE, f"{self.spec.kind} socket error: {exc}"
+                )
                 return
             else:  # CLOSE, CLOSING, CLOSED
                 return
@@ -399,7 +443,9 @@ class _WireStream:
             elif isinstance(event, Dtmf):
                 await self.call.notify({"type": "dtmf", "digit": event.digit})
             elif isinstance(event, FlowControl):
-                log.info("%s call %s: far end says %s", self.spec.kind, self.call.call_id, "XOFF" if event.paused else "XON")
+                log.info(
+                    "%s call %s: far end says %s", self.spec.kind, self.call.call_id, "XOFF" if event.paused else "XON"
+                )
                 await self.leg.on_flow(event.paused)
             elif isinstance(event, Ended):
                 self.end_reason = event.reason
@@ -416,13 +462,23 @@ class _WireStream:
         q = self.query
         ids = [i for i in (self.request.match_info.get("call_id"), q.get("call_id"), *started.call_ids) if i]
         if not ids:
-            raise StartRefused(P.BAD_MESSAGE, f"the {self.spec.kind} stream names no call id: pass call_id (a header or a query parameter)")
+            raise StartRefused(
+                P.BAD_MESSAGE,
+                f"the {self.spec.kind} stream names no call id: pass call_id (a header or a query parameter)",
+            )
         voice = q.get("voice") or started.voice
         language = q.get("language") or started.language
         leg = WireMediaLeg(self.ws, self.request, self.wire, self.spec, self.core.metrics, self._notify)
         try:
-            call = self.endpoint.registry.connect_media(ids, leg, self.spec.kind, voice, language,
-                                                        output=native_output(self.wire.outbound), inbound_rate=started.audio.sample_rate)
+            call = self.endpoint.registry.connect_media(
+                ids,
+                leg,
+                self.spec.kind,
+                voice,
+                language,
+                output=native_output(self.wire.outbound),
+                inbound_rate=started.audio.sample_rate,
+            )
         except P.ProtocolError as exc:
             raise StartRefused(exc.code, exc.message) from None
         leg.bind(call.session.output, call.session.playback_confirmed)
@@ -449,7 +505,9 @@ class _WireStream:
             await self.call.report(code, message)  # the session counts it
         else:
             self.core.metrics.errors.labels(code=code).inc()
-        log.info("%s stream %s: %s: %s", self.spec.kind, self.call.call_id if self.call else "(not started)", code, message)
+        log.info(
+            "%s stream %s: %s: %s", self.spec.kind, self.call.call_id if self.call else "(not started)", code, message
+        )
 
 
 def native_output(out: WireAudio) -> OutputFormat:

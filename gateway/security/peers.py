@@ -113,7 +113,9 @@ class PeerLimits:
     def _forget_idle(self, now: float) -> None:
         """Addresses with nothing open and a refilled bucket carry no state worth keeping."""
         for address, peer in list(self._peers.items()):
-            if peer.open == 0 and (not self.per_second or peer.tokens + (now - peer.stamp) * self.per_second >= self.burst):
+            if peer.open == 0 and (
+                not self.per_second or peer.tokens + (now - peer.stamp) * self.per_second >= self.burst
+            ):
                 del self._peers[address]
         if len(self._peers) >= MAX_TRACKED:  # a flood of distinct addresses, all busy: forget the oldest idle-most
             for address in list(self._peers)[: len(self._peers) // 4]:

@@ -59,7 +59,7 @@ class SessionTokens:
 
     def check(self, token: str, spend: bool) -> str:
         """Raises TokenError unless the token is ours, unexpired and unspent; `spend` uses it up. Returns its id."""
-        body = token[len(PREFIX):] if token.startswith(PREFIX) else ""
+        body = token[len(PREFIX) :] if token.startswith(PREFIX) else ""
         payload, _, signature = body.partition(".")
         if not payload or not hmac.compare_digest(signature.encode(), self._sign(payload).encode()):
             raise TokenError("the token is not valid")
@@ -84,7 +84,7 @@ class SessionTokens:
     @staticmethod
     def token_id(token: str) -> str:
         """The id of a token `check` accepted (the key it is spent by across a cluster)."""
-        return str(json.loads(_unb64(token[len(PREFIX):].partition(".")[0]))["id"])
+        return str(json.loads(_unb64(token[len(PREFIX) :].partition(".")[0]))["id"])
 
     def _forget_expired(self, now: float) -> None:
         for token_id, expires in list(self._spent.items()):

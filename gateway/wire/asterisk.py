@@ -140,11 +140,14 @@ class AsteriskWire:
     def _media_start(self, f: dict, is_json: bool) -> Started:
         channel_id = f.get("channel_id")
         if not isinstance(channel_id, str) or not channel_id:
-            raise P.ProtocolError(P.BAD_MESSAGE, "MEDIA_START carries no channel_id (Asterisk 20.16 / 21.11 / 22.6 or newer sends it)")
+            raise P.ProtocolError(
+                P.BAD_MESSAGE, "MEDIA_START carries no channel_id (Asterisk 20.16 / 21.11 / 22.6 or newer sends it)"
+            )
         fmt = f.get("format")
         if fmt not in FORMATS:
             raise P.ProtocolError(
-                P.UNSUPPORTED_FORMAT, f"MEDIA_START format {fmt!r} is not supported; dial with c(ulaw), c(alaw), c(slin) or c(slin16)"
+                P.UNSUPPORTED_FORMAT,
+                f"MEDIA_START format {fmt!r} is not supported; dial with c(ulaw), c(alaw), c(slin) or c(slin16)",
             )
         encoding, rate = FORMATS[fmt]
         try:
@@ -156,7 +159,8 @@ class AsteriskWire:
         frame_bytes = audio.frame_bytes * ptime // 20
         if ptime <= 0 or ptime > 200 or (optimal and optimal != frame_bytes):
             raise P.ProtocolError(
-                P.UNSUPPORTED_FORMAT, f"MEDIA_START: optimal_frame_size {optimal} at ptime {ptime} does not fit {fmt} ({frame_bytes} expected)"
+                P.UNSUPPORTED_FORMAT,
+                f"MEDIA_START: optimal_frame_size {optimal} at ptime {ptime} does not fit {fmt} ({frame_bytes} expected)",
             )
         self.json, self.audio, self.channel_id = is_json, audio, channel_id
         self.optimal_frame_size = frame_bytes

@@ -22,7 +22,9 @@ KIND_UUID = 0x01
 KIND_DTMF = 0x03
 KIND_SLIN = 0x10  # signed linear 16-bit LE, 8 kHz, mono
 KIND_ERROR = 0xFF
-KIND_VOXGATE_HOP = 0xF7  # not Asterisk's: a node of a voxgate call plane opening a forwarded connection (docs/cluster.md)
+KIND_VOXGATE_HOP = (
+    0xF7  # not Asterisk's: a node of a voxgate call plane opening a forwarded connection (docs/cluster.md)
+)
 SLIN_HIGHER_RATES = range(0x11, 0x19)  # newer Asterisk: slin at 12..192 kHz (not supported here)
 ASTERISK_CALLER_HUNG_UP = 0x01  # error code in an 0xff frame
 HEADER_BYTES = 3
@@ -50,7 +52,10 @@ def parse_header(header: bytes) -> tuple[int, int]:
 def call_uuid(kind: int, payload: bytes) -> str:
     """The call's UUID from the opening message, in canonical text; ProtocolError if it is not one."""
     if kind != KIND_UUID or len(payload) != 16:
-        raise P.ProtocolError(P.BAD_MESSAGE, f"the first message must be the UUID (type 0x01, 16 bytes), got type 0x{kind:02x} with {len(payload)} bytes")
+        raise P.ProtocolError(
+            P.BAD_MESSAGE,
+            f"the first message must be the UUID (type 0x01, 16 bytes), got type 0x{kind:02x} with {len(payload)} bytes",
+        )
     return str(uuid.UUID(bytes=payload))
 
 

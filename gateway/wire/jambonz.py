@@ -64,7 +64,9 @@ class JambonzWire:
             if not data:
                 return []
             if len(data) > MAX_AUDIO_BYTES:
-                raise P.ProtocolError(P.BAD_AUDIO, f"jambonz audio message of {len(data)} bytes is longer than a second")
+                raise P.ProtocolError(
+                    P.BAD_AUDIO, f"jambonz audio message of {len(data)} bytes is longer than a second"
+                )
             return [Audio(self.audio.decode(data))]
         if self.audio is None:
             try:
@@ -76,8 +78,14 @@ class JambonzWire:
             return [Dtmf(dtmf_digit(m.get("dtmf"), "jambonz dtmf"))]
         if m.get("type") == "mark":
             d = m.get("data")
-            if not isinstance(d, dict) or not isinstance(d.get("name"), str) or d.get("event") not in ("playout", "cleared"):
-                raise P.ProtocolError(P.BAD_MESSAGE, "jambonz mark: 'data' needs a string 'name' and 'event' playout|cleared")
+            if (
+                not isinstance(d, dict)
+                or not isinstance(d.get("name"), str)
+                or d.get("event") not in ("playout", "cleared")
+            ):
+                raise P.ProtocolError(
+                    P.BAD_MESSAGE, "jambonz mark: 'data' needs a string 'name' and 'event' playout|cleared"
+                )
             return [MarkDone(d["name"], played=d["event"] == "playout")]
         what = m.get("type") or m.get("event")
         if isinstance(what, str):
@@ -87,12 +95,18 @@ class JambonzWire:
     def _attributes(self, m: dict) -> Started:
         call_sid = m.get("callSid")
         if not isinstance(call_sid, str) or not call_sid:
-            raise P.ProtocolError(P.BAD_MESSAGE, "the first jambonz message must be the call's attributes with a 'callSid'")
+            raise P.ProtocolError(
+                P.BAD_MESSAGE, "the first jambonz message must be the call's attributes with a 'callSid'"
+            )
         mix = m.get("mixType", "mono")
         if mix != "mono":
-            raise P.ProtocolError(P.UNSUPPORTED_FORMAT, f"jambonz mixType {mix!r}: only mono is supported (set \"mixType\": \"mono\")")
+            raise P.ProtocolError(
+                P.UNSUPPORTED_FORMAT, f'jambonz mixType {mix!r}: only mono is supported (set "mixType": "mono")'
+            )
         self.audio = WireAudio("pcm16le", _rate(m.get("sampleRate", 8000), "sampleRate"))
-        self.outbound = WireAudio("pcm16le", _rate(self._out_rate, "bidirectional_sample_rate")) if self._out_rate else self.audio
+        self.outbound = (
+            WireAudio("pcm16le", _rate(self._out_rate, "bidirectional_sample_rate")) if self._out_rate else self.audio
+        )
         meta = m.get("metadata") if isinstance(m.get("metadata"), dict) else {}
 
         def setting(key: str):

@@ -152,7 +152,10 @@ class TelnyxWire:
             return [*self._flush_audio(), Ended("stop")]
         if event == "error":
             payload = m.get("payload") if isinstance(m.get("payload"), dict) else {}
-            detail = " ".join(str(payload[k]) for k in ("code", "title", "detail") if payload.get(k) is not None) or json.dumps(m)[:200]
+            detail = (
+                " ".join(str(payload[k]) for k in ("code", "title", "detail") if payload.get(k) is not None)
+                or json.dumps(m)[:200]
+            )
             return [FarEndError(f"Telnyx: {detail}")]
         if self.audio is None:
             if event in ("media", "dtmf", "mark"):
@@ -178,7 +181,9 @@ class TelnyxWire:
         if not isinstance(fmt, dict):
             raise P.ProtocolError(P.BAD_MESSAGE, "Telnyx start: 'media_format' must be an object")
         if str(fmt.get("channels", 1)) != "1":
-            raise P.ProtocolError(P.UNSUPPORTED_FORMAT, f"Telnyx start: {fmt.get('channels')} channels; only mono is supported")
+            raise P.ProtocolError(
+                P.UNSUPPORTED_FORMAT, f"Telnyx start: {fmt.get('channels')} channels; only mono is supported"
+            )
         audio = wire_audio(fmt.get("encoding", ""), fmt.get("sample_rate"))
         outbound = audio
         if self._out_codec or self._out_rate:
@@ -192,7 +197,13 @@ class TelnyxWire:
         self._media_head = '{"event":"media","media":{"payload":"'
         ids = call_ids(params.get("call_id"), start.get("call_control_id"), stream_id, start.get("call_session_id"))
         info = {k: start[k] for k in ("call_control_id", "call_session_id", "from", "to") if k in start}
-        return Started(ids, audio, voice=optional_str(params.get("voice")), language=optional_str(params.get("language")), info=info)
+        return Started(
+            ids,
+            audio,
+            voice=optional_str(params.get("voice")),
+            language=optional_str(params.get("language")),
+            info=info,
+        )
 
     def _media(self, media: dict, sequence_number) -> list[Event]:
         track = media.get("track", "inbound")

@@ -135,8 +135,14 @@ def _start(m: dict) -> Start:
     if not isinstance(params, dict):
         raise P.ProtocolError(P.BAD_MESSAGE, "start: 'customParameters' must be an object")
     fmt = start.get("mediaFormat") or {}
-    if isinstance(fmt, dict) and fmt and (
-        fmt.get("encoding") != "audio/x-mulaw" or fmt.get("sampleRate") not in (8000, "8000") or fmt.get("channels", 1) not in (1, "1")
+    if (
+        isinstance(fmt, dict)
+        and fmt
+        and (
+            fmt.get("encoding") != "audio/x-mulaw"
+            or fmt.get("sampleRate") not in (8000, "8000")
+            or fmt.get("channels", 1) not in (1, "1")
+        )
     ):
         raise P.ProtocolError(P.UNSUPPORTED_FORMAT, f"start: mediaFormat {fmt} is not μ-law 8 kHz mono")
     call_sid = start.get("callSid")

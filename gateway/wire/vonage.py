@@ -67,7 +67,9 @@ class VonageWire:
             if not data:
                 return []
             if len(data) > MAX_AUDIO_BYTES:
-                raise P.ProtocolError(P.BAD_AUDIO, f"Vonage audio message of {len(data)} bytes (20 ms is {self.audio.frame_bytes})")
+                raise P.ProtocolError(
+                    P.BAD_AUDIO, f"Vonage audio message of {len(data)} bytes (20 ms is {self.audio.frame_bytes})"
+                )
             return [Audio(self.audio.decode(data))]
         m = load_json_object(data, "Vonage")
         event = m.get("event")
@@ -99,15 +101,20 @@ class VonageWire:
         content_type = m.get("content-type")
         match = _CONTENT_TYPE.match(content_type) if isinstance(content_type, str) else None
         if match is None:
-            raise P.ProtocolError(P.UNSUPPORTED_FORMAT, f"websocket:connected content-type {content_type!r} is not audio/l16;rate=N")
+            raise P.ProtocolError(
+                P.UNSUPPORTED_FORMAT, f"websocket:connected content-type {content_type!r} is not audio/l16;rate=N"
+            )
         rate = int(match.group(1))
         if rate not in RATES:
             raise P.ProtocolError(P.UNSUPPORTED_FORMAT, f"audio/l16 at {rate} Hz is not supported; use one of {RATES}")
         self.audio = WireAudio("pcm16le", rate)
         headers = {k: v for k, v in m.items() if k not in ("event", "content-type")}
         return Started(
-            call_ids(headers.get("call_id")), self.audio, voice=optional_str(headers.get("voice")),
-            language=optional_str(headers.get("language")), info={"content-type": content_type},
+            call_ids(headers.get("call_id")),
+            self.audio,
+            voice=optional_str(headers.get("voice")),
+            language=optional_str(headers.get("language")),
+            info={"content-type": content_type},
         )
 
     # ------------------------------------------------------------ to Vonage

@@ -15,7 +15,9 @@ RATE = 24000
 def _signal() -> np.ndarray:
     """0.5 s of 440 Hz, 0.5 s of silence, 0.5 s of 1000 Hz."""
     t = np.arange(RATE // 2) / RATE
-    return np.concatenate([0.4 * np.sin(2 * np.pi * 440 * t), np.zeros(RATE // 2), 0.4 * np.sin(2 * np.pi * 1000 * t)]).astype(np.float32)
+    return np.concatenate(
+        [0.4 * np.sin(2 * np.pi * 440 * t), np.zeros(RATE // 2), 0.4 * np.sin(2 * np.pi * 1000 * t)]
+    ).astype(np.float32)
 
 
 def _encode_in_pieces(fmt: str, pcm: np.ndarray, piece: int = 1237) -> tuple[bytes, list[int]]:

@@ -13,8 +13,10 @@ def test_float_to_int16_clips_and_maps_nan_to_zero():
 
 def test_int16_float_round_trip_is_exact():
     s = np.arange(-32768, 32768, 7, dtype=np.int16)
-    assert np.array_equal(float_to_int16(int16_to_float(s) * 32768 / 32767), s) or np.max(
-        np.abs(float_to_int16(int16_to_float(s)).astype(int) - s)) <= 1
+    assert (
+        np.array_equal(float_to_int16(int16_to_float(s) * 32768 / 32767), s)
+        or np.max(np.abs(float_to_int16(int16_to_float(s)).astype(int) - s)) <= 1
+    )
 
 
 def test_pcm16_bytes_with_odd_length_are_refused():
@@ -22,8 +24,17 @@ def test_pcm16_bytes_with_odd_length_are_refused():
         pcm16_bytes_to_float(b"\x00\x01\x02")
 
 
-@pytest.mark.parametrize("encoding,rate,nbytes", [("pcm16", 8000, 320), ("pcm16", 16000, 640), ("pcm16", 24000, 960),
-                                                 ("pcm16", 48000, 1920), ("mulaw", 8000, 160), ("alaw", 8000, 160)])
+@pytest.mark.parametrize(
+    "encoding,rate,nbytes",
+    [
+        ("pcm16", 8000, 320),
+        ("pcm16", 16000, 640),
+        ("pcm16", 24000, 960),
+        ("pcm16", 48000, 1920),
+        ("mulaw", 8000, 160),
+        ("alaw", 8000, 160),
+    ],
+)
 def test_frame_sizes_per_format(encoding, rate, nbytes):
     fmt = OutputFormat(encoding, rate)
     enc = FrameEncoder(fmt)
@@ -56,7 +67,7 @@ def test_frame_encoder_is_bit_exact_with_the_reference_codecs_over_the_full_rang
     reference = {"pcm16": lambda s: s.astype("<i2").tobytes(), "mulaw": ulaw_encode, "alaw": alaw_encode}[encoding]
     got, want = [], []
     for i in range(0, len(sweep) - n + 1, n):
-        frame = sweep[i:i + n]
+        frame = sweep[i : i + n]
         got.append(enc.encode(frame))
         want.append(reference(float_to_int16(frame)))
     assert b"".join(got) == b"".join(want)

@@ -23,7 +23,9 @@ class FakeClock:
 def make(prebuffer_ms=40.0, cause="engine", **kw):
     clock = FakeClock()
     events = []
-    p = Playout(RATE, prebuffer_ms=prebuffer_ms, on_event=events.append, clock=clock, cause_provider=lambda: cause, **kw)
+    p = Playout(
+        RATE, prebuffer_ms=prebuffer_ms, on_event=events.append, clock=clock, cause_provider=lambda: cause, **kw
+    )
     return p, clock, events
 
 
@@ -171,7 +173,13 @@ def test_event_log_and_wav_timeline_record_exactly_what_was_played(tmp_path):
     p.close()
     assert filewriter.sync()  # the writer thread writes the files
     lines = [json.loads(l) for l in log_path.read_text().splitlines()]
-    assert [l["type"] for l in lines] == ["utterance_start", "first_audio", "underrun_start", "underrun_end", "utterance_end"]
+    assert [l["type"] for l in lines] == [
+        "utterance_start",
+        "first_audio",
+        "underrun_start",
+        "underrun_end",
+        "utterance_end",
+    ]
     assert all(l["session"] == "s1" and l["turn_id"] == "t1" for l in lines)
     with wave.open(str(wav_path)) as w:
         samples = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)

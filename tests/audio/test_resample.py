@@ -33,7 +33,7 @@ def test_resampled_tone_keeps_its_frequency():
     t = np.arange(rate) / rate
     x = np.sin(2 * np.pi * 440 * t).astype(np.float32)
     rs = StreamResampler(rate, 8000)
-    y = np.concatenate([rs.process(x[i:i + 480]) for i in range(0, rate, 480)] + [rs.flush()])
+    y = np.concatenate([rs.process(x[i : i + 480]) for i in range(0, rate, 480)] + [rs.flush()])
     assert len(y) == 8000
     spectrum = np.abs(np.fft.rfft(y))
     assert abs(np.argmax(spectrum) - 440) <= 1

@@ -14,7 +14,7 @@ from bench.capacity_client import OP_TEXT, LoadClient, client_frame
 
 def unmask(frame: bytes) -> bytes:
     n = frame[1] & 0x7F
-    key, payload = frame[2:6], frame[6:6 + n]
+    key, payload = frame[2:6], frame[6 : 6 + n]
     return bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
 

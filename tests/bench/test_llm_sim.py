@@ -7,7 +7,9 @@ import pytest
 from gateway.agent.llm_sim import LlmSimulator, split_pieces
 
 
-@pytest.mark.parametrize("text", ["Hello there, how are you?", "Карта 3805 заблокирована — всё в порядке.", "  a  b ", "x" * 30])
+@pytest.mark.parametrize(
+    "text", ["Hello there, how are you?", "Карта 3805 заблокирована — всё в порядке.", "  a  b ", "x" * 30]
+)
 def test_pieces_concatenate_back_to_the_text(text):
     assert "".join(split_pieces(text)) == text
 

@@ -34,8 +34,25 @@ def test_vocoder_bench_plots_a_tiny_run(tmp_path):
     from bench import vocoder_bench
 
     out = tmp_path / "voc.png"
-    assert vocoder_bench.main(["--shape", "tiny", "--backends", "torch", "--batches", "1", "--steps", "1,2", "--reps", "1",
-                               "--plot", str(out)]) == 0
+    assert (
+        vocoder_bench.main(
+            [
+                "--shape",
+                "tiny",
+                "--backends",
+                "torch",
+                "--batches",
+                "1",
+                "--steps",
+                "1,2",
+                "--reps",
+                "1",
+                "--plot",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = assert_drawn(out, "vocoder")
     assert data["runs"][0]["command"].startswith("python -m bench.vocoder_bench --shape tiny")
     assert [(r["batch"], r["step_frames"]) for r in data["runs"][0]["result"]["rows"]] == [(1, 1), (1, 2)]
@@ -45,12 +62,21 @@ def test_voxgate_bench_reference_result_plots(tmp_path):
     """`voxgate bench --reference --plot`: the result shape engine_bench writes (the official run itself needs
     qwen-tts and minutes; tests/qwen3 covers it), slimmed to what the picture needs."""
     level = {"audio_x": 20.0, "ttfa_p50_ms": 12.0, "audio_per_cpu_s": 9.0, "rtf": 0.05, "keeps_up": True}
-    result = {"engine": {"source": "/tmp/tiny", "device": "cpu", "dtype": "float32", "frames": 100, "memory": {}},
-              "stages": [{"label": "short"}], "levels": [],
-              "reference": {"ours": [{**level, "concurrency": 1}, {**level, "concurrency": 16, "audio_x": 80.0}],
-                            "official": [{"concurrency": 1, "audio_x": 4.0, "threads": 1}, {"concurrency": 16, "audio_x": 16.0, "threads": 1}],
-                            "official_runs": [], "audio_x_ratio_ours_over_official": {"1": 5.0, "16": 5.0},
-                            "audio_per_cpu_s_ratio_ours_over_official": {"1": 4.2, "16": 3.1}}}
+    result = {
+        "engine": {"source": "/tmp/tiny", "device": "cpu", "dtype": "float32", "frames": 100, "memory": {}},
+        "stages": [{"label": "short"}],
+        "levels": [],
+        "reference": {
+            "ours": [{**level, "concurrency": 1}, {**level, "concurrency": 16, "audio_x": 80.0}],
+            "official": [
+                {"concurrency": 1, "audio_x": 4.0, "threads": 1},
+                {"concurrency": 16, "audio_x": 16.0, "threads": 1},
+            ],
+            "official_runs": [],
+            "audio_x_ratio_ours_over_official": {"1": 5.0, "16": 5.0},
+            "audio_per_cpu_s_ratio_ours_over_official": {"1": 4.2, "16": 3.1},
+        },
+    }
     out = tmp_path / "ref.svg"
     plots.write_plot("reference", result, out, "voxgate bench --reference")
     data = assert_drawn(out, "reference")
@@ -61,23 +87,49 @@ def test_voxgate_bench_reference_result_plots(tmp_path):
 
 def test_barge_in_probe_rows_plot(tmp_path):
     """tests/voice/probe_barge_in.py --plot: its rows (the probe itself takes minutes of espeak-ng calls)."""
-    rows = [{"leg": leg, "trials": 2, "missed": m, "latency_p50_ms": p, "latency_p95_ms": p + 20, "noise_s": 6,
-             "false_speech_starts": 0, "false_barge_ins": 0} for leg, m, p in (("twilio", 0, 330.0), ("native", 1, 280.0))]
+    rows = [
+        {
+            "leg": leg,
+            "trials": 2,
+            "missed": m,
+            "latency_p50_ms": p,
+            "latency_p95_ms": p + 20,
+            "noise_s": 6,
+            "false_speech_starts": 0,
+            "false_barge_ins": 0,
+        }
+        for leg, m, p in (("twilio", 0, 330.0), ("native", 1, 280.0))
+    ]
     out = tmp_path / "barge.png"
-    plots.write_plot("barge_in", {"config": {"barge_in": "defaults, mode vad"}, "results": rows}, out, "python -m tests.voice.probe_barge_in")
+    plots.write_plot(
+        "barge_in",
+        {"config": {"barge_in": "defaults, mode vad"}, "results": rows},
+        out,
+        "python -m tests.voice.probe_barge_in",
+    )
     assert [r["leg"] for r in assert_drawn(out, "barge_in")["runs"][0]["result"]["results"]] == ["twilio", "native"]
 
 
 def test_runs_of_one_figure_combine_and_different_figures_do_not(tmp_path, capsys):
     for rate in (2, 40):
         summary = {"first_audio_ms_p50": 1000 / rate, "first_audio_ms_max": 1000 / rate, "gaps_per_turn": 0.0}
-        plots.write_plot("turn_mode", {"llm_rate": rate, "sentence": summary, "turn": summary, "rows": {}},
-                         tmp_path / f"r{rate}.png", f"voxgate bench --turn-mode --llm-rate {rate}", label=f"{rate} words/s")
+        plots.write_plot(
+            "turn_mode",
+            {"llm_rate": rate, "sentence": summary, "turn": summary, "rows": {}},
+            tmp_path / f"r{rate}.png",
+            f"voxgate bench --turn-mode --llm-rate {rate}",
+            label=f"{rate} words/s",
+        )
     out = tmp_path / "modes.png"
-    assert plots.main(["--from", str(tmp_path / "r2.json"), "--from", str(tmp_path / "r40.json"), "--out", str(out)]) == 0
+    assert (
+        plots.main(["--from", str(tmp_path / "r2.json"), "--from", str(tmp_path / "r40.json"), "--out", str(out)]) == 0
+    )
     assert [r["label"] for r in assert_drawn(out, "turn_mode", runs=2)["runs"]] == ["2 words/s", "40 words/s"]
     shutil.copy(DOCS / "barge-in.json", tmp_path / "other.json")
-    assert plots.main(["--from", str(tmp_path / "r2.json"), "--from", str(tmp_path / "other.json"), "--out", str(out)]) == 2
+    assert (
+        plots.main(["--from", str(tmp_path / "r2.json"), "--from", str(tmp_path / "other.json"), "--out", str(out)])
+        == 2
+    )
     assert "different figures" in capsys.readouterr().err
     assert plots.main(["--from", str(tmp_path / "r2.json"), "--out", str(tmp_path / "x.jpg")]) == 2
     assert ".png or .svg" in capsys.readouterr().err
@@ -95,7 +147,9 @@ def test_a_plot_that_cannot_be_drawn_fails_before_the_bench_runs(tmp_path, capsy
     from bench import vocoder_bench
 
     with pytest.raises(SystemExit):
-        vocoder_bench.main(["--shape", "tiny", "--json-output", str(tmp_path / "v.json"), "--plot", str(tmp_path / "v.png")])
+        vocoder_bench.main(
+            ["--shape", "tiny", "--json-output", str(tmp_path / "v.json"), "--plot", str(tmp_path / "v.png")]
+        )
     assert "also writes" in capsys.readouterr().err
     assert not (tmp_path / "v.json").exists()
 
@@ -117,7 +171,9 @@ def test_every_checked_in_picture_is_drawn_from_its_data_file(tmp_path):
         for run in data["runs"]:
             assert run["date"] and run["machine"] and run["load"] and run["command"], (data_path.name, run["label"])
         picture = data_path.with_suffix(".png")
-        assert plots.embedded_hash(picture) == plots.data_hash(data), f"{picture.name} is not drawn from {data_path.name}"
+        assert plots.embedded_hash(picture) == plots.data_hash(data), (
+            f"{picture.name} is not drawn from {data_path.name}"
+        )
         fresh = plots.draw(plots.load_data(data_path), tmp_path / picture.name)
         with Image.open(picture) as old, Image.open(fresh) as new:
             assert old.size == new.size, picture.name
@@ -165,7 +221,9 @@ def test_the_pages_voxgate_commands_parse():
             commands.append(text)
     assert sum("--plot docs/benchmarks/" in c for c in commands) >= 3
     for command in commands:
-        command = re.sub(r"\s\[[^\]]*\]", "", re.sub(r"\s+#.*$", "", command)).rstrip("& ")  # [--optional …], comments, &
+        command = re.sub(r"\s\[[^\]]*\]", "", re.sub(r"\s+#.*$", "", command)).rstrip(
+            "& "
+        )  # [--optional …], comments, &
         words = [w for w in shlex.split(command) if not re.match(r"\w+=", w)]
         build_parser().parse_args(words[1:])  # SystemExit on an unknown flag
 
@@ -187,14 +245,19 @@ def test_the_pages_python_bench_commands_name_flags_their_tool_has():
         while line.endswith("\\") and i + 1 < len(lines):  # continuation lines
             i += 1
             line = line[:-1] + " " + lines[i].strip()
-        m = re.match(r"\s{4,}(?:\w+=\S+ )*(?:nice -n \d+ )?(?:PYTHONPATH=\S+ )?(?:\.venv/bin/)?python (?:-m (\S+)|(\S+\.py))(.*)", line)
+        m = re.match(
+            r"\s{4,}(?:\w+=\S+ )*(?:nice -n \d+ )?(?:PYTHONPATH=\S+ )?(?:\.venv/bin/)?python (?:-m (\S+)|(\S+\.py))(.*)",
+            line,
+        )
         if not m:
             continue
         source = ROOT / (m.group(2) or m.group(1).replace(".", "/") + ".py")
         if not source.is_file():
             source = source.with_suffix("") / "__main__.py"  # a package run with -m
         assert source.is_file(), f"docs/benchmarks.md runs {m.group(1) or m.group(2)}, which does not exist"
-        text = "".join(p.read_text() for p in ([source] if source.name != "__main__.py" else source.parent.glob("*.py")))
+        text = "".join(
+            p.read_text() for p in ([source] if source.name != "__main__.py" else source.parent.glob("*.py"))
+        )
         for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", m.group(3)):
             assert f'"{flag}"' in text, f"{source.relative_to(ROOT)} has no {flag} (docs/benchmarks.md: {line.strip()})"
         checked += 1

@@ -51,8 +51,13 @@ calls:
 async def sweep(tmp_path: Path, capacity_x: float, callers: int, scenarios: str = SCENARIOS):
     target = await start_local("A", write_config(tmp_path, capacity_x), tmp_path)
     try:
-        params = SweepParams(levels=[callers], window_s=5.0, ramp_s=0.3, settle_s=0.2,
-                             client=ClientSettings(llm_ttft_ms=50, llm_tokens_per_s=200, turn_timeout_s=20))
+        params = SweepParams(
+            levels=[callers],
+            window_s=5.0,
+            ramp_s=0.3,
+            settle_s=0.2,
+            client=ClientSettings(llm_ttft_ms=50, llm_tokens_per_s=200, turn_timeout_s=20),
+        )
         results = await run_sweep([target], params, parse_scenarios(scenarios), tmp_path)
     finally:
         stop_local(target)
@@ -91,8 +96,20 @@ def test_cli_writes_the_run_folder_and_report(tmp_path):
     scen = tmp_path / "s.yaml"
     scen.write_text(SCENARIOS)
     args = argparse.Namespace(
-        gateway=None, config=[write_config(tmp_path, 50)], ab=None, scenarios=str(scen), levels="2", window=2.0, seed=1,
-        out=str(tmp_path / "run"), wav=True, api_key=None, ramp=0.2, settle=0.2, llm_ttft_ms=50.0, llm_tokens_per_s=200.0,
+        gateway=None,
+        config=[write_config(tmp_path, 50)],
+        ab=None,
+        scenarios=str(scen),
+        levels="2",
+        window=2.0,
+        seed=1,
+        out=str(tmp_path / "run"),
+        wav=True,
+        api_key=None,
+        ramp=0.2,
+        settle=0.2,
+        llm_ttft_ms=50.0,
+        llm_tokens_per_s=200.0,
         plot=str(tmp_path / "ttfa.png"),
     )
     assert run_from_args(args) == 0
@@ -114,8 +131,13 @@ def test_cli_writes_the_run_folder_and_report(tmp_path):
 async def test_the_stub_gateway_is_heard_gap_free_so_it_can_measure_the_client(tmp_path):
     target = await start_local("A", None, tmp_path)  # no config: the stub
     try:
-        params = SweepParams(levels=[4], window_s=2.0, ramp_s=0.2, settle_s=0.2,
-                             client=ClientSettings(llm_ttft_ms=20, llm_tokens_per_s=400, turn_timeout_s=20))
+        params = SweepParams(
+            levels=[4],
+            window_s=2.0,
+            ramp_s=0.2,
+            settle_s=0.2,
+            client=ClientSettings(llm_ttft_ms=20, llm_tokens_per_s=400, turn_timeout_s=20),
+        )
         r = (await run_sweep([target], params, parse_scenarios(SHORT), tmp_path))["A"][0]
     finally:
         stop_local(target)
@@ -131,8 +153,13 @@ async def test_the_stub_gateway_is_heard_gap_free_so_it_can_measure_the_client(t
 async def test_twilio_leg_callers_hear_media_frames_and_echo_marks(tmp_path):
     target = await start_local("A", write_config(tmp_path, 50), tmp_path)
     try:
-        params = SweepParams(levels=[2], window_s=2.5, ramp_s=0.2, settle_s=0.2,
-                             client=ClientSettings(llm_ttft_ms=50, llm_tokens_per_s=200, turn_timeout_s=20, leg="twilio"))
+        params = SweepParams(
+            levels=[2],
+            window_s=2.5,
+            ramp_s=0.2,
+            settle_s=0.2,
+            client=ClientSettings(llm_ttft_ms=50, llm_tokens_per_s=200, turn_timeout_s=20, leg="twilio"),
+        )
         r = (await run_sweep([target], params, parse_scenarios(SHORT), tmp_path))["A"][0]
     finally:
         stop_local(target)

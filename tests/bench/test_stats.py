@@ -82,8 +82,12 @@ def test_slo_verdict_names_the_failing_checks():
 def test_capacity_is_the_highest_level_below_the_first_failure():
     good = [turn(100.0) for _ in range(10)]
     micro = [turn(100.0, heard=[(100, "server")]) for _ in range(10)]  # micro gaps only: passes both
-    few = [turn(100.0, heard=[(400, "server")] if i == 0 else []) for i in range(10)]  # 0.1 audible/turn: SLO yes, strict no
-    audible = [turn(100.0, heard=[(400, "server")], server=[(400, "engine")]) for _ in range(10)]  # 1 audible per turn: fails SLO
+    few = [
+        turn(100.0, heard=[(400, "server")] if i == 0 else []) for i in range(10)
+    ]  # 0.1 audible/turn: SLO yes, strict no
+    audible = [
+        turn(100.0, heard=[(400, "server")], server=[(400, "engine")]) for _ in range(10)
+    ]  # 1 audible per turn: fails SLO
     levels = [
         level_metrics(good, 10, 10.0),
         level_metrics(micro, 20, 10.0),
@@ -91,7 +95,14 @@ def test_capacity_is_the_highest_level_below_the_first_failure():
         level_metrics(audible, 60, 10.0),
         level_metrics(micro, 80, 10.0),  # noise above the knee
     ]
-    assert capacities(levels) == {"slo": 40, "slo_any": 80, "strict": 20, "strict_any": 80, "strict_engine": 40, "strict_engine_any": 80}
+    assert capacities(levels) == {
+        "slo": 40,
+        "slo_any": 80,
+        "strict": 20,
+        "strict_any": 80,
+        "strict_engine": 40,
+        "strict_engine_any": 80,
+    }
 
 
 def test_a_level_without_turns_never_passes():
@@ -113,11 +124,25 @@ def test_metric_scrapes_are_compared_counter_by_counter():
 def test_late_delivery_during_a_client_stall_is_flagged_as_suspect():
     from bench.loadtest.runner import mark_client_stalls
 
-    turns = [{"heard_gaps": [
-        {"t": 10.0, "duration_ms": 40.0, "source": "delivery", "kind": "micro"},  # stall at 9.95 for 60 ms: suspect
-        {"t": 20.0, "duration_ms": 40.0, "source": "delivery", "kind": "micro"},  # no stall near
-        {"t": 10.0, "duration_ms": 40.0, "source": "server", "kind": "micro"},  # silence the gateway sent: never suspect
-    ]}]
+    turns = [
+        {
+            "heard_gaps": [
+                {
+                    "t": 10.0,
+                    "duration_ms": 40.0,
+                    "source": "delivery",
+                    "kind": "micro",
+                },  # stall at 9.95 for 60 ms: suspect
+                {"t": 20.0, "duration_ms": 40.0, "source": "delivery", "kind": "micro"},  # no stall near
+                {
+                    "t": 10.0,
+                    "duration_ms": 40.0,
+                    "source": "server",
+                    "kind": "micro",
+                },  # silence the gateway sent: never suspect
+            ]
+        }
+    ]
     mark_client_stalls(turns, [(9.95, 0.06)], prebuffer_s=0.06)
     assert [g.get("client_stall") for g in turns[0]["heard_gaps"]] == [True, False, None]
     m = level_metrics(turns, 10, 10.0)
@@ -128,8 +153,13 @@ def test_a_run_can_be_re_judged_with_other_slo_thresholds():
     from bench.loadtest.report import rederive, render_report
 
     levels = [level_metrics([turn(100.0 * (i + 1)) for i in range(10)], 10, 10.0, label="A")]
-    doc = {"params": {"slo": Slo().__dict__.copy(), "window_s": 10.0, "seed": 0}, "targets": {"A": {"ws_url": "ws://x", "config": "c.yaml"}},
-           "levels": {"A": [m.as_dict() for m in levels]}, "capacities": {"A": capacities(levels)}, "worst_calls": {}}
+    doc = {
+        "params": {"slo": Slo().__dict__.copy(), "window_s": 10.0, "seed": 0},
+        "targets": {"A": {"ws_url": "ws://x", "config": "c.yaml"}},
+        "levels": {"A": [m.as_dict() for m in levels]},
+        "capacities": {"A": capacities(levels)},
+        "worst_calls": {},
+    }
     assert doc["capacities"]["A"]["slo"] is None  # TTFA p95 955 ms > 800
     doc = rederive(doc, {"ttfa_p95_ms": 1000.0})
     assert doc["capacities"]["A"]["slo"] == 10 and doc["levels"]["A"][0]["slo"]["pass"] is True

@@ -29,9 +29,19 @@ def test_playback_counts_the_waits_a_caller_would_hear():
 
 def test_a_short_turn_mode_run_reports_both_modes(tiny_dir, tmp_path):
     out = tmp_path / "t.json"
-    args = argparse.Namespace(model_dir=tiny_dir, llm_rate=50.0, device="cpu", dtype="float32", max_batch=4,
-                              vocoder="torch", turn_repeats=1, turn_frames_per_token=1.0, json_output=str(out),
-                              turn_texts=["Hello there. How are you today?"], plot=str(tmp_path / "modes.png"))
+    args = argparse.Namespace(
+        model_dir=tiny_dir,
+        llm_rate=50.0,
+        device="cpu",
+        dtype="float32",
+        max_batch=4,
+        vocoder="torch",
+        turn_repeats=1,
+        turn_frames_per_token=1.0,
+        json_output=str(out),
+        turn_texts=["Hello there. How are you today?"],
+        plot=str(tmp_path / "modes.png"),
+    )
     assert turn_bench_main(args) == 0
     report = json.loads(out.read_text())
     drawn = assert_drawn(tmp_path / "modes.png", "turn_mode")["runs"][0]  # --plot: both modes' summaries, drawn

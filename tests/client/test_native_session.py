@@ -5,7 +5,18 @@ import asyncio
 import numpy as np
 import pytest
 
-from voxgate_client import Audio, AudioStart, Error, Mark, Session, SessionEnded, SessionStarted, TurnDone, VoxgateError, parse_event
+from voxgate_client import (
+    Audio,
+    AudioStart,
+    Error,
+    Mark,
+    Session,
+    SessionEnded,
+    SessionStarted,
+    TurnDone,
+    VoxgateError,
+    parse_event,
+)
 
 
 def url(gw) -> str:
@@ -28,7 +39,12 @@ async def collect_until_done(session: Session, turn_id: str, timeout: float = 15
 async def test_streamed_pieces_come_back_as_typed_events_and_paced_frames(start_gateway):
     gw = await start_gateway()
     async with await Session.connect(url(gw)) as s:
-        assert s.session_id and s.output == {"encoding": "pcm16", "sample_rate": 24000, "frame_ms": 20, "pacing": "realtime"}
+        assert s.session_id and s.output == {
+            "encoding": "pcm16",
+            "sample_rate": 24000,
+            "frame_ms": 20,
+            "pacing": "realtime",
+        }
         turn = s.turn()
         await turn.say("Hello there. ")
         await turn.say("How are you today?")
@@ -45,7 +61,9 @@ async def test_streamed_pieces_come_back_as_typed_events_and_paced_frames(start_
     assert np.abs(frames[len(frames) // 2].to_numpy()).max() > 0  # real audio, not silence
 
 
-@pytest.mark.parametrize("encoding,rate,dtype,samples", [("pcm16", 16000, np.int16, 320), ("mulaw", 8000, np.uint8, 160)])
+@pytest.mark.parametrize(
+    "encoding,rate,dtype,samples", [("pcm16", 16000, np.int16, 320), ("mulaw", 8000, np.uint8, 160)]
+)
 async def test_numpy_frames_in_the_negotiated_format(start_gateway, encoding, rate, dtype, samples):
     gw = await start_gateway()
     s = await Session.connect(url(gw), encoding=encoding, sample_rate=rate, audio="numpy")

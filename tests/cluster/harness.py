@@ -42,7 +42,9 @@ def wait_port(host: str, port: int, timeout: float = 10.0, proc: subprocess.Pope
     raise RuntimeError(f"nothing listens on {host}:{port} after {timeout} s")
 
 
-def http_json(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict]:
+def http_json(
+    url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None
+) -> tuple[int, dict]:
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
@@ -62,8 +64,23 @@ class Redis:
         return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(["redis-server", "--bind", self.host, "--port", str(self.port), "--save", "", "--appendonly", "no",
-                                      "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--bind",
+                self.host,
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wait_port(self.host, self.port, proc=self.proc)
 
     def stop(self) -> None:
@@ -112,8 +129,13 @@ class Node:
         path.write_text(yaml.safe_dump(cfg))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--log-level", "WARNING"],
-                                         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--log-level", "WARNING"],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         if wait:
             self.wait_ready()
 
@@ -121,7 +143,9 @@ class Node:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"node {self.name} exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"node {self.name} exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}"
+                )
             try:
                 if http_json(self.url + "/readyz")[0] == 200:
                     return
@@ -202,9 +226,20 @@ class HAProxy:
         servers = "\n".join(f"  server {n.name} {n.host}:{n.port}" for n in self.nodes)
         cfg = self.workdir / "haproxy.cfg"
         audiosocket = "\n".join(f"  server {n.name} {n.host}:{n.audiosocket_port}" for n in self.nodes)
-        cfg.write_text(HAPROXY.format(host=self.host, rr=self.rr_port, hashed=self.hash_port, audiosocket=self.audiosocket_port,
-                                      rr_servers=servers, hashed_servers=servers, audiosocket_servers=audiosocket))
-        self.proc = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cfg.write_text(
+            HAPROXY.format(
+                host=self.host,
+                rr=self.rr_port,
+                hashed=self.hash_port,
+                audiosocket=self.audiosocket_port,
+                rr_servers=servers,
+                hashed_servers=servers,
+                audiosocket_servers=audiosocket,
+            )
+        )
+        self.proc = subprocess.Popen(
+            ["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         wait_port(self.host, self.rr_port, proc=self.proc)
         wait_port(self.host, self.hash_port, proc=self.proc)
         wait_port(self.host, self.audiosocket_port, proc=self.proc)

@@ -32,11 +32,20 @@ def cpu_seconds(pid: int) -> float:
 async def one_call(control_base: str, media_base: str, call_id: str, seconds: float, out: dict) -> None:
     control = Control(await websockets.connect(f"{control_base}/v1/control"))
     await control.attach(call_id)
-    tw = TwilioClient(await websockets.connect(f"{media_base}/v1/twilio", compression=None), f"MZ{call_id}", f"CA{call_id}")
+    tw = TwilioClient(
+        await websockets.connect(f"{media_base}/v1/twilio", compression=None), f"MZ{call_id}", f"CA{call_id}"
+    )
     tw.echo_marks(0.0)
     await tw.start(params={"call_id": call_id})
     await control.expect("call.media", timeout=10)
-    await control.send({"type": "text", "turn_id": "t", "text": "A long enough turn to keep the line busy for a while. " * 12, "final": True})
+    await control.send(
+        {
+            "type": "text",
+            "turn_id": "t",
+            "text": "A long enough turn to keep the line busy for a while. " * 12,
+            "final": True,
+        }
+    )
     arrivals = []
     t_end = time.monotonic() + seconds
     while time.monotonic() < t_end:
@@ -66,8 +75,13 @@ async def run(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="probe-forward-"))
     redis = Redis(tmp)
     redis.start()
-    cfg = {"engine": {"kind": "simulated"}, "playout": {"prebuffer_ms": 60}, "server": {"max_sessions": 500},
-           "telephony": {"unknown_call_timeout_s": 10}, "cluster": {"redis_url": redis.url, "secret_env": CLUSTER_SECRET_ENV}}
+    cfg = {
+        "engine": {"kind": "simulated"},
+        "playout": {"prebuffer_ms": 60},
+        "server": {"max_sessions": 500},
+        "telephony": {"unknown_call_timeout_s": 10},
+        "cluster": {"redis_url": redis.url, "secret_env": CLUSTER_SECRET_ENV},
+    }
     owner, relay = Node("owner", "127.0.0.2", tmp, cfg), Node("relay", "127.0.0.3", tmp, cfg)
     try:
         for node in (owner, relay):
@@ -78,11 +92,17 @@ async def run(args) -> None:
         for mode, media in (("one node", owner), ("forwarded", relay)):
             out = {"clear_ms": [], "gaps_ms": [], "frames": 0}
             cpu0 = cpu_seconds(relay.proc.pid)
-            await asyncio.gather(*(one_call(owner.ws, media.ws, f"{mode[:3]}-{i}", args.seconds, out) for i in range(args.calls)))
+            await asyncio.gather(
+                *(one_call(owner.ws, media.ws, f"{mode[:3]}-{i}", args.seconds, out) for i in range(args.calls))
+            )
             cpu = cpu_seconds(relay.proc.pid) - cpu0
             report[mode] = {
-                "calls": args.calls, "frames": out["frames"],
-                "interrupt_to_clear_ms": {"median": round(statistics.median(out["clear_ms"]), 2), "p95": round(pct(out["clear_ms"], 0.95), 2)},
+                "calls": args.calls,
+                "frames": out["frames"],
+                "interrupt_to_clear_ms": {
+                    "median": round(statistics.median(out["clear_ms"]), 2),
+                    "p95": round(pct(out["clear_ms"], 0.95), 2),
+                },
                 "frame_gap_ms": {"p99": round(pct(out["gaps_ms"], 0.99), 2), "max": round(max(out["gaps_ms"]), 2)},
                 "relay_node_cpu_us_per_frame": round(cpu / max(1, out["frames"]) * 1e6, 1),
             }

@@ -22,7 +22,9 @@ from tests.telephony.clients import AudioSocketClient, Control, TwilioClient
 from tests.telephony.conftest import FAST, merge, started_gateways
 from tests.telephony.wire_clients import VonageClient
 
-pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)")
+pytestmark = pytest.mark.skipif(
+    bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)"
+)
 
 KEY = "hop-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -78,13 +80,23 @@ async def plane(tmp_path):
     redis.start()
     sniffers = []
     async with started_gateways() as start:
+
         async def node(host: str, name: str, **extra) -> Gateway:
-            own = {"server": {"host": host, "api_keys": [KEY]},
-                   "telephony": {"audiosocket_port": 0, "twilio_allow_unsigned": True, "unknown_call_timeout_s": 5},
-                   "cluster": {"redis_url": redis.url, "node_id": name, "claim_ttl_s": 5, "secret_env": CLUSTER_SECRET_ENV}}
+            own = {
+                "server": {"host": host, "api_keys": [KEY]},
+                "telephony": {"audiosocket_port": 0, "twilio_allow_unsigned": True, "unknown_call_timeout_s": 5},
+                "cluster": {
+                    "redis_url": redis.url,
+                    "node_id": name,
+                    "claim_ttl_s": 5,
+                    "secret_env": CLUSTER_SECRET_ENV,
+                },
+            }
             return await start(merge(merge(FAST, own), extra))
 
-        owner = await node(OWNER_HOST, "owner", telephony={"audiosocket_allow": ["10.0.0.0/8"]})  # no one dials it but nodes
+        owner = await node(
+            OWNER_HOST, "owner", telephony={"audiosocket_allow": ["10.0.0.0/8"]}
+        )  # no one dials it but nodes
         relay = await node(RELAY_HOST, "relay")
         owner.sniffer = Sniffer(OWNER_HOST, owner.port)
         owner.tcp_sniffer = Sniffer(OWNER_HOST, owner.audiosocket.port)
@@ -134,7 +146,9 @@ async def forwarded_twilio_hop(owner: Gateway, relay: Gateway) -> tuple[str, str
     """A Twilio leg for a call of the owner's lands on the relay and is forwarded: the hop as sniffed."""
     call_id = f"CA{uuid.uuid4().hex}"
     control = await attach(owner, call_id)
-    tw = TwilioClient(await websockets.connect(ws(relay, f"/v1/twilio/{call_id}"), compression=None), f"MZ{call_id}", call_id)
+    tw = TwilioClient(
+        await websockets.connect(ws(relay, f"/v1/twilio/{call_id}"), compression=None), f"MZ{call_id}", call_id
+    )
     await tw.start()
     assert (await control.expect("call.media", timeout=5))["state"] == "connected"
     await tw.stop()
@@ -161,7 +175,9 @@ async def test_a_hop_for_one_query_is_refused_on_another(plane):
     owner, relay = plane
     a, b = f"vg-{uuid.uuid4().hex}", f"vg-{uuid.uuid4().hex}"
     control_a, control_b = await attach(owner, a), await attach(owner, b)
-    leg = VonageClient(await websockets.connect(ws(relay, f"/v1/vonage?call_id={a}"), compression=None, additional_headers=AUTH), 16000)
+    leg = VonageClient(
+        await websockets.connect(ws(relay, f"/v1/vonage?call_id={a}"), compression=None, additional_headers=AUTH), 16000
+    )
     await leg.send({"event": "websocket:connected", "content-type": "audio/l16;rate=16000"})
     assert (await control_a.expect("call.media", timeout=5))["state"] == "connected"
     target, hop = owner.sniffer.http_hop()
@@ -181,7 +197,7 @@ async def test_an_audiosocket_hop_frame_for_call_a_opens_nothing_for_call_b(plan
     assert (await control_a.expect("call.media", timeout=5))["leg"] == "audiosocket"
     sent = bytes(owner.tcp_sniffer.sent)
     assert sent[0] == 0xF7
-    hop_frame = sent[:3 + int.from_bytes(sent[1:3], "big")]
+    hop_frame = sent[: 3 + int.from_bytes(sent[1:3], "big")]
     for call in (b, a):  # another call, then the same one again: both refused
         reader, writer = await asyncio.open_connection(OWNER_HOST, owner.audiosocket.port)
         writer.write(hop_frame + bytes([0x01, 0, 16]) + call.bytes)
@@ -210,21 +226,40 @@ async def test_no_secret_is_written_to_redis(plane):
         assert keys and not any(k.endswith(b"secret") for k in keys), keys
         for key in keys:
             kind = r.type(key)
-            values = ([r.get(key)] if kind == b"string" else list(r.hgetall(key).values()) if kind == b"hash" else
-                      list(r.smembers(key)) if kind == b"set" else [m for m, _ in r.zrange(key, 0, -1, withscores=True)])
+            values = (
+                [r.get(key)]
+                if kind == b"string"
+                else list(r.hgetall(key).values())
+                if kind == b"hash"
+                else list(r.smembers(key))
+                if kind == b"set"
+                else [m for m, _ in r.zrange(key, 0, -1, withscores=True)]
+            )
             assert not any(v and secret in v for v in values), key
     finally:
         r.close()
 
 
-async def test_nodes_with_different_secrets_say_why_in_one_line_and_do_not_split_the_call(plane, tmp_path, monkeypatch, caplog):
+async def test_nodes_with_different_secrets_say_why_in_one_line_and_do_not_split_the_call(
+    plane, tmp_path, monkeypatch, caplog
+):
     owner, _ = plane
     monkeypatch.setenv("VOXGATE_TEST_OTHER_SECRET", "a-different-secret-0123456789")
     async with started_gateways() as start:
-        stranger = await start(merge(FAST, {"server": {"host": "127.0.0.5", "api_keys": [KEY]},
-                                            "telephony": {"twilio_allow_unsigned": True},
-                                            "cluster": {"redis_url": owner.config.cluster.redis_url, "node_id": "stranger",
-                                                        "secret_env": "VOXGATE_TEST_OTHER_SECRET"}}))
+        stranger = await start(
+            merge(
+                FAST,
+                {
+                    "server": {"host": "127.0.0.5", "api_keys": [KEY]},
+                    "telephony": {"twilio_allow_unsigned": True},
+                    "cluster": {
+                        "redis_url": owner.config.cluster.redis_url,
+                        "node_id": "stranger",
+                        "secret_env": "VOXGATE_TEST_OTHER_SECRET",
+                    },
+                },
+            )
+        )
         call_id = f"CA{uuid.uuid4().hex}"
         control = await attach(owner, call_id)
         caplog.set_level(logging.WARNING, logger="voxgate.cluster")
@@ -251,9 +286,28 @@ def self_signed(tmp_path, host: str) -> tuple[str, str]:
     import subprocess
 
     key, cert = tmp_path / "node.key", tmp_path / "node.crt"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=voxgate-node",
-                    "-addext", f"subjectAltName=IP:{host}", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=voxgate-node",
+            "-addext",
+            f"subjectAltName=IP:{host}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     pem = tmp_path / "node.pem"
     pem.write_bytes(cert.read_bytes() + key.read_bytes())
     return str(pem), str(cert)
@@ -296,17 +350,33 @@ async def test_nodes_reach_an_https_owner_over_wss_with_a_configured_ca(plane, t
         owner.core.cluster.advertise_url = f"https://{host}:{port}"
         await owner.core.cluster._beat()
         async with started_gateways() as start:
+
             async def relay(name: str, ca_file: str | None) -> Gateway:
-                cluster = {"redis_url": owner.config.cluster.redis_url, "node_id": name, "secret_env": CLUSTER_SECRET_ENV}
-                return await start(merge(FAST, {"server": {"host": "127.0.0.7", "api_keys": [KEY]},
-                                                "telephony": {"twilio_allow_unsigned": True},
-                                                "cluster": cluster | ({"peer_ca_file": ca_file} if ca_file else {})}))
+                cluster = {
+                    "redis_url": owner.config.cluster.redis_url,
+                    "node_id": name,
+                    "secret_env": CLUSTER_SECRET_ENV,
+                }
+                return await start(
+                    merge(
+                        FAST,
+                        {
+                            "server": {"host": "127.0.0.7", "api_keys": [KEY]},
+                            "telephony": {"twilio_allow_unsigned": True},
+                            "cluster": cluster | ({"peer_ca_file": ca_file} if ca_file else {}),
+                        },
+                    )
+                )
 
             trusting, untrusting = await relay("trusting", ca), await relay("untrusting", None)
             call_id = f"CA{uuid.uuid4().hex}"
             control = await attach(owner, call_id)
             assert await refused_status(ws(untrusting, f"/v1/twilio/{call_id}"), {}) == 503  # an unknown CA: refused
-            tw = TwilioClient(await websockets.connect(ws(trusting, f"/v1/twilio/{call_id}"), compression=None), f"MZ{call_id}", call_id)
+            tw = TwilioClient(
+                await websockets.connect(ws(trusting, f"/v1/twilio/{call_id}"), compression=None),
+                f"MZ{call_id}",
+                call_id,
+            )
             await tw.start()
             assert (await control.expect("call.media", timeout=5))["state"] == "connected"
             await control.send({"type": "text", "turn_id": "t1", "text": "Hello over TLS.", "final": True})

@@ -12,7 +12,9 @@ from tests.telephony.wire_clients import VonageClient
 async def test_twilio_and_control_meet_by_the_path_ids_alone(gateway):
     control = Control(await websockets.connect(ws_url(gateway, "/v1/control/order-77")))
     await control.attach("order-77")
-    tw = TwilioClient(await websockets.connect(ws_url(gateway, "/v1/twilio/order-77"), compression=None), "MZ77", "CA77")
+    tw = TwilioClient(
+        await websockets.connect(ws_url(gateway, "/v1/twilio/order-77"), compression=None), "MZ77", "CA77"
+    )
     await tw.start()  # no customParameters: the path names the call
     assert (await control.expect("call.media"))["state"] == "connected"
     call = gateway.calls.get("order-77")

@@ -21,7 +21,9 @@ from tests.cluster.harness import NEEDS, HAProxy, Node, Redis, http_json, speak_
 from tests.telephony.clients import AudioSocketClient, Control, TwilioClient, is_silent, tone_ulaw
 from tests.telephony.wire_clients import VonageClient
 
-pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)")
+pytestmark = pytest.mark.skipif(
+    bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)"
+)
 
 KEY = "plane-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -31,7 +33,11 @@ LONG = "This second turn is long enough to be cut off by the caller. " * 4
 
 def node_config(redis_url: str, **extra) -> dict:
     cfg = {
-        "server": {"api_keys": [KEY], "max_sessions": 200, "limits": {"max_connections_per_ip": 60, "drain_timeout_s": 15}},
+        "server": {
+            "api_keys": [KEY],
+            "max_sessions": 200,
+            "limits": {"max_connections_per_ip": 60, "drain_timeout_s": 15},
+        },
         "engine": {"kind": "simulated"},
         "simulated": {"first_packet_ms": 10, "capacity_x": 500, "ms_per_char": 20, "stream_rtf": 0.05},
         "playout": {"prebuffer_ms": 40},
@@ -93,8 +99,11 @@ class TwilioCall:
         await self.control.attach(self.call_id)
 
     async def open_media(self, base: str) -> None:
-        self.tw = TwilioClient(await websockets.connect(f"{base}/v1/twilio{self.suffix}", compression=None),
-                               f"MZ{self.call_id}", f"CA{self.call_id}")
+        self.tw = TwilioClient(
+            await websockets.connect(f"{base}/v1/twilio{self.suffix}", compression=None),
+            f"MZ{self.call_id}",
+            f"CA{self.call_id}",
+        )
         self.tw.echo_marks(0.0)  # Twilio echoes a mark once the audio before it has played; ours plays at once
         await self.tw.start(params={} if self.path_ids else {"call_id": self.call_id})
         self.media = await self.control.expect("call.media", timeout=10)
@@ -126,7 +135,13 @@ class TwilioCall:
             "stream_sids": media_sids <= {f"MZ{self.call_id}"},
             # the order each kind of event first came in (how many dropped-mark echoes follow a clear is timing, and
             # an underrun is the shared machine's CPU, not the plane: both are left out)
-            "events": list(dict.fromkeys(e["type"] for e in control.events if e["type"] not in ("mark", "audio.start", "audio.end", "underrun"))),
+            "events": list(
+                dict.fromkeys(
+                    e["type"]
+                    for e in control.events
+                    if e["type"] not in ("mark", "audio.start", "audio.end", "underrun")
+                )
+            ),
         }
 
 
@@ -158,7 +173,9 @@ async def test_twilio_calls_whose_legs_land_apart_meet_and_behave_as_on_one_node
     rr = plane.haproxy.rr
     for call in calls:  # round robin: control sockets land n1, n2, n1, …
         await call.open_control(rr)
-    http_json(rr.replace("ws://", "http://") + "/healthz")  # one request between: each media leg lands on the other node
+    http_json(
+        rr.replace("ws://", "http://") + "/healthz"
+    )  # one request between: each media leg lands on the other node
     for call in calls:
         await call.open_media(rr)
     results = await asyncio.gather(*(call.run() for call in calls))
@@ -217,9 +234,20 @@ class AudioSocketCall:
         asterisk.send(0x00)
         await control.expect_closed()
         await asyncio.wait_for(listener, 10)
-        return {"media": (self.media["state"], self.media["leg"]), "done1": (done1["interrupted"], done1["played_text"]),
-                "dtmf": dtmf["digit"], "done2": done2["interrupted"], "heard": len(heard) > 10,
-                "events": list(dict.fromkeys(e["type"] for e in control.events if e["type"] not in ("mark", "audio.start", "audio.end", "underrun")))}
+        return {
+            "media": (self.media["state"], self.media["leg"]),
+            "done1": (done1["interrupted"], done1["played_text"]),
+            "dtmf": dtmf["digit"],
+            "done2": done2["interrupted"],
+            "heard": len(heard) > 10,
+            "events": list(
+                dict.fromkeys(
+                    e["type"]
+                    for e in control.events
+                    if e["type"] not in ("mark", "audio.start", "audio.end", "underrun")
+                )
+            ),
+        }
 
 
 def owner_of(plane, call_id: str) -> bytes | None:
@@ -261,7 +289,9 @@ async def test_a_websocket_wire_whose_legs_land_apart_meets_through_the_hop(plan
         return control
 
     async def connect(control: Control, base: str, call_id: str) -> VonageClient:
-        vg = VonageClient(await websockets.connect(f"{base}/v1/vonage", compression=None, additional_headers=AUTH), 16000)
+        vg = VonageClient(
+            await websockets.connect(f"{base}/v1/vonage", compression=None, additional_headers=AUTH), 16000
+        )
         await vg.send({"event": "websocket:connected", "content-type": "audio/l16;rate=16000", "call_id": call_id})
         return vg
 
@@ -277,8 +307,13 @@ async def test_a_websocket_wire_whose_legs_land_apart_meets_through_the_hop(plan
         await wait_until(lambda: vg.commands("clear"), timeout=5)
         await vg.close()
         await control.expect_closed()
-        return {"media": media["leg"], "mark": (mark["chunk"], mark["status"]), "done": (done["interrupted"], done["played_text"]),
-                "done2": done2["interrupted"], "violations": vg.violations}
+        return {
+            "media": media["leg"],
+            "mark": (mark["chunk"], mark["status"]),
+            "done": (done["interrupted"], done["played_text"]),
+            "done2": done2["interrupted"],
+            "violations": vg.violations,
+        }
 
     n1, _ = plane.nodes
     control = await vonage_call(n1.ws, "vonage-single")
@@ -329,7 +364,9 @@ async def test_per_ip_caps_hold_across_nodes(plane):
     opened = []
     for i in range(cap):
         node = (n1, n2)[i % 2]
-        opened.append(await websockets.connect(f"{node.ws}/v1/ws", additional_headers=AUTH, local_addr=("127.0.0.9", 0)))
+        opened.append(
+            await websockets.connect(f"{node.ws}/v1/ws", additional_headers=AUTH, local_addr=("127.0.0.9", 0))
+        )
     try:  # each node holds only half the cap, yet the next socket is refused on either
         for node in (n1, n2):
             extra = await websockets.connect(f"{node.ws}/v1/ws", additional_headers=AUTH, local_addr=("127.0.0.9", 0))
@@ -374,7 +411,9 @@ def upload_voice(node: Node, name: str) -> tuple[int, dict]:
         disposition = f'form-data; name="{field}"' + (f'; filename="{filename}"' if filename else "")
         body += f"--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n".encode() + data + b"\r\n"
     body += f"--{boundary}--\r\n".encode()
-    return http_json(node.url + "/v1/voices", "POST", body, {**AUTH, "Content-Type": f"multipart/form-data; boundary={boundary}"})
+    return http_json(
+        node.url + "/v1/voices", "POST", body, {**AUTH, "Content-Type": f"multipart/form-data; boundary={boundary}"}
+    )
 
 
 def voices(node: Node) -> dict:
@@ -392,7 +431,9 @@ async def test_a_voice_uploaded_on_one_node_speaks_on_another_and_survives_a_res
     n2.start()
     assert "shared-voice" in voices(n2)
     assert (await native_session(n2, voice="shared-voice"))["audio_bytes"] > 0
-    assert http_json(n2.url + "/v1/voices/shared-voice", "DELETE", None, AUTH)[0] == 200  # deleted on n2: gone on n1 too
+    assert (
+        http_json(n2.url + "/v1/voices/shared-voice", "DELETE", None, AUTH)[0] == 200
+    )  # deleted on n2: gone on n1 too
     assert "shared-voice" not in voices(n1)
 
 
@@ -407,7 +448,9 @@ class PlayingCall:
     async def start(self, node: Node) -> "PlayingCall":
         self.control = Control(await websockets.connect(f"{node.ws}/v1/control", additional_headers=AUTH))
         await self.control.attach(self.call_id)
-        self.tw = TwilioClient(await websockets.connect(f"{node.ws}/v1/twilio", compression=None), f"MZ{self.call_id}", f"CA{self.call_id}")
+        self.tw = TwilioClient(
+            await websockets.connect(f"{node.ws}/v1/twilio", compression=None), f"MZ{self.call_id}", f"CA{self.call_id}"
+        )
         self.tw.echo_marks(0.0)
         await self.tw.start(params={"call_id": self.call_id})
         await self.control.expect("call.media", timeout=10)
@@ -434,7 +477,9 @@ class PlayingCall:
 def underruns(node: Node) -> float:
     """Gaps the clock or the socket made (`cause` clock / network): what a stall on Redis would be. An `engine`
     gap is the SimulatedEngine late on this shared machine's CPU, not the plane."""
-    return node.metric("voxgate_underruns_total", 'cause="clock"') + node.metric("voxgate_underruns_total", 'cause="network"')
+    return node.metric("voxgate_underruns_total", 'cause="clock"') + node.metric(
+        "voxgate_underruns_total", 'cause="network"'
+    )
 
 
 def owned_by(plane: Plane, node_id: str) -> list[bytes]:
@@ -522,10 +567,17 @@ def test_redis_unreachable_at_start_is_a_one_line_refusal_naming_the_url(tmp_pat
 
     port = free_port("127.0.0.1")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"engine: {{kind: simulated}}\nserver: {{host: 127.0.0.6, port: 0}}\ncluster: {{redis_url: 'redis://127.0.0.1:{port}/0', "
-                   f"secret_env: {CLUSTER_SECRET_ENV}}}\n")
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--log-level", "ERROR"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    cfg.write_text(
+        f"engine: {{kind: simulated}}\nserver: {{host: 127.0.0.6, port: 0}}\ncluster: {{redis_url: 'redis://127.0.0.1:{port}/0', "
+        f"secret_env: {CLUSTER_SECRET_ENV}}}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--log-level", "ERROR"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1 and f"redis://127.0.0.1:{port}/0" in lines[0] and "unreachable" in lines[0], out.stdout

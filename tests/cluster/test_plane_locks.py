@@ -16,7 +16,9 @@ from tests.cluster.harness import NEEDS, Redis
 from tests.telephony.clients import AudioSocketClient, Control
 from tests.telephony.conftest import FAST, merge, started_gateways
 
-pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)")
+pytestmark = pytest.mark.skipif(
+    bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)"
+)
 
 
 @pytest.fixture
@@ -24,8 +26,17 @@ async def pair(tmp_path):
     redis = Redis(tmp_path)
     redis.start()
     async with started_gateways() as start:
+
         async def make(host: str, name: str, **extra) -> Gateway:
-            own = {"server": {"host": host}, "cluster": {"redis_url": redis.url, "node_id": name, "claim_ttl_s": 3, "secret_env": CLUSTER_SECRET_ENV}}
+            own = {
+                "server": {"host": host},
+                "cluster": {
+                    "redis_url": redis.url,
+                    "node_id": name,
+                    "claim_ttl_s": 3,
+                    "secret_env": CLUSTER_SECRET_ENV,
+                },
+            }
             return await start(merge(merge(FAST, own), extra))
 
         yield make
@@ -108,8 +119,12 @@ async def test_a_wildcard_audiosocket_bind_is_advertised_at_the_nodes_own_addres
     own address (from cluster.advertise_url), or a forwarding node would dial 0.0.0.0 and reach itself."""
     from gateway.cluster.plane import reachable_audiosocket
 
-    node = await pair("127.0.0.2", "wild", telephony={"audiosocket_port": 0, "audiosocket_host": "0.0.0.0"},
-                      cluster={"advertise_url": "http://127.0.0.6:8080"})
+    node = await pair(
+        "127.0.0.2",
+        "wild",
+        telephony={"audiosocket_port": 0, "audiosocket_host": "0.0.0.0"},
+        cluster={"advertise_url": "http://127.0.0.6:8080"},
+    )
     owner = await node.core.cluster.owner("wild")
     assert owner.audiosocket == f"127.0.0.6:{node.audiosocket.port}"
     named = await pair("127.0.0.3", "named", telephony={"audiosocket_port": 0})  # a real bind host stays as bound

@@ -20,7 +20,9 @@ import yaml
 from tests.cluster.harness import NEEDS, ROOT, Redis, free_port, http_json, wait_port, wait_until
 from tests.telephony.clients import Control, TwilioClient
 
-pytestmark = pytest.mark.skipif(bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)")
+pytestmark = pytest.mark.skipif(
+    bool(NEEDS), reason=f"needs {', '.join(NEEDS)} (scripts/install_test_deps.sh installs them)"
+)
 
 HAPROXY_CFG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
 CLUSTER_YAML = ROOT / "configs" / "cluster.yaml"
@@ -54,18 +56,40 @@ async def test_the_recipe_runs_a_call_through_haproxy(tmp_path):
     node_cfg["cluster"]["redis_url"] = redis.url
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(node_cfg))
     text = HAPROXY_CFG.read_text().replace("127.0.0.1:8080", f"127.0.0.1:{front}")
-    text = text.replace("127.0.0.1:8081", f"127.0.0.1:{node_ports[0]}").replace("127.0.0.1:8082", f"127.0.0.1:{node_ports[1]}")
+    text = text.replace("127.0.0.1:8081", f"127.0.0.1:{node_ports[0]}").replace(
+        "127.0.0.1:8082", f"127.0.0.1:{node_ports[1]}"
+    )
     (tmp_path / "haproxy.cfg").write_text(text)
     env = {**os.environ, "VOXGATE_CLUSTER_SECRET": secrets.token_hex(16), "PYTHONPATH": str(ROOT)}
     procs = []
     try:
         for port in node_ports:  # the recipe's `voxgate serve --config configs/cluster.yaml --port N`
             log = open(tmp_path / f"node-{port}.log", "wb")
-            procs.append(subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(tmp_path / "cluster.yaml"),
-                                           "--port", str(port), "--log-level", "WARNING"], cwd=ROOT, env=env, stdout=log,
-                                          stderr=subprocess.STDOUT))
-        haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(tmp_path / "haproxy.cfg")], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "gateway.cli",
+                        "serve",
+                        "--config",
+                        str(tmp_path / "cluster.yaml"),
+                        "--port",
+                        str(port),
+                        "--log-level",
+                        "WARNING",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        haproxy = subprocess.Popen(
+            ["haproxy", "-db", "-f", str(tmp_path / "haproxy.cfg")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         procs.append(haproxy)
         wait_port("127.0.0.1", front, proc=haproxy)
         for port in node_ports:
@@ -82,7 +106,9 @@ async def test_the_recipe_runs_a_call_through_haproxy(tmp_path):
         msg, _ = await tw.recv(timeout=10)
         assert msg["event"] == "media"
         done = await control.expect("turn.done", timeout=20)
-        assert done["sent_ms"] > 0 and done["interrupted"] is False  # played_ms waits for mark echoes; this far end sends none
+        assert (
+            done["sent_ms"] > 0 and done["interrupted"] is False
+        )  # played_ms waits for mark echoes; this far end sends none
         await tw.stop()  # the caller hangs up: the call ends on its node
         assert (await control.expect("call.media", timeout=10))["state"] == "ended"
     finally:

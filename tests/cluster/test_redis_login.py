@@ -20,9 +20,25 @@ HOST = "127.0.0.19"
 @pytest.fixture(scope="module")
 def locked_redis(tmp_path_factory):
     port = free_port(HOST)
-    proc = subprocess.Popen(["redis-server", "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--requirepass", "the-right-password", "--dir", str(tmp_path_factory.mktemp("redis"))],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--bind",
+            HOST,
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            "the-right-password",
+            "--dir",
+            str(tmp_path_factory.mktemp("redis")),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_port(HOST, port, proc=proc)
     yield f"redis://{HOST}:{port}/0"
     proc.kill()
@@ -35,8 +51,14 @@ def refusal(tmp_path, command: list[str], cluster: str, env_extra: dict | None =
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"engine: {{kind: simulated}}\nserver: {{host: {HOST}, port: 0}}\ncluster: {cluster}\n")
     env = {k: v for k, v in os.environ.items() if k != "QA_REDIS_PASSWORD"}
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", *command, "--config", str(cfg), "--log-level", "ERROR"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60, env={**env, **(env_extra or {})})
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *command, "--config", str(cfg), "--log-level", "ERROR"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, **(env_extra or {})},
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1, out.stdout
@@ -52,8 +74,12 @@ def test_no_password_configured_names_cluster_password_env(locked_redis, tmp_pat
 
 
 def test_a_wrong_password_names_the_variable_it_came_from(locked_redis, tmp_path):
-    line = refusal(tmp_path, ["serve"], f"{{redis_url: '{locked_redis}', password_env: QA_REDIS_PASSWORD, secret_env: {CLUSTER_SECRET_ENV}}}",
-                   {"QA_REDIS_PASSWORD": "not-the-password"})
+    line = refusal(
+        tmp_path,
+        ["serve"],
+        f"{{redis_url: '{locked_redis}', password_env: QA_REDIS_PASSWORD, secret_env: {CLUSTER_SECRET_ENV}}}",
+        {"QA_REDIS_PASSWORD": "not-the-password"},
+    )
     assert locked_redis in line and "refused the password in QA_REDIS_PASSWORD" in line, line
 
 

@@ -18,8 +18,12 @@ KUBE = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("gpu", "cpu-demo")
 # the overlays, and the gpu overlay with each component (the Gateway API route instead of the Ingress,
 # a managed Redis instead of the StatefulSet)
-VARIANTS = {"gpu": "overlays/gpu", "cpu-demo": "overlays/cpu-demo",
-            "gpu+gateway-api": "components/gateway-api", "gpu+external-redis": "components/external-redis"}
+VARIANTS = {
+    "gpu": "overlays/gpu",
+    "cpu-demo": "overlays/cpu-demo",
+    "gpu+gateway-api": "components/gateway-api",
+    "gpu+external-redis": "components/external-redis",
+}
 
 
 def kubectl() -> str:
@@ -34,10 +38,16 @@ def render_text(variant: str) -> str:
     target = KUBE / VARIANTS[variant]
     with tempfile.TemporaryDirectory() as tmp:
         if target.parent.name == "components":  # a throwaway overlay: gpu + the component
-            Path(tmp, "kustomization.yaml").write_text(yaml.safe_dump({
-                "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                "resources": [os.path.relpath(KUBE / "overlays" / "gpu", tmp)],
-                "components": [os.path.relpath(target, tmp)]}))
+            Path(tmp, "kustomization.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                        "kind": "Kustomization",
+                        "resources": [os.path.relpath(KUBE / "overlays" / "gpu", tmp)],
+                        "components": [os.path.relpath(target, tmp)],
+                    }
+                )
+            )
             target = Path(tmp)
         out = subprocess.run([kubectl(), "kustomize", str(target)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, f"kubectl kustomize {variant} failed:\n{out.stderr}"
@@ -58,8 +68,11 @@ def one(docs: list[dict], kind: str, name: str) -> dict:
 
 
 def pod_specs(docs: list[dict]) -> list[tuple[str, dict]]:
-    return [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs
-            if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
+    return [
+        (d["metadata"]["name"], d["spec"]["template"]["spec"])
+        for d in docs
+        if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")
+    ]
 
 
 def config_file(docs: list[dict], key: str) -> str:

@@ -73,7 +73,9 @@ def test_gateway_config_and_command_line_are_voxgates_own(variant, tmp_path, mon
     assert cfg.webrtc.turn_secret_env in {e["name"] for e in c["env"]}
     writable = [m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")]
     for path in (cfg.server.voices_dir, cfg.server.log_dir, cfg.telephony.record_inbound_dir):
-        assert path is None or any(Path(path).is_relative_to(w) for w in writable), f"{path} is not on a writable volume"
+        assert path is None or any(Path(path).is_relative_to(w) for w in writable), (
+            f"{path} is not on a writable volume"
+        )
     pre = c["lifecycle"]["preStop"]["exec"]["command"]
     assert pre[0] == "voxgate"
     drain = parse(pre[1:])
@@ -103,11 +105,15 @@ def test_engine_command_line_config_and_ports(variant, tmp_path, monkeypatch):
     assert cfg.engine.kind == ("qwen3" if variant.startswith("gpu") else "espeak")
     if cfg.engine.kind == "qwen3":
         assert cfg.engine.model_dir == next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "models")
-        assert Path(cfg.engine.vocoder_cache).parent == Path(next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "cache"))
+        assert Path(cfg.engine.vocoder_cache).parent == Path(
+            next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "cache")
+        )
     writable = [m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")]
     assert cfg.engine.voice_cache, "the default voice cache is under ~, on the read-only root filesystem"
     for path in (cfg.engine.vocoder_cache, cfg.engine.voice_cache, cfg.server.voices_dir, cfg.server.log_dir):
-        assert path is None or any(Path(path).is_relative_to(w) for w in writable), f"{path} is not on a writable volume"
+        assert path is None or any(Path(path).is_relative_to(w) for w in writable), (
+            f"{path} is not on a writable volume"
+        )
     args = parse(expand(c["args"], c))
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert args.listen == f"tcp://0.0.0.0:{ports['engine']}" and args.http_port == ports["http"]
@@ -124,9 +130,14 @@ def test_the_gateways_engine_endpoints_are_the_engine_pods_the_hpa_may_run(varia
     assert service["spec"]["clusterIP"] == "None"  # headless: every pod has its own name
     port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "engine")
     hpa = one(docs, "HorizontalPodAutoscaler", "voxgate-engine")
-    wanted = [f"tcp://{sts['metadata']['name']}-{i}.{service['metadata']['name']}:{port}" for i in range(hpa["spec"]["maxReplicas"])]
+    wanted = [
+        f"tcp://{sts['metadata']['name']}-{i}.{service['metadata']['name']}:{port}"
+        for i in range(hpa["spec"]["maxReplicas"])
+    ]
     assert list(cfg.engine.endpoints) == wanted
-    secret_env = {e["name"] for e in gw["env"]} & {e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    secret_env = {e["name"] for e in gw["env"]} & {
+        e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert secret_env, "gateways and engines share no secret for the TCP wire"
 
 
@@ -148,7 +159,9 @@ def test_gateway_probe_paths_and_the_preStop_port_exist_on_the_gateway():
 # ---------------------------------------------------------------- the hashing key
 def call_id_pattern() -> tuple[re.Pattern, str]:
     """The ingress-nginx map's pattern (as a Python regex) and the variable it defines."""
-    snippet = yaml.safe_load((KUBE / "ingress-nginx" / "values.yaml").read_text())["controller"]["config"]["http-snippet"]
+    snippet = yaml.safe_load((KUBE / "ingress-nginx" / "values.yaml").read_text())["controller"]["config"][
+        "http-snippet"
+    ]
     variable = re.search(r"map \$uri \$(\w+)", snippet).group(1)
     pattern, target = re.search(r'"~(.+?)"\s+\$(\w+);', snippet).groups()
     group = re.search(r"\(\?<(\w+)>", pattern).group(1)
@@ -225,8 +238,12 @@ def test_every_shipped_front_door_drops_a_callers_hop_header():
     assert re.search(r'proxy_set_header\s+X-Voxgate-Hop\s+"";', values.get("location-snippet", ""))
     route = yaml.safe_load((KUBE / "components" / "gateway-api" / "httproute.yaml").read_text())
     for rule in route["spec"]["rules"]:
-        removed = [h for f in rule.get("filters", []) if f["type"] == "RequestHeaderModifier"
-                   for h in f["requestHeaderModifier"].get("remove", [])]
+        removed = [
+            h
+            for f in rule.get("filters", [])
+            if f["type"] == "RequestHeaderModifier"
+            for h in f["requestHeaderModifier"].get("remove", [])
+        ]
         assert "X-Voxgate-Hop" in removed, rule
     docs = KUBE.parents[1] / "docs"
     assert re.search(r'proxy_set_header X-Voxgate-Hop "";', (docs / "security.md").read_text())  # the nginx example

@@ -84,17 +84,28 @@ def prerequisites() -> None:
 def haproxy_config(port: int, servers: list[tuple[str, str, int]]) -> str:
     """HAProxy in ingress-nginx's place: the same call-id pattern (the ingress-nginx values' map) picks
     the key, consistent hashing on it picks the gateway."""
-    snippet = yaml.safe_load((KUBE / "ingress-nginx" / "values.yaml").read_text())["controller"]["config"]["http-snippet"]
+    snippet = yaml.safe_load((KUBE / "ingress-nginx" / "values.yaml").read_text())["controller"]["config"][
+        "http-snippet"
+    ]
     pattern = re.search(r'"~(.+?)"\s+\$\w+;', snippet).group(1)
     lines = [
-        "global", "  maxconn 512", "defaults", "  mode http", "  timeout connect 2s", "  timeout client 60s",
-        "  timeout server 60s", "  timeout tunnel 1h",
-        "frontend voxgate", f"  bind 127.0.0.1:{port}",
+        "global",
+        "  maxconn 512",
+        "defaults",
+        "  mode http",
+        "  timeout connect 2s",
+        "  timeout client 60s",
+        "  timeout server 60s",
+        "  timeout tunnel 1h",
+        "frontend voxgate",
+        f"  bind 127.0.0.1:{port}",
         "  http-request del-header X-Voxgate-Hop",  # the ingress-nginx values' location-snippet
         f"  acl call_scoped path_reg {pattern}",
         "  http-request set-var(txn.call_id) path,field(4,/) if call_scoped",  # /v1/<door>/<call_id>
         "  default_backend gateways",
-        "backend gateways", "  balance hash var(txn.call_id)", "  hash-type consistent",
+        "backend gateways",
+        "  balance hash var(txn.call_id)",
+        "  hash-type consistent",
         "  option httpchk GET /readyz",  # the readiness probe: a draining gateway leaves the pool, as from a Service
     ]
     lines += [f"  server {name} {host}:{p} check inter 300 fall 1 rise 1" for name, host, p in servers]
@@ -104,7 +115,9 @@ def haproxy_config(port: int, servers: list[tuple[str, str, int]]) -> str:
 async def play_a_call(base: str, call_id: str) -> tuple[Control, TwilioClient]:
     control = Control(await websockets.connect(f"{base}/v1/control/{call_id}"))
     await control.attach(call_id)
-    tw = TwilioClient(await websockets.connect(f"{base}/v1/twilio/{call_id}", compression=None), f"MZ{call_id[2:]}", call_id)
+    tw = TwilioClient(
+        await websockets.connect(f"{base}/v1/twilio/{call_id}", compression=None), f"MZ{call_id[2:]}", call_id
+    )
     await tw.start()
     assert (await control.expect("call.media", timeout=10))["state"] == "connected"
     await play_a_turn(control, tw, "t1")
@@ -133,7 +146,11 @@ def sessions(host: str, port: int) -> float:
 
 
 def metric(text: str, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ") or line.startswith(name + "{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + " ") or line.startswith(name + "{")
+    )
 
 
 async def test_the_rendered_topology_runs_on_loopback_and_a_call_plays(tmp_path):
@@ -153,8 +170,22 @@ async def test_the_rendered_topology_runs_on_loopback_and_a_call_plays(tmp_path)
     try:
         # Redis, with the password the pods are given
         redis_port = free_port()
-        redis, redis_log = start("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                           "--appendonly", "no", "--requirepass", SECRET])
+        redis, redis_log = start(
+            "redis",
+            [
+                "redis-server",
+                "--port",
+                str(redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--requirepass",
+                SECRET,
+            ],
+        )
         # the engine: its rendered command line, listening where its Service would point
         engine_cfg = tmp_path / "engine.yaml"
         engine_data = yaml.safe_load(config_file(docs, "engine.yaml"))
@@ -212,7 +243,9 @@ async def test_the_rendered_topology_runs_on_loopback_and_a_call_plays(tmp_path)
         exported = set(re.findall(r"^# TYPE (\w+) ", body.decode(), re.M))
         hpa = one(docs, "HorizontalPodAutoscaler", "voxgate-engine")
         (wanted,) = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]]
-        assert wanted in exported, f"the engine HPA scales on {wanted}, which the engine does not export: {sorted(exported)}"
+        assert wanted in exported, (
+            f"the engine HPA scales on {wanted}, which the engine does not export: {sorted(exported)}"
+        )
         dashboard = (KUBE / "base" / "voxgate-dashboard.json").read_text()
         engine_side = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"voxgate_engine_\w+", dashboard)}
         gateway_text = http_get(f"http://{gateways[0][1]}:{gateways[0][2]}/metrics")[1].decode()
@@ -233,8 +266,14 @@ async def test_the_rendered_topology_runs_on_loopback_and_a_call_plays(tmp_path)
         prestop = gw_c["lifecycle"]["preStop"]["exec"]["command"]  # voxgate drain --pid 1 --port 8080 …
         assert prestop[0] == "voxgate"
         args = replace_flag(replace_flag(prestop[1:], "--pid", str(o_proc.pid)), "--port", str(o_port))
-        hook = subprocess.Popen([sys.executable, "-m", "gateway.cli", *args, "--host", o_host, "--poll", "0.1"],
-                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        hook = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", *args, "--host", o_host, "--poll", "0.1"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         procs.append(hook)
         for _ in range(100):
             if http_get(f"http://{o_host}:{o_port}/readyz")[0] == 503:

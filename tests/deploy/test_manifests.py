@@ -64,7 +64,9 @@ def test_the_gpu_overlay_gives_each_engine_one_gpu_on_gpu_nodes_and_the_checkpoi
     models = next(v for v in pod["volumes"] if v["name"] == "models")
     assert models["persistentVolumeClaim"]["readOnly"] is True
     assert next(m for m in engine["volumeMounts"] if m["name"] == "models")["readOnly"] is True
-    assert [t["metadata"]["name"] for t in spec["volumeClaimTemplates"]] == ["cache"]  # the TensorRT cache survives restarts
+    assert [t["metadata"]["name"] for t in spec["volumeClaimTemplates"]] == [
+        "cache"
+    ]  # the TensorRT cache survives restarts
     startup = engine["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 1200  # weights + graph capture + a TensorRT build
     gateway = one(docs, "Deployment", "voxgate-gateway")["spec"]["template"]["spec"]
@@ -74,7 +76,12 @@ def test_the_gpu_overlay_gives_each_engine_one_gpu_on_gpu_nodes_and_the_checkpoi
 def test_the_cpu_demo_needs_no_gpu():
     docs = render("cpu-demo")
     assert "nvidia.com/gpu" not in render_text("cpu-demo").replace("nvidia.com/gpu.present", "")
-    assert "kind: espeak" in next(d for d in find(docs, "ConfigMap") if d["metadata"]["name"].startswith("voxgate-config"))["data"]["engine.yaml"]
+    assert (
+        "kind: espeak"
+        in next(d for d in find(docs, "ConfigMap") if d["metadata"]["name"].startswith("voxgate-config"))["data"][
+            "engine.yaml"
+        ]
+    )
 
 
 def test_the_gateway_api_variant_routes_with_an_httproute_instead_of_the_ingress():
@@ -94,7 +101,11 @@ def test_the_external_redis_variant_aliases_the_service_and_runs_no_redis_pod():
 def test_network_policy_lets_only_gateways_reach_engines_and_redis():
     docs = render("gpu")
     deny = one(docs, "NetworkPolicy", "voxgate-default-deny")
-    assert deny["spec"]["podSelector"] == {} and deny["spec"]["policyTypes"] == ["Ingress"] and "ingress" not in deny["spec"]
+    assert (
+        deny["spec"]["podSelector"] == {}
+        and deny["spec"]["policyTypes"] == ["Ingress"]
+        and "ingress" not in deny["spec"]
+    )
     for target in ("engine", "redis"):
         policy = one(docs, "NetworkPolicy", f"voxgate-{target}")
         wire = policy["spec"]["ingress"][0]
@@ -107,8 +118,12 @@ def checkov_run(tmp_path: Path) -> dict:
         pytest.skip("checkov is not installed (scripts/install_test_deps.sh puts it in .venv-checkov)")
     for variant in VARIANTS:
         (tmp_path / f"{variant}.yaml").write_text(render_text(variant))
-    out = subprocess.run([str(CHECKOV), "-d", str(tmp_path), "--framework", "kubernetes", "--compact",
-                          "-o", "json"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(CHECKOV), "-d", str(tmp_path), "--framework", "kubernetes", "--compact", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     report = json.loads(out.stdout)
     return report[0] if isinstance(report, list) else report
 
@@ -124,4 +139,6 @@ def test_checkov_finds_nothing_but_the_accepted_findings_each_justified_in_the_d
     skipped = {f["check_id"] for f in report["results"]["skipped_checks"]}
     assert skipped, "expected the accepted findings to show as skipped"
     for check_id in skipped:
-        assert re.search(rf"\| `{check_id}` \|[^|]+\|[^|]{{20,}}\|", accepted.group(1)), f"{check_id} is skipped but not justified"
+        assert re.search(rf"\| `{check_id}` \|[^|]+\|[^|]{{20,}}\|", accepted.group(1)), (
+            f"{check_id} is skipped but not justified"
+        )

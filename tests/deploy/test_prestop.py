@@ -36,10 +36,17 @@ def readyz(port: int) -> tuple[int, dict]:
 def serve(tmp_path: Path, port: int) -> subprocess.Popen:
     """A real `voxgate serve` with the SimulatedEngine, slow enough that LONG plays for seconds."""
     cfg = tmp_path / "gateway.yaml"
-    cfg.write_text("server:\n  host: 127.0.0.1\n  limits:\n    drain_timeout_s: 30\nengine:\n  kind: simulated\n"
-                   "simulated:\n  first_packet_ms: 20\n  ms_per_char: 12\n")
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cfg.write_text(
+        "server:\n  host: 127.0.0.1\n  limits:\n    drain_timeout_s: 30\nengine:\n  kind: simulated\n"
+        "simulated:\n  first_packet_ms: 20\n  ms_per_char: 12\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 async def until_ready(port: int) -> None:
@@ -64,9 +71,26 @@ async def speak_long_turn(ws) -> None:
 
 def drain_hook(pid: int, port: int) -> subprocess.Popen:
     """The preStop hook as the pod runs it: `voxgate drain` for the gateway's pid, reading /readyz on `port`."""
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "drain", "--pid", str(pid),
-                             "--port", str(port), "--timeout", "60", "--poll", "0.1"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "drain",
+            "--pid",
+            str(pid),
+            "--port",
+            str(port),
+            "--timeout",
+            "60",
+            "--poll",
+            "0.1",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 async def test_the_prestop_hook_starts_the_drain_and_waits_while_a_call_speaks(tmp_path):
@@ -136,6 +160,11 @@ async def test_a_hook_that_cannot_read_readyz_waits_while_the_gateway_lives(tmp_
 def test_a_hook_for_a_process_that_is_not_there_says_so():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", "drain", "--pid", str(gone.pid), "--port", str(free_port())],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "drain", "--pid", str(gone.pid), "--port", str(free_port())],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and f"no process {gone.pid}" in out.stdout, out.stdout + out.stderr

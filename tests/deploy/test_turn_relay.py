@@ -41,12 +41,32 @@ def coturn(tmp_path):
     low = random.randrange(20000, 30000, 100)
     log = tmp_path / "turn.log"
     proc = subprocess.Popen(
-        ["turnserver", "-n", "--listening-ip=127.0.0.1", "--relay-ip=127.0.0.1", f"--listening-port={port}",
-         f"--min-port={low}", f"--max-port={low + 99}", "--use-auth-secret", f"--static-auth-secret={SECRET}",
-         "--realm=voxgate", "--allow-loopback-peers", "--no-cli", "--no-tls", "--no-dtls", "--fingerprint",
-         "--no-multicast-peers", "--verbose", "--log-file=stdout", "--simple-log",
-         f"--pidfile={tmp_path / 'turn.pid'}", f"--userdb={tmp_path / 'turndb'}"],
-        stdout=log.open("w"), stderr=subprocess.STDOUT)
+        [
+            "turnserver",
+            "-n",
+            "--listening-ip=127.0.0.1",
+            "--relay-ip=127.0.0.1",
+            f"--listening-port={port}",
+            f"--min-port={low}",
+            f"--max-port={low + 99}",
+            "--use-auth-secret",
+            f"--static-auth-secret={SECRET}",
+            "--realm=voxgate",
+            "--allow-loopback-peers",
+            "--no-cli",
+            "--no-tls",
+            "--no-dtls",
+            "--fingerprint",
+            "--no-multicast-peers",
+            "--verbose",
+            "--log-file=stdout",
+            "--simple-log",
+            f"--pidfile={tmp_path / 'turn.pid'}",
+            f"--userdb={tmp_path / 'turndb'}",
+        ],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 10
     while "Total General servers" not in log.read_text():
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
@@ -60,20 +80,34 @@ async def allocate(port: int, username: str, password: str) -> tuple[str, int]:
     """One TURN allocation with these credentials (aioice's client); raises when coturn refuses it."""
     from aioice.turn import create_turn_endpoint
 
-    transport, _ = await asyncio.wait_for(create_turn_endpoint(asyncio.DatagramProtocol, ("127.0.0.1", port), username, password), 10)
+    transport, _ = await asyncio.wait_for(
+        create_turn_endpoint(asyncio.DatagramProtocol, ("127.0.0.1", port), username, password), 10
+    )
     try:
         return transport.get_extra_info("sockname")
     finally:
         transport.close()
 
 
-async def test_a_relay_only_caller_connects_through_coturn_with_minted_credentials_and_hears_the_turn(coturn, monkeypatch):
+async def test_a_relay_only_caller_connects_through_coturn_with_minted_credentials_and_hears_the_turn(
+    coturn, monkeypatch
+):
     port, log = coturn
     monkeypatch.setenv("VOXGATE_TURN_SECRET", SECRET)
-    gw = Gateway(load_config(None, {
-        "server": {"host": "127.0.0.1", "port": 0, "max_sessions": 4},
-        "engine": {"kind": "simulated"}, "simulated": {"first_packet_ms": 20, "ms_per_char": 30},
-        "webrtc": {"turn_urls": [f"turn:127.0.0.1:{port}?transport=udp"], "turn_secret_env": "VOXGATE_TURN_SECRET"}}))
+    gw = Gateway(
+        load_config(
+            None,
+            {
+                "server": {"host": "127.0.0.1", "port": 0, "max_sessions": 4},
+                "engine": {"kind": "simulated"},
+                "simulated": {"first_packet_ms": 20, "ms_per_char": 30},
+                "webrtc": {
+                    "turn_urls": [f"turn:127.0.0.1:{port}?transport=udp"],
+                    "turn_secret_env": "VOXGATE_TURN_SECRET",
+                },
+            },
+        )
+    )
     await gw.start()
     peer = None
     try:
@@ -83,10 +117,13 @@ async def test_a_relay_only_caller_connects_through_coturn_with_minted_credentia
         (turn,) = [s for s in ice if isinstance(s, dict) and s.get("username")]
         configuration = RTCConfiguration(
             iceServers=[RTCIceServer(urls=turn["urls"], username=turn["username"], credential=turn["credential"])],
-            iceTransportPolicy=RTCIceTransportPolicy.RELAY)
+            iceTransportPolicy=RTCIceTransportPolicy.RELAY,
+        )
         peer = ClientPeer(gw.url, configuration=configuration)
         await peer.connect()
-        offer_candidates = [line for line in peer.pc.localDescription.sdp.splitlines() if line.startswith("a=candidate")]
+        offer_candidates = [
+            line for line in peer.pc.localDescription.sdp.splitlines() if line.startswith("a=candidate")
+        ]
         assert offer_candidates and all(" typ relay" in line for line in offer_candidates)
         nominated = list(peer.pc.sctp.transport.transport._connection._nominated.values())
         assert nominated and all(pair.local_candidate.type == "relay" for pair in nominated)

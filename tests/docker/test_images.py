@@ -18,8 +18,12 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILES = [ROOT / "docker" / "Dockerfile.gpu", ROOT / "docker" / "Dockerfile.cpu",
-               ROOT / "docker" / "Dockerfile.gateway", ROOT / "docker" / "Dockerfile.engine"]
+DOCKERFILES = [
+    ROOT / "docker" / "Dockerfile.gpu",
+    ROOT / "docker" / "Dockerfile.cpu",
+    ROOT / "docker" / "Dockerfile.gateway",
+    ROOT / "docker" / "Dockerfile.engine",
+]
 PORTS = {"Dockerfile.engine": 8081}  # the engine's HTTP port (/healthz, /readyz, /metrics); the rest serve on 8080
 
 
@@ -47,12 +51,16 @@ def exec_form(args: str) -> list[str]:
 def env_names(tree) -> list[str]:
     """Every env var a config names (`*_env` keys): the secrets it reads at start."""
     if isinstance(tree, dict):
-        return [n for k, v in tree.items() for n in ([v] if k.endswith("_env") and isinstance(v, str) else env_names(v))]
+        return [
+            n for k, v in tree.items() for n in ([v] if k.endswith("_env") and isinstance(v, str) else env_names(v))
+        ]
     return [n for v in tree for n in env_names(v)] if isinstance(tree, list) else []
 
 
 def dockerignored(rel: str) -> bool:
-    patterns = [p.strip() for p in (ROOT / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")]
+    patterns = [
+        p.strip() for p in (ROOT / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")
+    ]
     parts = rel.split("/")
     return any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(parts[0], p) for p in patterns)
 

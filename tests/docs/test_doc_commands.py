@@ -71,11 +71,22 @@ async def test_engine_and_gateway_on_one_machine(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "gateway.cli"]
     logs = [open(tmp_path / "engine.log", "wb"), open(tmp_path / "gateway.log", "wb")]
-    engine = subprocess.Popen([*cli, "engine", "--config", "configs/default.yaml", "--listen", sock, "--http-port", str(http_port)],
-                              cwd=ROOT, env=env, stdout=logs[0], stderr=subprocess.STDOUT)
-    gateway = subprocess.Popen([*cli, "serve", "--config", "configs/default.yaml", "--engine-endpoint", sock, "--port", str(port)],
-                               cwd=ROOT, env=env, stdout=logs[1], stderr=subprocess.STDOUT)
+    engine = subprocess.Popen(
+        [*cli, "engine", "--config", "configs/default.yaml", "--listen", sock, "--http-port", str(http_port)],
+        cwd=ROOT,
+        env=env,
+        stdout=logs[0],
+        stderr=subprocess.STDOUT,
+    )
+    gateway = subprocess.Popen(
+        [*cli, "serve", "--config", "configs/default.yaml", "--engine-endpoint", sock, "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=logs[1],
+        stderr=subprocess.STDOUT,
+    )
     try:
+
         def ready() -> bool:
             try:
                 return http_json(f"http://127.0.0.1:{port}/readyz")[0] == 200
@@ -85,7 +96,9 @@ async def test_engine_and_gateway_on_one_machine(tmp_path):
         await wait_until(ready, timeout=60)
         async with websockets.connect(f"ws://127.0.0.1:{port}/v1/ws") as ws:
             await ws.send(json.dumps({"type": "session.start"}))
-            await ws.send(json.dumps({"type": "text", "turn_id": "t1", "text": "Spoken by the engine next door.", "final": True}))
+            await ws.send(
+                json.dumps({"type": "text", "turn_id": "t1", "text": "Spoken by the engine next door.", "final": True})
+            )
             frames = 0
             async for message in ws:
                 if isinstance(message, bytes):

@@ -21,8 +21,13 @@ FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 
 def tracked(*patterns: str) -> list[Path]:
     """Files git tracks or would track (not ignored), matching the patterns."""
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *patterns],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *patterns],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return sorted({ROOT / p for p in out if (ROOT / p).is_file()})
 
 

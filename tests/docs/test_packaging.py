@@ -14,7 +14,7 @@ PYPROJECTS = sorted([ROOT / "pyproject.toml", *ROOT.glob("clients/*/pyproject.to
 def test_license_is_an_spdx_string(path):
     """A `{text = …}` table makes setuptools >= 77 print ~120 lines of deprecation warnings on every install."""
     data = tomllib.loads(path.read_text())
-    assert isinstance(data["project"]["license"], str), "project.license must be an SPDX string, e.g. \"Apache-2.0\""
+    assert isinstance(data["project"]["license"], str), 'project.license must be an SPDX string, e.g. "Apache-2.0"'
     (req,) = [r for r in data["build-system"]["requires"] if r.startswith("setuptools")]
     floor = req.replace(" ", "").partition(">=")[2]
     assert floor and int(floor.split(".")[0]) >= 77, "SPDX license strings need setuptools>=77 to build"

@@ -55,7 +55,9 @@ def test_readme_commands_parse():
     for command in found:
         words = [w for w in shlex.split(command) if not re.match(r"\w+=", w)]  # VAR=value prefixes
         script = ROOT / words[0]
-        assert script.is_file() and os.access(script, os.X_OK), f"{words[0]} (README: {command!r}) is not an executable script"
+        assert script.is_file() and os.access(script, os.X_OK), (
+            f"{words[0]} (README: {command!r}) is not an executable script"
+        )
         if words[0] == "scripts/serve.sh":
             args = parser.parse_args(["serve", *serve_sh_args(), *words[1:]])  # exits (fails) on an unknown flag
             assert (ROOT / args.config).is_file(), f"{command!r}: no such config {args.config}"
@@ -66,7 +68,9 @@ def test_readme_commands_parse():
 
 
 def test_voxgate_help_lists_what_the_readme_uses():
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--help"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0
     for flag in set(re.findall(r"voxgate serve[^`\n]*?(--[a-z-]+)", README)) | {"--port", "--config", "--model"}:
         assert flag in done.stdout, f"voxgate serve has no {flag} (the README uses it)"
@@ -88,8 +92,14 @@ async def test_python_examples_run_against_a_real_gateway(start_gateway, path, i
     script = tmp_path / "example.py"
     script.write_text(code.replace("127.0.0.1:8080", f"127.0.0.1:{gw.port}"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")])}
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(script), cwd=tmp_path, env=env,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, out.decode()[-3000:]
     assert b"played" in out or b"heard" in out, out.decode()

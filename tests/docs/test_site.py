@@ -27,8 +27,14 @@ def mkdocs() -> list[str]:
 
 def test_mkdocs_build_strict(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([*mkdocs(), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [*mkdocs(), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     home = (tmp_path / "site" / "index.html").read_text()
     assert 'class="mermaid"' in home and "flowchart LR" in home  # the architecture picture went in
@@ -56,7 +62,9 @@ def test_every_docs_page_is_in_the_nav():
 
 
 def test_configuration_reference_is_current():
-    done = subprocess.run([sys.executable, "scripts/gen_config_reference.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "scripts/gen_config_reference.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -81,6 +89,11 @@ def test_a_changed_default_makes_the_reference_stale(tmp_path):
     cfg = tmp_path / "gateway" / "config.py"
     cfg.write_text(cfg.read_text().replace("port: int = 8080", "port: int = 8090", 1))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, str(tmp_path / "scripts/gen_config_reference.py"), "--check"], cwd=tmp_path,
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "scripts/gen_config_reference.py"), "--check"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 1 and "stale" in done.stderr

@@ -42,8 +42,9 @@ def ref_wav(tmp_path_factory):
 
 
 def _engine(ckpt, **kw) -> Qwen3Engine:
-    s = EngineSettings(device="cpu", dtype="float32", max_batch=2, max_seq_len=192, frames_base=6,
-                       frames_per_token=0.3, **kw)
+    s = EngineSettings(
+        device="cpu", dtype="float32", max_batch=2, max_seq_len=192, frames_base=6, frames_per_token=0.3, **kw
+    )
     return Qwen3Engine(s, checkpoint=ckpt, keep_codes=True)
 
 
@@ -70,10 +71,12 @@ async def test_cloned_voice_streams_the_official_output(ckpt, ref_wav, x_vector_
         await eng.close()
     cloner = VoiceCloner(ckpt.model, ckpt.tokenizer, ckpt.model_dir)
     clone = cloner.prompt(load_reference(ref_wav), REF_TEXT, x_vector_only)
-    prompt = build_prompt(ckpt.model.talker, ckpt.config, ckpt.tokenizer, text, language="en", clone=clone,
-                          streaming_text=True)
-    ref = generate_codes(ckpt.model, prompt, GenerationSettings(greedy=True, subtalker_greedy=True,
-                                                                max_frames=job.cap)).codes
+    prompt = build_prompt(
+        ckpt.model.talker, ckpt.config, ckpt.tokenizer, text, language="en", clone=clone, streaming_text=True
+    )
+    ref = generate_codes(
+        ckpt.model, prompt, GenerationSettings(greedy=True, subtalker_greedy=True, max_frames=job.cap)
+    ).codes
     assert np.array_equal(codes, ref.numpy())
     assert np.array_equal(pcm, pcm_default)
     if x_vector_only:
@@ -83,7 +86,7 @@ async def test_cloned_voice_streams_the_official_output(ckpt, ref_wav, x_vector_
         joint = ckpt.codec.decode(torch.cat([ref_codes, ref]).unsqueeze(0))[0].numpy()
         cut = icl_trim(len(ref_codes), len(ref_codes) + len(ref), len(joint))
         assert cut in (len(ref_codes) * 1920, len(ref_codes) * 1920 - 1)
-        offline = joint[len(ref_codes) * 1920:]  # the stream carries the generated frames' samples
+        offline = joint[len(ref_codes) * 1920 :]  # the stream carries the generated frames' samples
         plain = ckpt.codec.decode(ref.unsqueeze(0))[0].numpy()
         assert np.abs(plain - offline).max() > 1e-3  # the reference context really shapes the audio
     assert pcm.shape == offline.shape and np.abs(pcm - offline).max() <= 1e-5

@@ -19,15 +19,32 @@ def tiny_random_shapes(monkeypatch, tmp_path):
     st = write_codec(str(tmp_path), seed=0)
     ids = write_tokenizer(str(tmp_path))
     tiny_codec = codec.CodecConfig.from_dir(str(tmp_path / "speech_tokenizer"))
-    monkeypatch.setattr(config, "released_config",
-                        lambda size, kind="custom_voice": tiny_config("1b7", kind, *st, text_ids=ids))
+    monkeypatch.setattr(
+        config, "released_config", lambda size, kind="custom_voice": tiny_config("1b7", kind, *st, text_ids=ids)
+    )
     monkeypatch.setattr(codec, "CodecConfig", lambda: tiny_codec)
 
 
 def test_random_weights_bench_writes_levels_and_trace(tiny_random_shapes, tmp_path, capsys):
     out, trace = tmp_path / "b.json", tmp_path / "t.json"
-    rc = main(["bench", "--random-weights", "1.7b", "--device", "cpu", "--frames", "3", "--streaming",
-               "--concurrency", "1,3", "--json-output", str(out), "--trace", str(trace)])
+    rc = main(
+        [
+            "bench",
+            "--random-weights",
+            "1.7b",
+            "--device",
+            "cpu",
+            "--frames",
+            "3",
+            "--streaming",
+            "--concurrency",
+            "1,3",
+            "--json-output",
+            str(out),
+            "--trace",
+            str(trace),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "Label" in printed and "Prefill" in printed and "TTFA(ms)" in printed
@@ -46,18 +63,63 @@ def test_random_weights_bench_writes_levels_and_trace(tiny_random_shapes, tmp_pa
 
 def test_arrival_benches_write_their_levels(tiny_random_shapes, tmp_path, capsys):
     out = tmp_path / "p.json"
-    rc = main(["bench", "--random-weights", "1.7b", "--device", "cpu", "--frames", "3", "--arrivals", "poisson",
-               "--rate", "20,40", "--duration", "0.3", "--slo-first-audio-ms", "1e9", "--json-output", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--random-weights",
+            "1.7b",
+            "--device",
+            "cpu",
+            "--frames",
+            "3",
+            "--arrivals",
+            "poisson",
+            "--rate",
+            "20,40",
+            "--duration",
+            "0.3",
+            "--slo-first-audio-ms",
+            "1e9",
+            "--json-output",
+            str(out),
+        ]
+    )
     assert rc == 0
     levels = json.loads(out.read_text())["poisson"]
     assert [lv["rate"] for lv in levels][0] == 20
     for lv in levels:
-        assert {"first_audio_p50_ms", "first_audio_p95_ms", "first_audio_p99_ms", "keeping_up_share",
-                "vocoder_share", "prefill_share", "step_ms", "peak_mem_mb", "passed"} <= set(lv)
+        assert {
+            "first_audio_p50_ms",
+            "first_audio_p95_ms",
+            "first_audio_p99_ms",
+            "keeping_up_share",
+            "vocoder_share",
+            "prefill_share",
+            "step_ms",
+            "peak_mem_mb",
+            "passed",
+        } <= set(lv)
         assert lv["step_ms"] and all("p99_ms" in v for v in lv["step_ms"].values())
     out = tmp_path / "b.json"
-    rc = main(["bench", "--random-weights", "1.7b", "--device", "cpu", "--frames", "12", "--arrivals", "burst",
-               "--burst", "6", "--background", "1", "--json-output", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--random-weights",
+            "1.7b",
+            "--device",
+            "cpu",
+            "--frames",
+            "12",
+            "--arrivals",
+            "burst",
+            "--burst",
+            "6",
+            "--background",
+            "1",
+            "--json-output",
+            str(out),
+        ]
+    )
     assert rc == 0
     runs = json.loads(out.read_text())["burst"]
     assert [r["prefill_budget_tokens"] for r in runs][:2] == [10**9, 0]

@@ -70,7 +70,9 @@ async def serve(request):
 
 
 def sim(**kw) -> SimulatedEngine:
-    base = dict(first_packet_ms=0, capacity_x=200, ms_per_char=20, stream_rtf=0.05, packet_ms=80, first_packet_audio_ms=40)
+    base = dict(
+        first_packet_ms=0, capacity_x=200, ms_per_char=20, stream_rtf=0.05, packet_ms=80, first_packet_audio_ms=40
+    )
     return SimulatedEngine(SimulatedSettings(**{**base, **kw}))
 
 
@@ -137,7 +139,9 @@ async def test_the_earliest_deadline_is_served_first_and_updates_move_a_request_
     moved = s.engine.synthesize(SynthesisRequest(text="x" * 10, deadline=now + 50))
     moved.set_deadline(now + 1)  # the caller's real deadline: now the most urgent
     await asyncio.gather(collect(late), collect(soon), collect(moved))
-    order = sorted(["late", "soon", "moved"], key=lambda n: {"late": late, "soon": soon, "moved": moved}[n].first_audio_at)
+    order = sorted(
+        ["late", "soon", "moved"], key=lambda n: {"late": late, "soon": soon, "moved": moved}[n].first_audio_at
+    )
     assert order == ["moved", "soon", "late"]
 
 
@@ -180,16 +184,26 @@ async def test_cloned_voices_are_added_listed_and_removed(serve):
 
 # ---------------------------------------------------------------- Qwen3 (tiny random checkpoint, CPU): real audio
 
+
 def qwen3(ckpt, **kw):
     from tts.qwen3.engine import EngineSettings, Qwen3Engine
 
-    s = EngineSettings(device="cpu", dtype="float32", max_batch=kw.pop("max_batch", 4), max_seq_len=160,
-                       frames_base=kw.pop("frames_base", 6), frames_per_token=kw.pop("frames_per_token", 0.5), **kw)
+    s = EngineSettings(
+        device="cpu",
+        dtype="float32",
+        max_batch=kw.pop("max_batch", 4),
+        max_seq_len=160,
+        frames_base=kw.pop("frames_base", 6),
+        frames_per_token=kw.pop("frames_per_token", 0.5),
+        **kw,
+    )
     return Qwen3Engine(s, checkpoint=ckpt, keep_codes=True)
 
 
 def greedy(text: str, **kw) -> SynthesisRequest:
-    return SynthesisRequest(text=text, voice=kw.pop("voice", "ryan"), language="en", sampling=SamplingSettings(greedy=True), **kw)
+    return SynthesisRequest(
+        text=text, voice=kw.pop("voice", "ryan"), language="en", sampling=SamplingSettings(greedy=True), **kw
+    )
 
 
 _OFFLINE: dict = {}

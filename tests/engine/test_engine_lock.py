@@ -48,8 +48,16 @@ async def _collect(stream) -> list:
 
 async def test_no_torch_call_runs_while_the_engine_lock_is_held(ckpt, monkeypatch):
     # every stream runs 40+ frames (no end-of-speech): the two slots are still taken when the urgent call comes
-    s = EngineSettings(device="cpu", dtype="float32", max_batch=2, max_seq_len=256, frames_base=40,
-                       frames_per_token=1.0, preempt_slack_s=0.5, ignore_eos=True)
+    s = EngineSettings(
+        device="cpu",
+        dtype="float32",
+        max_batch=2,
+        max_seq_len=256,
+        frames_base=40,
+        frames_per_token=1.0,
+        preempt_slack_s=0.5,
+        ignore_eos=True,
+    )
     eng = Qwen3Engine(s, checkpoint=ckpt)
     mode = TorchUnderLock(eng._cond)
     real_watching = syncs.watching
@@ -70,8 +78,14 @@ async def test_no_torch_call_runs_while_the_engine_lock_is_held(ckpt, monkeypatc
                 turn.append(piece)
                 eng.stats()
             turn.finish()
-            far = [eng.synthesize(SynthesisRequest(text="A longer answer that runs a while.", sampling=GREEDY,
-                                                   deadline=time.monotonic() + 30)) for _ in range(2)]
+            far = [
+                eng.synthesize(
+                    SynthesisRequest(
+                        text="A longer answer that runs a while.", sampling=GREEDY, deadline=time.monotonic() + 30
+                    )
+                )
+                for _ in range(2)
+            ]
             it = far[0].__aiter__()
             await it.__anext__()
             gone = eng.synthesize(SynthesisRequest(text="Cancelled soon.", sampling=GREEDY))
@@ -85,7 +99,8 @@ async def test_no_torch_call_runs_while_the_engine_lock_is_held(ckpt, monkeypatc
         await eng.close()
     assert mode.calls.get("qwen3-worker", 0) > 0  # the check was on where the torch work runs
     assert not mode.hits, f"{len(mode.hits)} torch calls under the engine's lock; the first:\n" + "\n".join(
-        mode.hits[:3])
+        mode.hits[:3]
+    )
     assert eng.counters["preempted"] >= 1 and eng.counters["cancelled"] >= 1  # the scenario ran its course
 
 
@@ -100,4 +115,3 @@ def test_the_check_sees_a_torch_call_under_the_lock():
         with lock:
             torch.zeros(2)
     assert len(mode.hits) == 1 and "zeros" in mode.hits[0]
-

@@ -21,8 +21,15 @@ GREEDY = SamplingSettings(greedy=True)
 
 
 def _engine(ckpt, **kw) -> Qwen3Engine:
-    s = EngineSettings(device="cpu", dtype="float32", max_batch=kw.pop("max_batch", 4), max_seq_len=kw.pop("seq", 200),
-                       frames_base=kw.pop("frames_base", 6), frames_per_token=kw.pop("frames_per_token", 0.5), **kw)
+    s = EngineSettings(
+        device="cpu",
+        dtype="float32",
+        max_batch=kw.pop("max_batch", 4),
+        max_seq_len=kw.pop("seq", 200),
+        frames_base=kw.pop("frames_base", 6),
+        frames_per_token=kw.pop("frames_per_token", 0.5),
+        **kw,
+    )
     return Qwen3Engine(s, checkpoint=ckpt)
 
 
@@ -93,8 +100,10 @@ def test_the_watch_counts_waits_on_every_thread_it_is_entered_on():
     assert tally.count == 8
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA only: set_sync_debug_mode needs a GPU "
-                                                          "(scripts/gpu_check.sh phase d runs it)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="CUDA only: set_sync_debug_mode needs a GPU (scripts/gpu_check.sh phase d runs it)",
+)
 def test_cuda_sync_warnings_see_an_item():
     from tts.qwen3.syncs import cuda_sync_warnings
 
@@ -106,8 +115,9 @@ def test_cuda_sync_warnings_see_an_item():
 # ------------------------------------------------------------------ pipelined step
 async def _mixed_run(ckpt, pipeline: bool):
     """Late admissions, a cancel mid-stream, and a preemption, on 2 slots."""
-    eng = _engine(ckpt, pipeline=pipeline, max_batch=2, frames_base=10, frames_per_token=0.5, ignore_eos=True,
-                  preempt_slack_s=0.5)
+    eng = _engine(
+        ckpt, pipeline=pipeline, max_batch=2, frames_base=10, frames_per_token=0.5, ignore_eos=True, preempt_slack_s=0.5
+    )
     await eng.start()
     out = {}
     try:
@@ -150,6 +160,7 @@ async def test_pipelined_vocoder_gives_the_serial_engines_samples(ckpt):
 async def test_with_the_same_schedule_the_pipeline_is_bit_identical(ckpt):
     """Everything queued before the worker starts: both engines make the same steps and the same vocoder
     calls, so the pipelined samples are exactly the serial ones."""
+
     async def run(pipeline):
         eng = _engine(ckpt, pipeline=pipeline, max_batch=3, frames_base=9, frames_per_token=0.3, cpu_threads=1)
         eng._loop = asyncio.get_running_loop()
@@ -171,6 +182,7 @@ async def test_with_the_same_schedule_the_pipeline_is_bit_identical(ckpt):
 async def test_the_vocoder_really_runs_beside_the_talker(ckpt, monkeypatch):
     """With the pipeline, a vocoder call is in flight while a talker step runs (their spans overlap);
     the serial engine never overlaps them."""
+
     async def spans(pipeline):
         eng = _engine(ckpt, pipeline=pipeline, frames_base=12, frames_per_token=0, ignore_eos=True)
         dec, steps = [], []
@@ -209,8 +221,10 @@ async def test_the_vocoder_really_runs_beside_the_talker(ckpt, monkeypatch):
 def test_decode_reads_only_the_live_length_bucket(ckpt):
     """Cache columns past the step's length bucket are poisoned with NaN: reading any of them would
     make the codes garbage; the greedy codes equal the full-cache reference."""
-    prompts = [build_prompt(ckpt.model.talker, ckpt.config, ckpt.tokenizer, t, speaker="ryan", language="en")
-               for t in ("Hello world.", "A longer sentence for the batch.")]
+    prompts = [
+        build_prompt(ckpt.model.talker, ckpt.config, ckpt.tokenizer, t, speaker="ryan", language="en")
+        for t in ("Hello world.", "A longer sentence for the batch.")
+    ]
     greedy = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True, repetition_penalty=1.0)
     pred = dict(temperature=1.0, top_k=50, top_p=1.0, greedy=True)
 

@@ -30,8 +30,10 @@ def test_the_smoke_run_writes_every_phase_and_a_table(tmp_path, tiny_shapes, cap
     on_disk = json.loads((tmp_path / "gpu_check.json").read_text())
     r = on_disk["models"]["1.7b"]
     for key in PHASES:
-        assert key in r and "error" not in r[key] and "failed" not in r[key] and "skipped" not in r[key], \
-            (key, r.get(key))
+        assert key in r and "error" not in r[key] and "failed" not in r[key] and "skipped" not in r[key], (
+            key,
+            r.get(key),
+        )
     assert r["a_env"]["sdpa_note"].startswith("CPU")
     # (b) graphs stand-in: live vs full columns; then every serving length bucket, served step vs eager
     rows = r["b_graphs"]["rows"]

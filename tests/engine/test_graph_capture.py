@@ -71,8 +71,9 @@ def test_a_longer_prompt_after_capture_all_captures_nothing(ckpt, captured):
 def test_the_engine_sizes_the_text_track_before_any_capture(ckpt, captured):
     from tts.qwen3.engine import EngineSettings, Qwen3Engine
 
-    s = EngineSettings(device="cpu", dtype="float32", max_batch=2, max_seq_len=256, max_frames=200, kv_bucket=128,
-                       use_cuda_graphs=True)
+    s = EngineSettings(
+        device="cpu", dtype="float32", max_batch=2, max_seq_len=256, max_frames=200, kv_bucket=128, use_cuda_graphs=True
+    )
     eng = Qwen3Engine(s, checkpoint=ckpt)
     eng.load()
     assert captured and {cap for _, _, _, cap, _ in captured} == {200}  # min(max_frames, max_seq_len), at once
@@ -168,16 +169,28 @@ def test_backends_are_timed_on_views_of_the_cache_and_within_the_deadline(ckpt, 
 
     def timed(name, q, k, v, mask, repeats=20):
         fused = (shape.num_attention_heads + shape.num_key_value_heads) * shape.head_dim
-        seen.append((q.stride(0) == fused, k.untyped_storage().data_ptr() == kv.k_cache.untyped_storage().data_ptr(),
-                     k.stride() == kv.k_cache.stride()))
+        seen.append(
+            (
+                q.stride(0) == fused,
+                k.untyped_storage().data_ptr() == kv.k_cache.untyped_storage().data_ptr(),
+                k.stride() == kv.k_cache.stride(),
+            )
+        )
         time.sleep(0.01)
         return 0.001 if name == "MATH" else None
 
     real_inputs = attention.decode_inputs
     monkeypatch.setattr(attention, "time_backend", timed)
     monkeypatch.setattr(attention, "decode_inputs", lambda *a: real_inputs(*a[:6], "cpu", a[7]))
-    picked, timings = attention.choose(shape, (1, 2, 4), (128, 256), torch.float32, "cuda",
-                                       cache=(kv.k_cache, kv.v_cache), deadline=time.monotonic() + 0.1)
+    picked, timings = attention.choose(
+        shape,
+        (1, 2, 4),
+        (128, 256),
+        torch.float32,
+        "cuda",
+        cache=(kv.k_cache, kv.v_cache),
+        deadline=time.monotonic() + 0.1,
+    )
     assert seen and all(s == (True, True, True) for s in seen)
     done = [key for key, name in picked.items() if name == "MATH"]
     left = [key for key, t in timings.items() if t == {"skipped": "time budget spent"}]

@@ -13,8 +13,16 @@ from tts.qwen3.batch import TalkerBatch
 from tts.qwen3.checkpoint import Checkpoint
 from tts.qwen3.prompt import build_prompt
 
-SYNCING = {"_local_scalar_dense", "nonzero", "masked_select", "_unique", "_unique2", "unique_dim",
-           "unique_consecutive", "repeat_interleave"}
+SYNCING = {
+    "_local_scalar_dense",
+    "nonzero",
+    "masked_select",
+    "_unique",
+    "_unique2",
+    "unique_dim",
+    "unique_consecutive",
+    "repeat_interleave",
+}
 
 
 class SyncWatch(TorchDispatchMode):
@@ -27,7 +35,8 @@ class SyncWatch(TorchDispatchMode):
         if name in SYNCING:
             self.hits.append(str(func))
         if name in ("index", "index_put", "index_put_") and any(
-                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ())):
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ())
+        ):
             self.hits.append(f"{func} with a bool mask")
         return func(*args, **(kwargs or {}))
 
@@ -45,8 +54,10 @@ def tiny_batch(tmp_path) -> tuple[TalkerBatch, list]:
     make_tiny_model(str(tmp_path), seed=4)
     ck = Checkpoint.load(str(tmp_path))
     batch = TalkerBatch(ck.model, 4, 160, use_cuda_graphs=False)
-    prompts = [build_prompt(ck.model.talker, ck.config, ck.tokenizer, t, speaker="ryan", language="en")
-               for t in ("Hello world.", "Short", "Another one.")]
+    prompts = [
+        build_prompt(ck.model.talker, ck.config, ck.tokenizer, t, speaker="ryan", language="en")
+        for t in ("Hello world.", "Short", "Another one.")
+    ]
     return batch, prompts
 
 
@@ -135,5 +146,9 @@ def test_the_sync_watch_counts_host_to_device_copies(monkeypatch):
         dev.index_put_((torch.tensor([0, 1], device="meta"),), torch.tensor(1.0))
         dev.index_put_((torch.tensor([0, 1], device="meta"),), torch.ones(2, device="meta"))  # (not counted)
     assert watch.count == 4, watch.hits
-    assert [h.split(" ", 1)[1] for h in watch.hits] == ["host->device", "host->device from pageable memory",
-                                                         "host->device", "host->device (a scalar)"]
+    assert [h.split(" ", 1)[1] for h in watch.hits] == [
+        "host->device",
+        "host->device from pageable memory",
+        "host->device",
+        "host->device (a scalar)",
+    ]

@@ -19,8 +19,15 @@ TEXTS = ["Hello world.", "A longer sentence for the batch.", "Short", "Прив�
 
 
 def _engine(ckpt, **kw) -> Qwen3Engine:
-    s = EngineSettings(device="cpu", dtype="float32", max_batch=kw.pop("max_batch", 4), max_seq_len=160,
-                       frames_base=kw.pop("frames_base", 6), frames_per_token=kw.pop("frames_per_token", 0.5), **kw)
+    s = EngineSettings(
+        device="cpu",
+        dtype="float32",
+        max_batch=kw.pop("max_batch", 4),
+        max_seq_len=160,
+        frames_base=kw.pop("frames_base", 6),
+        frames_per_token=kw.pop("frames_per_token", 0.5),
+        **kw,
+    )
     return Qwen3Engine(s, checkpoint=ckpt, keep_codes=True)
 
 
@@ -185,12 +192,16 @@ async def test_a_stream_far_from_running_dry_yields_its_slot_and_resumes_seamles
     assert np.abs(pa - pb).max() <= 1e-5
 
 
-@pytest.mark.parametrize("bad", [
-    dict(sampling=SamplingSettings(top_k=60.0)),  # a float k once reached topk() on every later step
-    dict(sampling=SamplingSettings(temperature="0.9")),
-    dict(deadline=None),  # once killed the worker thread: every later request hung
-    dict(deadline=float("nan")),
-], ids=["float_top_k", "str_temperature", "no_deadline", "nan_deadline"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(sampling=SamplingSettings(top_k=60.0)),  # a float k once reached topk() on every later step
+        dict(sampling=SamplingSettings(temperature="0.9")),
+        dict(deadline=None),  # once killed the worker thread: every later request hung
+        dict(deadline=float("nan")),
+    ],
+    ids=["float_top_k", "str_temperature", "no_deadline", "nan_deadline"],
+)
 async def test_a_request_with_bad_settings_fails_alone_and_the_engine_keeps_serving(ckpt, bad):
     eng = _engine(ckpt, frames_base=12, frames_per_token=0)
     await eng.start()
@@ -200,8 +211,9 @@ async def test_a_request_with_bad_settings_fails_alone_and_the_engine_keeps_serv
         got = [await it.__anext__()]  # generating when the bad one arrives
         sampling = bad.pop("sampling", GREEDY)
         with pytest.raises(EngineError) as e:
-            await asyncio.wait_for(_collect(eng.synthesize(SynthesisRequest("Hi.", voice="ryan", sampling=sampling,
-                                                                            **bad))), 30)
+            await asyncio.wait_for(
+                _collect(eng.synthesize(SynthesisRequest("Hi.", voice="ryan", sampling=sampling, **bad))), 30
+            )
         got += [c async for c in it]
         later = await asyncio.wait_for(_collect(eng.synthesize(_req("Later."))), 30)
     finally:

@@ -17,7 +17,9 @@ from tts.qwen3.engine import EngineSettings, Qwen3Engine
 
 
 def _engine(ckpt) -> Qwen3Engine:
-    s = EngineSettings(device="cpu", dtype="float32", max_batch=2, max_seq_len=160, frames_base=24, frames_per_token=0.5)
+    s = EngineSettings(
+        device="cpu", dtype="float32", max_batch=2, max_seq_len=160, frames_base=24, frames_per_token=0.5
+    )
     return Qwen3Engine(s, checkpoint=ckpt, keep_codes=True)
 
 

@@ -28,9 +28,15 @@ def _alone(ckpt, text, speaker, max_positions: int = 256) -> TurnGenerator:
     """The single-stream turn generator run to its end on the whole text, with the engine's frame cap and slot
     (`max_positions`: the engine's max_seq_len): the reference the engine's codes must equal."""
     m, tok = ckpt.model, ckpt.tokenizer
-    gen = TurnGenerator(m, tok, voice_head(m.talker, m.config, tok, speaker=speaker, language="en"),
-                        GenerationSettings(greedy=True, subtalker_greedy=True), max_positions=max_positions,
-                        base_frames=4, frames_per_token=1)
+    gen = TurnGenerator(
+        m,
+        tok,
+        voice_head(m.talker, m.config, tok, speaker=speaker, language="en"),
+        GenerationSettings(greedy=True, subtalker_greedy=True),
+        max_positions=max_positions,
+        base_frames=4,
+        frames_per_token=1,
+    )
     gen.append(text)
     gen.finish()
     while gen.step() is not None:
@@ -60,15 +66,22 @@ async def test_turns_at_any_rate_beside_a_sentence_request_equal_the_turn_genera
         assert slow_job.slot == 0
         fast = eng.open_turn(SynthesisRequest(text="", voice="ryan", language="en", sampling=GREEDY))
         fast_job = eng._jobs[id(fast)]
-        sentence = eng.synthesize(SynthesisRequest(text="A plain sentence.", voice="ryan", language="en", sampling=GREEDY))
-        feeders = [asyncio.ensure_future(_feed(slow, words(slow_text)[2:], 0.4)),
-                   asyncio.ensure_future(_feed(fast, words(fast_text), 0.0))]
+        sentence = eng.synthesize(
+            SynthesisRequest(text="A plain sentence.", voice="ryan", language="en", sampling=GREEDY)
+        )
+        feeders = [
+            asyncio.ensure_future(_feed(slow, words(slow_text)[2:], 0.4)),
+            asyncio.ensure_future(_feed(fast, words(fast_text), 0.0)),
+        ]
         results = await asyncio.gather(*[_collect(s) for s in (slow, fast, sentence)])
         await asyncio.gather(*feeders)
     finally:
         await eng.close()
     assert eng.counters.get("turn_pauses", 0) >= 2  # the slow turn waited for its words, others stepping above it
-    for job, text, voice, chunks in ((slow_job, slow_text, "vivian", results[0]), (fast_job, fast_text, "ryan", results[1])):
+    for job, text, voice, chunks in (
+        (slow_job, slow_text, "vivian", results[0]),
+        (fast_job, fast_text, "ryan", results[1]),
+    ):
         ours = torch.from_numpy(np.stack(job.codes))
         assert torch.equal(ours, _alone(ckpt, text, voice).codes()), text
         ends = [c.text_end for c in chunks]

@@ -26,13 +26,16 @@ EOS, TTS_EOS = 99, -2
 
 
 def test_the_scheduler_and_these_tests_import_no_torch():
-    code = ("import sys, importlib.util as u; "
-            "s = u.spec_from_file_location('t', sys.argv[1]); m = sys.modules['t'] = u.module_from_spec(s); "
-            "s.loader.exec_module(m); "
-            "import tts.qwen3.scheduler; assert 'torch' not in sys.modules, 'torch was imported'")
+    code = (
+        "import sys, importlib.util as u; "
+        "s = u.spec_from_file_location('t', sys.argv[1]); m = sys.modules['t'] = u.module_from_spec(s); "
+        "s.loader.exec_module(m); "
+        "import tts.qwen3.scheduler; assert 'torch' not in sys.modules, 'torch was imported'"
+    )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run([sys.executable, "-c", code, os.path.abspath(__file__)], cwd=root, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code, os.path.abspath(__file__)], cwd=root, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr[-2000:]
 
 
@@ -59,16 +62,23 @@ class Stream:
 
 
 def _sched(**kw) -> Scheduler:
-    s = EngineSettings(device="cpu", max_batch=kw.pop("max_batch", 2), max_seq_len=kw.pop("max_seq_len", 256),
-                       frames_base=4, frames_per_token=1.0, **kw)
+    s = EngineSettings(
+        device="cpu",
+        max_batch=kw.pop("max_batch", 2),
+        max_seq_len=kw.pop("max_seq_len", 256),
+        frames_base=4,
+        frames_per_token=1.0,
+        **kw,
+    )
     sched = Scheduler(s)
     sched.bind(CharTokenizer(), EOS, TTS_EOS, cuda=False)
     return sched
 
 
 def _request(text="Hello there.", deadline=None) -> SynthesisRequest:
-    return SynthesisRequest(text=text, sampling=SamplingSettings(greedy=True),
-                            deadline=time.monotonic() if deadline is None else deadline)
+    return SynthesisRequest(
+        text=text, sampling=SamplingSettings(greedy=True), deadline=time.monotonic() if deadline is None else deadline
+    )
 
 
 def _admit(sched: Scheduler, plan, prompt_len: int = 20, tokens: int = 5) -> list:
@@ -225,10 +235,11 @@ def test_a_turn_waits_for_text_pauses_without_it_and_resumes_when_it_comes():
     written = [op for op in ops if isinstance(op, WriteText)]
     assert len(written) == 1 and written[0].slot == 0 and written[0].start == len(track) - feed.n_codec
     assert CharTokenizer().decode(feed.body) == "Hi there my friend."  # the whole text, then tts_eos
-    assert list(written[0].ids) == feed.track(TTS_EOS)[len(track):] and written[0].ids[-1] == TTS_EOS
+    assert list(written[0].ids) == feed.track(TTS_EOS)[len(track) :] and written[0].ids[-1] == TTS_EOS
     assert EosAt(0, feed.eos_row()) in ops and SetActive(0, True) in ops and sched.rows() == 1
-    assert job.cap == feed.frame0 + min(sched.settings.max_frames, 256 - job.prompt_len - 1,
-                                        frame_cap(len(feed.body), 4, 1.0))
+    assert job.cap == feed.frame0 + min(
+        sched.settings.max_frames, 256 - job.prompt_len - 1, frame_cap(len(feed.body), 4, 1.0)
+    )
     assert sched.counters["turn_pauses"] == 1
 
 

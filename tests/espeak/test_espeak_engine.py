@@ -139,6 +139,7 @@ async def test_close_ends_every_open_stream():
     long_text = "A long text keeps the worker busy for a moment. " * 400
     streams = [engine.synthesize(SynthesisRequest(text=long_text, language="en")) for _ in range(3)]
     await engine.close()
+
     async def drain(stream) -> None:
         try:
             async for _ in stream:

@@ -89,7 +89,9 @@ class FaultProxy:
         return task
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str) -> None:
-        queue: asyncio.Queue = asyncio.Queue(maxsize=8)  # bounded: a throttled or stalled side pushes back on the sender
+        queue: asyncio.Queue = asyncio.Queue(
+            maxsize=8
+        )  # bounded: a throttled or stalled side pushes back on the sender
         sender = self._spawn(self._send(queue, writer, direction))
         try:
             while True:
@@ -117,7 +119,7 @@ class FaultProxy:
                 await asyncio.sleep(due - time.monotonic())
             bps = self.up_bps if direction == "up" else self.down_bps
             for i in range(0, len(data), 512 if bps else len(data)):
-                piece = data[i:i + 512] if bps else data
+                piece = data[i : i + 512] if bps else data
                 writer.write(piece)
                 await writer.drain()
                 if bps:

@@ -42,7 +42,9 @@ async def test_a_full_log_disk_stops_the_recording_not_the_call(start_gateway, t
     full_wav = wave.open(open("/dev/full", "wb", buffering=0), "wb")
     full_wav.setnchannels(1), full_wav.setsampwidth(2), full_wav.setframerate(playout.sample_rate)
     playout._wav.fh = full_wav
-    await c.send({"type": "text", "turn_id": "t", "text": "The disk is full and the caller still hears this.", "final": True})
+    await c.send(
+        {"type": "text", "turn_id": "t", "text": "The disk is full and the caller still hears this.", "final": True}
+    )
     done = await c.until("turn.done", turn_id="t", timeout=20)
     assert done["gaps"]["audible"] == 0 and done["played_text"] == "The disk is full and the caller still hears this."
     assert filewriter.sync()

@@ -58,7 +58,9 @@ async def test_a_hung_engine_fails_the_chunk_and_readyz_says_so_until_it_recover
     c = await _speaking(gw)
     gw.engine.inject_fault("hang", seconds=3.0)
     err, done = await _engine_error_and_turn_end(c)
-    assert err["code"] == "engine_error" and "stall_timeout_s" in err["message"]  # the watchdog, not the engine, ended it
+    assert (
+        err["code"] == "engine_error" and "stall_timeout_s" in err["message"]
+    )  # the watchdog, not the engine, ended it
     status, body = await _ready(gw)
     assert status == 503 and "hung" in body["engine_health"]
     late = await Client.connect(gw)

@@ -64,7 +64,9 @@ async def test_latency_then_a_cut_mid_turn_frees_the_session_and_spares_the_othe
         proxy.cut()
         assert await _eventually(lambda: len(gw.sessions) <= 1), "the cut call's session outlived its connection"
         assert (await healthy)["gaps"]["audible"] == 0
-        assert await _eventually(lambda: not gw.sessions and gw.engine.stats()["active"] == 0 and gw.engine.stats()["queued"] == 0)
+        assert await _eventually(
+            lambda: not gw.sessions and gw.engine.stats()["active"] == 0 and gw.engine.stats()["queued"] == 0
+        )
     finally:
         await proxy.close()
 
@@ -149,7 +151,9 @@ async def test_a_thousand_connections_opened_and_dropped_in_a_second(start_gatew
     healthy = asyncio.create_task(_healthy_turn(gw))
     took = await loop.run_in_executor(None, storm)
     assert (await healthy)["gaps"]["audible"] == 0
-    assert await _eventually(lambda: _fds() <= before + 2, timeout=15), f"fds {before} -> {_fds()} after the storm ({took:.1f} s)"
+    assert await _eventually(lambda: _fds() <= before + 2, timeout=15), (
+        f"fds {before} -> {_fds()} after the storm ({took:.1f} s)"
+    )
     done = await _healthy_turn(gw, "after")  # and new calls still work
     assert done["played_text"] == TURN
 
@@ -167,6 +171,10 @@ async def test_caller_audio_faster_than_real_time_is_capped_and_the_call_goes_on
     assert done["turn_id"] == "f"
     assert (await healthy)["gaps"]["audible"] == 0
     text = gw.metrics.render().decode()
-    dropped = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("voxgate_voice_inbound_dropped_samples_total "))
+    dropped = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("voxgate_voice_inbound_dropped_samples_total ")
+    )
     assert dropped > 10 * 16000, "audio past real time + max_inbound_ahead_ms must be dropped"
     await c.close()

@@ -123,12 +123,19 @@ def test_first_chunk_words_zero_disables_the_fast_chunk():
 
 def test_only_the_first_chunk_is_fast():
     assert run(["Hi, there. Well, then, fine. Ok"], first_chunk_words=6, min_first_chars=0) == [
-        "Hi,", "there.", "Well, then, fine.", "Ok"]
+        "Hi,",
+        "there.",
+        "Well, then, fine.",
+        "Ok",
+    ]
 
 
 def test_a_fast_first_chunk_is_not_too_short_to_cover_the_next():
     assert run(["Hi, my dear friend, how are you? Fine"], first_chunk_words=6) == [
-        "Hi, my dear friend,", "how are you?", "Fine"]
+        "Hi, my dear friend,",
+        "how are you?",
+        "Fine",
+    ]
     assert run(["Здравствуйте, меня зовут Анна."])[0] == "Здравствуйте,"
 
 
@@ -140,7 +147,11 @@ def test_range_dash_is_not_a_clause_break():
 def test_long_sentence_splits_at_its_last_clause_break():
     text = "Первая часть длинного предложения, вторая часть тоже длинная, третья часть, и конец. Ок"
     out = run([text], first_chunk_words=0, max_chunk_chars=70)
-    assert out == ["Первая часть длинного предложения, вторая часть тоже длинная,", "третья часть, и конец.", "Ok"[:0] + "Ок"]
+    assert out == [
+        "Первая часть длинного предложения, вторая часть тоже длинная,",
+        "третья часть, и конец.",
+        "Ok"[:0] + "Ок",
+    ]
     assert all(len(c) <= 70 for c in out)
 
 
@@ -177,15 +188,35 @@ def test_bad_options_are_rejected():
 # ------------------------------------------------------------------ properties
 # Elements whose inside must never be cut (the text around them is built from elements).
 PROTECTED = [
-    "т.е.", "т. е.", "и т. д.", "и т.п.", "в 2020 г.", "в г. Москва", "ул. Ленина", "100 руб.", "Mr. Smith",
-    "Dr. Who", "e.g.", "the U.S.", "3.5", "3,5", "10:30", "...", "…", "А. С. Пушкин", "(см. выше)",
-    "«Да!»", '"Hi."', "(да.)",
+    "т.е.",
+    "т. е.",
+    "и т. д.",
+    "и т.п.",
+    "в 2020 г.",
+    "в г. Москва",
+    "ул. Ленина",
+    "100 руб.",
+    "Mr. Smith",
+    "Dr. Who",
+    "e.g.",
+    "the U.S.",
+    "3.5",
+    "3,5",
+    "10:30",
+    "...",
+    "…",
+    "А. С. Пушкин",
+    "(см. выше)",
+    "«Да!»",
+    '"Hi."',
+    "(да.)",
 ]
 WORDS = ["слово", "дом", "Привет", "word", "Hello", "звонок", "ready", "Анна", "fine"]
 PUNCT = ["", "", "", ",", ".", "!", "?", ";", ":", " —", "...", "."]
 
-element = st.one_of(st.sampled_from(PROTECTED), st.sampled_from(WORDS).flatmap(
-    lambda w: st.sampled_from(PUNCT).map(lambda p: w + p)))
+element = st.one_of(
+    st.sampled_from(PROTECTED), st.sampled_from(WORDS).flatmap(lambda w: st.sampled_from(PUNCT).map(lambda p: w + p))
+)
 spaces = st.sampled_from([" ", " ", " ", "  ", "\n", " \n "])
 
 

@@ -47,7 +47,9 @@ def test_case_table(lang, category, text, expected):
     assert canon(normalize(text, lang)) == canon(expected)
 
 
-@pytest.mark.parametrize("lang,category,text,expected", HELDOUT, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(HELDOUT)])
+@pytest.mark.parametrize(
+    "lang,category,text,expected", HELDOUT, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(HELDOUT)]
+)
 def test_heldout_table(lang, category, text, expected):
     assert canon(normalize(text, lang)) == canon(expected)
 
@@ -76,8 +78,15 @@ def test_other_languages_pass_through():
 # ------------------------------------------------------------------ language and lexicon
 @pytest.mark.parametrize(
     "text,lang",
-    [("Привет", "ru"), ("Купил iPhone 15 Pro Max", "ru"), ("Hello 5", "en"), ("12345", "en"), ("你好", "zh"),
-     ("こんにちは", "ja"), ("안녕하세요", "ko")],
+    [
+        ("Привет", "ru"),
+        ("Купил iPhone 15 Pro Max", "ru"),
+        ("Hello 5", "en"),
+        ("12345", "en"),
+        ("你好", "zh"),
+        ("こんにちは", "ja"),
+        ("안녕하세요", "ko"),
+    ],
 )
 def test_language_is_picked_by_script(text, lang):
     assert detect_language(text) == lang
@@ -90,7 +99,9 @@ def test_auto_language_picks_the_normaliser_per_chunk():
 
 
 def test_lexicon_applies_before_normalisation():
-    options = FrontendOptions(lexicon={"ru": {"ГИБДД": "гэ и бэ дэ дэ", "5G": "пять джи"}, "*": {"voxgate": "воксгейт"}})
+    options = FrontendOptions(
+        lexicon={"ru": {"ГИБДД": "гэ и бэ дэ дэ", "5G": "пять джи"}, "*": {"voxgate": "воксгейт"}}
+    )
     out = prepare_text("Сеть 5G и ГИБДД, voxgate, 5 раз.", "ru", options)
     assert out.text == "Сеть пять джи и гэ и бэ дэ дэ, воксгейт, пять раз."
 
@@ -119,7 +130,10 @@ def test_cli_refuses_empty_text(capsys):
 def test_voxgate_normalize_command_runs():
     out = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "normalize", "--lang", "en", "It costs $20."],
-        capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "It costs twenty dollars."
@@ -131,8 +145,9 @@ def test_frontend_imports_without_its_heavy_dependencies():
         "bad = [m for m in ('num2words', 'pymorphy3', 'silero_stress', 'ru_normalizr') if m in sys.modules];"
         "print(bad)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         cwd=Path(__file__).parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2]
+    )
     assert out.stdout.strip() == "[]", out.stderr
 
 
@@ -140,10 +155,64 @@ def test_frontend_imports_without_its_heavy_dependencies():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-_ATOMS = ["5", "21", "3,5", "3.5", "10:30", "1990", "г.", "руб.", "₽", "$", "€", "%", "-", "–", "+", "/", "(", ":",
-          ".", ",", "№", "°C", "км", "ч", "млн", "тыс.", "1-й", "XX", "в.", "в", "с", "до", "марта", "года", "книги",
-          "Mr.", "5pm", "March", "1st", "USB", "СБП", "123-45-67", "+7", "800", "12.04.1961", "2024-03-05", "1/2",
-          "=", "1,000", "12 345", "99999999999999999999", "0,0", "25:00", "31.13.2020", " ", "\n"]
+_ATOMS = [
+    "5",
+    "21",
+    "3,5",
+    "3.5",
+    "10:30",
+    "1990",
+    "г.",
+    "руб.",
+    "₽",
+    "$",
+    "€",
+    "%",
+    "-",
+    "–",
+    "+",
+    "/",
+    "(",
+    ":",
+    ".",
+    ",",
+    "№",
+    "°C",
+    "км",
+    "ч",
+    "млн",
+    "тыс.",
+    "1-й",
+    "XX",
+    "в.",
+    "в",
+    "с",
+    "до",
+    "марта",
+    "года",
+    "книги",
+    "Mr.",
+    "5pm",
+    "March",
+    "1st",
+    "USB",
+    "СБП",
+    "123-45-67",
+    "+7",
+    "800",
+    "12.04.1961",
+    "2024-03-05",
+    "1/2",
+    "=",
+    "1,000",
+    "12 345",
+    "99999999999999999999",
+    "0,0",
+    "25:00",
+    "31.13.2020",
+    " ",
+    "\n",
+]
 
 
 @settings(max_examples=150, deadline=None)
@@ -164,22 +233,32 @@ def test_a_normaliser_failure_speaks_the_text_as_written(monkeypatch, caplog):
 
 
 def test_very_long_numbers_are_read_digit_by_digit():
-    assert normalize("Карта 12345678901234567", "ru").endswith("один два три четыре пять шесть семь восемь девять ноль "
-                                                               "один два три четыре пять шесть семь")
+    assert normalize("Карта 12345678901234567", "ru").endswith(
+        "один два три четыре пять шесть семь восемь девять ноль один два три четыре пять шесть семь"
+    )
 
 
 def test_markdown_and_emoji_are_not_spoken():
     out = prepare_text("**Важно:** оплатите до 5 марта 😊\n- пункт 1\n# Итог", "ru").text
     assert out == "Важно: оплатите до пятого марта\nпункт один\nИтог"
-    assert prepare_text("Use `pip` and *really* check 5*3 🎉.", "en").text == "Use pip and really check five times three."
+    assert (
+        prepare_text("Use `pip` and *really* check 5*3 🎉.", "en").text == "Use pip and really check five times three."
+    )
 
 
 def test_years_in_headings_and_list_items_are_read_as_years():
-    out = prepare_text("# 2024 Roadmap\n- 1998: founded in Ohio\n- 2013 — first office\n1250 people signed up.", "en").text
-    assert out == "twenty twenty-four Roadmap\nnineteen ninety-eight: founded in Ohio\ntwenty thirteen — first office\n" \
-                  "one thousand two hundred fifty people signed up."
+    out = prepare_text(
+        "# 2024 Roadmap\n- 1998: founded in Ohio\n- 2013 — first office\n1250 people signed up.", "en"
+    ).text
+    assert (
+        out == "twenty twenty-four Roadmap\nnineteen ninety-eight: founded in Ohio\ntwenty thirteen — first office\n"
+        "one thousand two hundred fifty people signed up."
+    )
     assert normalize("From 1990 to 2010 prices doubled.", "en") == "From nineteen ninety to twenty ten prices doubled."
-    assert normalize("From 1500 to 2000 people came.", "en") == "From one thousand five hundred to two thousand people came."
+    assert (
+        normalize("From 1500 to 2000 people came.", "en")
+        == "From one thousand five hundred to two thousand people came."
+    )
 
 
 def test_a_chunk_without_letters_takes_the_fallback_language():

@@ -61,27 +61,59 @@ def test_too_large_numbers_are_refused():
         en.cardinal(en.MAX)
 
 
-@pytest.mark.parametrize("n,words", [(0, "zero"), (105, "one hundred five"), (12345, "twelve thousand three hundred forty-five"),
-                                     (1_000_000, "one million"), (21, "twenty-one")])
+@pytest.mark.parametrize(
+    "n,words",
+    [
+        (0, "zero"),
+        (105, "one hundred five"),
+        (12345, "twelve thousand three hundred forty-five"),
+        (1_000_000, "one million"),
+        (21, "twenty-one"),
+    ],
+)
 def test_english_cardinals(n, words):
     assert en.cardinal(n) == words
 
 
-@pytest.mark.parametrize("n,words", [(1, "first"), (12, "twelfth"), (20, "twentieth"), (23, "twenty-third"),
-                                     (100, "one hundredth"), (101, "one hundred first")])
+@pytest.mark.parametrize(
+    "n,words",
+    [
+        (1, "first"),
+        (12, "twelfth"),
+        (20, "twentieth"),
+        (23, "twenty-third"),
+        (100, "one hundredth"),
+        (101, "one hundred first"),
+    ],
+)
 def test_english_ordinals(n, words):
     assert en.ordinal(n) == words
 
 
-@pytest.mark.parametrize("n,words", [(1995, "nineteen ninety-five"), (1900, "nineteen hundred"), (1905, "nineteen oh five"),
-                                     (2005, "two thousand five"), (2010, "twenty ten"), (2024, "twenty twenty-four")])
+@pytest.mark.parametrize(
+    "n,words",
+    [
+        (1995, "nineteen ninety-five"),
+        (1900, "nineteen hundred"),
+        (1905, "nineteen oh five"),
+        (2005, "two thousand five"),
+        (2010, "twenty ten"),
+        (2024, "twenty twenty-four"),
+    ],
+)
 def test_english_years(n, words):
     assert en.year(n) == words
 
 
 # ------------------------------------------------------------------ oracle
-_N2W_CASE = {"nomn": "nominative", "gent": "genitive", "datv": "dative", "accs": "accusative",
-             "ablt": "instrumental", "loct": "prepositional"}
+_N2W_CASE = {
+    "nomn": "nominative",
+    "gent": "genitive",
+    "datv": "dative",
+    "accs": "accusative",
+    "ablt": "instrumental",
+    "loct": "prepositional",
+}
 _N2W_GENDER = {"masc": "m", "femn": "f", "neut": "n"}
 
 
@@ -107,8 +139,15 @@ def test_russian_ordinals_below_a_thousand_agree_with_num2words():
         for case in _N2W_CASE:
             for gender in _N2W_GENDER:
                 for plural in (False, True):
-                    theirs = num2words(n, lang="ru", to="ordinal", case=_N2W_CASE[case],
-                                       gender=_N2W_GENDER[gender], plural=plural, animate=False)
+                    theirs = num2words(
+                        n,
+                        lang="ru",
+                        to="ordinal",
+                        case=_N2W_CASE[case],
+                        gender=_N2W_GENDER[gender],
+                        plural=plural,
+                        animate=False,
+                    )
                     assert ru.ordinal(n, case, gender, plural) == theirs, (n, case, gender, plural)
 
 

@@ -62,8 +62,9 @@ def test_loading_the_model_leaves_torch_thread_count_unchanged():
         "add_stress('Замок готов.'); assert is_loaded();"
         "print(before == (torch.get_num_threads(), torch.get_num_interop_threads()), torch.get_num_threads())"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2]
+    )
     assert out.stdout.split() == ["True", "2"], out.stderr
 
 

@@ -17,8 +17,13 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from bench.fuzz import cases as C
 from bench.fuzz.server import histogram_quantile
 
-FAST = dict(deadline=None, database=None, derandomize=True, phases=[Phase.explicit, Phase.generate, Phase.shrink],
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+FAST = dict(
+    deadline=None,
+    database=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 
 
 def _still_standing(gw) -> None:
@@ -75,6 +80,7 @@ def test_audiosocket_frames(fuzz_gateway, healthy_call):
 def test_sip_messages(fuzz_gateway, healthy_call):
     if fuzz_gateway.sip_port is None:
         pytest.skip("aiosipua is not installed (the sip extra): the fuzz gateway has no SIP door")
+
     @settings(max_examples=60, **FAST)
     @given(C.sip_cases())
     def one(case):
@@ -96,6 +102,7 @@ def test_http_requests(fuzz_gateway, healthy_call):
 
 def test_demo_page_and_static_paths(fuzz_gateway, healthy_call):
     """Long names, odd characters, encoded slashes, dot segments, NUL bytes: a coded 4xx or one of the page's own files."""
+
     @settings(max_examples=80, **FAST)
     @given(C.static_requests())
     @example({"method": "GET", "path": "/static/" + "a" * 300})  # was a 500: the OS's "file name too long" escaped
@@ -123,6 +130,7 @@ def test_webrtc_offers(fuzz_gateway, healthy_call):
 
 def test_media_wire_messages(fuzz_gateway, healthy_call):
     """chan_websocket, Telnyx, Vonage, jambonz: broken openings, mutated and random frames, then our close."""
+
     @settings(max_examples=60, **FAST)
     @given(C.wire_cases)
     def one(case):
@@ -141,7 +149,9 @@ def test_the_healthy_call_kept_its_pacing_and_audio(fuzz_gateway, healthy_call):
     /metrics over the same window) must have kept its p99 within 20 ms.
     """
     result = healthy_call.stop()
-    server_p99_ms = 1000 * histogram_quantile(healthy_call.metrics_at_start, fuzz_gateway.metrics(), "voxgate_clock_lateness_seconds", 0.99)
+    server_p99_ms = 1000 * histogram_quantile(
+        healthy_call.metrics_at_start, fuzz_gateway.metrics(), "voxgate_clock_lateness_seconds", 0.99
+    )
     shown = str({**{k: v for k, v in result.items() if k != "errors"}, "server_clock_p99_ms": round(server_p99_ms, 2)})
     assert result["failure"] is None, shown
     assert result["turns"] >= 2 and result["frames"] > 0 and result["quiet_frames"] > 0, shown

@@ -28,8 +28,9 @@ async def run_turn(start_gateway, monkeypatch, voices, text, **start):
 
 
 async def test_numbers_are_normalised_per_language_and_played_text_stays_as_written(start_gateway, monkeypatch):
-    requests, done = await run_turn(start_gateway, monkeypatch, {"default": {"language": "auto"}},
-                                    "Your total is 25 dollars. Ваш заказ 25 рублей.")
+    requests, done = await run_turn(
+        start_gateway, monkeypatch, {"default": {"language": "auto"}}, "Your total is 25 dollars. Ваш заказ 25 рублей."
+    )
     spoken = [(r.language, r.text) for r in requests]
     assert spoken[0][0] == "en" and "twenty-five" in spoken[0][1].replace(" ", "-").lower()
     assert spoken[1][0] == "ru" and "двадцать пять" in spoken[1][1].lower()
@@ -42,7 +43,8 @@ async def test_a_voice_without_normalisation_speaks_text_as_written(start_gatewa
 
 
 async def test_stress_voice_sends_stress_marks_to_the_engine(start_gateway, monkeypatch):
-    requests, done = await run_turn(start_gateway, monkeypatch, {"stressed": {"language": "ru", "stress": True}},
-                                    "Мама мыла раму.")
+    requests, done = await run_turn(
+        start_gateway, monkeypatch, {"stressed": {"language": "ru", "stress": True}}, "Мама мыла раму."
+    )
     assert "+" in requests[0].text and requests[0].language == "ru"
     assert done["played_text"] == "Мама мыла раму."

@@ -39,7 +39,9 @@ def imports_of(module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in ALL else base for a in node.names]
         else:
             continue
@@ -62,7 +64,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         stack.pop()
@@ -106,11 +108,19 @@ def top_level_imports(module: str) -> set[str]:
 
 def test_wire_formats_are_pure_encode_decode():
     wires = [m for m in ALL if m.startswith("gateway.wire.")]
-    assert {"gateway.wire.twilio", "gateway.wire.audiosocket", "gateway.wire.asterisk", "gateway.wire.telnyx",
-            "gateway.wire.vonage", "gateway.wire.jambonz"} <= set(wires)
+    assert {
+        "gateway.wire.twilio",
+        "gateway.wire.audiosocket",
+        "gateway.wire.asterisk",
+        "gateway.wire.telnyx",
+        "gateway.wire.vonage",
+        "gateway.wire.jambonz",
+    } <= set(wires)
     for module in wires:
         assert not top_level_imports(module) & {"asyncio", "socket", "aiohttp", "websockets", "aiortc"}, module
-        assert not {i for i in imports_of(module) if i.startswith(("gateway.core", "gateway.legs", "gateway.app"))}, module
+        assert not {i for i in imports_of(module) if i.startswith(("gateway.core", "gateway.legs", "gateway.app"))}, (
+            module
+        )
 
 
 def test_legs_do_not_import_each_other_or_the_app():
@@ -131,5 +141,7 @@ def test_arrows_point_down_gateway_tts_audio():
         if module.startswith("gateway") and module != "gateway.cli":
             assert not {d for d in deps if d.startswith("bench")}, module
             # public faces: tts itself, tts.frontend, and the engine service's package (tts.service, not its modules)
-            internals = {d for d in deps if d.startswith("tts.") and not d.startswith("tts.frontend") and d != "tts.service"}
+            internals = {
+                d for d in deps if d.startswith("tts.") and not d.startswith("tts.frontend") and d != "tts.service"
+            }
             assert not internals, f"{module} reaches behind tts's public face: {sorted(internals)}"

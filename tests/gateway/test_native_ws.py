@@ -11,7 +11,14 @@ import websockets
 from audio import filewriter
 from tests.conftest import Client
 
-FORMATS = [("pcm16", 8000, 320), ("pcm16", 16000, 640), ("pcm16", 24000, 960), ("pcm16", 48000, 1920), ("mulaw", 8000, 160), ("alaw", 8000, 160)]
+FORMATS = [
+    ("pcm16", 8000, 320),
+    ("pcm16", 16000, 640),
+    ("pcm16", 24000, 960),
+    ("pcm16", 48000, 1920),
+    ("mulaw", 8000, 160),
+    ("alaw", 8000, 160),
+]
 
 
 @pytest.mark.parametrize("encoding,rate,frame_bytes", FORMATS)
@@ -60,7 +67,9 @@ async def test_audio_start_comes_before_the_turns_first_frame(start_gateway):
 
 
 async def test_slow_engine_yields_underruns_and_a_fast_one_none(start_gateway):
-    slow = await start_gateway({"simulated": {"stream_rtf": 2.0, "first_packet_ms": 20, "packet_ms": 80}, "playout": {"prebuffer_ms": 20}})
+    slow = await start_gateway(
+        {"simulated": {"stream_rtf": 2.0, "first_packet_ms": 20, "packet_ms": 80}, "playout": {"prebuffer_ms": 20}}
+    )
     fast = await start_gateway()
     results = {}
     for name, gw in (("slow", slow), ("fast", fast)):
@@ -237,14 +246,17 @@ async def test_every_bad_message_gets_its_code_and_the_session_goes_on(start_gat
     await expect_error(c, "turn_closed")
 
 
-@pytest.mark.parametrize("start,code", [
-    ({"output": {"encoding": "opus", "sample_rate": 48000}}, "unsupported_format"),
-    ({"output": {"encoding": "mulaw", "sample_rate": 16000}}, "unsupported_format"),
-    ({"output": {"encoding": "pcm16", "sample_rate": 44100}}, "unsupported_format"),
-    ({"voice": "nobody"}, "unknown_voice"),
-    ({"language": "english please"}, "bad_message"),
-    ({"voice": 7}, "bad_message"),
-])
+@pytest.mark.parametrize(
+    "start,code",
+    [
+        ({"output": {"encoding": "opus", "sample_rate": 48000}}, "unsupported_format"),
+        ({"output": {"encoding": "mulaw", "sample_rate": 16000}}, "unsupported_format"),
+        ({"output": {"encoding": "pcm16", "sample_rate": 44100}}, "unsupported_format"),
+        ({"voice": "nobody"}, "unknown_voice"),
+        ({"language": "english please"}, "bad_message"),
+        ({"voice": 7}, "bad_message"),
+    ],
+)
 async def test_bad_session_start_is_refused_and_a_good_one_follows(start_gateway, start, code):
     gw = await start_gateway()
     c = await Client.connect(gw)
@@ -304,7 +316,12 @@ async def test_health_ready_metrics_and_voices(start_gateway):
         ready = await http.get(base + "/readyz")
         assert ready.status == 200 and (await ready.json())["engine"] == "simulated"
         metrics = await (await http.get(base + "/metrics")).text()
-        for name in ("voxgate_sessions_active", "voxgate_ttfa_seconds", "voxgate_underruns_total", "voxgate_engine_queue_depth"):
+        for name in (
+            "voxgate_sessions_active",
+            "voxgate_ttfa_seconds",
+            "voxgate_underruns_total",
+            "voxgate_engine_queue_depth",
+        ):
             assert name in metrics
         assert 'voxgate_engine_info{kind="simulated",vocoder="none"} 1.0' in metrics
         assert 'voxgate_engine_stat{name="audio_seconds"}' in metrics
@@ -364,7 +381,9 @@ async def test_log_dir_gets_each_sessions_event_log_and_wav_timeline(start_gatew
     assert events[-1]["type"] == "utterance_end" and events[-1]["played_ms"] == done["played_ms"]
     with wave.open(str(log_dir / f"{sid}.wav")) as w:
         assert w.getframerate() == 16000
-        assert w.getnframes() * 1000 / 16000 >= done["played_ms"]  # the timeline holds the turn and the silence around it
+        assert (
+            w.getnframes() * 1000 / 16000 >= done["played_ms"]
+        )  # the timeline holds the turn and the silence around it
 
 
 async def test_a_client_that_stops_reading_never_stalls_other_calls(start_gateway):
@@ -372,7 +391,9 @@ async def test_a_client_that_stops_reading_never_stalls_other_calls(start_gatewa
     gw = await start_gateway({"server": {"limits": {"max_message_bytes": 200_000}}, "chunker": {"max_chunk_chars": 20}})
     stuck = await Client.connect(gw, max_queue=1)
     await stuck.start()
-    await stuck.send({"type": "text", "turn_id": "s" * 30_000, "text": "Long words for a long while. " * 20, "final": True})
+    await stuck.send(
+        {"type": "text", "turn_id": "s" * 30_000, "text": "Long words for a long while. " * 20, "final": True}
+    )
     junk = json.dumps({"type": "x" * 60_000})  # each answered with an error that echoes its type
 
     async def flood():
@@ -386,7 +407,9 @@ async def test_a_client_that_stops_reading_never_stalls_other_calls(start_gatewa
         await asyncio.sleep(0.05)
     bystander = await Client.connect(gw)
     await bystander.start()
-    await bystander.send({"type": "text", "turn_id": "b", "text": "Unbothered by the other caller. " * 3, "final": True})
+    await bystander.send(
+        {"type": "text", "turn_id": "b", "text": "Unbothered by the other caller. " * 3, "final": True}
+    )
     done = await bystander.until("turn.done", timeout=20)
     assert done["gaps"] == {"micro": 0, "audible": 0}
     spans = [b - a for (a, _), (b, _) in zip(bystander.frames, bystander.frames[1:])]
@@ -405,7 +428,14 @@ async def test_frames_written_past_aiohttps_writer_arrive_whole_and_are_all_coun
     gw = await start_gateway()
     c = await Client.connect(gw)
     await c.start(output={"encoding": "mulaw", "sample_rate": 8000})
-    await c.send({"type": "text", "turn_id": "t", "text": "One turn long enough for more than a second of frames, " * 3, "final": True})
+    await c.send(
+        {
+            "type": "text",
+            "turn_id": "t",
+            "text": "One turn long enough for more than a second of frames, " * 3,
+            "final": True,
+        }
+    )
     done = await c.until("turn.done")
     await c.send({"type": "session.end"})
     await c.until("session.ended")

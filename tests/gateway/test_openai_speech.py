@@ -27,7 +27,12 @@ def decode(data: bytes, fmt: str) -> tuple[np.ndarray, int]:
         return np.frombuffer(data, "<i2").astype(np.float32) / 32768, 24000
     with av.open(io.BytesIO(data)) as c:
         rate = c.streams.audio[0].codec_context.sample_rate
-        pcm = np.concatenate([f.to_ndarray().reshape(-1) if f.to_ndarray().shape[0] == 1 else f.to_ndarray()[0] for f in c.decode(audio=0)])
+        pcm = np.concatenate(
+            [
+                f.to_ndarray().reshape(-1) if f.to_ndarray().shape[0] == 1 else f.to_ndarray()[0]
+                for f in c.decode(audio=0)
+            ]
+        )
     if pcm.dtype.kind == "i":
         pcm = pcm.astype(np.float32) / (32768 if pcm.dtype == np.int16 else 2**31)
     return pcm, rate
@@ -70,7 +75,9 @@ async def test_streamed_bodies_start_before_the_audio_is_complete(start_gateway,
     async with client(gw) as oa:
         t0 = time.monotonic()
         arrivals, body = [], b""
-        async with oa.audio.speech.with_streaming_response.create(model="gpt-4o-mini-tts", voice="default", input=TEXT, response_format=fmt) as resp:
+        async with oa.audio.speech.with_streaming_response.create(
+            model="gpt-4o-mini-tts", voice="default", input=TEXT, response_format=fmt
+        ) as resp:
             async for piece in resp.iter_bytes():
                 arrivals.append(time.monotonic() - t0)
                 body += piece
@@ -84,8 +91,9 @@ async def test_streamed_bodies_start_before_the_audio_is_complete(start_gateway,
 async def test_sse_stream_carries_base64_deltas_and_a_done_event(start_gateway):
     gw = await start_gateway()
     async with client(gw) as oa:
-        async with oa.audio.speech.with_streaming_response.create(model="tts-1", voice="default", input=TEXT, response_format="wav",
-                                                                   stream_format="sse") as resp:
+        async with oa.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="default", input=TEXT, response_format="wav", stream_format="sse"
+        ) as resp:
             assert resp.headers["content-type"].startswith("text/event-stream")
             events = [json.loads(line[6:]) async for line in resp.iter_lines() if line.startswith("data: ")]
     deltas = [e for e in events if e["type"] == "speech.audio.delta"]
@@ -101,8 +109,13 @@ async def test_the_request_goes_through_the_calls_frontend_chunker_and_deadlines
     gw = await start_gateway(VOICES)
     seen = record_requests(gw)
     async with client(gw) as oa:
-        await oa.audio.speech.create(model="tts-1", voice="second", instructions="A calm, low voice.", response_format="pcm",
-                                     input="I have 3 apples, said the man. Then he left the room quietly. He did not come back that day.")
+        await oa.audio.speech.create(
+            model="tts-1",
+            voice="second",
+            instructions="A calm, low voice.",
+            response_format="pcm",
+            input="I have 3 apples, said the man. Then he left the room quietly. He did not come back that day.",
+        )
     texts = [r.text for r, _ in seen]
     assert len(texts) >= 3  # the chunker split it as it would a call's turn
     assert "three" in texts[0] and "3" not in " ".join(texts)  # the frontend normalised the number
@@ -124,15 +137,18 @@ async def test_models_lists_what_serves(start_gateway):
     assert extra["voices"] == {"narrator": ["alloy", "Nova"], "second": []} and "opus" in extra["response_formats"]
 
 
-@pytest.mark.parametrize("kwargs,code,param", [
-    ({"response_format": "ogg-vorbis"}, "unsupported_format", "response_format"),
-    ({"speed": 1.5}, "unsupported_speed", "speed"),
-    ({"speed": 9.0}, "bad_message", "speed"),
-    ({"voice": "shimmer"}, "unknown_voice", "voice"),
-    ({"input": "   "}, "bad_message", "input"),
-    ({"extra_body": {"stream_format": "video"}}, "bad_message", "stream_format"),
-    ({"extra_body": {"language": "english"}}, "bad_message", "language"),
-])
+@pytest.mark.parametrize(
+    "kwargs,code,param",
+    [
+        ({"response_format": "ogg-vorbis"}, "unsupported_format", "response_format"),
+        ({"speed": 1.5}, "unsupported_speed", "speed"),
+        ({"speed": 9.0}, "bad_message", "speed"),
+        ({"voice": "shimmer"}, "unknown_voice", "voice"),
+        ({"input": "   "}, "bad_message", "input"),
+        ({"extra_body": {"stream_format": "video"}}, "bad_message", "stream_format"),
+        ({"extra_body": {"language": "english"}}, "bad_message", "language"),
+    ],
+)
 async def test_bad_requests_get_openai_shaped_400s(start_gateway, kwargs, code, param):
     gw = await start_gateway(VOICES)
     args = {"model": "tts-1", "voice": "alloy", "input": "Hi there.", **kwargs}
@@ -166,11 +182,17 @@ async def test_a_missing_or_wrong_key_gets_401(start_gateway):
     async with client(gw, "wrong") as oa:
         with pytest.raises(openai.AuthenticationError) as exc:
             await oa.audio.speech.create(model="tts-1", voice="default", input="Hi.")
-        assert exc.value.status_code == 401 and exc.value.code == "unauthorized" and exc.value.type == "authentication_error"
+        assert (
+            exc.value.status_code == 401
+            and exc.value.code == "unauthorized"
+            and exc.value.type == "authentication_error"
+        )
         with pytest.raises(openai.AuthenticationError):
             await oa.models.list()
     async with aiohttp.ClientSession() as http:  # no Authorization header at all (the SDK always sends one)
-        async with http.post(f"http://127.0.0.1:{gw.port}/v1/audio/speech", json={"model": "tts-1", "input": "Hi."}) as r:
+        async with http.post(
+            f"http://127.0.0.1:{gw.port}/v1/audio/speech", json={"model": "tts-1", "input": "Hi."}
+        ) as r:
             assert r.status == 401 and (await r.json())["error"]["code"] == "unauthorized"
     async with client(gw, "right") as oa:
         resp = await oa.audio.speech.create(model="tts-1", voice="default", input="Hi there.", response_format="pcm")
@@ -181,7 +203,9 @@ async def test_a_full_engine_and_a_full_gateway_get_429(start_gateway):
     # The engine holds one request at a time and is slow to start it.
     gw = await start_gateway({"simulated": {"max_queued": 1, "first_packet_ms": 600}, "server": {"max_sessions": 2}})
     async with client(gw) as oa:
-        first = asyncio.ensure_future(oa.audio.speech.create(model="tts-1", voice="default", input="Short one.", response_format="pcm"))
+        first = asyncio.ensure_future(
+            oa.audio.speech.create(model="tts-1", voice="default", input="Short one.", response_format="pcm")
+        )
         await asyncio.sleep(0.2)
         with pytest.raises(openai.RateLimitError) as exc:
             await oa.audio.speech.create(model="tts-1", voice="default", input="Another one.", response_format="pcm")
@@ -202,7 +226,9 @@ async def test_a_full_engine_and_a_full_gateway_get_429(start_gateway):
 async def test_draining_refuses_new_requests_with_503_and_finishes_the_open_one(start_gateway):
     gw = await start_gateway({"simulated": {"stream_rtf": 0.5, "first_packet_ms": 30}})
     async with client(gw) as oa:
-        open_one = asyncio.ensure_future(oa.audio.speech.create(model="tts-1", voice="default", input=TEXT, response_format="wav"))
+        open_one = asyncio.ensure_future(
+            oa.audio.speech.create(model="tts-1", voice="default", input=TEXT, response_format="wav")
+        )
         while not gw.sessions:
             await asyncio.sleep(0.01)
         drain = asyncio.ensure_future(gw.drain(timeout=20))
@@ -219,7 +245,9 @@ async def test_draining_refuses_new_requests_with_503_and_finishes_the_open_one(
 async def test_a_client_that_goes_away_frees_its_session(start_gateway):
     gw = await start_gateway({"simulated": {"stream_rtf": 1.0, "first_packet_ms": 20}})
     async with client(gw) as oa:
-        async with oa.audio.speech.with_streaming_response.create(model="tts-1", voice="default", input=TEXT * 3, response_format="pcm") as resp:
+        async with oa.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="default", input=TEXT * 3, response_format="pcm"
+        ) as resp:
             async for _ in resp.iter_bytes():
                 break  # hang up after the first bytes
     for _ in range(200):
@@ -268,7 +296,9 @@ async def test_a_chunk_failing_after_audio_went_out_cuts_an_audio_body_short(sta
     async with client(gw) as oa:
         # The SDK hands the body to httpx as is: the client's transport reports the cut.
         with pytest.raises(Exception, match="incomplete chunked read"):
-            async with oa.audio.speech.with_streaming_response.create(model="tts-1", voice="default", input=LONG, response_format="pcm") as resp:
+            async with oa.audio.speech.with_streaming_response.create(
+                model="tts-1", voice="default", input=LONG, response_format="pcm"
+            ) as resp:
                 assert resp.status_code == 200
                 async for piece in resp.iter_bytes():
                     got += piece
@@ -280,8 +310,9 @@ async def test_a_chunk_failing_after_audio_went_out_ends_an_sse_body_with_an_err
     gw = await start_gateway({"simulated": {"stream_rtf": 0.3}})
     fail_chunk(gw, 2)
     async with client(gw) as oa:
-        async with oa.audio.speech.with_streaming_response.create(model="tts-1", voice="default", input=LONG, response_format="pcm",
-                                                                   stream_format="sse") as resp:
+        async with oa.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="default", input=LONG, response_format="pcm", stream_format="sse"
+        ) as resp:
             events = [json.loads(line[6:]) async for line in resp.iter_lines() if line.startswith("data: ")]
     assert events[0]["type"] == "speech.audio.delta"
     assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "engine_error"
@@ -306,7 +337,16 @@ async def test_without_pyav_compressed_formats_get_a_clear_400_and_pcm_still_wor
         with pytest.raises(openai.BadRequestError) as exc:
             await oa.audio.speech.create(model="tts-1", voice="default", input="Hi.", response_format="mp3")
         assert exc.value.code == "unsupported_format" and "voxgate[speech]" in exc.value.message
-        assert len((await oa.audio.speech.create(model="tts-1", voice="default", input="Hi there.", response_format="wav")).content) > 44
+        assert (
+            len(
+                (
+                    await oa.audio.speech.create(
+                        model="tts-1", voice="default", input="Hi there.", response_format="wav"
+                    )
+                ).content
+            )
+            > 44
+        )
 
 
 async def test_a_request_ends_at_max_call_s_like_a_call(start_gateway):

@@ -24,7 +24,9 @@ class FailingEngine(SimulatedEngine):
     """Simulated audio, except that a chunk whose text contains `fail_on` fails in the engine."""
 
     def __init__(self, fail_on: str):
-        super().__init__(SimulatedSettings(first_packet_ms=10, capacity_x=500, ms_per_char=MS_PER_CHAR, stream_rtf=0.05))
+        super().__init__(
+            SimulatedSettings(first_packet_ms=10, capacity_x=500, ms_per_char=MS_PER_CHAR, stream_rtf=0.05)
+        )
         self.fail_on = fail_on
 
     def synthesize(self, request):
@@ -62,7 +64,9 @@ async def test_text_for_an_interrupted_turn_gets_turn_closed_and_plays_nothing(s
     gw = await start_gateway()
     c = await Client.connect(gw)
     await c.start()
-    await c.send({"type": "text", "turn_id": "t1", "text": "The agent is still streaming this reply when ", "final": False})
+    await c.send(
+        {"type": "text", "turn_id": "t1", "text": "The agent is still streaming this reply when ", "final": False}
+    )
     await c.until("audio.start", turn_id="t1")
     await c.send({"type": "interrupt"})
     await c.until("turn.done", turn_id="t1")
@@ -90,7 +94,9 @@ async def test_a_turn_with_no_audio_ends_and_the_next_turn_plays(start_gateway):
     gw = await start_gateway()
     c = await Client.connect(gw)
     await c.start()
-    await c.send({"type": "text", "turn_id": "emoji", "text": "🙂🙂", "final": True})  # the frontend speaks nothing of it
+    await c.send(
+        {"type": "text", "turn_id": "emoji", "text": "🙂🙂", "final": True}
+    )  # the frontend speaks nothing of it
     await c.send({"type": "text", "turn_id": "next", "text": "Hello.", "final": True})
     done = await c.until("turn.done", turn_id="emoji", timeout=3)
     assert done["played_ms"] == 0 and done["interrupted"] is False
@@ -123,7 +129,9 @@ async def test_a_session_whose_tick_raises_ends_with_internal_and_the_others_pla
         return real_tick(delivered)
 
     session.playout.tick = broken
-    await bystander.send({"type": "text", "turn_id": "b", "text": "The other call keeps talking for a while.", "final": True})
+    await bystander.send(
+        {"type": "text", "turn_id": "b", "text": "The other call keeps talking for a while.", "final": True}
+    )
     with caplog.at_level(logging.ERROR, logger="voxgate.clock"):
         await victim.send({"type": "text", "turn_id": "v", "text": "This frame cannot be played.", "final": True})
         error = await victim.until("error")
@@ -147,7 +155,9 @@ async def test_frames_are_paced_when_the_disk_is_slow(start_gateway, tmp_path, m
     gw = await start_gateway({"server": {"log_dir": str(tmp_path), "record_wav": True}})
     c = await Client.connect(gw)
     await c.start(output={"encoding": "pcm16", "sample_rate": 8000})
-    await c.send({"type": "text", "turn_id": "t", "text": "A turn of a few seconds that is logged and recorded.", "final": True})
+    await c.send(
+        {"type": "text", "turn_id": "t", "text": "A turn of a few seconds that is logged and recorded.", "final": True}
+    )
     await c.until("audio.start")
     await read_frames(c, 75)
     times = [t for t, _ in c.frames[-51:]]

@@ -22,7 +22,9 @@ class Member:
 def test_a_clock_without_members_does_not_tick_and_starts_fresh_when_one_joins():
     async def main():
         lateness, skips, ticks = [], [], []
-        clock = PlayoutClock(on_lateness=lateness.append, on_skip=skips.append, on_tick_cpu=lambda cpu, n: ticks.append((cpu, n)))
+        clock = PlayoutClock(
+            on_lateness=lateness.append, on_skip=skips.append, on_tick_cpu=lambda cpu, n: ticks.append((cpu, n))
+        )
         clock.start()
         await asyncio.sleep(0.3)  # 15 periods with nobody to tick
         assert clock.ticks == 0 and lateness == []

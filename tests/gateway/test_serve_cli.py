@@ -27,8 +27,13 @@ def served(tmp_path):
     port = free_port()
     cfg = tmp_path / "c.yaml"
     cfg.write_text((ROOT / "configs" / "simulated.yaml").read_text())
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for _ in range(200):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
@@ -44,7 +49,13 @@ def served(tmp_path):
 def test_bad_config_is_refused_at_start_with_the_key_named(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("server:\n  max_sesions: 3\n")
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert "server.max_sesions: unknown key" in out.stdout and str(cfg) in out.stdout
 

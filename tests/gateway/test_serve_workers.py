@@ -36,8 +36,23 @@ def redis_url(tmp_path_factory):
         pytest.skip("redis-server is not installed (scripts/install_test_deps.sh installs it)")
     host = "127.0.0.23"
     port = free_port(host)
-    proc = subprocess.Popen(["redis-server", "--bind", host, "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path_factory.mktemp("redis"))], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--bind",
+            host,
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path_factory.mktemp("redis")),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -53,8 +68,10 @@ def redis_url(tmp_path_factory):
 def write_config(tmp_path, redis_url: str | None) -> str:
     cluster = f"cluster: {{redis_url: '{redis_url}', secret_env: {CLUSTER_SECRET_ENV}}}\n" if redis_url else ""
     path = tmp_path / "workers.yaml"
-    path.write_text(f"server: {{host: {HOST}, port: 0}}\nengine: {{kind: simulated}}\n"
-                    "simulated: {first_packet_ms: 20, capacity_x: 1000}\n" + cluster)
+    path.write_text(
+        f"server: {{host: {HOST}, port: 0}}\nengine: {{kind: simulated}}\n"
+        "simulated: {first_packet_ms: 20, capacity_x: 1000}\n" + cluster
+    )
     return str(path)
 
 
@@ -63,9 +80,24 @@ class Serve:
     past its timeout (a worker that hangs in its start holds the pipe open without writing)."""
 
     def __init__(self, config: str, workers: int):
-        self.proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", config, "--workers", str(workers),
-                                      "--log-level", "WARNING"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "serve",
+                "--config",
+                config,
+                "--workers",
+                str(workers),
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         self._queue: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -81,7 +113,9 @@ class Serve:
             try:
                 line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no {pattern!r} within {timeout} s:\n" + "".join(self.lines) + self.stacks()) from None
+                raise AssertionError(
+                    f"no {pattern!r} within {timeout} s:\n" + "".join(self.lines) + self.stacks()
+                ) from None
             if not line:
                 raise AssertionError("serve exited:\n" + "".join(self.lines))
             self.lines.append(line)
@@ -93,10 +127,12 @@ class Serve:
         """Everything it writes until every process holding its output has exited."""
         deadline, out = time.monotonic() + timeout, []
         try:
-            while (line := self._queue.get(timeout=max(0.0, deadline - time.monotonic()))):
+            while line := self._queue.get(timeout=max(0.0, deadline - time.monotonic())):
                 out.append(line)
         except queue.Empty:
-            raise AssertionError(f"still running {timeout} s on:\n" + "".join(self.lines + out) + self.stacks()) from None
+            raise AssertionError(
+                f"still running {timeout} s on:\n" + "".join(self.lines + out) + self.stacks()
+            ) from None
         self.lines += out
         return "".join(out)
 
@@ -105,7 +141,10 @@ class Serve:
         if shutil.which("py-spy") is None:
             return ""
         pids = subprocess.run(["pgrep", "-s", str(self.proc.pid)], capture_output=True, text=True).stdout.split()
-        return "".join(subprocess.run(["py-spy", "dump", "--pid", pid], capture_output=True, text=True, timeout=30).stdout for pid in pids)
+        return "".join(
+            subprocess.run(["py-spy", "dump", "--pid", pid], capture_output=True, text=True, timeout=30).stdout
+            for pid in pids
+        )
 
     def kill(self) -> None:
         """The parent and every worker left (they share its session and process group)."""
@@ -131,8 +170,10 @@ def test_workers_without_redis_url_refuse_in_one_line(tmp_path):
 def test_workers_with_an_in_process_qwen3_engine_refuse_in_one_line(tmp_path):
     """N workers would each load the model (N copies on one GPU): the refusal names the engine service."""
     path = tmp_path / "qwen3.yaml"
-    path.write_text(f"server: {{host: {HOST}, port: 0}}\nengine: {{kind: qwen3, model_dir: /nonexistent}}\n"
-                    f"cluster: {{redis_url: 'redis://127.0.0.1:1/0', secret_env: {CLUSTER_SECRET_ENV}}}\n")
+    path.write_text(
+        f"server: {{host: {HOST}, port: 0}}\nengine: {{kind: qwen3, model_dir: /nonexistent}}\n"
+        f"cluster: {{redis_url: 'redis://127.0.0.1:1/0', secret_env: {CLUSTER_SECRET_ENV}}}\n"
+    )
     serve = Serve(str(path), 2)
     out = serve.rest(timeout=60)
     assert serve.proc.wait(10) == 2
@@ -160,11 +201,15 @@ def test_a_worker_stuck_in_its_shutdown_is_killed_and_the_parent_exits(tmp_path,
     import gateway.workers as W
 
     path = tmp_path / "stuck.yaml"
-    path.write_text(f"server: {{host: {HOST}, port: 0, limits: {{drain_timeout_s: 0.5}}}}\nengine: {{kind: simulated}}\n"
-                    f"cluster: {{redis_url: '{redis_url}', key_prefix: 'stuck:', secret_env: {CLUSTER_SECRET_ENV}}}\n")  # the killed worker's keys stay till their TTL
+    path.write_text(
+        f"server: {{host: {HOST}, port: 0, limits: {{drain_timeout_s: 0.5}}}}\nengine: {{kind: simulated}}\n"
+        f"cluster: {{redis_url: '{redis_url}', key_prefix: 'stuck:', secret_env: {CLUSTER_SECRET_ENV}}}\n"
+    )  # the killed worker's keys stay till their TTL
     serve = Serve(str(path), 2)
     try:
-        pids = [int(serve.read_until(r"worker \d+: node \S+, own address \S+ \(pid (\d+)\)").group(1)) for _ in range(2)]
+        pids = [
+            int(serve.read_until(r"worker \d+: node \S+, own address \S+ \(pid (\d+)\)").group(1)) for _ in range(2)
+        ]
         os.kill(pids[0], signal.SIGSTOP)
         serve.proc.send_signal(signal.SIGTERM)
         out = serve.rest(timeout=0.5 + W.STOP_GRACE_S + 20)
@@ -208,6 +253,7 @@ def test_two_workers_both_serve_sessions_on_one_port(tmp_path, redis_url):
             for ws in conns:
                 await ws.close()
             return counts
+
         counts = asyncio.run(calls_held_open(16))
         # the kernel spread 16 connections over both (all on one: 2 in 65,536)
         assert sum(counts) == 16 and min(counts) >= 1, counts

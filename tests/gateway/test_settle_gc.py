@@ -28,4 +28,3 @@ def test_settle_gc_freezes_start_up_and_sets_the_measured_thresholds(restore_gc,
 def test_thresholds_can_be_overridden_for_measuring(restore_gc, monkeypatch):
     monkeypatch.setenv(runtime_stats.GC_THRESHOLDS_ENV, "700,10,10")
     assert runtime_stats.settle_gc() == (700, 10, 10)
-

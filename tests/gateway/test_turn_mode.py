@@ -119,8 +119,10 @@ async def test_the_speech_route_speaks_a_request_as_one_turn_in_turn_mode(start_
     gw.engine.open_turn = lambda request: opened.append(request) or real(request)
     text = "Hello there. This is the speech route, with a second sentence."
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"http://127.0.0.1:{gw.port}/v1/audio/speech",
-                             json={"model": "tts-1", "input": text, "voice": "default", "response_format": "pcm"}) as r:
+        async with http.post(
+            f"http://127.0.0.1:{gw.port}/v1/audio/speech",
+            json={"model": "tts-1", "input": text, "voice": "default", "response_format": "pcm"},
+        ) as r:
             assert r.status == 200
             pcm = await r.read()
     assert len(opened) == 1  # one turn, not one request per sentence

@@ -69,7 +69,9 @@ async def test_unpaced_audio_arrives_faster_than_it_plays_with_exact_marks(start
     assert dones[0]["played_text"] == text1 and dones[1]["played_text"] == "Second turn."
     # marks carry each chunk's text: joined, they are the turn's text
     assert " ".join(m["text"] for m in marks if m["turn_id"] == "t1") == text1
-    assert [m["chunk"] for m in marks if m["turn_id"] == "t1"] == list(range(len([m for m in marks if m["turn_id"] == "t1"])))
+    assert [m["chunk"] for m in marks if m["turn_id"] == "t1"] == list(
+        range(len([m for m in marks if m["turn_id"] == "t1"]))
+    )
     # unpaced: seconds of audio arrive in a fraction of their duration (paced would take all of it)
     assert dones[0]["played_ms"] > 3000 and span < 0.5 * dones[0]["played_ms"] / 1000
 
@@ -173,7 +175,9 @@ async def test_a_slow_reader_gets_everything_in_order_and_interrupt_drops_what_w
     assert done["played_ms"] < 0.8 * full_ms  # the queued rest was dropped, not sent
     await c.send({"type": "text", "turn_id": "next", "text": "Next.", "final": True})
     after = await _record(c, "turn.done", turn_id="next")
-    assert after[0] == ("event", after[0][1]) and after[0][1]["type"] == "audio.start"  # no audio of `t` after its turn.done
+    assert (
+        after[0] == ("event", after[0][1]) and after[0][1]["type"] == "audio.start"
+    )  # no audio of `t` after its turn.done
     await c.close()
 
 

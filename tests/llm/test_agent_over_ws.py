@@ -39,12 +39,15 @@ async def start_agent_gateway(monkeypatch):
 
     async def start(llm: dict, key: str = KEY) -> Gateway:
         monkeypatch.setenv(KEY_ENV, key)
-        cfg = load_config(None, {
-            "server": {"host": "127.0.0.1", "port": 0},
-            "engine": {"kind": "simulated"},
-            "simulated": {"first_packet_ms": 10, "ms_per_char": 10},
-            "llm": {"kind": "openai", "api_key_env": KEY_ENV, "system_prompt": "Be brief.", **llm},
-        })
+        cfg = load_config(
+            None,
+            {
+                "server": {"host": "127.0.0.1", "port": 0},
+                "engine": {"kind": "simulated"},
+                "simulated": {"first_packet_ms": 10, "ms_per_char": 10},
+                "llm": {"kind": "openai", "api_key_env": KEY_ENV, "system_prompt": "Be brief.", **llm},
+            },
+        )
         gw = Gateway(cfg)
         await gw.start()
         gateways.append(gw)
@@ -130,7 +133,9 @@ async def test_barge_in_closes_the_llm_stream(llm_url, start_agent_gateway, call
     "model, key, words",
     [("good", "sk-wrong", "401"), ("boom", KEY, "500"), ("dropped", KEY, "connection")],
 )
-async def test_llm_failures_become_error_events_and_the_call_goes_on(llm_url, start_agent_gateway, call, model, key, words):
+async def test_llm_failures_become_error_events_and_the_call_goes_on(
+    llm_url, start_agent_gateway, call, model, key, words
+):
     _, url = llm_url
     gw = await start_agent_gateway({"base_url": url, "model": model}, key=key)
     caller = await call(gw)
@@ -156,7 +161,9 @@ async def test_without_an_agent_user_text_is_no_agent(start_agent_gateway, call,
 
 def test_a_missing_key_stops_the_start_with_a_clear_error(monkeypatch):
     monkeypatch.delenv(KEY_ENV, raising=False)
-    cfg = load_config(None, {"llm": {"kind": "openai", "base_url": "http://x/v1", "model": "m", "api_key_env": KEY_ENV}})
+    cfg = load_config(
+        None, {"llm": {"kind": "openai", "base_url": "http://x/v1", "model": "m", "api_key_env": KEY_ENV}}
+    )
     with pytest.raises(ValueError, match=KEY_ENV):
         Gateway(cfg, engine=_NoEngine())
 
@@ -174,8 +181,15 @@ async def test_a_model_that_fails_unexpectedly_mid_reply_ends_its_turn_and_the_c
             yield "Half a reply, "
             raise RuntimeError("model exploded")
 
-    cfg = load_config(None, {"server": {"host": "127.0.0.1", "port": 0}, "engine": {"kind": "simulated"},
-                             "simulated": {"first_packet_ms": 10, "ms_per_char": 10}, "llm": {"kind": "simulated"}})
+    cfg = load_config(
+        None,
+        {
+            "server": {"host": "127.0.0.1", "port": 0},
+            "engine": {"kind": "simulated"},
+            "simulated": {"first_packet_ms": 10, "ms_per_char": 10},
+            "llm": {"kind": "simulated"},
+        },
+    )
     gw = Gateway(cfg)
     service = gw.agents
     service.make_model = BrokenModel

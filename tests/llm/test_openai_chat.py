@@ -33,7 +33,9 @@ class FakeOpenAi:
         self.requests.append({"body": body, "auth": request.headers.get("Authorization")})
         model = body["model"]
         if request.headers.get("Authorization") != f"Bearer {KEY}":
-            return web.json_response({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}, status=401)
+            return web.json_response(
+                {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}, status=401
+            )
         if model == "boom":
             return web.Response(status=500, text="upstream exploded")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

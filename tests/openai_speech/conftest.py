@@ -33,8 +33,16 @@ async def chained_gateway():
     started: list[Gateway] = []
 
     async def _start(endpoints: list[str], overrides: dict | None = None) -> Gateway:
-        cfg = load_config(None, merge({"engine": {"kind": "openai-speech", "endpoints": endpoints, "connect_timeout_s": 3},
-                                       "playout": {"prebuffer_ms": 40}}, overrides or {}))
+        cfg = load_config(
+            None,
+            merge(
+                {
+                    "engine": {"kind": "openai-speech", "endpoints": endpoints, "connect_timeout_s": 3},
+                    "playout": {"prebuffer_ms": 40},
+                },
+                overrides or {},
+            ),
+        )
         gw = Gateway(cfg)
         await gw.start(host="127.0.0.1", port=0)
         started.append(gw)

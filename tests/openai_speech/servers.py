@@ -37,15 +37,38 @@ class SpeechServer:
 
     @classmethod
     def simulated(cls, tmp: Path, name: str, sim: dict | None = None, **sections) -> "SpeechServer":
-        return cls(tmp, name, {"engine": {"kind": "simulated"}, "simulated": sim or FAST_SIM,
-                               "playout": {"prebuffer_ms": 40}, **sections})
+        return cls(
+            tmp,
+            name,
+            {
+                "engine": {"kind": "simulated"},
+                "simulated": sim or FAST_SIM,
+                "playout": {"prebuffer_ms": 40},
+                **sections,
+            },
+        )
 
     def start(self) -> "SpeechServer":
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
         with open(self.log, "ab") as log:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(self.config),
-                                          "--host", "127.0.0.1", "--port", str(self.port)],
-                                         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gateway.cli",
+                    "serve",
+                    "--config",
+                    str(self.config),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         return self
 
     def get(self, path: str) -> tuple[int, str]:

@@ -17,8 +17,10 @@ from tests.openai_speech.servers import SLOW_SIM
 from tests.telephony.clients import Control, TwilioClient
 
 TEXT = "Hello there. This call is spoken by another server, chunk by chunk."
-LONG = ("This turn is long enough to be interrupted while its second chunk still streams from the server and "
-        "the server makes its audio no faster than real time so that the chunk takes many seconds to finish. ")
+LONG = (
+    "This turn is long enough to be interrupted while its second chunk still streams from the server and "
+    "the server makes its audio no faster than real time so that the chunk takes many seconds to finish. "
+)
 REAL_TIME_SIM = {**SLOW_SIM, "stream_rtf": 1.0}  # each request's audio made at real time: a chunk streams for seconds
 
 
@@ -106,8 +108,10 @@ async def test_openai_route_chained_to_another_voxgate(speech_servers, chained_g
     up = await speech_servers("up")
     gw = await chained_gateway([up.base])
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"http://127.0.0.1:{gw.port}/v1/audio/speech",
-                             json={"model": "tts-1", "input": TEXT, "response_format": "pcm"}) as resp:
+        async with http.post(
+            f"http://127.0.0.1:{gw.port}/v1/audio/speech",
+            json={"model": "tts-1", "input": TEXT, "response_format": "pcm"},
+        ) as resp:
             assert resp.status == 200, await resp.text()
             assert resp.headers["X-Voxgate-Served-By"] == "voxgate-openai-speech"
             body = await resp.read()
@@ -116,8 +120,15 @@ async def test_openai_route_chained_to_another_voxgate(speech_servers, chained_g
         async with http.get(f"http://127.0.0.1:{gw.port}/readyz") as resp:
             ready = await resp.json()
     assert ready["ready"] and ready["engine"] == "openai-speech"
-    assert ready["endpoints"] == [{"endpoint": up.base, "up": True, "why_down": None, "in_flight": 0,
-                                   "ttfb_p50_ms": ready["endpoints"][0]["ttfb_p50_ms"]}]
+    assert ready["endpoints"] == [
+        {
+            "endpoint": up.base,
+            "up": True,
+            "why_down": None,
+            "in_flight": 0,
+            "ttfb_p50_ms": ready["endpoints"][0]["ttfb_p50_ms"],
+        }
+    ]
     assert up.metric('voxgate_sessions_total{leg="openai"}') >= 2  # the downstream's chunks, each one request
 
 
@@ -161,8 +172,11 @@ async def test_a_tiny_qwen3_speech_server_speaks_a_call_and_the_openai_route(tmp
     from tests.openai_speech.servers import SpeechServer
     from tts.qwen3.tools import ensure_tiny_model
 
-    up = SpeechServer(tmp_path, "qwen3", {"engine": {"kind": "qwen3", "model_dir": ensure_tiny_model(), "dtype": "float32",
-                                                     "device": "cpu"}}).start()
+    up = SpeechServer(
+        tmp_path,
+        "qwen3",
+        {"engine": {"kind": "qwen3", "model_dir": ensure_tiny_model(), "dtype": "float32", "device": "cpu"}},
+    ).start()
     try:
         await up.wait_ready(180)
         gw = await chained_gateway([up.base])
@@ -179,8 +193,10 @@ async def test_a_tiny_qwen3_speech_server_speaks_a_call_and_the_openai_route(tmp
         assert await wait_for(lambda: up.in_flight() == 0, timeout=3.0)  # the qwen3 server's request was closed too
         await c.ws.close()
         async with aiohttp.ClientSession() as http:  # the OpenAI route, chained: its first audio, then hang up
-            async with http.post(f"http://127.0.0.1:{gw.port}/v1/audio/speech",
-                                 json={"model": "tts-1", "input": "Hi.", "response_format": "wav"}) as resp:
+            async with http.post(
+                f"http://127.0.0.1:{gw.port}/v1/audio/speech",
+                json={"model": "tts-1", "input": "Hi.", "response_format": "wav"},
+            ) as resp:
                 assert resp.status == 200, await resp.text()
                 head = await resp.content.readexactly(44 + 3200)
         assert head[:4] == b"RIFF"

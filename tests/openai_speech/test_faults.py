@@ -44,7 +44,10 @@ async def test_a_server_killed_mid_chunk_fails_that_chunk_and_the_call_moves_on(
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{gw.port}/readyz") as resp:
             ready = await resp.json()
-    assert resp.status == 200 and {e["endpoint"]: e["up"] for e in ready["endpoints"]} == {busy.base: False, other.base: True}
+    assert resp.status == 200 and {e["endpoint"]: e["up"] for e in ready["endpoints"]} == {
+        busy.base: False,
+        other.base: True,
+    }
     await c.send({"type": "text", "turn_id": "t2", "text": "Still here. On the other server.", "final": True})
     done = await c.until("turn.done", timeout=15)
     assert done["interrupted"] is False and done["played_text"] == "Still here. On the other server."
@@ -61,9 +64,13 @@ async def test_a_server_killed_mid_chunk_fails_that_chunk_and_the_call_moves_on(
     await c.ws.close()
 
 
-async def test_placement_by_in_flight_count_and_a_slowed_server_shows_in_its_first_byte_time(speech_servers, chained_gateway):
+async def test_placement_by_in_flight_count_and_a_slowed_server_shows_in_its_first_byte_time(
+    speech_servers, chained_gateway
+):
     fast = await speech_servers("fast")
-    slowed = await speech_servers("slowed", {"first_packet_ms": 400, "capacity_x": 200, "ms_per_char": 40, "stream_rtf": 0.05})
+    slowed = await speech_servers(
+        "slowed", {"first_packet_ms": 400, "capacity_x": 200, "ms_per_char": 40, "stream_rtf": 0.05}
+    )
     gw = await chained_gateway([fast.base, slowed.base])
     clients = [await Client.connect(gw) for _ in range(4)]
     for i, c in enumerate(clients):
@@ -75,16 +82,22 @@ async def test_placement_by_in_flight_count_and_a_slowed_server_shows_in_its_fir
     stats = {e["endpoint"]: e for e in gw.engine.endpoint_stats()}
     assert stats[fast.base]["requests"] >= 2 and stats[slowed.base]["requests"] >= 2  # spread, not piled on one
     # compared within the run (the machine is shared): the slowed server's extra 400 ms shows in its first bytes
-    assert stats[slowed.base]["ttfb_p50_ms"] >= 400 and stats[slowed.base]["ttfb_p50_ms"] > stats[fast.base]["ttfb_p50_ms"]
+    assert (
+        stats[slowed.base]["ttfb_p50_ms"] >= 400 and stats[slowed.base]["ttfb_p50_ms"] > stats[fast.base]["ttfb_p50_ms"]
+    )
     for c in clients:
         await c.ws.close()
 
 
-async def test_every_server_busy_is_overloaded_and_none_answering_is_engine_unavailable(speech_servers, chained_gateway):
+async def test_every_server_busy_is_overloaded_and_none_answering_is_engine_unavailable(
+    speech_servers, chained_gateway
+):
     full = await speech_servers("full", {**SLOW_SIM, "stream_rtf": 1.0}, server={"max_sessions": 1})
     gw = await chained_gateway([full.base])
     async with aiohttp.ClientSession() as http:  # someone else holds the server's only session
-        holder = await http.post(f"{full.base}/audio/speech", json={"model": "x", "input": LONG, "response_format": "pcm"})
+        holder = await http.post(
+            f"{full.base}/audio/speech", json={"model": "x", "input": LONG, "response_format": "pcm"}
+        )
         assert holder.status == 200
         stream = gw.engine.synthesize(SynthesisRequest(text="Hello.", tag="s1/t1/0"))
         with pytest.raises(EngineError) as err:
@@ -102,15 +115,22 @@ async def test_every_server_busy_is_overloaded_and_none_answering_is_engine_unav
             ready = await resp.json()
         assert resp.status == 503 and [e["up"] for e in ready["endpoints"]] == [False, False]
         assert "no speech server serves" in ready["reason"]
-        async with http.post(f"http://127.0.0.1:{gw2.port}/v1/audio/speech", json={"model": "x", "input": "Hi."}) as resp:
+        async with http.post(
+            f"http://127.0.0.1:{gw2.port}/v1/audio/speech", json={"model": "x", "input": "Hi."}
+        ) as resp:
             body = await resp.json()
     assert resp.status == 503 and body["error"]["code"] == "engine_unavailable"
 
 
 async def test_a_voice_the_server_lacks_is_refused_at_start_and_turn_mode_is_refused(speech_servers, tmp_path):
     up = await speech_servers("voices", voices={"anna": {}, "boris": {}})
-    cfg = load_config(None, {"engine": {"kind": "openai-speech", "endpoints": [up.base]},
-                             "voices": {"anna": {}, "carol": {"speaker": "carla"}}})
+    cfg = load_config(
+        None,
+        {
+            "engine": {"kind": "openai-speech", "endpoints": [up.base]},
+            "voices": {"anna": {}, "carol": {"speaker": "carla"}},
+        },
+    )
     gw = Gateway(cfg)
     with pytest.raises(ValueError, match=r"has no voice 'carla' \(it lists: .*anna.*boris"):
         await gw.start(host="127.0.0.1", port=0)
@@ -121,7 +141,9 @@ async def test_a_voice_the_server_lacks_is_refused_at_start_and_turn_mode_is_ref
     with pytest.raises(ConfigError, match="http"):
         load_config(None, {"engine": {"kind": "openai-speech", "endpoints": ["tcp://127.0.0.1:5555"]}})
 
-    gw = Gateway(load_config(None, {"engine": {"kind": "openai-speech", "endpoints": [up.base]}, "voices": {"anna": {}}}))
+    gw = Gateway(
+        load_config(None, {"engine": {"kind": "openai-speech", "endpoints": [up.base]}, "voices": {"anna": {}}})
+    )
     await gw.start(host="127.0.0.1", port=0)
     try:
         with pytest.raises(EngineError) as err:
@@ -165,9 +187,25 @@ async def test_serve_speech_endpoint_runs_a_gateway_in_front_of_the_server(speec
 
     up = await speech_servers("behind")
     port = free_port()
-    gw = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", "configs/simulated.yaml",
-                           "--speech-endpoint", up.base, "--host", "127.0.0.1", "--port", str(port)],
-                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gw = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--config",
+            "configs/simulated.yaml",
+            "--speech-endpoint",
+            up.base,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         ready = None
         async with aiohttp.ClientSession() as http:
@@ -179,12 +217,28 @@ async def test_serve_speech_endpoint_runs_a_gateway_in_front_of_the_server(speec
                 except aiohttp.ClientError:
                     await asyncio.sleep(0.1)
             assert ready and ready["engine"] == "openai-speech" and ready["endpoints"][0]["endpoint"] == up.base
-            async with http.post(f"http://127.0.0.1:{port}/v1/audio/speech",
-                                 json={"model": "x", "input": "Hello.", "response_format": "pcm"}) as resp:
+            async with http.post(
+                f"http://127.0.0.1:{port}/v1/audio/speech",
+                json={"model": "x", "input": "Hello.", "response_format": "pcm"},
+            ) as resp:
                 assert resp.status == 200 and len(await resp.read()) > 4800
     finally:
         gw.terminate()
         gw.wait(15)
-    both = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--speech-endpoint", up.base,
-                           "--engine-endpoint", "ipc:///tmp/x.sock"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    both = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--speech-endpoint",
+            up.base,
+            "--engine-endpoint",
+            "ipc:///tmp/x.sock",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert both.returncode == 2 and "give one" in both.stdout + both.stderr

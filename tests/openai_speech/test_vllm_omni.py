@@ -22,7 +22,9 @@ URL = os.environ.get("VOXGATE_VLLM_OMNI_URL", "").rstrip("/")  # e.g. http://127
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not URL, reason="no vLLM-Omni server: set VOXGATE_VLLM_OMNI_URL (scripts/vllm_omni_check.sh does)"),
+    pytest.mark.skipif(
+        not URL, reason="no vLLM-Omni server: set VOXGATE_VLLM_OMNI_URL (scripts/vllm_omni_check.sh does)"
+    ),
 ]
 
 TEXT = "Hello there. This call is spoken by vLLM-Omni."
@@ -59,8 +61,9 @@ async def _wait_for(predicate, timeout: float, step: float = 0.2):
 def warm_server():
     """One request straight to vLLM-Omni first: a fresh server's first request runs its lazy start-up (over
     10 s on two busy cores), which voxgate would rightly count against the endpoint."""
-    body = json.dumps({"input": "Warm up.", "voice": "vivian", "response_format": "pcm", "stream": True,
-                       "stream_format": "audio"}).encode()
+    body = json.dumps(
+        {"input": "Warm up.", "voice": "vivian", "response_format": "pcm", "stream": True, "stream_format": "audio"}
+    ).encode()
     req = urllib.request.Request(f"{URL}/audio/speech", body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=300) as r:
         assert r.status == 200 and len(r.read()) > 0
@@ -73,8 +76,9 @@ def _voices() -> list[str]:
 
 async def test_native_ws_call_speaks_through_vllm_omni(chained_gateway):
     assert "vivian" in _voices()  # the tiny checkpoint's speakers, as vLLM-Omni lists them
-    gw = await chained_gateway([URL], {"voices": {"agent": {"speaker": "vivian", "language": "en"}},
-                                       "engine": {"connect_timeout_s": 10}})
+    gw = await chained_gateway(
+        [URL], {"voices": {"agent": {"speaker": "vivian", "language": "en"}}, "engine": {"connect_timeout_s": 10}}
+    )
     c = await Client.connect(gw)
     await c.start(voice="agent")
     await c.send({"type": "text", "turn_id": "t1", "text": TEXT, "final": True})
@@ -93,8 +97,9 @@ async def test_native_ws_call_speaks_through_vllm_omni(chained_gateway):
 
 
 async def test_interrupt_closes_the_vllm_omni_request(chained_gateway):
-    gw = await chained_gateway([URL], {"voices": {"agent": {"speaker": "vivian", "language": "en"}},
-                                       "engine": {"connect_timeout_s": 10}})
+    gw = await chained_gateway(
+        [URL], {"voices": {"agent": {"speaker": "vivian", "language": "en"}}, "engine": {"connect_timeout_s": 10}}
+    )
     aborted_before = _aborted_requests()
     c = await Client.connect(gw)
     await c.start(voice="agent")

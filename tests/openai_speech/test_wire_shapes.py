@@ -30,8 +30,10 @@ class VllmLike:
         body = await request.json()
         self.bodies.append(body)
         if body.get("voice") not in (None, "vivian", "ryan"):
-            return web.json_response({"error": {"message": f"Invalid speaker '{body['voice']}'", "type": "BadRequestError",
-                                                "code": 400}}, status=400)
+            return web.json_response(
+                {"error": {"message": f"Invalid speaker '{body['voice']}'", "type": "BadRequestError", "code": 400}},
+                status=400,
+            )
         resp = web.StreamResponse(headers={"Content-Type": self.content_type})
         await resp.prepare(request)
         data = RAMP.tobytes()
@@ -48,16 +50,25 @@ class VllmLike:
         def answer(make):
             async def handler(request: web.Request) -> web.Response:
                 return make()
+
             return handler
 
         app = web.Application()
-        app.add_routes([
-            web.post("/v1/audio/speech", self.speech),
-            web.get("/v1/audio/voices", answer(lambda: web.json_response({"voices": ["vivian", "ryan"]}))),
-            web.get("/v1/models", answer(lambda: web.json_response(
-                {"object": "list", "data": [{"id": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"}]}))),
-            web.get("/health", answer(lambda: web.Response(status=200))),
-        ])
+        app.add_routes(
+            [
+                web.post("/v1/audio/speech", self.speech),
+                web.get("/v1/audio/voices", answer(lambda: web.json_response({"voices": ["vivian", "ryan"]}))),
+                web.get(
+                    "/v1/models",
+                    answer(
+                        lambda: web.json_response(
+                            {"object": "list", "data": [{"id": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"}]}
+                        )
+                    ),
+                ),
+                web.get("/health", answer(lambda: web.Response(status=200))),
+            ]
+        )
         return app
 
 
@@ -93,8 +104,9 @@ async def test_pieces_that_split_samples_come_out_as_whole_packets_sample_for_sa
     server, base = await vllm_like(piece_bytes=1001)  # odd: every other piece ends inside a sample
     engine = await engine_for(base, model="Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", task_type="CustomVoice")
     try:
-        chunks = await collect(engine.synthesize(SynthesisRequest(text="Привет.", voice="vivian", language="ru",
-                                                                  instruct="calm")))
+        chunks = await collect(
+            engine.synthesize(SynthesisRequest(text="Привет.", voice="vivian", language="ru", instruct="calm"))
+        )
     finally:
         await engine.close()
     pcm = np.concatenate([c.pcm for c in chunks])
@@ -102,9 +114,18 @@ async def test_pieces_that_split_samples_come_out_as_whole_packets_sample_for_sa
     assert all(len(c.pcm) % 1920 == 0 for c in chunks[:-1]) and chunks[-1].is_last  # whole 80 ms packets, short tail
     assert [c.frame_index for c in chunks] == sorted(c.frame_index for c in chunks)
     (body,) = server.bodies
-    assert body == {"input": "Привет.", "response_format": "pcm", "stream": True, "stream_format": "audio",
-                    "model": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "sample_rate": 24000, "language": "Russian",
-                    "voice": "vivian", "task_type": "CustomVoice", "instructions": "calm"}
+    assert body == {
+        "input": "Привет.",
+        "response_format": "pcm",
+        "stream": True,
+        "stream_format": "audio",
+        "model": "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
+        "sample_rate": 24000,
+        "language": "Russian",
+        "voice": "vivian",
+        "task_type": "CustomVoice",
+        "instructions": "calm",
+    }
 
 
 async def test_a_server_that_states_another_rate_is_refused_with_the_setting_to_change(vllm_like):
@@ -153,15 +174,37 @@ async def test_a_config_voice_the_server_does_not_list_is_refused_at_start(vllm_
 
 def test_base_voice_clones_travel_as_vllm_omni_takes_them_and_voxgate_gets_codes():
     clone = VoiceClone("anna", b"RIFF....WAVE", ref_text="Reference words.")
-    body = speech_body(SynthesisRequest(text="Hi.", voice="anna", language="en"), flavour="openai", model=None,
-                       sample_rate=24000, task_type="CustomVoice", clone=clone)
+    body = speech_body(
+        SynthesisRequest(text="Hi.", voice="anna", language="en"),
+        flavour="openai",
+        model=None,
+        sample_rate=24000,
+        task_type="CustomVoice",
+        clone=clone,
+    )
     assert body["task_type"] == "Base" and body["ref_text"] == "Reference words." and "voice" not in body
     assert body["ref_audio"].startswith("data:audio/wav;base64,") and body["language"] == "English"
-    body = speech_body(SynthesisRequest(text="Hi.", voice="default", language="auto"), flavour="voxgate", model=None,
-                       sample_rate=24000, task_type=None, clone=None)
-    assert body == {"input": "Hi.", "response_format": "pcm", "stream": True, "stream_format": "audio",
-                    "model": "voxgate", "language": "auto"}
-    assert voice_names({"voices": [{"name": "narrator", "aliases": ["alloy"]}], "uploaded_voices": ["mine"]}) == {"narrator", "alloy", "mine"}
+    body = speech_body(
+        SynthesisRequest(text="Hi.", voice="default", language="auto"),
+        flavour="voxgate",
+        model=None,
+        sample_rate=24000,
+        task_type=None,
+        clone=None,
+    )
+    assert body == {
+        "input": "Hi.",
+        "response_format": "pcm",
+        "stream": True,
+        "stream_format": "audio",
+        "model": "voxgate",
+        "language": "auto",
+    }
+    assert voice_names({"voices": [{"name": "narrator", "aliases": ["alloy"]}], "uploaded_voices": ["mine"]}) == {
+        "narrator",
+        "alloy",
+        "mine",
+    }
     assert voice_names(json.loads('{"detail": "Not Found"}')) is None
 
 
@@ -171,8 +214,15 @@ async def test_a_call_sends_the_frontends_text_and_the_voices_speaker(vllm_like)
     from tests.conftest import Client
 
     server, base = await vllm_like()
-    gw = Gateway(load_config(None, {"engine": {"kind": "openai-speech", "endpoints": [base]},
-                                    "voices": {"agent": {"speaker": "ryan", "language": "en"}}}))
+    gw = Gateway(
+        load_config(
+            None,
+            {
+                "engine": {"kind": "openai-speech", "endpoints": [base]},
+                "voices": {"agent": {"speaker": "ryan", "language": "en"}},
+            },
+        )
+    )
     await gw.start(host="127.0.0.1", port=0)
     try:
         c = await Client.connect(gw)

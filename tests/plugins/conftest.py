@@ -24,8 +24,10 @@ HERE = Path(__file__).resolve().parent
 def _plugin_venv_problem(module: str) -> str | None:
     # The install script writes its stamp only after a complete install: no import probe needed (imports cost seconds).
     if not PLUGIN_PYTHON.exists() or not (ROOT / ".venv-plugins" / ".voxgate-stamp").exists():
-        return (f".venv-plugins is missing or incomplete, so {module} cannot run: scripts/install_plugin_deps.sh installs "
-                "pipecat-ai and livekit-agents (from PyPI) there; see .venv-plugins/install.log")
+        return (
+            f".venv-plugins is missing or incomplete, so {module} cannot run: scripts/install_plugin_deps.sh installs "
+            "pipecat-ai and livekit-agents (from PyPI) there; see .venv-plugins/install.log"
+        )
     return None
 
 
@@ -45,7 +47,13 @@ async def run_scenario(script: str, *args: str, timeout: float = 120.0) -> dict:
     """Runs tests/plugins/<script> in the plugin venv (while this loop serves the gateway); its JSON result."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the plugin venv imports nothing of this tree
     proc = await asyncio.create_subprocess_exec(
-        str(PLUGIN_PYTHON), str(HERE / script), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+        str(PLUGIN_PYTHON),
+        str(HERE / script),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except asyncio.TimeoutError:

@@ -19,9 +19,11 @@ import aiohttp
 from livekit.agents import tokenize, tts
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
 
-TEXT = ("Hello there, and thank you for calling the support line today. "
-        "I can see your order was shipped yesterday afternoon from our warehouse. "
-        "It should arrive at your door by Friday at the latest.")
+TEXT = (
+    "Hello there, and thank you for calling the support line today. "
+    "I can see your order was shipped yesterday afternoon from our warehouse. "
+    "It should arrive at your door by Friday at the latest."
+)
 TOKEN_S = 0.025
 
 
@@ -34,7 +36,11 @@ def make_tts(url: str, kind: str, mode: str):
 
     inner = openai.TTS(base_url=f"{url}/v1", api_key="none", voice="alloy")
     # openai.TTS cannot stream(): LiveKit's own answer is a StreamAdapter (one request per sentence)
-    return tts.StreamAdapter(tts=inner, sentence_tokenizer=tokenize.blingfire.SentenceTokenizer()) if mode != "synthesize" else inner
+    return (
+        tts.StreamAdapter(tts=inner, sentence_tokenizer=tokenize.blingfire.SentenceTokenizer())
+        if mode != "synthesize"
+        else inner
+    )
 
 
 async def sessions_active(url: str) -> float:
@@ -57,8 +63,13 @@ async def run(url: str, mode: str, kind: str, text: str) -> dict:
         frames.append(ev.frame.samples_per_channel / ev.frame.sample_rate)
         words.extend(str(w) for w in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []) or [])
 
-    result: dict = {"text": text, "capabilities": {"streaming": engine.capabilities.streaming,
-                                                    "aligned_transcript": engine.capabilities.aligned_transcript}}
+    result: dict = {
+        "text": text,
+        "capabilities": {
+            "streaming": engine.capabilities.streaming,
+            "aligned_transcript": engine.capabilities.aligned_transcript,
+        },
+    }
     if mode == "synthesize":
         async for ev in engine.synthesize(text):
             take(ev)
@@ -85,8 +96,15 @@ async def run(url: str, mode: str, kind: str, text: str) -> dict:
         else:
             await pusher
     await engine.aclose()
-    result.update({"first_audio_s": first, "last_audio_s": last, "audio_ms": round(sum(frames) * 1000, 1),
-                   "frames": len(frames), "words": words})
+    result.update(
+        {
+            "first_audio_s": first,
+            "last_audio_s": last,
+            "audio_ms": round(sum(frames) * 1000, 1),
+            "frames": len(frames),
+            "words": words,
+        }
+    )
     return result
 
 
@@ -156,7 +174,11 @@ async def main(url: str, modes: list[str], kind: str, text: str) -> dict:
     special = {"reconnect": run_reconnect, "agent": run_agent}
     out = {}
     for mode in modes:
-        out[mode] = await special[mode](url, text) if mode in special else await run(url, mode, kind, TEXT if mode == "cancel" else text)
+        out[mode] = (
+            await special[mode](url, text)
+            if mode in special
+            else await run(url, mode, kind, TEXT if mode == "cancel" else text)
+        )
     return out
 
 

@@ -20,8 +20,17 @@ import sys
 import time
 
 from pipecat.frames.frames import (
-    EndFrame, Frame, InterruptionFrame, LLMFullResponseEndFrame, LLMFullResponseStartFrame, LLMTextFrame,
-    OutputAudioRawFrame, TTSAudioRawFrame, TTSStartedFrame, TTSStoppedFrame, TTSTextFrame,
+    EndFrame,
+    Frame,
+    InterruptionFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    OutputAudioRawFrame,
+    TTSAudioRawFrame,
+    TTSStartedFrame,
+    TTSStoppedFrame,
+    TTSTextFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -32,9 +41,11 @@ from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import TransportParams
 from pipecat.workers.runner import WorkerRunner
 
-TEXT = ("Hello there, and thank you for calling the support line today. "
-        "I can see your order was shipped yesterday afternoon from our warehouse. "
-        "It should arrive at your door by Friday at the latest.")
+TEXT = (
+    "Hello there, and thank you for calling the support line today. "
+    "I can see your order was shipped yesterday afternoon from our warehouse. "
+    "It should arrive at your door by Friday at the latest."
+)
 TOKEN_S = 0.025
 RATE = 24000  # what the OpenAI route makes; voxgate sends any of 8/16/24/48 kHz
 
@@ -80,7 +91,9 @@ class Speaker(BaseOutputTransport):
     """An output transport that plays in real time into nothing: what Pipecat's transports do, minus a device."""
 
     def __init__(self, t0: list):
-        super().__init__(TransportParams(audio_out_enabled=True, audio_out_sample_rate=RATE, audio_out_end_silence_secs=0))
+        super().__init__(
+            TransportParams(audio_out_enabled=True, audio_out_sample_rate=RATE, audio_out_end_silence_secs=0)
+        )
         self._t0 = t0
         self.played: list[tuple[float, int]] = []
         self._play_until = 0.0
@@ -127,8 +140,11 @@ async def run(url: str, mode: str, kind: str, text: str = TEXT) -> dict:
     speaker = Speaker(t0)
     context = LLMContext()
     assistant = LLMContextAggregatorPair(context).assistant()
-    worker = PipelineWorker(Pipeline([tts, after_tts, speaker, after_speaker, assistant]),
-                            params=PipelineParams(audio_out_sample_rate=RATE), cancel_on_idle_timeout=False)
+    worker = PipelineWorker(
+        Pipeline([tts, after_tts, speaker, after_speaker, assistant]),
+        params=PipelineParams(audio_out_sample_rate=RATE),
+        cancel_on_idle_timeout=False,
+    )
     started = asyncio.Event()
 
     @worker.event_handler("on_pipeline_started")
@@ -168,23 +184,33 @@ async def run(url: str, mode: str, kind: str, text: str = TEXT) -> dict:
     await runner.add_workers(worker)
     await asyncio.wait_for(asyncio.gather(runner.run(), drive()), 60)
 
-    assistant_text = " ".join(m["content"] if isinstance(m["content"], str) else " ".join(p.get("text", "") for p in m["content"])
-                              for m in context.get_messages() if m.get("role") == "assistant")
-    audio_after = [a for a in after_tts.audio if after_tts.interrupted_at is not None and a[0] > after_tts.interrupted_at]
-    played_after = [p for p in speaker.played if result.get("interrupt_at") is not None and p[0] > result["interrupt_at"] + 0.001]
-    result.update({
-        "text": text,
-        "first_audio_s": after_tts.audio[0][0] if after_tts.audio else None,
-        "last_audio_s": after_tts.audio[-1][0] if after_tts.audio else None,
-        "audio_ms": sum(n for _, n in after_tts.audio) / 2 / RATE * 1000,
-        "played_ms": sum(n for _, n in speaker.played) / 2 / RATE * 1000,
-        "tts_texts": [t for _, t in after_speaker.texts],
-        "started": len(after_tts.started), "stopped": len(after_tts.stopped),
-        "audio_frames_after_interrupt": len(audio_after),
-        "played_frames_after_interrupt": len(played_after),
-        "played_ms_after_interrupt": sum(n for _, n in played_after) / 2 / RATE * 1000,
-        "context": assistant_text,
-    })
+    assistant_text = " ".join(
+        m["content"] if isinstance(m["content"], str) else " ".join(p.get("text", "") for p in m["content"])
+        for m in context.get_messages()
+        if m.get("role") == "assistant"
+    )
+    audio_after = [
+        a for a in after_tts.audio if after_tts.interrupted_at is not None and a[0] > after_tts.interrupted_at
+    ]
+    played_after = [
+        p for p in speaker.played if result.get("interrupt_at") is not None and p[0] > result["interrupt_at"] + 0.001
+    ]
+    result.update(
+        {
+            "text": text,
+            "first_audio_s": after_tts.audio[0][0] if after_tts.audio else None,
+            "last_audio_s": after_tts.audio[-1][0] if after_tts.audio else None,
+            "audio_ms": sum(n for _, n in after_tts.audio) / 2 / RATE * 1000,
+            "played_ms": sum(n for _, n in speaker.played) / 2 / RATE * 1000,
+            "tts_texts": [t for _, t in after_speaker.texts],
+            "started": len(after_tts.started),
+            "stopped": len(after_tts.stopped),
+            "audio_frames_after_interrupt": len(audio_after),
+            "played_frames_after_interrupt": len(played_after),
+            "played_ms_after_interrupt": sum(n for _, n in played_after) / 2 / RATE * 1000,
+            "context": assistant_text,
+        }
+    )
     return result
 
 
@@ -193,8 +219,11 @@ async def run_reconnect(url: str, text: str) -> dict:
     t0 = [time.monotonic()]
     tts = make_tts(url, "voxgate")
     after_tts, after_speaker = Probe(t0), Probe(t0)
-    worker = PipelineWorker(Pipeline([tts, after_tts, Speaker(t0), after_speaker]),
-                            params=PipelineParams(audio_out_sample_rate=RATE), cancel_on_idle_timeout=False)
+    worker = PipelineWorker(
+        Pipeline([tts, after_tts, Speaker(t0), after_speaker]),
+        params=PipelineParams(audio_out_sample_rate=RATE),
+        cancel_on_idle_timeout=False,
+    )
     started = asyncio.Event()
 
     @worker.event_handler("on_pipeline_started")
@@ -228,14 +257,24 @@ async def run_reconnect(url: str, text: str) -> dict:
     await runner.add_workers(worker)
     await asyncio.wait_for(asyncio.gather(runner.run(), drive()), 60)
     (audio1, texts1), (audio2, texts2) = marks
-    return {"text": text, "sessions": sessions, "first_reply_audio_frames": audio1, "second_reply_audio_frames": audio2 - audio1,
-            "second_reply_texts": [t for _, t in after_speaker.texts[texts1:texts2]], "stopped": len(after_tts.stopped)}
+    return {
+        "text": text,
+        "sessions": sessions,
+        "first_reply_audio_frames": audio1,
+        "second_reply_audio_frames": audio2 - audio1,
+        "second_reply_texts": [t for _, t in after_speaker.texts[texts1:texts2]],
+        "stopped": len(after_tts.stopped),
+    }
 
 
 async def main(url: str, modes: list[str], kind: str, text: str) -> dict:
     out = {}
     for mode in modes:
-        out[mode] = await run_reconnect(url, text) if mode == "reconnect" else await run(url, mode, kind, text if mode == "stream" else TEXT)
+        out[mode] = (
+            await run_reconnect(url, text)
+            if mode == "reconnect"
+            else await run(url, mode, kind, text if mode == "stream" else TEXT)
+        )
     return out
 
 

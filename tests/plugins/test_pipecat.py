@@ -11,7 +11,9 @@ ENGINE = {"simulated": {"ms_per_char": 35, "stream_rtf": 0.5}}
 
 async def test_token_stream_becomes_audio_and_word_frames_that_join_to_the_text(start_gateway, pipecat_venv):
     gw = await start_gateway(ENGINE)
-    out = await run_scenario("pipecat_scenario.py", f"http://127.0.0.1:{gw.port}", "stream,interrupt,reconnect", "voxgate", SHORT)
+    out = await run_scenario(
+        "pipecat_scenario.py", f"http://127.0.0.1:{gw.port}", "stream,interrupt,reconnect", "voxgate", SHORT
+    )
 
     stream = out["stream"]
     assert stream["started"] == 1 and stream["stopped"] == 1  # one TTSStartedFrame / TTSStoppedFrame for the reply

@@ -15,7 +15,7 @@ def speech_like(seconds: float, rate: int, seed: int = 0, channels: int = 1) -> 
     t = np.arange(n) / rate
     f0 = 110 + 25 * np.sin(2 * np.pi * 0.7 * t + rng.uniform(0, 6)) + 10 * rng.standard_normal() * t / seconds
     phase = 2 * np.pi * np.cumsum(f0) / rate
-    voiced = sum(np.sin(k * phase) * np.exp(-((k * 110 - 700) / 900) ** 2) for k in range(1, 30))
+    voiced = sum(np.sin(k * phase) * np.exp(-(((k * 110 - 700) / 900) ** 2)) for k in range(1, 30))
     syllables = np.clip(np.sin(2 * np.pi * 3.1 * t + rng.uniform(0, 6)), 0, None) ** 0.5
     x = 0.25 * voiced * syllables + 0.01 * rng.standard_normal(n)
     x = x / np.abs(x).max() * 0.5

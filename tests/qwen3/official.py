@@ -54,8 +54,9 @@ def official_model(model_dir: str):
     return model
 
 
-def write_official_tiny(model_dir: str, variant: str = "1b7", kind: str = "custom_voice", seed: int = 0,
-                        with_codec: bool = True) -> None:
+def write_official_tiny(
+    model_dir: str, variant: str = "1b7", kind: str = "custom_voice", seed: int = 0, with_codec: bool = True
+) -> None:
     """A tiny checkpoint whose weights the official classes initialised."""
     from safetensors.torch import save_file
 
@@ -77,8 +78,18 @@ def hf_tokenizer(model_dir: str):
     return AutoTokenizer.from_pretrained(model_dir)
 
 
-def official_generate(model, tokenizer, text: str, *, speaker: str | None, language: str, instruct: str | None = None,
-                      max_frames: int = 24, streaming_text: bool = False, record_logits: bool = False):
+def official_generate(
+    model,
+    tokenizer,
+    text: str,
+    *,
+    speaker: str | None,
+    language: str,
+    instruct: str | None = None,
+    max_frames: int = 24,
+    streaming_text: bool = False,
+    record_logits: bool = False,
+):
     """Greedy official generation; returns (codes [frames, G], list of raw codebook-0 logits per step)."""
     import torch
 
@@ -102,8 +113,13 @@ def official_generate(model, tokenizer, text: str, *, speaker: str | None, langu
             codes, _ = model.generate(
                 input_ids=[ids(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")],
                 instruct_ids=[ids(f"<|im_start|>user\n{instruct}<|im_end|>\n") if instruct else None],
-                languages=[language], speakers=[speaker], non_streaming_mode=not streaming_text,
-                max_new_tokens=max_frames + 1, do_sample=False, subtalker_dosample=False, repetition_penalty=1.0,
+                languages=[language],
+                speakers=[speaker],
+                non_streaming_mode=not streaming_text,
+                max_new_tokens=max_frames + 1,
+                do_sample=False,
+                subtalker_dosample=False,
+                repetition_penalty=1.0,
             )
     finally:
         if record_logits:
@@ -122,8 +138,17 @@ def official_wrapper(model_dir: str):
         return Qwen3TTSModel.from_pretrained(model_dir, dtype=torch.float32)
 
 
-def official_clone_codes(model_dir: str, ref_audio: str, ref_text: str | None, text: str, *, language: str,
-                         x_vector_only: bool, max_frames: int = 24, streaming_text: bool = True):
+def official_clone_codes(
+    model_dir: str,
+    ref_audio: str,
+    ref_text: str | None,
+    text: str,
+    *,
+    language: str,
+    x_vector_only: bool,
+    max_frames: int = 24,
+    streaming_text: bool = True,
+):
     """Greedy codes of `generate_voice_clone`'s own steps (it returns only the waveform), its prompt
     item, and what it fed the talker: {"prefill": [L, D], "trailing": [N, D]}."""
     import torch
@@ -144,9 +169,16 @@ def official_clone_codes(model_dir: str, ref_audio: str, ref_text: str | None, t
         prompt = w._prompt_items_to_voice_clone_prompt(items)
         input_ids = w._tokenize_texts([w._build_assistant_text(text)])
         ref_ids = [w._tokenize_texts([w._build_ref_text(ref_text)])[0] if ref_text else None]
-        codes, _ = w.model.generate(input_ids=input_ids, ref_ids=ref_ids, voice_clone_prompt=prompt,
-                                    languages=[language], non_streaming_mode=not streaming_text,
-                                    max_new_tokens=max_frames + 1, do_sample=False, subtalker_dosample=False,
-                                    repetition_penalty=1.0)
+        codes, _ = w.model.generate(
+            input_ids=input_ids,
+            ref_ids=ref_ids,
+            voice_clone_prompt=prompt,
+            languages=[language],
+            non_streaming_mode=not streaming_text,
+            max_new_tokens=max_frames + 1,
+            do_sample=False,
+            subtalker_dosample=False,
+            repetition_penalty=1.0,
+        )
     del w.model.talker.generate
     return codes[0], items[0], fed

@@ -54,8 +54,15 @@ class _SdpaCalls(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             q, k = args[0], args[1]
-            self.calls.append({"q_heads": q.shape[1], "kv_heads": k.shape[1], "gqa": kwargs.get("enable_gqa", False),
-                               "mask": kwargs.get("attn_mask"), "causal": kwargs.get("is_causal", False)})
+            self.calls.append(
+                {
+                    "q_heads": q.shape[1],
+                    "kv_heads": k.shape[1],
+                    "gqa": kwargs.get("enable_gqa", False),
+                    "mask": kwargs.get("attn_mask"),
+                    "causal": kwargs.get("is_causal", False),
+                }
+            )
         return func(*args, **kwargs)
 
 
@@ -70,8 +77,10 @@ def ckpt(tmp_path_factory):
 
 def _admitted(ckpt, n=2):
     batch = TalkerBatch(ckpt.model, 4, 128, use_cuda_graphs=False, kv_step=64)
-    prompts = [build_prompt(ckpt.model.talker, ckpt.config, ckpt.tokenizer, t, speaker="ryan", language="en")
-               for t in ("Hello world.", "Short")[:n]]
+    prompts = [
+        build_prompt(ckpt.model.talker, ckpt.config, ckpt.tokenizer, t, speaker="ryan", language="en")
+        for t in ("Hello world.", "Short")[:n]
+    ]
     batch.admit(list(range(n)), prompts, [SAMPLED] * n, [PREDICTOR] * n)
     return batch
 
@@ -117,7 +126,8 @@ def test_model_and_lean_predictor_do_not_import_each_other():
     def imported(name):
         tree = ast.parse((root / f"{name}.py").read_text())
         return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
-            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
 
     assert "tts.qwen3.lean_predictor" not in imported("model")
     assert "tts.qwen3.model" not in imported("lean_predictor")
@@ -132,8 +142,9 @@ def test_the_model_runs_one_layout_fused_by_setup_caches():
     assert model.talker.model.layers[0].self_attn.qkv_weight is None
     model.setup_caches(1, 16)
     for dec in (model.talker.model, model.talker.code_predictor.model):
-        assert all(layer.self_attn.qkv_weight is not None and layer.mlp.gate_up_weight is not None
-                   for layer in dec.layers)
+        assert all(
+            layer.self_attn.qkv_weight is not None and layer.mlp.gate_up_weight is not None for layer in dec.layers
+        )
     with torch.inference_mode():
         x = torch.randn(1, 3, model.config.talker.hidden_size)
         _, logits = model.talker(x, torch.arange(3).view(1, 3))

@@ -32,8 +32,10 @@ def _edit_config(model_dir: str, **changes) -> None:
 def test_released_layout_round_trips(tiny_dir):
     cfg = load_config(tiny_dir)
     assert cfg.tts_model_type == "custom_voice" and cfg.tts_model_size == "1b7"
-    assert cfg.talker.spk_id["ryan"] == 3061 and cfg.talker.spk_is_dialect == {"eric": "sichuan_dialect",
-                                                                                 "dylan": "beijing_dialect"}
+    assert cfg.talker.spk_id["ryan"] == 3061 and cfg.talker.spk_is_dialect == {
+        "eric": "sichuan_dialect",
+        "dylan": "beijing_dialect",
+    }
     assert cfg.talker.codec_language_id["russian"] == 2069
     assert cfg.suppressed_codec_ids[0] == 2048 and 2150 not in cfg.suppressed_codec_ids
     for size in ("0b6", "1b7"):
@@ -52,12 +54,15 @@ def test_speaker_ids_given_as_lists_are_read(tiny_dir, tmp_path):
     assert load_config(d).talker.spk_id == {"ryan": 3061}
 
 
-@pytest.mark.parametrize("change,code,words", [
-    ({"model_type": "qwen2"}, "not_qwen3_tts", "model_type"),
-    ({"tokenizer_type": "qwen3_tts_tokenizer_25hz"}, "unsupported_tokenizer", "25 Hz"),
-    ({"tts_model_type": "dialogue"}, "bad_config", "tts_model_type"),
-    ({"talker_config": None}, "bad_config", "talker_config"),
-])
+@pytest.mark.parametrize(
+    "change,code,words",
+    [
+        ({"model_type": "qwen2"}, "not_qwen3_tts", "model_type"),
+        ({"tokenizer_type": "qwen3_tts_tokenizer_25hz"}, "unsupported_tokenizer", "25 Hz"),
+        ({"tts_model_type": "dialogue"}, "bad_config", "tts_model_type"),
+        ({"talker_config": None}, "bad_config", "talker_config"),
+    ],
+)
 def test_wrong_configs_are_refused_with_a_reason(tiny_dir, tmp_path, change, code, words):
     d = _copy(tiny_dir, tmp_path / "m")
     _edit_config(d, **change)
@@ -103,8 +108,9 @@ def test_wrong_tensor_shape_is_named(tiny_dir, tmp_path):
         load_model(d)
 
 
-@pytest.mark.parametrize("dtype,want", [("float32", torch.float32), ("bfloat16", torch.bfloat16),
-                                        ("float16", torch.float16)])
+@pytest.mark.parametrize(
+    "dtype,want", [("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)]
+)
 def test_weights_load_in_the_requested_dtype(tiny_dir, dtype, want):
     model = load_model(tiny_dir, dtype=dtype)
     assert {p.dtype for p in model.parameters()} == {want}

@@ -33,17 +33,52 @@ def test_synth_ref_audio_reproduces_generate_voice_clone(official, official_dirs
     d = official_dirs("1b7", "base")
     out, codes_out = str(tmp_path / "o.wav"), str(tmp_path / "o.npy")
     mode = ["--x-vector-only"] if x_vector_only else ["--ref-text", REF_TEXT]
-    assert main(["synth", "--model-dir", d, "--text", TEXT, "--language", "en", "--greedy", "--max-frames",
-                 str(FRAMES), "--ref-audio", ref44, *mode, "--out", out, "--codes-out", codes_out]) == 0
-    ref_codes, _, _ = official.official_clone_codes(d, ref44, None if x_vector_only else REF_TEXT, TEXT,
-                                                    language="english", x_vector_only=x_vector_only,
-                                                    max_frames=FRAMES)
+    assert (
+        main(
+            [
+                "synth",
+                "--model-dir",
+                d,
+                "--text",
+                TEXT,
+                "--language",
+                "en",
+                "--greedy",
+                "--max-frames",
+                str(FRAMES),
+                "--ref-audio",
+                ref44,
+                *mode,
+                "--out",
+                out,
+                "--codes-out",
+                codes_out,
+            ]
+        )
+        == 0
+    )
+    ref_codes, _, _ = official.official_clone_codes(
+        d,
+        ref44,
+        None if x_vector_only else REF_TEXT,
+        TEXT,
+        language="english",
+        x_vector_only=x_vector_only,
+        max_frames=FRAMES,
+    )
     codes = np.load(codes_out)
     assert codes.shape == (FRAMES, 16) and np.array_equal(codes, ref_codes.numpy())  # generated frames only
     wavs, sr = official.official_wrapper(d).generate_voice_clone(
-        text=TEXT, language="English", ref_audio=ref44, ref_text=None if x_vector_only else REF_TEXT,
-        x_vector_only_mode=x_vector_only, do_sample=False, subtalker_dosample=False, repetition_penalty=1.0,
-        max_new_tokens=FRAMES + 1)
+        text=TEXT,
+        language="English",
+        ref_audio=ref44,
+        ref_text=None if x_vector_only else REF_TEXT,
+        x_vector_only_mode=x_vector_only,
+        do_sample=False,
+        subtalker_dosample=False,
+        repetition_penalty=1.0,
+        max_new_tokens=FRAMES + 1,
+    )
     ours = _read(out)
     assert sr == 24000 and ours.shape == wavs[0].shape  # the target speech only (ICL: reference cut off)
     assert np.abs(ours - np.clip(wavs[0], -1, 1)).max() <= 1.0 / 32767 + 1e-6
@@ -70,8 +105,13 @@ def _bad_references(d):
     corrupt.write_bytes(good[:30])  # the header cut inside the fmt chunk
     text = d / "notes.wav"
     text.write_text("these are not the samples you are looking for\n" * 50)
-    return {"silent": (silent, "silent"), "0.2 s": (short, "at least 1 s"), "5 min": (long, "at most 30 s"),
-            "corrupt": (str(corrupt), "truncated"), "non-audio": (str(text), "not a WAV file")}
+    return {
+        "silent": (silent, "silent"),
+        "0.2 s": (short, "at least 1 s"),
+        "5 min": (long, "at most 30 s"),
+        "corrupt": (str(corrupt), "truncated"),
+        "non-audio": (str(text), "not a WAV file"),
+    }
 
 
 def test_bad_references_are_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
@@ -83,10 +123,23 @@ def test_bad_references_are_refused_before_any_model_loads(tmp_path, capsys, mon
     monkeypatch.setattr(checkpoint.Checkpoint, "load", never)
     monkeypatch.setattr(tools, "load_speaker_encoder", never)
     for name, (path, reason) in _bad_references(tmp_path).items():
-        for argv in (["synth", "--model-dir", str(tmp_path), "--text", "Hi", "--ref-audio", path, "--ref-text", "Hi",
-                      "--out", str(tmp_path / "o.wav")],
-                     ["speaker-embedding", "--model-dir", str(tmp_path), path, "--out", str(tmp_path / "x.npy")],
-                     ["encode-audio", "--model-dir", str(tmp_path), path, "--codes-out", str(tmp_path / "c.npy")]):
+        for argv in (
+            [
+                "synth",
+                "--model-dir",
+                str(tmp_path),
+                "--text",
+                "Hi",
+                "--ref-audio",
+                path,
+                "--ref-text",
+                "Hi",
+                "--out",
+                str(tmp_path / "o.wav"),
+            ],
+            ["speaker-embedding", "--model-dir", str(tmp_path), path, "--out", str(tmp_path / "x.npy")],
+            ["encode-audio", "--model-dir", str(tmp_path), path, "--codes-out", str(tmp_path / "c.npy")],
+        ):
             assert main(argv) == 2, (name, argv[0])
             err = capsys.readouterr().err
             assert "bad_audio" in err and reason in err, (name, err)

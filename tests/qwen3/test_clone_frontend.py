@@ -19,8 +19,10 @@ pytestmark = pytest.mark.parity
 @pytest.fixture(scope="module")
 def wavs(tmp_path_factory):
     d = tmp_path_factory.mktemp("refs")
-    return {name: write_wav(d / f"{name}.wav", speech_like(2.3, rate, seed=i, channels=ch), rate)
-            for i, (name, rate, ch) in enumerate(REFERENCES)}
+    return {
+        name: write_wav(d / f"{name}.wav", speech_like(2.3, rate, seed=i, channels=ch), rate)
+        for i, (name, rate, ch) in enumerate(REFERENCES)
+    }
 
 
 def _official_load(path):

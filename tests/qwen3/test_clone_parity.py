@@ -20,16 +20,20 @@ from tts.qwen3.weights import load_model
 pytestmark = pytest.mark.parity
 
 FRAMES = 12
-TEXTS = {"en": ("Hello world, this is a cloned voice speaking.", "Hello, this is my voice."),
-         "ru": ("Привет, мир! Это клонированный голос.", "Здравствуйте, это мой голос.")}
+TEXTS = {
+    "en": ("Hello world, this is a cloned voice speaking.", "Hello, this is my voice."),
+    "ru": ("Привет, мир! Это клонированный голос.", "Здравствуйте, это мой голос."),
+}
 LANG = {"en": "english", "ru": "russian"}
 
 
 @pytest.fixture(scope="module")
 def wavs(tmp_path_factory):
     d = tmp_path_factory.mktemp("clone_refs")
-    out = {name: write_wav(d / f"{name}.wav", speech_like(2.3, rate, seed=i, channels=ch), rate)
-           for i, (name, rate, ch) in enumerate(REFERENCES)}
+    out = {
+        name: write_wav(d / f"{name}.wav", speech_like(2.3, rate, seed=i, channels=ch), rate)
+        for i, (name, rate, ch) in enumerate(REFERENCES)
+    }
     out["long24k"] = write_wav(d / "long24k.wav", speech_like(6.0, 24000, seed=9), 24000)
     return out
 
@@ -43,10 +47,12 @@ def _loaded(model_dir):
 def _ours(model_dir, ref_path, ref_text, text, language, x_vector_only, streaming_text=True):
     model, tok, cloner = _loaded(model_dir)
     clone = cloner.prompt(load_reference(ref_path), ref_text, x_vector_only)
-    prompt = build_prompt(model.talker, model.config, tok, text, language=language, clone=clone,
-                          streaming_text=streaming_text)
-    return generate_codes(model, prompt, GenerationSettings(greedy=True, subtalker_greedy=True, max_frames=FRAMES)
-                          ).codes, prompt
+    prompt = build_prompt(
+        model.talker, model.config, tok, text, language=language, clone=clone, streaming_text=streaming_text
+    )
+    return generate_codes(
+        model, prompt, GenerationSettings(greedy=True, subtalker_greedy=True, max_frames=FRAMES)
+    ).codes, prompt
 
 
 def _assert_same_prompt(prompt, fed):
@@ -74,8 +80,9 @@ def test_clone_greedy_codes_equal_official(official, official_dirs, wavs, varian
     d = official_dirs(variant, "base")
     text, ref_text = TEXTS[lang]
     xvo = mode == "xvec"
-    theirs, item, fed = official.official_clone_codes(d, wavs[ref], ref_text, text, language=LANG[lang],
-                                                 x_vector_only=xvo, max_frames=FRAMES)
+    theirs, item, fed = official.official_clone_codes(
+        d, wavs[ref], ref_text, text, language=LANG[lang], x_vector_only=xvo, max_frames=FRAMES
+    )
     ours, prompt = _ours(d, wavs[ref], ref_text, text, LANG[lang], xvo)
     assert ours.shape == theirs.shape == (FRAMES, 16)
     assert torch.equal(ours, theirs)
@@ -90,9 +97,16 @@ def test_icl_layouts_equal_official(official, official_dirs, wavs, streaming_tex
     non-streaming layout (the whole text first, then the reference frames)."""
     d = official_dirs("1b7", "base")
     text, ref_text = "Hi there.", "Hello."
-    theirs, item, fed = official.official_clone_codes(d, wavs["long24k"], ref_text, text, language="auto",
-                                                 x_vector_only=False, max_frames=FRAMES,
-                                                 streaming_text=streaming_text)
+    theirs, item, fed = official.official_clone_codes(
+        d,
+        wavs["long24k"],
+        ref_text,
+        text,
+        language="auto",
+        x_vector_only=False,
+        max_frames=FRAMES,
+        streaming_text=streaming_text,
+    )
     ours, prompt = _ours(d, wavs["long24k"], ref_text, text, "auto", False, streaming_text)
     assert torch.equal(ours, theirs)
     _assert_same_prompt(prompt, fed)

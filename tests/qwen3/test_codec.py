@@ -57,7 +57,11 @@ def test_config_reads_every_size_including_the_window(folder):
     cfg = CodecConfig.from_dir(folder)
     raw = json.loads((folder / "config.json").read_text())["decoder_config"]
     assert cfg.sliding_window == raw["sliding_window"] == 8
-    assert (cfg.hidden_size, cfg.latent_dim, cfg.codebook_dim) == (raw["hidden_size"], raw["latent_dim"], raw["codebook_dim"])
+    assert (cfg.hidden_size, cfg.latent_dim, cfg.codebook_dim) == (
+        raw["hidden_size"],
+        raw["latent_dim"],
+        raw["codebook_dim"],
+    )
     assert cfg.samples_per_frame == 1920 and cfg.frame_rate == 12.5
 
 
@@ -153,7 +157,11 @@ def test_chunks_straddling_the_attention_window_equal_offline(decoder):
     frames = 3 * w + 4
     codes = random_codes(1, frames, seed=4)
     offline = decoder.decode(codes)
-    for chunks in ([w - 1, w + 1, w + 2, frames - 3 * w - 2], [w + 3, w + 3, frames - 2 * w - 6], [2, 2 * w + 1, frames - 2 * w - 3]):
+    for chunks in (
+        [w - 1, w + 1, w + 2, frames - 3 * w - 2],
+        [w + 3, w + 3, frames - 2 * w - 6],
+        [2, 2 * w + 1, frames - 2 * w - 3],
+    ):
         assert max_diff(stream(decoder, codes, chunks), offline) <= STREAM_TOL, chunks
 
 
@@ -255,7 +263,12 @@ def test_a_step_updates_the_state_in_its_own_storage(decoder):
 
 @pytest.mark.parametrize(
     ("dtype", "conv_dtype"),
-    [(torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16)],
+    [
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float16, torch.float16),
+    ],
 )
 def test_half_precision_settings_give_sound_not_nan_or_silence(folder, decoder, dtype, conv_dtype):
     half = load_codec_decoder(folder, dtype=dtype, conv_dtype=conv_dtype)

@@ -25,7 +25,9 @@ def _official():
             from qwen_tts.core.tokenizer_12hz import configuration_qwen3_tts_tokenizer_v2 as conf
             from qwen_tts.core.tokenizer_12hz import modeling_qwen3_tts_tokenizer_v2 as model
     except Exception as e:  # any import failure means: skip, with the reason
-        pytest.skip(f"official qwen-tts 0.1.1 not importable ({type(e).__name__}: {e}); run scripts/install_reference.sh")
+        pytest.skip(
+            f"official qwen-tts 0.1.1 not importable ({type(e).__name__}: {e}); run scripts/install_reference.sh"
+        )
     return conf, model
 
 

@@ -7,14 +7,25 @@ import sys
 
 import pytest
 
-MODULES = ["gateway", "gateway.cli", "tts", "tts.engine", "tts.qwen3.checkpoint", "tts.qwen3.generate", "tts.qwen3.tools",
-           "tts.qwen3.codec", "tts.qwen3.engine"]
+MODULES = [
+    "gateway",
+    "gateway.cli",
+    "tts",
+    "tts.engine",
+    "tts.qwen3.checkpoint",
+    "tts.qwen3.generate",
+    "tts.qwen3.tools",
+    "tts.qwen3.codec",
+    "tts.qwen3.engine",
+]
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_importing_runtime_code_leaves_out_transformers_and_qwen_tts(module):
-    code = (f"import importlib, sys; importlib.import_module({module!r}); "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'qwen_tts')); "
-            "print(','.join(bad)); sys.exit(1 if bad else 0)")
+    code = (
+        f"import importlib, sys; importlib.import_module({module!r}); "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'qwen_tts')); "
+        "print(','.join(bad)); sys.exit(1 if bad else 0)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"{module} pulled in: {r.stdout.strip()} {r.stderr[-500:]}"

@@ -64,8 +64,11 @@ def _lean_steps(model, hidden, code0, codes):
 
 
 def _caches(model, b: int):
-    return [t[:b].clone() for layer in model.talker.code_predictor.model.layers
-            for t in (layer.self_attn.kv_cache.k_cache, layer.self_attn.kv_cache.v_cache)]
+    return [
+        t[:b].clone()
+        for layer in model.talker.code_predictor.model.layers
+        for t in (layer.self_attn.kv_cache.k_cache, layer.self_attn.kv_cache.v_cache)
+    ]
 
 
 @pytest.mark.parametrize("variant", ["1b7", "0b6"])  # with and without small_to_mtp_projection
@@ -75,8 +78,9 @@ def test_lean_steps_equal_the_module_steps(variant):
     b = 3
     hidden, code0 = _inputs(model, b)
     g = model.config.talker.code_predictor.num_code_groups
-    codes = torch.randint(0, model.config.talker.code_predictor.vocab_size, (b, g),
-                          generator=torch.Generator().manual_seed(1))
+    codes = torch.randint(
+        0, model.config.talker.code_predictor.vocab_size, (b, g), generator=torch.Generator().manual_seed(1)
+    )
     ref = _module_steps(model, hidden, code0, codes)
     ref_cache = _caches(model, b)
     for layer in model.talker.code_predictor.model.layers:  # the lean path must write every column itself

@@ -68,7 +68,7 @@ def test_two_stage_top_k_is_torch_topk_on_engine_shapes():
         w = vocab // 8
         x[0, torch.arange(8) * w + 3] += 100.0  # one chunk holds 8 of the top values
         x[1] = torch.arange(vocab, dtype=torch.float32)  # the top k are the last tokens, a few per chunk
-        x[2, vocab // 2:] = float("-inf")  # suppressed ids, as the talker's logits have
+        x[2, vocab // 2 :] = float("-inf")  # suppressed ids, as the talker's logits have
         x[3, : vocab - 5] = float("-inf")  # fewer finite values than k (k > 5): -inf ties fill the rest
         want_v, want_i = x.topk(k, dim=-1)
         got_v, got_i = top_k(x, k)

@@ -16,15 +16,18 @@ def _count(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("size,kind", [("0b6", "custom_voice"), ("1b7", "custom_voice"), ("0b6", "base"),
-                                       ("1b7", "base"), ("1b7", "voice_design")])
+@pytest.mark.parametrize(
+    "size,kind",
+    [("0b6", "custom_voice"), ("1b7", "custom_voice"), ("0b6", "base"), ("1b7", "base"), ("1b7", "voice_design")],
+)
 def test_meta_build_matches_official_keys_shapes_and_counts(official, size, kind):
     cfg = released_config(size, kind)
     ours = build_model(cfg, "meta")
     with torch.device("meta"):
         theirs = official.official_from_config_json(cfg.to_json())
-    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == \
-        {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == {
+        k: tuple(v.shape) for k, v in theirs.state_dict().items()
+    }
     assert _count(ours) == _count(theirs)
 
 

@@ -56,8 +56,16 @@ def test_synth_refuses_a_directory_that_is_not_a_checkpoint(tmp_path, capsys):
 def test_make_tiny_model_writes_every_file_and_loads(tmp_path, variant, kind):
     d = str(tmp_path / f"{variant}_{kind}")
     assert main(["make-tiny-model", d, "--variant", variant, "--type", kind]) == 0
-    for name in ("config.json", "generation_config.json", "model.safetensors", "vocab.json", "merges.txt",
-                 "tokenizer_config.json", "speech_tokenizer/config.json", "speech_tokenizer/model.safetensors"):
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer_config.json",
+        "speech_tokenizer/config.json",
+        "speech_tokenizer/model.safetensors",
+    ):
         assert os.path.isfile(os.path.join(d, name)), name
     ckpt = Checkpoint.load(d)
     assert ckpt.config.tts_model_type == kind and ckpt.config.tts_model_size == variant
@@ -74,7 +82,9 @@ def test_voice_design_speaks_from_an_instruction_and_base_needs_an_xvector(tmp_p
     with_instr = build_prompt(ck.model.talker, ck.config, ck.tokenizer, "Hi there.", instruct="A warm voice.")
     plain = build_prompt(ck.model.talker, ck.config, ck.tokenizer, "Hi there.")
     assert with_instr.prefill.shape[0] > plain.prefill.shape[0]
-    codes = generate_codes(ck.model, with_instr, GenerationSettings(greedy=True, subtalker_greedy=True, max_frames=3)).codes
+    codes = generate_codes(
+        ck.model, with_instr, GenerationSettings(greedy=True, subtalker_greedy=True, max_frames=3)
+    ).codes
     assert codes.shape[1] == 16
     cb = Checkpoint.load(base, with_codec=False)
     with pytest.raises(PromptError, match="x-vector"):

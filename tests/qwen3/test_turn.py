@@ -23,8 +23,9 @@ def _loaded(d):
 
 def _gen(d, **kw):
     model, tok = _loaded(d)
-    return TurnGenerator(model, tok, voice_head(model.talker, model.config, tok, speaker="ryan", language="english"),
-                         GREEDY, **kw)
+    return TurnGenerator(
+        model, tok, voice_head(model.talker, model.config, tok, speaker="ryan", language="english"), GREEDY, **kw
+    )
 
 
 def test_track_pauses_instead_of_feeding_pad_and_holds_eos():
@@ -86,7 +87,7 @@ def test_a_long_turn_is_cut_at_punctuation_and_continues_with_a_fresh_prompt(tin
     while fresh.step() is not None:
         pass
     n1 = gen.stats.segment_frames[1]
-    assert torch.equal(run.codes[n0:n0 + n1][:len(fresh.frames)], fresh.codes()[:n1])
+    assert torch.equal(run.codes[n0 : n0 + n1][: len(fresh.frames)], fresh.codes()[:n1])
 
 
 def test_a_segment_and_a_whole_text_share_one_frame_cap_rule():

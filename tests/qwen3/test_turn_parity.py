@@ -64,9 +64,15 @@ def _assert_official_prefix(ours, theirs, gen):
 @pytest.mark.parametrize("lang", ["en", "ru"])
 def test_custom_voice_turn_equals_official_streaming(official, official_dirs, lang):
     d = official_dirs("1b7", "custom_voice")
-    theirs, _ = official.official_generate(official.official_model(d), official.hf_tokenizer(d), TEXTS[lang],
-                                           speaker="ryan", language=LANG[lang], max_frames=FRAMES_FOR[lang],
-                                           streaming_text=True)
+    theirs, _ = official.official_generate(
+        official.official_model(d),
+        official.hf_tokenizer(d),
+        TEXTS[lang],
+        speaker="ryan",
+        language=LANG[lang],
+        max_frames=FRAMES_FOR[lang],
+        streaming_text=True,
+    )
     for rate in (8.0, 40.0):
         run, gen = _turn(d, TEXTS[lang], rate, FRAMES_FOR[lang], speaker="ryan", language=LANG[lang])
         _assert_official_prefix(run.codes, theirs, gen)
@@ -79,9 +85,16 @@ def test_custom_voice_turn_equals_official_streaming(official, official_dirs, la
 def test_voice_design_turn_equals_official_streaming(official, official_dirs):
     d = official_dirs("1b7", "voice_design")
     instruct = "A calm, low voice speaking slowly."
-    theirs, _ = official.official_generate(official.official_model(d), official.hf_tokenizer(d), TEXTS["en"],
-                                           speaker=None, language="english", instruct=instruct,
-                                           max_frames=FRAMES_FOR["en"], streaming_text=True)
+    theirs, _ = official.official_generate(
+        official.official_model(d),
+        official.hf_tokenizer(d),
+        TEXTS["en"],
+        speaker=None,
+        language="english",
+        instruct=instruct,
+        max_frames=FRAMES_FOR["en"],
+        streaming_text=True,
+    )
     run, gen = _turn(d, TEXTS["en"], 40.0, FRAMES_FOR["en"], language="english", instruct=instruct)
     _assert_official_prefix(run.codes, theirs, gen)
 
@@ -89,8 +102,10 @@ def test_voice_design_turn_equals_official_streaming(official, official_dirs):
 @pytest.fixture(scope="module")
 def refs(tmp_path_factory):
     d = tmp_path_factory.mktemp("turn_refs")
-    return {"long": write_wav(d / "long.wav", speech_like(6.0, 24000, seed=1), 24000),
-            "short": write_wav(d / "short.wav", speech_like(1.0, 24000, seed=2), 24000)}
+    return {
+        "long": write_wav(d / "long.wav", speech_like(6.0, 24000, seed=1), 24000),
+        "short": write_wav(d / "short.wav", speech_like(1.0, 24000, seed=2), 24000),
+    }
 
 
 def _clone_turn(d, ref_path, ref_text, text, lang, x_vector_only, rate, frames=FRAMES):
@@ -102,8 +117,9 @@ def _clone_turn(d, ref_path, ref_text, text, lang, x_vector_only, rate, frames=F
 @pytest.mark.parametrize("lang,rate", [("en", 40.0), ("ru", 8.0)])
 def test_xvector_clone_turn_equals_official_streaming(official, official_dirs, refs, lang, rate):
     d = official_dirs("1b7", "base")
-    theirs, _, _ = official.official_clone_codes(d, refs["long"], None, TEXTS[lang], language=LANG[lang],
-                                                 x_vector_only=True, max_frames=FRAMES_FOR[lang])
+    theirs, _, _ = official.official_clone_codes(
+        d, refs["long"], None, TEXTS[lang], language=LANG[lang], x_vector_only=True, max_frames=FRAMES_FOR[lang]
+    )
     run, gen = _clone_turn(d, refs["long"], None, TEXTS[lang], LANG[lang], True, rate, FRAMES_FOR[lang])
     _assert_official_prefix(run.codes, theirs, gen)
 
@@ -115,8 +131,9 @@ def test_in_context_clone_turn_equals_official_streaming(official, official_dirs
     text), and streams the rest (the `short` one: 13 frames, a longer text track)."""
     d = official_dirs("1b7", "base")
     ref_text, text = ("Hello.", "Hi there.") if ref == "long" else ("Hello, this is my voice.", TEXTS["en"])
-    theirs, _, fed = official.official_clone_codes(d, refs[ref], ref_text, text, language="english",
-                                                   x_vector_only=False, max_frames=FRAMES)
+    theirs, _, fed = official.official_clone_codes(
+        d, refs[ref], ref_text, text, language="english", x_vector_only=False, max_frames=FRAMES
+    )
     streamed = fed["trailing"].shape[0] > 1
     assert streamed == (ref == "short")
     for rate in (8.0,):
@@ -135,8 +152,13 @@ def test_turn_codes_do_not_depend_on_the_arrival_schedule(official_dirs):
     runs = []
     for pieces, rate in [([text], None), (list(text), 100.0), ([text[:3], text[3:9], text[9:15], text[15:]], 2.0)]:
         model, tok = _loaded(d)
-        gen = TurnGenerator(model, tok, voice_head(model.talker, model.config, tok, speaker="vivian", language="auto"),
-                            GREEDY, max_positions=512)
+        gen = TurnGenerator(
+            model,
+            tok,
+            voice_head(model.talker, model.config, tok, speaker="vivian", language="auto"),
+            GREEDY,
+            max_positions=512,
+        )
         runs.append(run_paced(gen, pieces, rate, step_s=0.08, max_frames=FRAMES).codes)
     for r in runs[1:]:
         assert torch.equal(r, runs[0])
@@ -147,10 +169,40 @@ def test_synth_turn_mode_cli_writes_the_official_codes(official, official_dirs, 
 
     d = official_dirs("1b7", "custom_voice")
     out, codes_out = str(tmp_path / "t.wav"), str(tmp_path / "t.npy")
-    assert main(["synth", "--model-dir", d, "--text", TEXTS["ru"], "--speaker", "ryan", "--language", "ru", "--greedy",
-                 "--turn-mode", "--text-rate", "8", "--max-frames", str(FRAMES), "--out", out,
-                 "--codes-out", codes_out]) == 0
-    theirs, _ = official.official_generate(official.official_model(d), official.hf_tokenizer(d), TEXTS["ru"],
-                                           speaker="ryan", language="russian", max_frames=FRAMES, streaming_text=True)
+    assert (
+        main(
+            [
+                "synth",
+                "--model-dir",
+                d,
+                "--text",
+                TEXTS["ru"],
+                "--speaker",
+                "ryan",
+                "--language",
+                "ru",
+                "--greedy",
+                "--turn-mode",
+                "--text-rate",
+                "8",
+                "--max-frames",
+                str(FRAMES),
+                "--out",
+                out,
+                "--codes-out",
+                codes_out,
+            ]
+        )
+        == 0
+    )
+    theirs, _ = official.official_generate(
+        official.official_model(d),
+        official.hf_tokenizer(d),
+        TEXTS["ru"],
+        speaker="ryan",
+        language="russian",
+        max_frames=FRAMES,
+        streaming_text=True,
+    )
     codes = np.load(codes_out)
-    assert np.array_equal(codes[:len(theirs)], theirs.numpy())
+    assert np.array_equal(codes[: len(theirs)], theirs.numpy())

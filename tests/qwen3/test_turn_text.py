@@ -11,8 +11,13 @@ from tts.qwen3.prompt import text_tokens
 from tts.qwen3.tokenizer import TextTokenizer
 from tts.qwen3.turn_text import TurnText
 
-TEXTS = ["Hello world, this is a parity test.", "Привет, мир! Как дела? Это   тест...",
-         "It's 3 000 rubles, Dr. Smith's e.g. U.S. cost!!\n\nNew line?  ok", "a  b\t c", "Tabs\tand 12.5% (yes)."]
+TEXTS = [
+    "Hello world, this is a parity test.",
+    "Привет, мир! Как дела? Это   тест...",
+    "It's 3 000 rubles, Dr. Smith's e.g. U.S. cost!!\n\nNew line?  ok",
+    "a  b\t c",
+    "Tabs\tand 12.5% (yes).",
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +31,7 @@ def _feed(tok, pieces, normalize=None):
     for p in pieces:
         before = list(tt.tokens)
         out += [t.id for t in tt.append(p)]
-        assert tt.tokens[:len(before)] == before  # nothing released changes
+        assert tt.tokens[: len(before)] == before  # nothing released changes
     out += [t.id for t in tt.finish()]
     return out, tt
 

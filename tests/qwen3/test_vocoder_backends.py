@@ -38,8 +38,9 @@ def cache(tmp_path_factory):
 def _cpu_backends():
     out = [pytest.param("torch", id="torch-eager")]
     reason = _ort_missing()
-    out.append(pytest.param("onnxruntime", id="onnxruntime-cpu",
-                            marks=pytest.mark.skipif(bool(reason), reason=reason or "")))
+    out.append(
+        pytest.param("onnxruntime", id="onnxruntime-cpu", marks=pytest.mark.skipif(bool(reason), reason=reason or ""))
+    )
     return out
 
 
@@ -66,7 +67,9 @@ def engine_stream(vocoder, codes: torch.Tensor, chunks: list[int]) -> torch.Tens
     return torch.cat(out, dim=1)
 
 
-@pytest.mark.parametrize("chunks", [[1] * 9, [1, 2, 4, 3], [3, 7]], ids=["one-frame", "ramp-1-2-4", "straddling-window"])
+@pytest.mark.parametrize(
+    "chunks", [[1] * 9, [1, 2, 4, 3], [3, 7]], ids=["one-frame", "ramp-1-2-4", "straddling-window"]
+)
 def test_streaming_equals_torch_offline(vocoder, decoder, chunks):
     codes = random_codes(2, sum(chunks), seed=sum(chunks))
     got = engine_stream(vocoder, codes, chunks)
@@ -162,12 +165,24 @@ def test_onnx_export_is_cached_by_weights(decoder, cache):
 def test_tensorrt_engine_cache_key_covers_everything_an_engine_depends_on():
     from tts.qwen3.codec.trt_vocoder import engine_cache_key
 
-    base = dict(gpu_name="NVIDIA H200", trt_version="10.13.3", onnx_sha256="ab" * 32, max_batch=256,
-                packets=(1, 2, 4), contexts=2)
+    base = dict(
+        gpu_name="NVIDIA H200",
+        trt_version="10.13.3",
+        onnx_sha256="ab" * 32,
+        max_batch=256,
+        packets=(1, 2, 4),
+        contexts=2,
+    )
     key = engine_cache_key(**base)
     assert key.endswith(".plan") and "nvidia-h200" in key and "trt10.13.3" in key and "b256" in key
-    for field, value in [("gpu_name", "NVIDIA A100"), ("trt_version", "10.14"), ("onnx_sha256", "cd" * 32),
-                         ("max_batch", 384), ("packets", (1, 4)), ("contexts", 1)]:
+    for field, value in [
+        ("gpu_name", "NVIDIA A100"),
+        ("trt_version", "10.14"),
+        ("onnx_sha256", "cd" * 32),
+        ("max_batch", 384),
+        ("packets", (1, 4)),
+        ("contexts", 1),
+    ]:
         assert engine_cache_key(**{**base, field: value}) != key, field
 
 
@@ -187,9 +202,11 @@ def test_torch_cuda_graphs_equal_offline(decoder):
         decoder.to("cpu")
 
 
-@pytest.mark.skipif(not HAVE_CUDA or tensorrt_available(torch.device("cuda")) is not None,
-                    reason=f"TensorRT cannot run here: {tensorrt_available(torch.device('cuda'))}"
-                    + ("" if HAVE_CUDA else " (and no CUDA device)"))
+@pytest.mark.skipif(
+    not HAVE_CUDA or tensorrt_available(torch.device("cuda")) is not None,
+    reason=f"TensorRT cannot run here: {tensorrt_available(torch.device('cuda'))}"
+    + ("" if HAVE_CUDA else " (and no CUDA device)"),
+)
 def test_tensorrt_equals_offline_and_uses_one_context_per_thread(decoder, cache):
     dec = decoder.to("cuda")
     try:
@@ -210,8 +227,15 @@ def test_gpu_vocoder_bench_logic_runs_on_cpu_and_skips_with_reasons():
     """bench/gpu_vocoder.run (what scripts/gpu_check.sh calls) on the CPU with the tiny shape."""
     from bench.gpu_vocoder import format_table, run
 
-    rows = run(budget_s=120, backends=("torch-graphs", "tensorrt", "torch-eager"), batches=(1, 3), packets=(1, 2),
-               reps=1, device="cpu", shape="tiny")
+    rows = run(
+        budget_s=120,
+        backends=("torch-graphs", "tensorrt", "torch-eager"),
+        batches=(1, 3),
+        packets=(1, 2),
+        reps=1,
+        device="cpu",
+        shape="tiny",
+    )
     timed = [r for r in rows if "skipped" not in r]
     assert {(r["batch"], r["packet"]) for r in timed} == {(1, 1), (1, 2), (3, 1), (3, 2)}
     assert all(r["backend"] == "torch-eager" and r["max_err"] < 1e-4 and r["audio_x"] > 0 for r in timed)
@@ -229,7 +253,12 @@ def test_vocoder_flags_and_config_values_are_the_same_four():
     assert tuple(VOCODERS) == tuple(CONFIG_VOCODERS) == KINDS
     parser = build_parser()
     assert parser.parse_args(["serve", "--vocoder", "onnxruntime"]).vocoder == "onnxruntime"
-    assert parser.parse_args(["synth", "--model-dir", "d", "--text", "t", "--out", "o.wav", "--vocoder", "tensorrt"]).vocoder == "tensorrt"
+    assert (
+        parser.parse_args(
+            ["synth", "--model-dir", "d", "--text", "t", "--out", "o.wav", "--vocoder", "tensorrt"]
+        ).vocoder
+        == "tensorrt"
+    )
     assert parser.parse_args(["bench", "--random-weights", "0.6b", "--vocoder", "torch"]).vocoder == "torch"
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "--vocoder", "openvino"])
@@ -260,7 +289,14 @@ def test_a_backend_failing_to_build_is_skipped_and_the_others_still_timed(monkey
         return real(kind, *a, **kw)
 
     monkeypatch.setattr(vocoder, "build_vocoder", build)
-    rows = run(budget_s=60, backends=("onnxruntime", "torch-eager"), batches=(1,), packets=(1,), reps=1,
-               device="cpu", shape="tiny")
+    rows = run(
+        budget_s=60,
+        backends=("onnxruntime", "torch-eager"),
+        batches=(1,),
+        packets=(1,),
+        reps=1,
+        device="cpu",
+        shape="tiny",
+    )
     assert [r["backend"] for r in rows if "skipped" in r] == ["onnxruntime"]
     assert [r["backend"] for r in rows if "ms_per_step" in r] == ["torch-eager"]

@@ -86,8 +86,11 @@ def test_export_passes_the_checker_and_records_opset_size_and_state(exported, de
     assert dims["codes"][:2] == ["batch", "frames"] and dims["state.0"][0] == "batch"
 
 
-@pytest.mark.parametrize("chunks", [[1] * 12, [1, 2, 4, 4, 4, 4, 3], [3, 7, 9, 5], [11, 1, 12]],
-                         ids=["one-frame", "ramp-1-2-4", "straddling-window", "long-short"])
+@pytest.mark.parametrize(
+    "chunks",
+    [[1] * 12, [1, 2, 4, 4, 4, 4, 3], [3, 7, 9, 5], [11, 1, 12]],
+    ids=["one-frame", "ramp-1-2-4", "straddling-window", "long-short"],
+)
 def test_plain_onnxruntime_streaming_equals_torch_offline(session, decoder, chunks):
     codes = random_codes(2, sum(chunks), seed=len(chunks))
     ref = decoder.decode(codes).numpy()
@@ -176,10 +179,13 @@ def test_cli_export_vocoder_writes_a_checked_file(decoder, tmp_path, capsys):
     assert read_metadata(out)["max_batch"] == 4
 
 
-@pytest.mark.parametrize("argv, code", [
-    (["--precision", "fp8"], None),  # argparse refuses the choice
-    (["--max-batch", "0"], "bad_max_batch"),
-])
+@pytest.mark.parametrize(
+    "argv, code",
+    [
+        (["--precision", "fp8"], None),  # argparse refuses the choice
+        (["--max-batch", "0"], "bad_max_batch"),
+    ],
+)
 def test_cli_export_vocoder_refuses_bad_arguments(tmp_path, capsys, argv, code):
     folder = write_tiny_codec(tmp_path / "speech_tokenizer", seed=0)
     args = ["export-vocoder", "--model-dir", str(folder), "--out", str(tmp_path / "v.onnx"), *argv]
@@ -200,9 +206,12 @@ def test_cli_export_vocoder_of_a_missing_folder_is_one_clear_line(tmp_path, caps
 def test_read_metadata_refuses_a_foreign_onnx_file(tmp_path):
     from onnx import helper
 
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
     onnx.save(helper.make_model(graph), str(tmp_path / "other.onnx"))
     with pytest.raises(CodecError) as e:
         read_metadata(tmp_path / "other.onnx")

@@ -36,10 +36,17 @@ def start_gateway(tmp_path: Path, tiny_dir: str, vocoder: str):
     cfg.write_text(
         "server: {host: 127.0.0.1, port: %d}\n"
         "engine: {kind: qwen3, model_dir: %s, device: cpu, dtype: float32, max_batch: 4, vocoder: %s, vocoder_cache: %s}\n"
-        "playout: {prebuffer_ms: 400}\n" % (port, tiny_dir, vocoder, tmp_path / "cache"))
+        "playout: {prebuffer_ms: 400}\n" % (port, tiny_dir, vocoder, tmp_path / "cache")
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return proc, port
 
 

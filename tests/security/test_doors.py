@@ -22,7 +22,9 @@ OTHER = "127.0.0.2"
 def refused_count(gw, reason: str) -> float:
     for family in text_string_to_metric_families(gw.metrics.render().decode()):
         if family.name == "voxgate_connections_refused":
-            return sum(s.value for s in family.samples if s.labels.get("reason") == reason and s.name.endswith("_total"))
+            return sum(
+                s.value for s in family.samples if s.labels.get("reason") == reason and s.name.endswith("_total")
+            )
     return 0.0
 
 
@@ -134,8 +136,11 @@ async def test_a_page_from_an_unlisted_origin_gets_403_and_listed_or_no_origin_p
     status, body = await http_get(gw, "/v1/voices", headers={"Origin": "https://evil.example.net"})
     assert status == 403 and body["code"] == "forbidden_origin"
     async with aiohttp.ClientSession() as http:  # the WebRTC offer, as a page posts it
-        async with http.post(f"{gw.url}/v1/webrtc/offer", json={"sdp": "v=0", "type": "offer"},
-                             headers={"Origin": "https://evil.example.net"}) as r:
+        async with http.post(
+            f"{gw.url}/v1/webrtc/offer",
+            json={"sdp": "v=0", "type": "offer"},
+            headers={"Origin": "https://evil.example.net"},
+        ) as r:
             assert r.status == 403
     assert refused_count(gw, "origin") == 4
 
@@ -161,13 +166,18 @@ async def test_an_empty_allowlist_lets_any_origin_in_but_sends_no_cors_header(st
 
 async def test_a_listed_origin_gets_cors_so_its_page_can_fetch_cross_origin(start_gateway):
     gw = await start_gateway({"server": {"allowed_origins": ["https://app.example.com"]}})
-    preflight = {"Origin": "https://app.example.com", "Access-Control-Request-Method": "POST",
-                 "Access-Control-Request-Headers": "authorization, content-type"}
+    preflight = {
+        "Origin": "https://app.example.com",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type",
+    }
     async with aiohttp.ClientSession() as http:
         async with http.options(f"{gw.url}/v1/webrtc/offer", headers=preflight) as r:
             assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
             assert "authorization" in r.headers["Access-Control-Allow-Headers"].lower()
-        async with http.options(f"{gw.url}/v1/webrtc/offer", headers={**preflight, "Origin": "https://evil.example.net"}) as r:
+        async with http.options(
+            f"{gw.url}/v1/webrtc/offer", headers={**preflight, "Origin": "https://evil.example.net"}
+        ) as r:
             assert r.status == 403 and "Access-Control-Allow-Origin" not in r.headers
         async with http.get(f"{gw.url}/v1/voices", headers={"Origin": "https://app.example.com"}) as r:
             assert r.status == 200 and r.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
@@ -236,7 +246,10 @@ async def test_an_api_key_in_the_query_string_is_refused_naming_the_header(start
         with pytest.raises(websockets.InvalidStatus) as refused:
             await Client.connect(gw, path=path)
         assert refused.value.response.status_code == 401, path
-        assert b"Authorization: Bearer" in refused.value.response.body and b"not accepted in ?token=" in refused.value.response.body
+        assert (
+            b"Authorization: Bearer" in refused.value.response.body
+            and b"not accepted in ?token=" in refused.value.response.body
+        )
     assert refused_count(gw, "key_in_query") == 3
     status, _ = await http_get(gw, "/v1/models?token=k1-long-lived")
     assert status == 401

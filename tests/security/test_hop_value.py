@@ -13,14 +13,18 @@ def test_a_hop_verifies_only_for_the_request_and_call_it_was_signed_for():
     value = hop.sign(SECRET, "gw-1", "GET", "/v1/vonage?call_id=A", "A", now=1000)
     checked = hop.verify(SECRET, value, "GET", "/v1/vonage?call_id=A", now=1010)
     assert (checked.node, checked.call_id) == ("gw-1", "A") and len(checked.nonce) == 32
-    for method, target in (("POST", "/v1/vonage?call_id=A"), ("GET", "/v1/vonage?call_id=B"), ("GET", "/v1/vonage"),
-                           ("GET", "/v1/telnyx?call_id=A")):
+    for method, target in (
+        ("POST", "/v1/vonage?call_id=A"),
+        ("GET", "/v1/vonage?call_id=B"),
+        ("GET", "/v1/vonage"),
+        ("GET", "/v1/telnyx?call_id=A"),
+    ):
         with pytest.raises(hop.HopRefused, match="signature does not verify"):
             hop.verify(SECRET, value, method, target, now=1010)
     parts = value.split(";")
     for i, forged in ((4, "B"), (1, "gw-2"), (3, "0" * 32), (2, "1009")):  # any field changed breaks the signature
         with pytest.raises(hop.HopRefused, match="signature"):
-            hop.verify(SECRET, ";".join(parts[:i] + [forged] + parts[i + 1:]), "GET", "/v1/vonage?call_id=A", now=1010)
+            hop.verify(SECRET, ";".join(parts[:i] + [forged] + parts[i + 1 :]), "GET", "/v1/vonage?call_id=A", now=1010)
     with pytest.raises(hop.HopRefused, match="different secrets"):
         hop.verify(b"another-secret-of-16+chars", value, "GET", "/v1/vonage?call_id=A", now=1010)
 
@@ -30,7 +34,10 @@ def test_a_hop_is_fresh_for_thirty_seconds_and_each_has_its_own_nonce():
     hop.verify(SECRET, value, "GET", "/v1/twilio/CA1", now=1000 + hop.MAX_AGE_S)
     with pytest.raises(hop.HopRefused, match="old"):
         hop.verify(SECRET, value, "GET", "/v1/twilio/CA1", now=1000 + hop.MAX_AGE_S + 1)
-    assert hop.sign(SECRET, "gw-1", "GET", "/x", "c", now=1).split(";")[3] != hop.sign(SECRET, "gw-1", "GET", "/x", "c", now=1).split(";")[3]
+    assert (
+        hop.sign(SECRET, "gw-1", "GET", "/x", "c", now=1).split(";")[3]
+        != hop.sign(SECRET, "gw-1", "GET", "/x", "c", now=1).split(";")[3]
+    )
     for junk in ("", "gw-1;1700000000;" + "0" * 64, "v2;a;b;c;d;e", "v2;;;;;"):
         with pytest.raises(hop.HopRefused):
             hop.verify(SECRET, junk, "GET", "/x")

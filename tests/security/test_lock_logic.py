@@ -79,7 +79,9 @@ def test_forwarded_for_is_read_from_the_right_and_only_from_trusted_peers():
 
 
 def test_installed_network_libraries_meet_the_floors_in_pyproject():
-    deps = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"][
+        "dependencies"
+    ]
     floors = dict(d.split(">=") for d in deps if d.split(">=")[0] in ("aiohttp", "websockets"))
     assert set(floors) == {"aiohttp", "websockets"}
 

@@ -49,7 +49,9 @@ async def _exercise(port: int) -> tuple[str, list[str]]:
             await websockets.connect(f"{ws_base}/v1/ws?token={API_KEY}")
         async with websockets.connect(f"{ws_base}/v1/ws", additional_headers=key) as ws:
             await ws.send(json.dumps({"type": "session.start"}))
-            await ws.send(json.dumps({"type": "text", "turn_id": "t1", "text": f"Say {API_KEY[:3]} please.", "final": True}))
+            await ws.send(
+                json.dumps({"type": "text", "turn_id": "t1", "text": f"Say {API_KEY[:3]} please.", "final": True})
+            )
             await ws.send(json.dumps({"type": "no.such.type", "key": API_KEY}))  # a bad message quoting a secret
             while True:
                 m = await ws.recv()
@@ -70,8 +72,11 @@ async def _exercise(port: int) -> tuple[str, list[str]]:
         async with http.get(f"{base}/v1/webrtc/config", headers=key) as r:
             turn = [s for s in (await r.json())["ice_servers"] if isinstance(s, dict)][0]
         minted.append(turn["credential"])
-        async with http.post(f"{base}/v1/audio/speech", headers={"Authorization": f"Bearer {API_KEY}z"},
-                             json={"model": "x", "input": "hi", "voice": "alloy"}) as r:
+        async with http.post(
+            f"{base}/v1/audio/speech",
+            headers={"Authorization": f"Bearer {API_KEY}z"},
+            json={"model": "x", "input": "hi", "voice": "alloy"},
+        ) as r:
             assert r.status == 401
         # a request aiohttp cannot parse, with the key in it
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -87,22 +92,45 @@ async def _exercise(port: int) -> tuple[str, list[str]]:
 async def test_no_secret_in_logs_or_metrics(tmp_path):
     port = free_port()
     overrides = tmp_path / "locks.yaml"
-    overrides.write_text(json.dumps({
-        "engine": {"kind": "simulated"},
-        "server": {"api_keys": [API_KEY], "log_dir": str(tmp_path / "logs")},
-        "telephony": {"twilio_auth_token_env": "VOXGATE_T_TWILIO"},
-        "webrtc": {"turn_urls": ["turn:turn.example.org:3478"], "turn_secret_env": "VOXGATE_T_TURN"},
-    }))
+    overrides.write_text(
+        json.dumps(
+            {
+                "engine": {"kind": "simulated"},
+                "server": {"api_keys": [API_KEY], "log_dir": str(tmp_path / "logs")},
+                "telephony": {"twilio_auth_token_env": "VOXGATE_T_TWILIO"},
+                "webrtc": {"turn_urls": ["turn:turn.example.org:3478"], "turn_secret_env": "VOXGATE_T_TURN"},
+            }
+        )
+    )
     env = {**os.environ, "VOXGATE_T_TWILIO": TWILIO_TOKEN, "VOXGATE_T_TURN": TURN_SECRET, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(overrides), "--port", str(port),
-                             "--log-level", "debug"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--config",
+            str(overrides),
+            "--port",
+            str(port),
+            "--log-level",
+            "debug",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         await _wait_ready(port)
         metrics, minted = await _exercise(port)
     finally:
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=60)
-    session_logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "logs").rglob("*") if p.is_file() and p.suffix != ".wav")
+    session_logs = "".join(
+        p.read_text(errors="replace") for p in (tmp_path / "logs").rglob("*") if p.is_file() and p.suffix != ".wav"
+    )
     assert "refused" in output.lower() and "voxgate_sessions_total" in metrics  # the run did log and scrape
     for secret in (API_KEY, TWILIO_TOKEN, TURN_SECRET, *minted):
         for name, text in (("process output", output), ("/metrics", metrics), ("session logs", session_logs)):

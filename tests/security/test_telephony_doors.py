@@ -21,7 +21,9 @@ async def test_with_api_keys_and_no_auth_token_unsigned_twilio_streams_are_refus
         await TwilioClient.connect(gw)
     assert refused.value.response.status_code == 403 and b"unsigned" in refused.value.response.body
     with pytest.raises(websockets.InvalidStatus):  # nothing can be verified: a signature does not help either
-        await TwilioClient.connect(gw, headers={"X-Twilio-Signature": twilio_signature("guess", ws_url(gw, "/v1/twilio"))})
+        await TwilioClient.connect(
+            gw, headers={"X-Twilio-Signature": twilio_signature("guess", ws_url(gw, "/v1/twilio"))}
+        )
     assert refused_count(gw, "twilio_unsigned") == 2
     assert any("refuses every stream" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
 
@@ -38,7 +40,9 @@ async def test_twilio_allow_unsigned_opens_the_door_and_says_so(make_gateway, ca
 
 async def test_with_an_auth_token_a_signed_stream_passes_beside_api_keys(make_gateway, monkeypatch):
     monkeypatch.setenv("VOXGATE_TEST_TWILIO_TOKEN", "secret-token")
-    gw = await make_gateway(server={"api_keys": ["k1"]}, telephony={"twilio_auth_token_env": "VOXGATE_TEST_TWILIO_TOKEN"})
+    gw = await make_gateway(
+        server={"api_keys": ["k1"]}, telephony={"twilio_auth_token_env": "VOXGATE_TEST_TWILIO_TOKEN"}
+    )
     url = ws_url(gw, "/v1/twilio")
     with pytest.raises(websockets.InvalidStatus):
         await TwilioClient.connect(gw)
@@ -62,7 +66,9 @@ async def closed_at_once(reader) -> bool:
 
 
 async def test_audiosocket_takes_only_allowed_peers(make_gateway):
-    gw = await make_gateway(telephony={"audiosocket_port": 0, "audiosocket_allow": [f"{OTHER}/32"], "unknown_call_timeout_s": 2})
+    gw = await make_gateway(
+        telephony={"audiosocket_port": 0, "audiosocket_allow": [f"{OTHER}/32"], "unknown_call_timeout_s": 2}
+    )
     reader, writer = await audiosocket(gw, "127.0.0.1")
     assert await closed_at_once(reader)
     writer.close()
@@ -90,7 +96,9 @@ async def test_audiosocket_binds_to_the_configured_address_only(make_gateway):
 
 
 async def test_audiosocket_per_ip_cap(make_gateway):
-    gw = await make_gateway(server={"limits": {"max_connections_per_ip": 1}}, telephony={"audiosocket_port": 0, "unknown_call_timeout_s": 2})
+    gw = await make_gateway(
+        server={"limits": {"max_connections_per_ip": 1}}, telephony={"audiosocket_port": 0, "unknown_call_timeout_s": 2}
+    )
     first = await audiosocket(gw, OTHER)
     second = await audiosocket(gw, OTHER)
     assert await closed_at_once(second[0])
@@ -123,7 +131,11 @@ async def test_a_media_wire_takes_a_session_token_as_its_basic_auth_password_onc
     basic = {"Authorization": "Basic " + base64.b64encode(f"asterisk:{token}".encode()).decode()}
     url = f"ws://127.0.0.1:{gw.port}/v1/asterisk"
     ws = await websockets.connect(url, subprotocols=["media"], additional_headers=basic)
-    await ws.send(json.dumps({"event": "MEDIA_START", "channel_id": "tok-1", "format": "ulaw", "optimal_frame_size": 160, "ptime": 20}))
+    await ws.send(
+        json.dumps(
+            {"event": "MEDIA_START", "channel_id": "tok-1", "format": "ulaw", "optimal_frame_size": 160, "ptime": 20}
+        )
+    )
     await asyncio.sleep(0.1)
     assert gw.calls.get("tok-1") is not None
     with pytest.raises(websockets.InvalidStatus) as again:  # spent

@@ -32,8 +32,13 @@ async def test_each_page_gets_its_own_turn_credentials_that_coturn_would_accept(
     monkeypatch.setenv("VOXGATE_TEST_TURN_SECRET", SECRET)
     gw = await gateway_factory(
         server={"api_keys": ["k1"]},
-        webrtc={"ice_servers": ["stun:stun.example.org:3478"], "turn_urls": ["turn:turn.example.org:3478?transport=udp"],
-                "turn_secret_env": "VOXGATE_TEST_TURN_SECRET", "turn_ttl_s": 600})
+        webrtc={
+            "ice_servers": ["stun:stun.example.org:3478"],
+            "turn_urls": ["turn:turn.example.org:3478?transport=udp"],
+            "turn_secret_env": "VOXGATE_TEST_TURN_SECRET",
+            "turn_ttl_s": 600,
+        },
+    )
     assert (await get_config(gw, None))[0] == 401  # the wrong caller gets no credentials
     status, first = await get_config(gw, "k1")
     assert status == 200

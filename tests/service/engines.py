@@ -47,9 +47,25 @@ class EngineProcess:
 
     def start(self) -> "EngineProcess":
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "engine", "--config", str(self.config), "--listen", self.endpoint,
-             "--http-port", str(self.http_port), "--heartbeat-s", str(self.heartbeat_s)],
-            cwd=ROOT, env=env(), stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "engine",
+                "--config",
+                str(self.config),
+                "--listen",
+                self.endpoint,
+                "--http-port",
+                str(self.http_port),
+                "--heartbeat-s",
+                str(self.heartbeat_s),
+            ],
+            cwd=ROOT,
+            env=env(),
+            stdout=open(self.log, "ab"),
+            stderr=subprocess.STDOUT,
+        )
         return self
 
     def ready(self) -> dict | None:

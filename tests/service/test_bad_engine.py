@@ -36,8 +36,16 @@ class FakeEngine:
             rid, *body = await self.sock.recv_multipart()
             msg = W.decode_from_gateway(body)
             if isinstance(msg, W.Hello):
-                await self.send(rid, W.Welcome(v=W.VERSION, engine="simulated", engine_id="fake", sample_rate=24000,
-                                               heartbeat_s=self.heartbeat_s))
+                await self.send(
+                    rid,
+                    W.Welcome(
+                        v=W.VERSION,
+                        engine="simulated",
+                        engine_id="fake",
+                        sample_rate=24000,
+                        heartbeat_s=self.heartbeat_s,
+                    ),
+                )
                 self.rid = rid
             elif isinstance(msg, W.Ops):
                 self.submits += msg.submit
@@ -75,8 +83,11 @@ async def test_a_packet_naming_a_missing_frame_fails_its_stream_and_the_others_g
             await asyncio.sleep(0.02)
         sid_bad, sid_good = (s.sid for s in fake.submits)
         pcm = np.zeros(1920, dtype=np.float32)
-        await fake.send(fake.rid, W.Packets(chunks=[W.Chunk(sid_bad, 0, True, 99), W.Chunk(sid_good, 0, True, 1)]),
-                        [W.pcm_part(pcm)])
+        await fake.send(
+            fake.rid,
+            W.Packets(chunks=[W.Chunk(sid_bad, 0, True, 99), W.Chunk(sid_good, 0, True, 1)]),
+            [W.pcm_part(pcm)],
+        )
         chunk = await asyncio.wait_for(anext(aiter(good)), 3)
         assert chunk.is_last and len(chunk.pcm) == 1920
         with pytest.raises(EngineError) as err:

@@ -23,8 +23,25 @@ from tests.service.engines import ROOT, EngineProcess, env, free_port  # noqa: E
 def run_engine(tmp_path, listen: str, timeout: float = 20.0) -> subprocess.CompletedProcess:
     config = tmp_path / "sim.yaml"
     config.write_text("engine: {kind: simulated}\n")
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "engine", "--config", str(config), "--listen", listen,
-                           "--http-port", "0"], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "engine",
+            "--config",
+            str(config),
+            "--listen",
+            listen,
+            "--http-port",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def said(proc: subprocess.CompletedProcess) -> str:
@@ -88,9 +105,25 @@ def test_a_stale_ipc_socket_file_is_taken_over(tmp_path):
     http = free_port()
     config = tmp_path / "sim.yaml"
     config.write_text("engine: {kind: simulated}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "engine", "--config", str(config), "--listen",
-                             f"ipc://{path}", "--http-port", str(http)], cwd=ROOT, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "engine",
+            "--config",
+            str(config),
+            "--listen",
+            f"ipc://{path}",
+            "--http-port",
+            str(http),
+        ],
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         while line and not line.startswith("voxgate engine:"):

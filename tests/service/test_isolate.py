@@ -17,8 +17,10 @@ pytest.importorskip("zmq")
 from tests.conftest import Client  # noqa: E402
 from tests.service.test_remote_faults import LONG, STALL_S, ready, wait_for  # noqa: E402
 
-ISOLATED = {"engine": {"kind": "simulated", "isolate": True, "stall_timeout_s": STALL_S},
-            "simulated": {"first_packet_ms": 20, "capacity_x": 50, "ms_per_char": 70, "stream_rtf": 0.5, "packet_ms": 80}}
+ISOLATED = {
+    "engine": {"kind": "simulated", "isolate": True, "stall_timeout_s": STALL_S},
+    "simulated": {"first_packet_ms": 20, "capacity_x": 50, "ms_per_char": 70, "stream_rtf": 0.5, "packet_ms": 80},
+}
 
 
 async def test_an_isolated_engine_serves_from_its_own_process_and_is_restarted_when_it_dies(start_gateway, caplog):

@@ -87,7 +87,9 @@ async def test_sessions_stick_to_their_engine_and_new_sessions_go_to_the_less_lo
     await asyncio.gather(*(first(s) for s in s1))
     busy, idle = (a, b) if a.streams else (b, a)
     assert busy.streams == 3 and idle.streams == 0
-    await until(lambda: all(l.load.active + l.load.queued >= (3 if l.endpoint == busy.endpoint else 0) for l in remote.links), 3)
+    await until(
+        lambda: all(l.load.active + l.load.queued >= (3 if l.endpoint == busy.endpoint else 0) for l in remote.links), 3
+    )
     s2 = remote.synthesize(req("s2"))  # a new session: the engine with room
     await first(s2)
     assert idle.streams == 1

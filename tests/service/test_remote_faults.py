@@ -56,11 +56,14 @@ def engines(tmp_path):
 
 
 def remote(*endpoints: str) -> dict:
-    return {"engine": {"kind": "remote", "endpoints": list(endpoints), "stall_timeout_s": STALL_S, "connect_timeout_s": 10}}
+    return {
+        "engine": {"kind": "remote", "endpoints": list(endpoints), "stall_timeout_s": STALL_S, "connect_timeout_s": 10}
+    }
 
 
 async def test_a_killed_engine_fails_its_chunks_at_once_the_session_moves_on_and_a_restart_is_found(
-        engines, start_gateway, monkeypatch):
+    engines, start_gateway, monkeypatch
+):
     monkeypatch.setenv("VOXGATE_ENGINE_SECRET", SECRET)
     a, b = engines("a"), engines("b")
     await asyncio.gather(a.wait_ready(), b.wait_ready())
@@ -101,7 +104,7 @@ async def test_a_killed_engine_fails_its_chunks_at_once_the_session_moves_on_and
 
     # an engine started again on its address is found without a gateway restart
     holder.start()
-    assert (await wait_for(lambda: _is_ready(gw.port), 30))
+    assert await wait_for(lambda: _is_ready(gw.port), 30)
     fresh = await Client.connect(gw)
     await fresh.start()
     await fresh.send({"type": "text", "turn_id": "r", "text": "Back again.", "final": True})
@@ -124,11 +127,24 @@ async def test_a_killed_gateway_has_its_streams_freed_within_one_heartbeat(engin
     await e.wait_ready()
     port = free_port()
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump({"server": {"host": "127.0.0.1", "port": port}, **remote(e.endpoint),
-                                   "voices": {"default": {"language": "en"}}}))
-    gw = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg)], cwd=ROOT, env=env(),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "server": {"host": "127.0.0.1", "port": port},
+                **remote(e.endpoint),
+                "voices": {"default": {"language": "en"}},
+            }
+        )
+    )
+    gw = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg)],
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
+
         class _Port:  # what Client.connect reads
             pass
 
@@ -184,7 +200,10 @@ async def test_sigterm_drains_the_engine_running_streams_finish_new_ones_go_else
         assert await wait_for(lambda: _draining(holder), 5)
         later = remote.synthesize(SynthesisRequest(text="x" * 20, tag="s1/t/1"))  # same session: not the draining one
         chunks = [c async for c in later]
-        assert chunks[-1].is_last and await asyncio.to_thread(other.metric, 'voxgate_engine_requests_total{outcome="completed"}') == 1
+        assert (
+            chunks[-1].is_last
+            and await asyncio.to_thread(other.metric, 'voxgate_engine_requests_total{outcome="completed"}') == 1
+        )
         rest = [c async for c in it]  # the running stream finished on the draining engine
         assert rest and rest[-1].is_last
         assert await asyncio.to_thread(holder.proc.wait, 10) == 0

@@ -83,9 +83,17 @@ async def test_the_engine_answers_strangers_bad_messages_and_old_versions_and_ke
         assert isinstance(reply, W.Error) and reply.code == W.UNKNOWN_TYPE
         reply = await _exchange(sock, W.encode(W.Hello(v=W.VERSION, gateway="g")))
         assert isinstance(reply, W.Welcome) and reply.engine == "simulated" and reply.heartbeat_s == 1.0
-        await sock.send_multipart(W.encode(W.Ops(submit=[W.Submit(sid=1, text="Hi there.", due_in=0.0),
-                                                         W.Submit(sid=1, text="Same sid.", due_in=0.0),
-                                                         W.Submit(sid=2, text="Bad time.", due_in=float("nan"))])))
+        await sock.send_multipart(
+            W.encode(
+                W.Ops(
+                    submit=[
+                        W.Submit(sid=1, text="Hi there.", due_in=0.0),
+                        W.Submit(sid=1, text="Same sid.", due_in=0.0),
+                        W.Submit(sid=2, text="Bad time.", due_in=float("nan")),
+                    ]
+                )
+            )
+        )
         failed, chunks = {}, []
         while 1 not in {c.sid for c in chunks if c.last}:
             msg = W.decode_from_engine(await asyncio.wait_for(sock.recv_multipart(), 5))
@@ -193,15 +201,18 @@ async def test_a_gateway_that_stops_reading_is_dropped_at_its_backlog_and_the_ot
     await srv.start()
     transport = Transport()
     stuck = transport.context.socket(zmq.DEALER)
-    stuck.setsockopt(zmq.RCVHWM, 1)  # its own queue takes one message: past that the kernel's buffers, then the engine's
+    stuck.setsockopt(
+        zmq.RCVHWM, 1
+    )  # its own queue takes one message: past that the kernel's buffers, then the engine's
     stuck.setsockopt(zmq.RCVBUF, 4096)
     stuck.connect(srv.endpoint)
     remote = RemoteEngine([srv.endpoint])
     try:
         await asyncio.sleep(0.2)  # the handshake
         assert isinstance(await _exchange(stuck, W.encode(W.Hello(v=W.VERSION, gateway="stuck"))), W.Welcome)
-        await stuck.send_multipart(W.encode(W.Ops(submit=[W.Submit(sid=i, text="Long speech. " * 400, due_in=0.0)
-                                                          for i in range(8)])))
+        await stuck.send_multipart(
+            W.encode(W.Ops(submit=[W.Submit(sid=i, text="Long speech. " * 400, due_in=0.0) for i in range(8)]))
+        )
         await remote.start()
         good = remote.synthesize(SynthesisRequest(text="A reader is served. " * 10, tag="g/t/0"))
         pings = 0

@@ -53,12 +53,21 @@ class Baresip:
         binary = require("baresip")
         folder.mkdir(parents=True, exist_ok=True)
         sip_port, ctrl_port, rtp = free_udp_port(2), free_udp_port(), free_udp_port(4)
-        (folder / "config").write_text(CONFIG.format(sip_port=sip_port, ctrl_port=ctrl_port, source=source_wav, folder=folder,
-                                                      rtp_first=rtp, rtp_last=rtp + 7))
+        (folder / "config").write_text(
+            CONFIG.format(
+                sip_port=sip_port,
+                ctrl_port=ctrl_port,
+                source=source_wav,
+                folder=folder,
+                rtp_first=rtp,
+                rtp_last=rtp + 7,
+            )
+        )
         (folder / "accounts").write_text("<sip:tester@127.0.0.1>;regint=0\n")
         log = open(folder / "baresip.log", "wb")
-        proc = await asyncio.create_subprocess_exec(binary, "-f", str(folder), stdin=asyncio.subprocess.DEVNULL, stdout=log,
-                                                    stderr=asyncio.subprocess.STDOUT)
+        proc = await asyncio.create_subprocess_exec(
+            binary, "-f", str(folder), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT
+        )
         deadline = asyncio.get_running_loop().time() + 20.0  # a loaded CI box starts it slowly
         while asyncio.get_running_loop().time() < deadline and proc.returncode is None:
             try:
@@ -79,6 +88,7 @@ class Baresip:
 
     async def event(self, etype: str, timeout: float = 10.0) -> dict:
         """The next event of this type (CALL_ESTABLISHED, CALL_CLOSED, …)."""
+
         async def read() -> dict:
             while True:
                 length = int((await self.reader.readuntil(b":"))[:-1])

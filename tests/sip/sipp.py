@@ -56,25 +56,60 @@ class SippRun:
         assert self.rc == 0, f"SIPp failed (exit {self.rc}):\n{self.output[-3000:]}\n{self.errors[-3000:]}"
 
 
-async def run_sipp(tmp_path: Path, sip_port: int | None, scenario: str, fields: list[str] | None = None, calls: int = 1,
-                   rate: int = 10, timeout_s: float = 30.0, listen_port: int | None = None, tcp: bool = False) -> SippRun:
+async def run_sipp(
+    tmp_path: Path,
+    sip_port: int | None,
+    scenario: str,
+    fields: list[str] | None = None,
+    calls: int = 1,
+    rate: int = 10,
+    timeout_s: float = 30.0,
+    listen_port: int | None = None,
+    tcp: bool = False,
+) -> SippRun:
     """SIPp calling `sip_port`; or, with `sip_port` None, answering on `listen_port` (a registrar, a UAS).
     `tcp`: over one TCP connection per call instead of UDP."""
     sipp = require("sipp")
     remote = [f"127.0.0.1:{sip_port}"] if sip_port is not None else []
-    args = [sipp, *remote, "-sf", str(SCENARIOS / scenario), "-i", "127.0.0.1", "-mi", "127.0.0.1",
-            "-p", str(listen_port or free_udp_port()), "-mp", str(free_udp_port(2)), "-m", str(calls), "-l", str(calls),
-            "-r", str(rate), "-timeout", f"{int(timeout_s)}s", "-timeout_error", "-nostdin",
-            "-trace_err", "-error_file", str(tmp_path / f"{scenario}.errors.log"),
-            "-trace_screen", "-screen_file", str(tmp_path / f"{scenario}.screen.log")]
+    args = [
+        sipp,
+        *remote,
+        "-sf",
+        str(SCENARIOS / scenario),
+        "-i",
+        "127.0.0.1",
+        "-mi",
+        "127.0.0.1",
+        "-p",
+        str(listen_port or free_udp_port()),
+        "-mp",
+        str(free_udp_port(2)),
+        "-m",
+        str(calls),
+        "-l",
+        str(calls),
+        "-r",
+        str(rate),
+        "-timeout",
+        f"{int(timeout_s)}s",
+        "-timeout_error",
+        "-nostdin",
+        "-trace_err",
+        "-error_file",
+        str(tmp_path / f"{scenario}.errors.log"),
+        "-trace_screen",
+        "-screen_file",
+        str(tmp_path / f"{scenario}.screen.log"),
+    ]
     if tcp:
         args += ["-t", "tn", "-max_socket", "200"]
     if fields is not None:
         inf = tmp_path / f"{scenario}.csv"
         inf.write_text("SEQUENTIAL\n" + ";".join(fields) + ";\n")
         args += ["-inf", str(inf)]
-    proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                                                cwd=tmp_path)
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path
+    )
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout_s + 15)
     except asyncio.TimeoutError:

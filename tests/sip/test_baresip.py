@@ -42,7 +42,9 @@ async def test_baresip_hears_the_agent_and_hangs_up(sip_gateway, baresip):
     control, _ = await answered_call(gw, baresip)
     began = asyncio.get_running_loop().time()
     await asyncio.sleep(0.5)
-    await control.send({"type": "text", "turn_id": "t1", "text": "Hello from the gateway, this is a test.", "final": True})
+    await control.send(
+        {"type": "text", "turn_id": "t1", "text": "Hello from the gateway, this is a test.", "final": True}
+    )
     done = await control.expect("turn.done", turn_id="t1", timeout=15)
     assert done["interrupted"] is False and done["played_ms"] > 500
     await baresip.command("sndcode", "5")  # RFC 4733
@@ -64,7 +66,9 @@ async def test_baresip_hears_the_agent_and_hangs_up(sip_gateway, baresip):
     assert len(loud), "baresip heard only silence"
     assert levels[:10].max() < 500, "the call opened with noise, not silence"  # 0.5 s of idle silence first
     heard_ms = (loud[-1] - loud[0] + 1) * 20
-    assert abs(heard_ms - done["played_ms"]) <= 200, f"heard {heard_ms} ms of speech, the gateway played {done['played_ms']} ms"
+    assert abs(heard_ms - done["played_ms"]) <= 200, (
+        f"heard {heard_ms} ms of speech, the gateway played {done['played_ms']} ms"
+    )
     # the recording spans the call: RTP every 20 ms from answer to hang-up, silence around the speech
     assert call_s - 0.6 <= len(pcm) / rate <= call_s + 0.6, f"{len(pcm) / rate:.2f} s recorded of a {call_s:.2f} s call"
 

@@ -16,12 +16,22 @@ def render(tmp_path) -> list[dict]:
     import os
     import subprocess
 
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(KUBE / "overlays" / "gpu", tmp_path)],
-        "components": [os.path.relpath(KUBE / "components" / "sip", tmp_path)]}))
-    out = subprocess.run([kubectl(), "kustomize", str(tmp_path), "--load-restrictor", "LoadRestrictionsNone"],
-                         capture_output=True, text=True, check=True).stdout
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(KUBE / "overlays" / "gpu", tmp_path)],
+                "components": [os.path.relpath(KUBE / "components" / "sip", tmp_path)],
+            }
+        )
+    )
+    out = subprocess.run(
+        [kubectl(), "kustomize", str(tmp_path), "--load-restrictor", "LoadRestrictionsNone"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -38,16 +48,23 @@ def test_sip_gateways_run_on_the_host_network_one_per_labelled_node(tmp_path):
     pod = gateway["spec"]["template"]["spec"]
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert pod["nodeSelector"]["voxgate.io/sip"] == "true"
-    assert pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"]
+        == "kubernetes.io/hostname"
+    )
     container = pod["containers"][0]
     ports = {(p["containerPort"], p["protocol"]) for p in container["ports"]}
     assert {(5060, "UDP"), (5060, "TCP"), (8080, "TCP"), (9092, "TCP")} <= ports
     assert container["args"][:3] == ["serve", "--config", "/etc/voxgate/gateway-sip.yaml"]
-    config_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("voxgate-config"))
+    config_map = next(
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("voxgate-config")
+    )
     assert {"gateway.yaml", "gateway-sip.yaml"} <= set(config_map["data"])
     sip_cfg = tmp_path / "gateway-sip.yaml"
     sip_cfg.write_text(config_map["data"]["gateway-sip.yaml"])
-    assert load_config(sip_cfg).sip.port == int(next(p["containerPort"] for p in container["ports"] if p["name"] == "sip"))
+    assert load_config(sip_cfg).sip.port == int(
+        next(p["containerPort"] for p in container["ports"] if p["name"] == "sip")
+    )
 
 
 def test_every_object_validates_strictly(tmp_path):

@@ -49,7 +49,9 @@ async def test_at_capacity_gets_503_with_the_reason(sip_gateway, callers):
 async def test_a_call_id_already_in_use_gets_486(sip_gateway, callers):
     gw = await sip_gateway()
     await callers().call(sip_port(gw), "shared-id")
-    refused = await callers().final_response(sip_port(gw), f"other-{uuid.uuid4().hex}", extra="X-Call-Id: shared-id\r\n")
+    refused = await callers().final_response(
+        sip_port(gw), f"other-{uuid.uuid4().hex}", extra="X-Call-Id: shared-id\r\n"
+    )
     assert refused.startswith("SIP/2.0 486") and header(refused, wire.REASON_HEADER) == "call_busy"
 
 
@@ -63,38 +65,52 @@ async def test_options_keepalive_is_answered(sip_gateway, callers):
     gw = await sip_gateway()
     c = callers()
     local = c.sip.getsockname()[1]
-    c.sip.sendto((f"OPTIONS sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{local};branch=z9hG4bKopt1\r\n"
-                  f"From: <sip:t@127.0.0.1>;tag=o1\r\nTo: <sip:agent@127.0.0.1>\r\nCall-ID: opt-1\r\nCSeq: 1 OPTIONS\r\n"
-                  f"Content-Length: 0\r\n\r\n").encode(), ("127.0.0.1", sip_port(gw)))
+    c.sip.sendto(
+        (
+            f"OPTIONS sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{local};branch=z9hG4bKopt1\r\n"
+            f"From: <sip:t@127.0.0.1>;tag=o1\r\nTo: <sip:agent@127.0.0.1>\r\nCall-ID: opt-1\r\nCSeq: 1 OPTIONS\r\n"
+            f"Content-Length: 0\r\n\r\n"
+        ).encode(),
+        ("127.0.0.1", sip_port(gw)),
+    )
     data, _ = await c.recv(c.sip)
     assert data.startswith(b"SIP/2.0 200") and b"INVITE" in data  # Allow names the methods
 
 
-@pytest.mark.parametrize("section, words", [
-    ({"tls": True}, "SIP over TLS is not supported"),
-    ({"srtp": True}, "SRTP is not supported"),
-    ({"rtp_ports": "20000"}, "rtp_ports"),
-    ({"codecs": ["opus"]}, "codecs"),
-    ({"allow": ["not-an-ip"]}, "allow"),
-    ({"public_ip": "voxgate.example.com"}, "public_ip"),
-    ({"register": [{"server": "sip:provider example", "user": "u"}]}, "must be sip:HOST[:PORT]"),
-    ({"register": [{"server": "sip:provider.example", "user": "u", "password_env": "VOXGATE_NO_SUCH_VAR"}]}, "empty or unset"),
-])
+@pytest.mark.parametrize(
+    "section, words",
+    [
+        ({"tls": True}, "SIP over TLS is not supported"),
+        ({"srtp": True}, "SRTP is not supported"),
+        ({"rtp_ports": "20000"}, "rtp_ports"),
+        ({"codecs": ["opus"]}, "codecs"),
+        ({"allow": ["not-an-ip"]}, "allow"),
+        ({"public_ip": "voxgate.example.com"}, "public_ip"),
+        ({"register": [{"server": "sip:provider example", "user": "u"}]}, "must be sip:HOST[:PORT]"),
+        (
+            {"register": [{"server": "sip:provider.example", "user": "u", "password_env": "VOXGATE_NO_SUCH_VAR"}]},
+            "empty or unset",
+        ),
+    ],
+)
 def test_config_refuses_what_cannot_work_in_one_line(section, words):
     with pytest.raises(ConfigError) as err:
         load_config(None, {"sip": {"port": 5060, **section}})
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("content_type, body, digit", [
-    ("application/dtmf-relay", "Signal=5\r\nDuration=160", "5"),
-    ("application/dtmf-relay", "Signal= #\r\n", "#"),
-    ("application/dtmf-relay", "Signal=11", "#"),
-    ("application/dtmf", "*", "*"),
-    ("application/dtmf-relay", "Signal=55", None),
-    ("text/plain", "Signal=5", None),
-    ("application/dtmf-relay", "Signal=5" + "x" * 2000, None),
-])
+@pytest.mark.parametrize(
+    "content_type, body, digit",
+    [
+        ("application/dtmf-relay", "Signal=5\r\nDuration=160", "5"),
+        ("application/dtmf-relay", "Signal= #\r\n", "#"),
+        ("application/dtmf-relay", "Signal=11", "#"),
+        ("application/dtmf", "*", "*"),
+        ("application/dtmf-relay", "Signal=55", None),
+        ("text/plain", "Signal=5", None),
+        ("application/dtmf-relay", "Signal=5" + "x" * 2000, None),
+    ],
+)
 def test_dtmf_in_sip_info(content_type, body, digit):
     assert wire.dtmf_from_info(content_type, body) == digit
 
@@ -108,7 +124,9 @@ def test_sipfrag_status():
 async def test_a_retransmitted_invite_is_one_call(sip_gateway, callers):
     from tests.sip.udp_caller import invite
 
-    gw = await sip_gateway(sip={"answer_delay_ms": 300, "ack_timeout_s": 30})  # no ACK here: the call must outlive the test
+    gw = await sip_gateway(
+        sip={"answer_delay_ms": 300, "ack_timeout_s": 30}
+    )  # no ACK here: the call must outlive the test
     c = callers()
     call_id = f"retx-{uuid.uuid4().hex}"
     request = invite(call_id, c.sip.getsockname()[1], c.rtp.getsockname()[1])
@@ -136,12 +154,28 @@ async def test_registers_with_digest_auth_and_unregisters_at_stop(tmp_path, monk
 
     monkeypatch.setenv("VOXGATE_TEST_SIP_PASSWORD", "s3cret-pass")
     registrar_port = free_udp_port()
-    registrar = asyncio.create_task(run_sipp(tmp_path, None, "registrar.xml", fields=["s3cret-pass"], listen_port=registrar_port,
-                                             timeout_s=20))
+    registrar = asyncio.create_task(
+        run_sipp(tmp_path, None, "registrar.xml", fields=["s3cret-pass"], listen_port=registrar_port, timeout_s=20)
+    )
     await asyncio.sleep(0.5)  # SIPp listens
     async with started_gateways() as start:
-        await start(merge(SIP_FAST, {"sip": {"register": [{"server": f"sip:127.0.0.1:{registrar_port}", "user": "voxgate",
-                                                            "password_env": "VOXGATE_TEST_SIP_PASSWORD", "expires": 120}]}}))
+        await start(
+            merge(
+                SIP_FAST,
+                {
+                    "sip": {
+                        "register": [
+                            {
+                                "server": f"sip:127.0.0.1:{registrar_port}",
+                                "user": "voxgate",
+                                "password_env": "VOXGATE_TEST_SIP_PASSWORD",
+                                "expires": 120,
+                            }
+                        ]
+                    }
+                },
+            )
+        )
         await asyncio.sleep(1.0)  # 401, the REGISTER with credentials, 200
     (await registrar).assert_ok()  # SIPp checked the digest and saw the Expires: 0 REGISTER at our stop
 

@@ -122,7 +122,11 @@ async def test_played_text_is_what_left_on_the_clock(sip_gateway, caller):
     await control.send({"type": "interrupt"})
     done = await control.expect("turn.done", turn_id="t1", timeout=5)
     assert done["interrupted"] is True and 500 <= done["played_ms"] <= 1500
-    assert done["played_text"] and text.startswith(done["played_text"].rstrip()) and len(done["played_text"]) < len(text) / 2
+    assert (
+        done["played_text"]
+        and text.startswith(done["played_text"].rstrip())
+        and len(done["played_text"]) < len(text) / 2
+    )
     await asyncio.sleep(0.1)
     while True:  # what is still queued on our socket was sent before the interrupt (or just after: silence)
         try:

@@ -19,13 +19,15 @@ pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra
 
 
 def config(redis_url: str, sip_port: int) -> dict:
-    return {"server": {"limits": {"drain_timeout_s": 1}},
-            "engine": {"kind": "simulated"},
-            "simulated": {"first_packet_ms": 10, "capacity_x": 500, "ms_per_char": 20, "stream_rtf": 0.05},
-            "playout": {"prebuffer_ms": 40},
-            "telephony": {"unknown_call_timeout_s": 10},
-            "sip": {"port": sip_port, "host": "127.0.0.1", "rtp_ports": "45000-45999"},
-            "cluster": {"redis_url": redis_url, "claim_ttl_s": 3.0, "secret_env": CLUSTER_SECRET_ENV}}
+    return {
+        "server": {"limits": {"drain_timeout_s": 1}},
+        "engine": {"kind": "simulated"},
+        "simulated": {"first_packet_ms": 10, "capacity_x": 500, "ms_per_char": 20, "stream_rtf": 0.05},
+        "playout": {"prebuffer_ms": 40},
+        "telephony": {"unknown_call_timeout_s": 10},
+        "sip": {"port": sip_port, "host": "127.0.0.1", "rtp_ports": "45000-45999"},
+        "cluster": {"redis_url": redis_url, "claim_ttl_s": 3.0, "secret_env": CLUSTER_SECRET_ENV},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,9 @@ async def test_the_agent_on_another_node_is_forwarded_to_the_node_that_answered(
             await ws.send(json.dumps({"type": "call.attach", "call_id": call_id}))
             events = await control_events(ws, "call.media")
             assert events[-1]["leg"] == "sip"
-            await ws.send(json.dumps({"type": "text", "turn_id": "t1", "text": "Hello across the plane.", "final": True}))
+            await ws.send(
+                json.dumps({"type": "text", "turn_id": "t1", "text": "Hello across the plane.", "final": True})
+            )
             done = (await control_events(ws, "turn.done"))[-1]
             assert done["played_ms"] > 200
         assert other.metric("voxgate_cluster_forwards_total") >= 1
@@ -86,7 +90,9 @@ async def test_an_invite_for_a_call_owned_elsewhere_is_refused(two_nodes):
         async with websockets.connect(other.ws + "/v1/control") as ws:
             await ws.send(json.dumps({"type": "call.attach", "call_id": call_id}))
             await control_events(ws, "call.attached")
-            refused = await caller.final_response(answering.sip_port, f"sip-{uuid.uuid4().hex}", extra=f"X-Call-Id: {call_id}\r\n")
+            refused = await caller.final_response(
+                answering.sip_port, f"sip-{uuid.uuid4().hex}", extra=f"X-Call-Id: {call_id}\r\n"
+            )
         assert refused.startswith("SIP/2.0 486") and "X-Voxgate-Reason: call_busy" in refused
     finally:
         caller.close()

@@ -77,7 +77,9 @@ async def test_fifty_concurrent_calls(sip_gateway, tmp_path):
             await asyncio.sleep(0.05)
 
     watcher = asyncio.create_task(watch())
-    run = await run_sipp(tmp_path, sip_port(gw), "call_pcap.xml", fields=["load-", "3000"], calls=50, rate=50, timeout_s=40)
+    run = await run_sipp(
+        tmp_path, sip_port(gw), "call_pcap.xml", fields=["load-", "3000"], calls=50, rate=50, timeout_s=40
+    )
     watcher.cancel()
     run.assert_ok()
     assert peak >= 40, f"only {peak} calls were up at once"
@@ -115,7 +117,14 @@ async def test_the_callers_speech_barges_in(sip_gateway, tmp_path):
     await control.attach("sipp-barge-1")
     sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "call_pcap.xml", fields=["sipp-barge-", "2500"]))
     await control.expect("call.media", timeout=10)
-    await control.send({"type": "text", "turn_id": "long", "text": "This turn goes on and on while the caller talks. " * 6, "final": True})
+    await control.send(
+        {
+            "type": "text",
+            "turn_id": "long",
+            "text": "This turn goes on and on while the caller talks. " * 6,
+            "final": True,
+        }
+    )
     speech = await control.expect("user.speech", timeout=10, state="started")
     done = await control.expect("turn.done", turn_id="long", timeout=10)
     assert done["interrupted"] is True and done["interrupted_by"] == "caller", done
@@ -128,7 +137,9 @@ async def test_a_call_over_tcp(sip_gateway, tmp_path):
     gw = await sip_gateway()
     control = await Control.connect(gw)
     await control.attach("sipp-tcp-1")
-    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "call_pcap.xml", fields=["sipp-tcp-", "2500"], tcp=True))
+    sipp = asyncio.create_task(
+        run_sipp(tmp_path, sip_port(gw), "call_pcap.xml", fields=["sipp-tcp-", "2500"], tcp=True)
+    )
     assert (await control.expect("call.media", timeout=10))["state"] == "connected"
     assert (await control.expect("dtmf", timeout=10))["digit"] == "1"
     ended = await control.expect("call.media", timeout=10, state="ended")

@@ -10,17 +10,23 @@ import struct
 
 def invite(call_id: str, sip_local: int, rtp_port: int, codec_pt: int = 0, extra: str = "") -> bytes:
     name = {0: "PCMU", 8: "PCMA", 9: "G722"}[codec_pt]
-    sdp = (f"v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
-           f"m=audio {rtp_port} RTP/AVP {codec_pt} 101\r\na=rtpmap:{codec_pt} {name}/8000\r\na=rtpmap:101 telephone-event/8000\r\n")
-    return (f"INVITE sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bK{call_id[:10]}\r\n"
-            f"From: <sip:t@127.0.0.1>;tag=a1\r\nTo: <sip:agent@127.0.0.1>\r\nCall-ID: {call_id}\r\nCSeq: 1 INVITE\r\n"
-            f"Contact: <sip:t@127.0.0.1:{sip_local}>\r\n{extra}Content-Type: application/sdp\r\nContent-Length: {len(sdp)}\r\n\r\n{sdp}").encode()
+    sdp = (
+        f"v=0\r\no=t 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+        f"m=audio {rtp_port} RTP/AVP {codec_pt} 101\r\na=rtpmap:{codec_pt} {name}/8000\r\na=rtpmap:101 telephone-event/8000\r\n"
+    )
+    return (
+        f"INVITE sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bK{call_id[:10]}\r\n"
+        f"From: <sip:t@127.0.0.1>;tag=a1\r\nTo: <sip:agent@127.0.0.1>\r\nCall-ID: {call_id}\r\nCSeq: 1 INVITE\r\n"
+        f"Contact: <sip:t@127.0.0.1:{sip_local}>\r\n{extra}Content-Type: application/sdp\r\nContent-Length: {len(sdp)}\r\n\r\n{sdp}"
+    ).encode()
 
 
 def ack(call_id: str, sip_local: int, to_tag: str) -> bytes:
-    return (f"ACK sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bKack{call_id[:6]}\r\n"
-            f"From: <sip:t@127.0.0.1>;tag=a1\r\nTo: <sip:agent@127.0.0.1>;tag={to_tag}\r\nCall-ID: {call_id}\r\nCSeq: 1 ACK\r\n"
-            f"Content-Length: 0\r\n\r\n").encode()
+    return (
+        f"ACK sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{sip_local};branch=z9hG4bKack{call_id[:6]}\r\n"
+        f"From: <sip:t@127.0.0.1>;tag=a1\r\nTo: <sip:agent@127.0.0.1>;tag={to_tag}\r\nCall-ID: {call_id}\r\nCSeq: 1 ACK\r\n"
+        f"Content-Length: 0\r\n\r\n"
+    ).encode()
 
 
 class UdpCaller:
@@ -43,7 +49,9 @@ class UdpCaller:
 
     async def final_response(self, port: int, call_id: str, codec_pt: int = 0, extra: str = "") -> str:
         """INVITE; the first final (>= 200) response, as text."""
-        self.sip.sendto(invite(call_id, self.sip.getsockname()[1], self.rtp.getsockname()[1], codec_pt, extra), ("127.0.0.1", port))
+        self.sip.sendto(
+            invite(call_id, self.sip.getsockname()[1], self.rtp.getsockname()[1], codec_pt, extra), ("127.0.0.1", port)
+        )
         while True:
             data, _ = await self.recv(self.sip)
             if data.startswith(b"SIP/2.0 ") and int(data[8:11]) >= 200:

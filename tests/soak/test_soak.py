@@ -22,6 +22,8 @@ def test_fifty_calls_for_seventy_five_seconds_leave_nothing_behind(tmp_path):
     shown = str({"checks": v["checks"], "baseline": v["baseline"], "end": v["end"], "clients": c})
     assert report["alive"], shown
     # the calls did what a soak needs: many turns, every kind of ending, reconnects
-    assert c["turns"] >= 200 and c["barge_ins"] > 0 and c["hangups"] > 0 and c["clean_ends"] > 0 and c["reconnects"] > 0, shown
+    assert (
+        c["turns"] >= 200 and c["barge_ins"] > 0 and c["hangups"] > 0 and c["clean_ends"] > 0 and c["reconnects"] > 0
+    ), shown
     assert v["peak"]["sessions"] >= 40, shown
     assert v["checks"] == dict.fromkeys(v["checks"], True), shown

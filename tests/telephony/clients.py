@@ -50,6 +50,7 @@ class Control:
 
     async def expect(self, etype: str, timeout: float = 5.0, **match) -> dict:
         """The first not yet expected event of this type (and fields), waiting for it if need be."""
+
         def matches(event: dict) -> bool:
             return event["type"] == etype and all(event.get(k) == v for k, v in match.items())
 
@@ -97,7 +98,9 @@ class TwilioClient:
         self.clear_at: float | None = None
 
     @classmethod
-    async def connect(cls, gw: Gateway, stream_sid: str = "MZ0001", call_sid: str = "CA0001", headers=None) -> "TwilioClient":
+    async def connect(
+        cls, gw: Gateway, stream_sid: str = "MZ0001", call_sid: str = "CA0001", headers=None
+    ) -> "TwilioClient":
         ws = await websockets.connect(ws_url(gw, "/v1/twilio"), additional_headers=headers, compression=None)
         return cls(ws, stream_sid, call_sid)
 
@@ -110,32 +113,63 @@ class TwilioClient:
 
     async def start(self, params: dict | None = None, media_format: dict | None = None) -> None:
         await self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
-        await self.send({
-            "event": "start", "sequenceNumber": self._seq(), "streamSid": self.stream_sid,
-            "start": {
-                "accountSid": "AC0001", "streamSid": self.stream_sid, "callSid": self.call_sid, "tracks": ["inbound"],
-                "customParameters": params or {},
-                "mediaFormat": media_format or {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
-            },
-        })
+        await self.send(
+            {
+                "event": "start",
+                "sequenceNumber": self._seq(),
+                "streamSid": self.stream_sid,
+                "start": {
+                    "accountSid": "AC0001",
+                    "streamSid": self.stream_sid,
+                    "callSid": self.call_sid,
+                    "tracks": ["inbound"],
+                    "customParameters": params or {},
+                    "mediaFormat": media_format or {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+                },
+            }
+        )
 
     async def media(self, payload: bytes, timestamp_ms: int | None = None) -> None:
         self.chunk += 1
         ts = (self.chunk - 1) * 20 if timestamp_ms is None else timestamp_ms
-        await self.send({
-            "event": "media", "sequenceNumber": self._seq(), "streamSid": self.stream_sid,
-            "media": {"track": "inbound", "chunk": str(self.chunk), "timestamp": str(ts), "payload": base64.b64encode(payload).decode()},
-        })
+        await self.send(
+            {
+                "event": "media",
+                "sequenceNumber": self._seq(),
+                "streamSid": self.stream_sid,
+                "media": {
+                    "track": "inbound",
+                    "chunk": str(self.chunk),
+                    "timestamp": str(ts),
+                    "payload": base64.b64encode(payload).decode(),
+                },
+            }
+        )
 
     async def dtmf(self, digit: str) -> None:
-        await self.send({"event": "dtmf", "streamSid": self.stream_sid, "sequenceNumber": self._seq(), "dtmf": {"track": "inbound_track", "digit": digit}})
+        await self.send(
+            {
+                "event": "dtmf",
+                "streamSid": self.stream_sid,
+                "sequenceNumber": self._seq(),
+                "dtmf": {"track": "inbound_track", "digit": digit},
+            }
+        )
 
     async def echo_mark(self, name: str) -> None:
-        await self.send({"event": "mark", "sequenceNumber": self._seq(), "streamSid": self.stream_sid, "mark": {"name": name}})
+        await self.send(
+            {"event": "mark", "sequenceNumber": self._seq(), "streamSid": self.stream_sid, "mark": {"name": name}}
+        )
 
     async def stop(self) -> None:
-        await self.send({"event": "stop", "sequenceNumber": self._seq(), "streamSid": self.stream_sid,
-                         "stop": {"accountSid": "AC0001", "callSid": self.call_sid}})
+        await self.send(
+            {
+                "event": "stop",
+                "sequenceNumber": self._seq(),
+                "streamSid": self.stream_sid,
+                "stop": {"accountSid": "AC0001", "callSid": self.call_sid},
+            }
+        )
 
     async def recv(self, timeout: float = 5.0) -> tuple[dict, float]:
         if self._inbox is not None:
@@ -183,7 +217,9 @@ class AudioSocketClient:
         self.uuid = call_uuid
 
     @classmethod
-    async def connect(cls, gw: Gateway, call_uuid: uuid.UUID | None = None, handshake: bool = True) -> "AudioSocketClient":
+    async def connect(
+        cls, gw: Gateway, call_uuid: uuid.UUID | None = None, handshake: bool = True
+    ) -> "AudioSocketClient":
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.audiosocket.port)
         client = cls(reader, writer, call_uuid or uuid.uuid4())
         if handshake:

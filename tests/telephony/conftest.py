@@ -49,6 +49,7 @@ async def started_gateways():
 @pytest.fixture
 async def make_gateway():
     async with started_gateways() as start:
+
         async def make(**overrides) -> Gateway:
             return await start(merge(FAST, overrides))
 

@@ -51,7 +51,9 @@ async def control_for(base: str, call_id: str, text: str, start: asyncio.Event) 
 async def twilio_call(base: str, n: int, text: str, start: asyncio.Event, arrivals: list) -> dict:
     sid = f"MZprobe{n}"
     async with websockets.connect(f"{base}/v1/twilio", compression=None) as tw:
-        await tw.send(json.dumps({"event": "start", "streamSid": sid, "start": {"streamSid": sid, "callSid": f"CA{n}"}}))
+        await tw.send(
+            json.dumps({"event": "start", "streamSid": sid, "start": {"streamSid": sid, "callSid": f"CA{n}"}})
+        )
         agent = asyncio.create_task(control_for(base, f"CA{n}", text, start))
         times = []
         while not agent.done():
@@ -99,7 +101,10 @@ def summarize(arrivals: list[list[float]]) -> dict:
 
 
 def lateness_p99_bucket(metrics: str) -> str:
-    buckets = [(float(le), float(v)) for le, v in re.findall(r'voxgate_clock_lateness_seconds_bucket\{le="([0-9.e+-]+)"\} ([0-9.e+]+)', metrics)]
+    buckets = [
+        (float(le), float(v))
+        for le, v in re.findall(r'voxgate_clock_lateness_seconds_bucket\{le="([0-9.e+-]+)"\} ([0-9.e+]+)', metrics)
+    ]
     total = float(re.search(r"voxgate_clock_lateness_seconds_count ([0-9.e+]+)", metrics).group(1))
     for le, count in buckets:
         if count >= 0.99 * total:
@@ -116,8 +121,12 @@ simulated: {{first_packet_ms: 60, capacity_x: 2000, ms_per_char: 70, stream_rtf:
 telephony: {{audiosocket_port: {as_port}}}
 """)
     cfg.close()
-    server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", cfg.name, "--log-level", "WARNING"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", cfg.name, "--log-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         server.stdout.readline()  # "voxgate listening on …"
         base = f"ws://127.0.0.1:{http_port}"
@@ -130,7 +139,9 @@ telephony: {{audiosocket_port: {as_port}}}
         if args.leg == "twilio":
             calls = [asyncio.create_task(twilio_call(base, n, text, start, arrivals)) for n in range(args.calls)]
         else:
-            calls = [asyncio.create_task(audiosocket_call(base, as_port, text, start, arrivals)) for n in range(args.calls)]
+            calls = [
+                asyncio.create_task(audiosocket_call(base, as_port, text, start, arrivals)) for n in range(args.calls)
+            ]
         await asyncio.sleep(1.0 + args.calls * 0.01)
         cpu0, t0 = cpu_seconds(server.pid), time.monotonic()
         start.set()
@@ -141,12 +152,21 @@ telephony: {{audiosocket_port: {as_port}}}
 
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics").read().decode()
         gaps = sum(d["gaps"]["micro"] + d["gaps"]["audible"] for d in done)
-        print(json.dumps({
-            "leg": args.leg, "calls": args.calls, "wall_s": round(wall, 1),
-            "played_s_per_call": round(float(np.mean([d["played_ms"] for d in done])) / 1000, 2),
-            "server_cpu_pct": round(100 * cpu / wall, 1), "server_cpu_ms_per_call_second": round(1000 * cpu / wall / args.calls, 3),
-            "clock_lateness_p99": lateness_p99_bucket(metrics), "playout_gaps": gaps, **summarize(arrivals),
-        }))
+        print(
+            json.dumps(
+                {
+                    "leg": args.leg,
+                    "calls": args.calls,
+                    "wall_s": round(wall, 1),
+                    "played_s_per_call": round(float(np.mean([d["played_ms"] for d in done])) / 1000, 2),
+                    "server_cpu_pct": round(100 * cpu / wall, 1),
+                    "server_cpu_ms_per_call_second": round(1000 * cpu / wall / args.calls, 3),
+                    "clock_lateness_p99": lateness_p99_bucket(metrics),
+                    "playout_gaps": gaps,
+                    **summarize(arrivals),
+                }
+            )
+        )
     finally:
         server.terminate()
         server.wait(30)
@@ -157,8 +177,13 @@ async def bargein(base: str, as_port: int, reps: int) -> dict:
     """Interrupt → Twilio `clear` received; interrupt → first silent AudioSocket frame (ms, one call at a time)."""
     text = "A long answer that the caller will interrupt right in the middle of it. " * 4
     twilio_ms, as_ms = [], []
-    async with websockets.connect(f"{base}/v1/twilio", compression=None) as tw, websockets.connect(f"{base}/v1/control") as ctl:
-        await tw.send(json.dumps({"event": "start", "streamSid": "MZb", "start": {"streamSid": "MZb", "callSid": "CAb"}}))
+    async with (
+        websockets.connect(f"{base}/v1/twilio", compression=None) as tw,
+        websockets.connect(f"{base}/v1/control") as ctl,
+    ):
+        await tw.send(
+            json.dumps({"event": "start", "streamSid": "MZb", "start": {"streamSid": "MZb", "callSid": "CAb"}})
+        )
         await ctl.send(json.dumps({"type": "call.attach", "call_id": "CAb"}))
         for i in range(reps):
             await ctl.send(json.dumps({"type": "text", "turn_id": f"t{i}", "text": text, "final": True}))
@@ -192,8 +217,13 @@ async def bargein(base: str, as_port: int, reps: int) -> dict:
                 pass
             as_ms.append((time.monotonic() - t0) * 1000)
     writer.close()
-    return {"reps": reps, "twilio_clear_ms_p50": round(float(np.median(twilio_ms)), 1), "twilio_clear_ms_max": round(max(twilio_ms), 1),
-            "audiosocket_silence_ms_p50": round(float(np.median(as_ms)), 1), "audiosocket_silence_ms_max": round(max(as_ms), 1)}
+    return {
+        "reps": reps,
+        "twilio_clear_ms_p50": round(float(np.median(twilio_ms)), 1),
+        "twilio_clear_ms_max": round(max(twilio_ms), 1),
+        "audiosocket_silence_ms_p50": round(float(np.median(as_ms)), 1),
+        "audiosocket_silence_ms_max": round(max(as_ms), 1),
+    }
 
 
 def frame_cost() -> None:

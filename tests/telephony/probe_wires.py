@@ -36,11 +36,27 @@ def opening(wire: str, n: int) -> tuple[str, str]:
     """(the far end's first message, the call id the agent attaches with)."""
     cid = f"{wire}-{n}"
     if wire == "asterisk":
-        return json.dumps({"event": "MEDIA_START", "connection_id": "voxgate", "channel_id": cid, "format": "ulaw",
-                           "optimal_frame_size": 160, "ptime": 20}), cid
+        return json.dumps(
+            {
+                "event": "MEDIA_START",
+                "connection_id": "voxgate",
+                "channel_id": cid,
+                "format": "ulaw",
+                "optimal_frame_size": 160,
+                "ptime": 20,
+            }
+        ), cid
     if wire == "telnyx":
-        return json.dumps({"event": "start", "stream_id": f"S{n}", "start": {
-            "call_control_id": cid, "media_format": {"encoding": "PCMU", "sample_rate": 8000, "channels": 1}}}), cid
+        return json.dumps(
+            {
+                "event": "start",
+                "stream_id": f"S{n}",
+                "start": {
+                    "call_control_id": cid,
+                    "media_format": {"encoding": "PCMU", "sample_rate": 8000, "channels": 1},
+                },
+            }
+        ), cid
     if wire == "vonage":
         return json.dumps({"event": "websocket:connected", "content-type": "audio/l16;rate=16000", "call_id": cid}), cid
     return json.dumps({"callSid": cid, "sampleRate": 16000, "mixType": "mono"}), cid
@@ -93,8 +109,10 @@ async def bargein(base: str, wire: str, reps: int) -> list[float]:
     text = "A long answer that the caller will interrupt right in the middle of it. " * 4
     first, cid = opening(wire, 999)
     out = []
-    async with websockets.connect(f"{base}/v1/{wire}", subprotocols=SUBPROTOCOLS.get(wire), compression=None) as ws, \
-            websockets.connect(f"{base}/v1/control") as ctl:
+    async with (
+        websockets.connect(f"{base}/v1/{wire}", subprotocols=SUBPROTOCOLS.get(wire), compression=None) as ws,
+        websockets.connect(f"{base}/v1/control") as ctl,
+    ):
         await ws.send(first)
         await ctl.send(json.dumps({"type": "call.attach", "call_id": cid}))
         for i in range(reps):
@@ -119,8 +137,12 @@ engine: {{kind: simulated}}
 simulated: {{first_packet_ms: 60, capacity_x: 2000, ms_per_char: 70, stream_rtf: 0.1}}
 """)
     cfg.close()
-    server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config", cfg.name, "--log-level", "WARNING"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", cfg.name, "--log-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         server.stdout.readline()  # "voxgate listening on …"
         base = f"ws://127.0.0.1:{port}"
@@ -135,14 +157,23 @@ simulated: {{first_packet_ms: 60, capacity_x: 2000, ms_per_char: 70, stream_rtf:
         cpu, wall = cpu_seconds(server.pid) - cpu0, time.monotonic() - t0
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
         clears = await bargein(base, args.wire, args.bargeins)
-        print(json.dumps({
-            "wire": args.wire, "calls": args.calls, "wall_s": round(wall, 1),
-            "played_s_per_call": round(float(np.mean([d["played_ms"] for d in done])) / 1000, 2),
-            "server_cpu_pct": round(100 * cpu / wall, 1), "server_cpu_ms_per_call_second": round(1000 * cpu / wall / args.calls, 3),
-            "clock_lateness_p99": lateness_p99_bucket(metrics),
-            "playout_gaps": sum(d["gaps"]["micro"] + d["gaps"]["audible"] for d in done), **summarize(arrivals),
-            "interrupt_to_clear_ms_p50": round(float(np.median(clears)), 1), "interrupt_to_clear_ms_max": round(max(clears), 1),
-        }))
+        print(
+            json.dumps(
+                {
+                    "wire": args.wire,
+                    "calls": args.calls,
+                    "wall_s": round(wall, 1),
+                    "played_s_per_call": round(float(np.mean([d["played_ms"] for d in done])) / 1000, 2),
+                    "server_cpu_pct": round(100 * cpu / wall, 1),
+                    "server_cpu_ms_per_call_second": round(1000 * cpu / wall / args.calls, 3),
+                    "clock_lateness_p99": lateness_p99_bucket(metrics),
+                    "playout_gaps": sum(d["gaps"]["micro"] + d["gaps"]["audible"] for d in done),
+                    **summarize(arrivals),
+                    "interrupt_to_clear_ms_p50": round(float(np.median(clears)), 1),
+                    "interrupt_to_clear_ms_max": round(max(clears), 1),
+                }
+            )
+        )
     finally:
         server.terminate()
         server.wait(30)

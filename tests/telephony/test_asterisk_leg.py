@@ -93,7 +93,9 @@ async def test_whole_call_json_control_marks_bargein_dtmf_and_hangup(gateway):
 
 async def test_plain_text_control_slin16_call_id_from_the_dial_string_and_agent_hangup(gateway):
     # Dial(WebSocket/voxgate/c(slin16)v(call_id=order-7)) without f(json): the URI carries call_id.
-    ast = await AsteriskClient.connect(gateway, channel_id="pbx1-99.3", fmt="slin16", json_control=False, call_id="order-7")
+    ast = await AsteriskClient.connect(
+        gateway, channel_id="pbx1-99.3", fmt="slin16", json_control=False, call_id="order-7"
+    )
     control = await Control.connect(gateway)
     await control.attach("order-7")
     await control.expect("call.media", state="connected")
@@ -116,7 +118,9 @@ async def test_media_xoff_holds_our_frames_until_xon(gateway):
     await control.attach("xoff-1")
     ast = await AsteriskClient.connect(gateway, channel_id="xoff-1")
     await control.expect("call.media", state="connected")
-    await control.send({"type": "text", "turn_id": "t", "text": "Flow control keeps Asterisk's queue in bounds.", "final": True})
+    await control.send(
+        {"type": "text", "turn_id": "t", "text": "Flow control keeps Asterisk's queue in bounds.", "final": True}
+    )
     await wait_for(lambda: len(ast.got.media) >= 5)
     await ast.event("MEDIA_XOFF")
     # What was in flight lands (however loaded the machine); if XOFF were ignored, frames would keep coming.
@@ -145,8 +149,13 @@ async def test_malformed_input_gets_errors_and_never_touches_another_call(gatewa
     await ca.expect("call.media", state="connected")
     await cb.expect("call.media", state="connected")
     await cb.send({"type": "text", "turn_id": "g", "text": "This call must not notice the other one.", "final": True})
-    for raw in ['{"event": "MEDIA_XON"', '{"event": "MEDIA_PARTY", "channel_id": "bad-1"}', "DTMF_END digit:Z",
-                '{"event": "MEDIA_MARK_PROCESSED", "correlation_id": "never-sent"}', "MEDIA_START channel_id:bad-1 format:ulaw"]:
+    for raw in [
+        '{"event": "MEDIA_XON"',
+        '{"event": "MEDIA_PARTY", "channel_id": "bad-1"}',
+        "DTMF_END digit:Z",
+        '{"event": "MEDIA_MARK_PROCESSED", "correlation_id": "never-sent"}',
+        "MEDIA_START channel_id:bad-1 format:ulaw",
+    ]:
         await bad.send(raw)
     codes = [(await ca.expect("error"))["code"] for _ in range(5)]
     assert codes == ["bad_json", "unknown_type", "bad_message", "bad_message", "bad_message"]
@@ -160,7 +169,9 @@ async def test_malformed_input_gets_errors_and_never_touches_another_call(gatewa
 
 async def test_a_stream_that_cannot_start_is_closed_and_registers_nothing(gateway):
     ast = await AsteriskClient.connect(gateway, start=False)
-    await ast.send("MEDIA_START connection_id:voxgate channel:WebSocket/voxgate/0x1 channel_id:opus-1 format:opus optimal_frame_size:0 ptime:20")
+    await ast.send(
+        "MEDIA_START connection_id:voxgate channel:WebSocket/voxgate/0x1 channel_id:opus-1 format:opus optimal_frame_size:0 ptime:20"
+    )
     await asyncio.wait_for(ast.closed.wait(), 5)
     assert ast.ws.close_code == 1008 and gateway.calls.get("opus-1") is None
     # A media socket without the subprotocol Asterisk offers still gets no other one.
@@ -174,8 +185,14 @@ async def test_api_keys_refuse_an_unauthenticated_far_end_and_accept_basic_auth(
         await AsteriskClient.connect(gw)
     assert refused.value.response.status_code == 401
     basic = "Basic " + base64.b64encode(b"asterisk:k1").decode()  # websocket_client.conf username/password
-    ws = await websockets.connect(f"ws://127.0.0.1:{gw.port}/v1/asterisk", subprotocols=["media"], additional_headers={"Authorization": basic})
-    await ws.send(json.dumps({"event": "MEDIA_START", "channel_id": "auth-1", "format": "ulaw", "optimal_frame_size": 160, "ptime": 20}))
+    ws = await websockets.connect(
+        f"ws://127.0.0.1:{gw.port}/v1/asterisk", subprotocols=["media"], additional_headers={"Authorization": basic}
+    )
+    await ws.send(
+        json.dumps(
+            {"event": "MEDIA_START", "channel_id": "auth-1", "format": "ulaw", "optimal_frame_size": 160, "ptime": 20}
+        )
+    )
     await asyncio.sleep(0.1)
     assert gw.calls.get("auth-1") is not None
     await ws.close()

@@ -106,8 +106,19 @@ async def test_malformed_twilio_input_gets_errors_and_never_touches_other_calls(
     await bad.send({"event": "teleport"})
     await bad.send(b"\x00\x01\x02")
     await bad.send({"event": "start", "start": {"streamSid": "MZother"}})
-    expected = ["bad_json", "bad_message", "bad_audio", "bad_audio", "bad_audio", "bad_message", "bad_message",
-                "bad_message", "unknown_type", "binary_not_allowed", "bad_message"]
+    expected = [
+        "bad_json",
+        "bad_message",
+        "bad_audio",
+        "bad_audio",
+        "bad_audio",
+        "bad_message",
+        "bad_message",
+        "bad_message",
+        "unknown_type",
+        "binary_not_allowed",
+        "bad_message",
+    ]
     for code in expected:
         assert (await control.expect("error"))["code"] == code
     await bad.media(tone_ulaw())  # still a working call
@@ -233,7 +244,9 @@ async def test_an_agent_that_stops_reading_never_stalls_other_calls(make_gateway
     stuck = await Control.connect(gateway, max_queue=1)
     await stuck.attach("CAstuck")
     # Every event of this turn echoes its 30 kB id: the clock's own sends to the agent are large.
-    await stuck.send({"type": "text", "turn_id": "s" * 30_000, "text": "Long words for a long while. " * 20, "final": True})
+    await stuck.send(
+        {"type": "text", "turn_id": "s" * 30_000, "text": "Long words for a long while. " * 20, "final": True}
+    )
     junk = json.dumps({"type": "x" * 60_000})
 
     async def flood() -> None:
@@ -295,7 +308,9 @@ async def test_a_reading_agent_gets_even_the_largest_events(gateway):
     await tw.start()
     await control.expect("call.media", state="connected")
     text = "漢字" * 10_000  # 48 kB of UTF-8 in one event (agent.text-like echoes, played_text)
-    await control.send(json.dumps({"type": "text", "turn_id": "t", "text": text[:16_000], "final": False}, ensure_ascii=False))
+    await control.send(
+        json.dumps({"type": "text", "turn_id": "t", "text": text[:16_000], "final": False}, ensure_ascii=False)
+    )
     await control.send({"type": "text", "turn_id": "t" * 20_000, "text": "x", "final": False})
     await control.send(json.dumps({"type": "漢" * 22_000}, ensure_ascii=False))  # its error echoes 66 kB of UTF-8
     assert (await control.expect("error"))["code"] == "unknown_type"

@@ -66,7 +66,9 @@ def test_recording_fills_lost_packets_with_silence_by_timestamp(tmp_path):
         assert (w.getframerate(), w.getsampwidth(), w.getnchannels()) == (8000, 2, 1)
         pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
     assert len(pcm) == 160 + 320 + 160 + 160
-    assert (pcm[:160] == 100).all() and not pcm[160:480].any() and (pcm[480:640] == 200).all() and (pcm[640:] == 300).all()
+    assert (
+        (pcm[:160] == 100).all() and not pcm[160:480].any() and (pcm[480:640] == 200).all() and (pcm[640:] == 300).all()
+    )
 
 
 def test_no_directory_means_no_recording():

@@ -44,7 +44,7 @@ async def test_marks_and_played_text_follow_twilio_echoes_that_come_300_ms_late(
 
     marks = [(e, t) for e, t in zip(control.events, control.times) if e["type"] == "mark"]
     assert [e["chunk"] for e, _ in marks] == [0]  # chunk 1 never came back before the clear
-    (mark0, seen_at), = marks
+    ((mark0, seen_at),) = marks
     sent_at = [t for name, t in tw.marks_received if name.startswith("t/0/")][-1]  # chunk 0's end mark
     assert seen_at - sent_at >= 0.28  # the agent hears of chunk 0 when Twilio does, not when we sent it
     assert done["played_text"] == SENTENCES[0]
@@ -63,12 +63,16 @@ async def test_audiosocket_gets_one_frame_per_tick_after_a_stall_and_the_shift_i
     await control.attach(str(call_uuid))
     client = await AudioSocketClient.connect(gateway, call_uuid)
     await control.expect("call.media", state="connected")
-    await control.send({"type": "text", "turn_id": "t", "text": "A long enough turn to stall the clock in its middle.", "final": True})
+    await control.send(
+        {"type": "text", "turn_id": "t", "text": "A long enough turn to stall the clock in its middle.", "final": True}
+    )
     await control.expect("audio.start", turn_id="t")
     arrivals = []
     for _ in range(10):
         arrivals.append((await client.read())[2])
-    asyncio.get_running_loop().call_soon(time.sleep, 0.15)  # the event loop stalls for 150 ms (< the clock's catch-up limit)
+    asyncio.get_running_loop().call_soon(
+        time.sleep, 0.15
+    )  # the event loop stalls for 150 ms (< the clock's catch-up limit)
     for _ in range(25):
         arrivals.append((await client.read())[2])
     after = arrivals[10:]

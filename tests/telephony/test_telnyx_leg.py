@@ -60,9 +60,15 @@ async def test_out_of_order_caller_frames_are_reordered_before_the_inbound_strea
 
 async def test_l16_16k_with_custom_parameters_and_a_bidirectional_codec_override(gateway):
     # stream L16/16 kHz in, and (stream_bidirectional_codec=L16, …_sampling_rate=16000) back, named on the URL
-    tx = await TelnyxClient.connect(gateway, codec="L16", call_control_id="v3:ccid-3", stream_id="S-3",
-                                    custom_parameters={"call_id": "order-3"}, bidirectional_codec="L16",
-                                    bidirectional_sampling_rate="16000")
+    tx = await TelnyxClient.connect(
+        gateway,
+        codec="L16",
+        call_control_id="v3:ccid-3",
+        stream_id="S-3",
+        custom_parameters={"call_id": "order-3"},
+        bidirectional_codec="L16",
+        bidirectional_sampling_rate="16000",
+    )
     control = await Control.connect(gateway)
     await control.attach("order-3")
     await control.send({"type": "text", "turn_id": "w", "text": "Sixteen kilohertz, big endian.", "final": True})
@@ -79,8 +85,12 @@ async def test_malformed_telnyx_input_gets_errors_and_the_call_goes_on(gateway):
     await control.attach("v3:ccid-4")
     tx = await TelnyxClient.connect(gateway, call_control_id="v3:ccid-4", stream_id="S-4")
     await control.expect("call.media", state="connected")
-    for raw in ["not json", json.dumps({"event": "media", "media": {"payload": "@@@"}}), json.dumps({"event": "boo"}),
-                json.dumps({"event": "mark", "mark": {"name": "never-sent"}})]:
+    for raw in [
+        "not json",
+        json.dumps({"event": "media", "media": {"payload": "@@@"}}),
+        json.dumps({"event": "boo"}),
+        json.dumps({"event": "mark", "mark": {"name": "never-sent"}}),
+    ]:
         await tx.send(raw)
     await tx.send(b"\x00\x01")
     codes = [(await control.expect("error"))["code"] for _ in range(5)]

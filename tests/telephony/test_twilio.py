@@ -154,8 +154,12 @@ async def test_signature_uses_the_public_url_behind_a_proxy(make_gateway, monkey
     public = "wss://voice.example.com"
     gw = await make_gateway(telephony={"twilio_auth_token_env": "VOXGATE_TEST_TWILIO_TOKEN", "public_url": public})
     with pytest.raises(websockets.InvalidStatus):
-        await TwilioClient.connect(gw, headers={"X-Twilio-Signature": twilio_signature("secret-token", ws_url(gw, "/v1/twilio"))})
-    tw = await TwilioClient.connect(gw, headers={"X-Twilio-Signature": twilio_signature("secret-token", public + "/v1/twilio")})
+        await TwilioClient.connect(
+            gw, headers={"X-Twilio-Signature": twilio_signature("secret-token", ws_url(gw, "/v1/twilio"))}
+        )
+    tw = await TwilioClient.connect(
+        gw, headers={"X-Twilio-Signature": twilio_signature("secret-token", public + "/v1/twilio")}
+    )
     await tw.start()
     await tw.stop()
 
@@ -176,7 +180,11 @@ async def test_missing_token_env_refuses_to_start(monkeypatch):
 
     monkeypatch.delenv("VOXGATE_NO_SUCH_TOKEN", raising=False)
     with pytest.raises(ValueError, match="VOXGATE_NO_SUCH_TOKEN"):
-        Gateway(load_config(None, {"engine": {"kind": "simulated"}, "telephony": {"twilio_auth_token_env": "VOXGATE_NO_SUCH_TOKEN"}}))
+        Gateway(
+            load_config(
+                None, {"engine": {"kind": "simulated"}, "telephony": {"twilio_auth_token_env": "VOXGATE_NO_SUCH_TOKEN"}}
+            )
+        )
 
 
 @pytest.mark.parametrize("timestamp", ["nan", "inf", "-inf", "1e400"])
@@ -187,8 +195,18 @@ async def test_a_non_finite_media_timestamp_does_not_end_a_recorded_call(gateway
     await tw.start()
     await control.expect("call.media", state="connected")
     await tw.media(tone_ulaw(), timestamp_ms=0)
-    await tw.send({"event": "media", "streamSid": "MZts",
-                   "media": {"track": "inbound", "chunk": "2", "timestamp": timestamp, "payload": base64.b64encode(tone_ulaw()).decode()}})
+    await tw.send(
+        {
+            "event": "media",
+            "streamSid": "MZts",
+            "media": {
+                "track": "inbound",
+                "chunk": "2",
+                "timestamp": timestamp,
+                "payload": base64.b64encode(tone_ulaw()).decode(),
+            },
+        }
+    )
     await tw.media(tone_ulaw(), timestamp_ms=40)
     await control.send({"type": "text", "turn_id": "t", "text": "Still here.", "final": True})
     await control.expect("turn.done", turn_id="t")
@@ -214,7 +232,9 @@ async def test_a_twilio_stream_that_stops_reading_never_stalls_other_calls(make_
     await stuck_control.attach("CAstuck")
     await stuck_control.expect("call.media", state="connected")
     # Each mark names its turn: long ids make the marks to the stuck stream large.
-    await stuck_control.send({"type": "text", "turn_id": "s" * 50_000, "text": "Long words for a long while. " * 400, "final": True})
+    await stuck_control.send(
+        {"type": "text", "turn_id": "s" * 50_000, "text": "Long words for a long while. " * 400, "final": True}
+    )
     leg = gateway.calls.get("CAstuck").media
     for _ in range(200):  # until the socket's buffers are full and the gateway's side of it backs up
         if leg.transport.get_write_buffer_size() > 0:

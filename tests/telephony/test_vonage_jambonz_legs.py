@@ -119,7 +119,9 @@ async def test_jambonz_listen_call_marks_killaudio_dtmf_and_disconnect(gateway):
 
 async def test_jambonz_rates_differ_each_way_and_metadata_names_the_call(gateway):
     # sampleRate 8000 in, bidirectionalAudio.sampleRate 16000 back (named on the listen URL)
-    jz = await JambonzClient.connect(gateway, rate=8000, out_rate=16000, metadata={"call_id": "order-j2"}, bidirectional_sample_rate="16000")
+    jz = await JambonzClient.connect(
+        gateway, rate=8000, out_rate=16000, metadata={"call_id": "order-j2"}, bidirectional_sample_rate="16000"
+    )
     control = await Control.connect(gateway)
     await control.attach("order-j2")
     await control.send({"type": "text", "turn_id": "a", "text": "Different rates.", "final": True})

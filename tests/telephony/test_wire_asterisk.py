@@ -12,11 +12,18 @@ from gateway import protocol as P
 from gateway.wire import asterisk as A
 from gateway.wire.events import Audio, Dtmf, FarEndError, FlowControl, MarkDone, Notice, Started
 
-MEDIA_START_JSON = json.dumps({
-    "event": "MEDIA_START", "connection_id": "voxgate", "channel": "WebSocket/voxgate/0x5140001a0040",
-    "channel_id": "1761245643.1", "format": "ulaw", "optimal_frame_size": 160, "ptime": 20,
-    "channel_variables": {"DIALEDPEERNUMBER": "voxgate/c(ulaw)", "MEDIA_WEBSOCKET_CONNECTION_ID": "voxgate"},
-})
+MEDIA_START_JSON = json.dumps(
+    {
+        "event": "MEDIA_START",
+        "connection_id": "voxgate",
+        "channel": "WebSocket/voxgate/0x5140001a0040",
+        "channel_id": "1761245643.1",
+        "format": "ulaw",
+        "optimal_frame_size": 160,
+        "ptime": 20,
+        "channel_variables": {"DIALEDPEERNUMBER": "voxgate/c(ulaw)", "MEDIA_WEBSOCKET_CONNECTION_ID": "voxgate"},
+    }
+)
 MEDIA_START_PLAIN = "MEDIA_START connection_id:voxgate channel:WebSocket/voxgate/0x1 channel_id:pbx1-123456789.999 format:slin16 optimal_frame_size:640 ptime:20"
 
 
@@ -53,11 +60,15 @@ def test_json_events_and_commands():
     assert json.loads(wire.mark("t1.0.3")[0]) == {"command": "MARK_MEDIA", "correlation_id": "t1.0.3"}
     assert json.loads(wire.hangup()[0]) == {"command": "HANGUP"}
     ev = {"channel_id": "1761245643.1"}
-    assert wire.decode(json.dumps({"event": "MEDIA_MARK_PROCESSED", "correlation_id": "t1.0.3", **ev})) == [MarkDone("t1.0.3", True)]
+    assert wire.decode(json.dumps({"event": "MEDIA_MARK_PROCESSED", "correlation_id": "t1.0.3", **ev})) == [
+        MarkDone("t1.0.3", True)
+    ]
     assert wire.decode(json.dumps({"event": "DTMF_END", "digit": "#", **ev})) == [Dtmf("#")]
     assert wire.decode(json.dumps({"event": "MEDIA_XOFF", **ev})) == [FlowControl(True)]
     assert wire.decode(json.dumps({"event": "STATUS", "queue_length": 3, **ev})) == [Notice("STATUS")]
-    (err,) = wire.decode(json.dumps({"event": "ERROR", "error_text": "FLUSH_MEDIA not supported in passthrough mode", **ev}))
+    (err,) = wire.decode(
+        json.dumps({"event": "ERROR", "error_text": "FLUSH_MEDIA not supported in passthrough mode", **ev})
+    )
     assert isinstance(err, FarEndError) and "passthrough" in err.message
 
 
@@ -90,17 +101,20 @@ def test_messages_stay_under_the_65500_byte_limit_and_commands_under_128():
         wire.mark("x" * 200)
 
 
-@pytest.mark.parametrize("raw, code", [
-    ("", P.BAD_MESSAGE),
-    ("{not json", P.BAD_JSON),
-    ('{"event": ["MEDIA_START"]}', P.BAD_MESSAGE),
-    ('{"event": 5}', P.BAD_MESSAGE),
-    ("MEDIA_XOFF", P.NO_SESSION),
-    ("MEDIA_START connection_id:x channel:WebSocket/x format:ulaw optimal_frame_size:160", P.BAD_MESSAGE),
-    ("MEDIA_START channel_id:1.1 format:opus optimal_frame_size:0 ptime:20", P.UNSUPPORTED_FORMAT),
-    ("MEDIA_START channel_id:1.1 format:ulaw optimal_frame_size:999 ptime:20", P.UNSUPPORTED_FORMAT),
-    ("MEDIA_START channel_id:1.1 format:ulaw optimal_frame_size:abc ptime:20", P.BAD_MESSAGE),
-])
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        ("", P.BAD_MESSAGE),
+        ("{not json", P.BAD_JSON),
+        ('{"event": ["MEDIA_START"]}', P.BAD_MESSAGE),
+        ('{"event": 5}', P.BAD_MESSAGE),
+        ("MEDIA_XOFF", P.NO_SESSION),
+        ("MEDIA_START connection_id:x channel:WebSocket/x format:ulaw optimal_frame_size:160", P.BAD_MESSAGE),
+        ("MEDIA_START channel_id:1.1 format:opus optimal_frame_size:0 ptime:20", P.UNSUPPORTED_FORMAT),
+        ("MEDIA_START channel_id:1.1 format:ulaw optimal_frame_size:999 ptime:20", P.UNSUPPORTED_FORMAT),
+        ("MEDIA_START channel_id:1.1 format:ulaw optimal_frame_size:abc ptime:20", P.BAD_MESSAGE),
+    ],
+)
 def test_malformed_before_start_gets_a_stable_code(raw, code):
     with pytest.raises(P.ProtocolError) as exc:
         A.AsteriskWire().decode(raw)

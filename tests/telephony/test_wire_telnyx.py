@@ -18,22 +18,40 @@ CCID = "v3:T02llQxIyaRkhfRKxgAP8nY511EhFLizdvdUKJiSw8d6A9BborherQ"
 
 
 def start_msg(encoding="PCMU", rate=8000, **start) -> str:
-    return json.dumps({
-        "event": "start", "sequence_number": "1", "stream_id": STREAM,
-        "start": {
-            "user_id": "3E6F995F-85F7-4705-9741-53B116D28237", "call_control_id": CCID,
-            "call_session_id": "ff55a038-6f5d-11ef-9692-02420aeffb1f", "from": "+13122010094", "to": "+13122123456",
-            "client_state": "aGF2ZSBhIG5pY2UgZGF5ID1d", "custom_parameters": {"call_id": "order-1"},
-            "media_format": {"encoding": encoding, "sample_rate": rate, "channels": 1}, **start,
-        },
-    })
+    return json.dumps(
+        {
+            "event": "start",
+            "sequence_number": "1",
+            "stream_id": STREAM,
+            "start": {
+                "user_id": "3E6F995F-85F7-4705-9741-53B116D28237",
+                "call_control_id": CCID,
+                "call_session_id": "ff55a038-6f5d-11ef-9692-02420aeffb1f",
+                "from": "+13122010094",
+                "to": "+13122123456",
+                "client_state": "aGF2ZSBhIG5pY2UgZGF5ID1d",
+                "custom_parameters": {"call_id": "order-1"},
+                "media_format": {"encoding": encoding, "sample_rate": rate, "channels": 1},
+                **start,
+            },
+        }
+    )
 
 
 def media_msg(payload: bytes, chunk: int, seq: int | None = None, track="inbound") -> str:
-    return json.dumps({
-        "event": "media", "sequence_number": str(seq if seq is not None else chunk + 1), "stream_id": STREAM,
-        "media": {"track": track, "chunk": str(chunk), "timestamp": str(20 * (chunk - 1)), "payload": base64.b64encode(payload).decode()},
-    })
+    return json.dumps(
+        {
+            "event": "media",
+            "sequence_number": str(seq if seq is not None else chunk + 1),
+            "stream_id": STREAM,
+            "media": {
+                "track": track,
+                "chunk": str(chunk),
+                "timestamp": str(20 * (chunk - 1)),
+                "payload": base64.b64encode(payload).decode(),
+            },
+        }
+    )
 
 
 def started(*args, wire: T.TelnyxWire | None = None, **kw) -> tuple[T.TelnyxWire, Started]:
@@ -49,11 +67,14 @@ def test_start_names_every_id_the_call_is_known_by():
     assert ev.audio.encoding == "mulaw" and wire.outbound == ev.audio
 
 
-@pytest.mark.parametrize("codec, rate, encode", [
-    ("PCMU", 8000, ulaw_encode),
-    ("PCMA", 8000, alaw_encode),
-    ("L16", 16000, lambda pcm: pcm.astype(">i2").tobytes()),  # RTP L16 is big-endian
-])
+@pytest.mark.parametrize(
+    "codec, rate, encode",
+    [
+        ("PCMU", 8000, ulaw_encode),
+        ("PCMA", 8000, alaw_encode),
+        ("L16", 16000, lambda pcm: pcm.astype(">i2").tobytes()),  # RTP L16 is big-endian
+    ],
+)
 def test_media_decodes_each_codec(codec, rate, encode):
     wire, ev = started(codec, rate)
     pcm = (np.sin(np.arange(rate // 50) / 3) * 9000).astype(np.int16)
@@ -83,15 +104,21 @@ def test_stop_releases_held_frames_then_ends():
     wire, _ = started()
     wire.decode(media_msg(b"\x7f" * 160, 1))
     assert wire.decode(media_msg(b"\x7f" * 160, 3)) == []  # waiting for 2
-    events = wire.decode(json.dumps({"event": "stop", "sequence_number": "9", "stream_id": STREAM, "stop": {"call_control_id": CCID}}))
+    events = wire.decode(
+        json.dumps({"event": "stop", "sequence_number": "9", "stream_id": STREAM, "stop": {"call_control_id": CCID}})
+    )
     assert isinstance(events[0], Audio) and events[-1] == Ended("stop")
 
 
 def test_dtmf_mark_error_and_our_outbound_messages():
     wire, _ = started()
     assert wire.decode(json.dumps({"event": "dtmf", "stream_id": STREAM, "dtmf": {"digit": "7"}})) == [Dtmf("7")]
-    assert wire.decode(json.dumps({"event": "mark", "stream_id": STREAM, "mark": {"name": "t1/0/0"}})) == [MarkDone("t1/0/0", True)]
-    (err,) = wire.decode(json.dumps({"event": "error", "stream_id": STREAM, "payload": {"code": 100002, "title": "Unknown error"}}))
+    assert wire.decode(json.dumps({"event": "mark", "stream_id": STREAM, "mark": {"name": "t1/0/0"}})) == [
+        MarkDone("t1/0/0", True)
+    ]
+    (err,) = wire.decode(
+        json.dumps({"event": "error", "stream_id": STREAM, "payload": {"code": 100002, "title": "Unknown error"}})
+    )
     assert isinstance(err, FarEndError) and "100002" in err.message
     (media,) = wire.media(b"\x01\x02")
     assert json.loads(media) == {"event": "media", "media": {"payload": base64.b64encode(b"\x01\x02").decode()}}
@@ -109,18 +136,21 @@ def test_outbound_codec_override_from_the_stream_url():
     assert exc.value.code == P.UNSUPPORTED_FORMAT
 
 
-@pytest.mark.parametrize("raw, code", [
-    (b"\x00\x01", P.BINARY_NOT_ALLOWED),
-    ("nope", P.BAD_JSON),
-    ('{"event": 1}', P.BAD_MESSAGE),
-    (media_msg(b"\x00" * 160, 1), P.NO_SESSION),
-    ('{"event": "hello"}', P.UNKNOWN_TYPE),
-    (start_msg("OPUS", 16000), P.UNSUPPORTED_FORMAT),
-    (start_msg("PCMU", 16000), P.UNSUPPORTED_FORMAT),
-    (start_msg("L16", 11025), P.UNSUPPORTED_FORMAT),
-    (json.dumps({"event": "start", "start": {"media_format": {"encoding": "PCMU"}}}), P.BAD_MESSAGE),
-    (json.dumps({"event": "start", "stream_id": "s", "start": {}}), P.BAD_MESSAGE),
-])
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        (b"\x00\x01", P.BINARY_NOT_ALLOWED),
+        ("nope", P.BAD_JSON),
+        ('{"event": 1}', P.BAD_MESSAGE),
+        (media_msg(b"\x00" * 160, 1), P.NO_SESSION),
+        ('{"event": "hello"}', P.UNKNOWN_TYPE),
+        (start_msg("OPUS", 16000), P.UNSUPPORTED_FORMAT),
+        (start_msg("PCMU", 16000), P.UNSUPPORTED_FORMAT),
+        (start_msg("L16", 11025), P.UNSUPPORTED_FORMAT),
+        (json.dumps({"event": "start", "start": {"media_format": {"encoding": "PCMU"}}}), P.BAD_MESSAGE),
+        (json.dumps({"event": "start", "stream_id": "s", "start": {}}), P.BAD_MESSAGE),
+    ],
+)
 def test_malformed_before_start(raw, code):
     with pytest.raises(P.ProtocolError) as exc:
         T.TelnyxWire().decode(raw)

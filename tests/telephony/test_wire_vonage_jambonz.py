@@ -12,12 +12,23 @@ from gateway.wire.events import Audio, Dtmf, MarkDone, Notice, Started
 from gateway.wire.jambonz import JambonzWire
 from gateway.wire.vonage import MARK_KEY, VonageWire
 
-CONNECTED = json.dumps({"event": "websocket:connected", "content-type": "audio/l16;rate=16000", "call_id": "order-9", "voice": "default"})
-ATTRIBUTES = json.dumps({
-    "callSid": "8d1d3b2e-1c4f-4e5a-9a3b-2f9e6c1d7a01", "callId": "3e4b@10.0.0.1", "direction": "inbound",
-    "from": "+15083084809", "to": "+15083728299", "accountSid": "acc", "applicationSid": "app",
-    "sampleRate": 16000, "mixType": "mono", "metadata": {"call_id": "order-10", "language": "en"},
-})
+CONNECTED = json.dumps(
+    {"event": "websocket:connected", "content-type": "audio/l16;rate=16000", "call_id": "order-9", "voice": "default"}
+)
+ATTRIBUTES = json.dumps(
+    {
+        "callSid": "8d1d3b2e-1c4f-4e5a-9a3b-2f9e6c1d7a01",
+        "callId": "3e4b@10.0.0.1",
+        "direction": "inbound",
+        "from": "+15083084809",
+        "to": "+15083728299",
+        "accountSid": "acc",
+        "applicationSid": "app",
+        "sampleRate": 16000,
+        "mixType": "mono",
+        "metadata": {"call_id": "order-10", "language": "en"},
+    }
+)
 
 
 # ---------------------------------------------------------------- Vonage
@@ -43,7 +54,9 @@ def test_vonage_audio_dtmf_notify_clear():
     assert wire.decode(json.dumps({"event": "websocket:dtmf", "dtmf": {"digit": "*", "duration": 100}})) == [Dtmf("*")]
     (notify,) = wire.mark("t1/0/0")
     assert json.loads(notify) == {"action": "notify", "payload": {MARK_KEY: "t1/0/0"}}
-    assert wire.decode(json.dumps({"event": "websocket:notify", "payload": {MARK_KEY: "t1/0/0"}})) == [MarkDone("t1/0/0", True)]
+    assert wire.decode(json.dumps({"event": "websocket:notify", "payload": {MARK_KEY: "t1/0/0"}})) == [
+        MarkDone("t1/0/0", True)
+    ]
     assert json.loads(wire.clear()[0]) == {"action": "clear"}
     assert wire.decode('{"event":"websocket:cleared"}') == [Notice("cleared")]
     assert wire.media(b"\x00" * 640) == [b"\x00" * 640]
@@ -56,15 +69,18 @@ def test_vonage_rates(rate):
     assert ev.audio.sample_rate == rate and ev.call_ids == ()  # no call id: the leg must find one in the query
 
 
-@pytest.mark.parametrize("raw, code", [
-    (b"\x00" * 640, P.NO_SESSION),
-    ("{", P.BAD_JSON),
-    ('{"event": "websocket:dtmf", "digit": "1"}', P.NO_SESSION),
-    ('{"event": "websocket:connected", "content-type": "audio/pcmu"}', P.UNSUPPORTED_FORMAT),
-    ('{"event": "websocket:connected", "content-type": "audio/l16;rate=44100"}', P.UNSUPPORTED_FORMAT),
-    ('{"event": "websocket:connected"}', P.UNSUPPORTED_FORMAT),
-    ('{"action": "clear"}', P.BAD_MESSAGE),
-])
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        (b"\x00" * 640, P.NO_SESSION),
+        ("{", P.BAD_JSON),
+        ('{"event": "websocket:dtmf", "digit": "1"}', P.NO_SESSION),
+        ('{"event": "websocket:connected", "content-type": "audio/pcmu"}', P.UNSUPPORTED_FORMAT),
+        ('{"event": "websocket:connected", "content-type": "audio/l16;rate=44100"}', P.UNSUPPORTED_FORMAT),
+        ('{"event": "websocket:connected"}', P.UNSUPPORTED_FORMAT),
+        ('{"action": "clear"}', P.BAD_MESSAGE),
+    ],
+)
 def test_vonage_malformed_before_connected(raw, code):
     with pytest.raises(P.ProtocolError) as exc:
         VonageWire().decode(raw)
@@ -107,20 +123,27 @@ def test_jambonz_audio_dtmf_marks_and_commands():
     assert len(wire.decode(b"\x01\x00" * 320)[0].pcm) == 320
     assert wire.decode(json.dumps({"event": "dtmf", "dtmf": "2", "duration": "1600"})) == [Dtmf("2")]
     assert json.loads(wire.mark("m1")[0]) == {"type": "mark", "data": {"name": "m1"}}
-    assert wire.decode(json.dumps({"type": "mark", "data": {"name": "m1", "event": "playout"}})) == [MarkDone("m1", True)]
-    assert wire.decode(json.dumps({"type": "mark", "data": {"name": "m2", "event": "cleared"}})) == [MarkDone("m2", False)]
+    assert wire.decode(json.dumps({"type": "mark", "data": {"name": "m1", "event": "playout"}})) == [
+        MarkDone("m1", True)
+    ]
+    assert wire.decode(json.dumps({"type": "mark", "data": {"name": "m2", "event": "cleared"}})) == [
+        MarkDone("m2", False)
+    ]
     assert json.loads(wire.clear()[0]) == {"type": "killAudio"}
     assert json.loads(wire.hangup()[0]) == {"type": "disconnect"}
 
 
-@pytest.mark.parametrize("raw, code", [
-    (b"\x00\x00", P.NO_SESSION),
-    ("[]", P.BAD_MESSAGE),
-    ('{"sampleRate": 8000}', P.BAD_MESSAGE),
-    (json.dumps({"callSid": "c", "mixType": "stereo"}), P.UNSUPPORTED_FORMAT),
-    (json.dumps({"callSid": "c", "sampleRate": 64000}), P.UNSUPPORTED_FORMAT),
-    (json.dumps({"callSid": "c", "sampleRate": "fast"}), P.BAD_MESSAGE),
-])
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        (b"\x00\x00", P.NO_SESSION),
+        ("[]", P.BAD_MESSAGE),
+        ('{"sampleRate": 8000}', P.BAD_MESSAGE),
+        (json.dumps({"callSid": "c", "mixType": "stereo"}), P.UNSUPPORTED_FORMAT),
+        (json.dumps({"callSid": "c", "sampleRate": 64000}), P.UNSUPPORTED_FORMAT),
+        (json.dumps({"callSid": "c", "sampleRate": "fast"}), P.BAD_MESSAGE),
+    ],
+)
 def test_jambonz_malformed_first_message(raw, code):
     with pytest.raises(P.ProtocolError) as exc:
         JambonzWire().decode(raw)

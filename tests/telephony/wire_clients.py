@@ -27,8 +27,17 @@ from gateway.app import Gateway
 from gateway.wire.events import WireAudio
 
 ASTERISK_COMMANDS = {
-    "ANSWER", "HANGUP", "START_MEDIA_BUFFERING", "STOP_MEDIA_BUFFERING", "MARK_MEDIA", "FLUSH_MEDIA",
-    "PAUSE_MEDIA", "CONTINUE_MEDIA", "GET_STATUS", "REPORT_QUEUE_DRAINED", "SET_MEDIA_DIRECTION",
+    "ANSWER",
+    "HANGUP",
+    "START_MEDIA_BUFFERING",
+    "STOP_MEDIA_BUFFERING",
+    "MARK_MEDIA",
+    "FLUSH_MEDIA",
+    "PAUSE_MEDIA",
+    "CONTINUE_MEDIA",
+    "GET_STATUS",
+    "REPORT_QUEUE_DRAINED",
+    "SET_MEDIA_DIRECTION",
 }
 
 
@@ -44,7 +53,9 @@ def tone(samples: int, freq: float = 440.0, rate: int = 8000) -> np.ndarray:
 @dataclass
 class Received:
     media: list[tuple[bytes, float]] = field(default_factory=list)  # (one message's audio, arrival time)
-    commands: list[tuple[str, dict | str, float]] = field(default_factory=list)  # (name, text message, arrival) in order
+    commands: list[tuple[str, dict | str, float]] = field(
+        default_factory=list
+    )  # (name, text message, arrival) in order
 
 
 class FarEnd:
@@ -136,7 +147,9 @@ class FarEnd:
         return [n for n, _, _ in self.got.commands]
 
     def audio_pcm(self) -> np.ndarray:
-        return np.concatenate([self.out.decode(m) for m, _ in self.got.media]) if self.got.media else np.zeros(0, np.int16)
+        return (
+            np.concatenate([self.out.decode(m) for m, _ in self.got.media]) if self.got.media else np.zeros(0, np.int16)
+        )
 
     async def close(self) -> None:
         await self.ws.close()
@@ -148,7 +161,11 @@ class FarEnd:
 class AsteriskClient(FarEnd):
     """Asterisk dialling `WebSocket/voxgate/c(ulaw)f(json)`: subprotocol `media`, MEDIA_START, binary media, TEXT control."""
 
-    FORMATS = {"ulaw": WireAudio("mulaw", 8000), "slin16": WireAudio("pcm16le", 16000), "slin": WireAudio("pcm16le", 8000)}
+    FORMATS = {
+        "ulaw": WireAudio("mulaw", 8000),
+        "slin16": WireAudio("pcm16le", 16000),
+        "slin": WireAudio("pcm16le", 8000),
+    }
 
     def __init__(self, ws, fmt: str, json_control: bool, channel_id: str):
         super().__init__(ws, self.FORMATS[fmt])
@@ -158,8 +175,15 @@ class AsteriskClient(FarEnd):
         self.optimal = self.out.frame_bytes
 
     @classmethod
-    async def connect(cls, gw: Gateway, channel_id: str = "1761245643.1", fmt: str = "ulaw", json_control: bool = True,
-                      start: bool = True, **query) -> "AsteriskClient":
+    async def connect(
+        cls,
+        gw: Gateway,
+        channel_id: str = "1761245643.1",
+        fmt: str = "ulaw",
+        json_control: bool = True,
+        start: bool = True,
+        **query,
+    ) -> "AsteriskClient":
         ws = await websockets.connect(ws_url(gw, "/v1/asterisk", **query), subprotocols=["media"], compression=None)
         if ws.subprotocol != "media":  # Asterisk refuses an answer naming another subprotocol
             raise AssertionError(f"server answered subprotocol {ws.subprotocol!r}")
@@ -170,11 +194,17 @@ class AsteriskClient(FarEnd):
 
     async def media_start(self) -> None:
         fields = {
-            "connection_id": "voxgate", "channel": f"WebSocket/voxgate/0x{abs(hash(self.channel_id)) % 10**8:x}",
-            "channel_id": self.channel_id, "format": self.fmt, "optimal_frame_size": self.optimal, "ptime": 20,
+            "connection_id": "voxgate",
+            "channel": f"WebSocket/voxgate/0x{abs(hash(self.channel_id)) % 10**8:x}",
+            "channel_id": self.channel_id,
+            "format": self.fmt,
+            "optimal_frame_size": self.optimal,
+            "ptime": 20,
         }
         if self.json:
-            await self.send({"event": "MEDIA_START", **fields, "channel_variables": {"MEDIA_WEBSOCKET_CONNECTION_ID": "voxgate"}})
+            await self.send(
+                {"event": "MEDIA_START", **fields, "channel_variables": {"MEDIA_WEBSOCKET_CONNECTION_ID": "voxgate"}}
+            )
         else:
             await self.send("MEDIA_START " + " ".join(f"{k}:{v}" for k, v in fields.items()))
 
@@ -237,21 +267,37 @@ class TelnyxClient(FarEnd):
         self.chunk = 0
 
     @classmethod
-    async def connect(cls, gw: Gateway, codec: str = "PCMU", stream_id: str = "32DE0DEA-0001", call_control_id: str = "v3:ccid-0001",
-                      custom_parameters: dict | None = None, start: bool = True, **query) -> "TelnyxClient":
+    async def connect(
+        cls,
+        gw: Gateway,
+        codec: str = "PCMU",
+        stream_id: str = "32DE0DEA-0001",
+        call_control_id: str = "v3:ccid-0001",
+        custom_parameters: dict | None = None,
+        start: bool = True,
+        **query,
+    ) -> "TelnyxClient":
         ws = await websockets.connect(ws_url(gw, "/v1/telnyx", **query), compression=None)
         client = cls(ws, codec, stream_id, call_control_id)
         if start:
             await client.send({"event": "connected", "version": "1.0.0"})
             rate = client.out.sample_rate
-            await client.send({
-                "event": "start", "sequence_number": client._seq(), "stream_id": stream_id,
-                "start": {
-                    "user_id": "3E6F995F-0001", "call_control_id": call_control_id, "call_session_id": "ff55a038-0001",
-                    "from": "+13122010094", "to": "+13122123456", "custom_parameters": custom_parameters or {},
-                    "media_format": {"encoding": codec, "sample_rate": rate, "channels": 1},
-                },
-            })
+            await client.send(
+                {
+                    "event": "start",
+                    "sequence_number": client._seq(),
+                    "stream_id": stream_id,
+                    "start": {
+                        "user_id": "3E6F995F-0001",
+                        "call_control_id": call_control_id,
+                        "call_session_id": "ff55a038-0001",
+                        "from": "+13122010094",
+                        "to": "+13122123456",
+                        "custom_parameters": custom_parameters or {},
+                        "media_format": {"encoding": codec, "sample_rate": rate, "channels": 1},
+                    },
+                }
+            )
         return client
 
     def _seq(self) -> str:
@@ -260,19 +306,40 @@ class TelnyxClient(FarEnd):
 
     def media_msg(self, pcm: np.ndarray) -> str:
         self.chunk += 1
-        return json.dumps({
-            "event": "media", "sequence_number": self._seq(), "stream_id": self.stream_id,
-            "media": {"track": "inbound", "chunk": str(self.chunk), "timestamp": str((self.chunk - 1) * 20),
-                      "payload": base64.b64encode(self.out.encode(pcm)).decode()},
-        })
+        return json.dumps(
+            {
+                "event": "media",
+                "sequence_number": self._seq(),
+                "stream_id": self.stream_id,
+                "media": {
+                    "track": "inbound",
+                    "chunk": str(self.chunk),
+                    "timestamp": str((self.chunk - 1) * 20),
+                    "payload": base64.b64encode(self.out.encode(pcm)).decode(),
+                },
+            }
+        )
 
     async def dtmf(self, digit: str) -> None:
-        await self.send({"event": "dtmf", "sequence_number": self._seq(), "stream_id": self.stream_id,
-                         "occurred_at": "2026-12-01T10:00:00Z", "dtmf": {"digit": digit}})
+        await self.send(
+            {
+                "event": "dtmf",
+                "sequence_number": self._seq(),
+                "stream_id": self.stream_id,
+                "occurred_at": "2026-12-01T10:00:00Z",
+                "dtmf": {"digit": digit},
+            }
+        )
 
     async def stop(self) -> None:
-        await self.send({"event": "stop", "sequence_number": self._seq(), "stream_id": self.stream_id,
-                         "stop": {"user_id": "3E6F995F-0001", "call_control_id": self.call_control_id}})
+        await self.send(
+            {
+                "event": "stop",
+                "sequence_number": self._seq(),
+                "stream_id": self.stream_id,
+                "stop": {"user_id": "3E6F995F-0001", "call_control_id": self.call_control_id},
+            }
+        )
 
     def on_text(self, raw: str) -> None:
         msg = json.loads(raw)
@@ -294,7 +361,9 @@ class TelnyxClient(FarEnd):
         self.violations.append("Telnyx media streams take JSON TEXT frames only")
 
     async def confirm(self, name: str) -> None:
-        await self.send({"event": "mark", "sequence_number": self._seq(), "stream_id": self.stream_id, "mark": {"name": name}})
+        await self.send(
+            {"event": "mark", "sequence_number": self._seq(), "stream_id": self.stream_id, "mark": {"name": name}}
+        )
 
 
 # ---------------------------------------------------------------- Vonage
@@ -306,11 +375,15 @@ class VonageClient(FarEnd):
         self.notifies: list[dict] = []
 
     @classmethod
-    async def connect(cls, gw: Gateway, rate: int = 16000, headers: dict | None = None, start: bool = True, **query) -> "VonageClient":
+    async def connect(
+        cls, gw: Gateway, rate: int = 16000, headers: dict | None = None, start: bool = True, **query
+    ) -> "VonageClient":
         ws = await websockets.connect(ws_url(gw, "/v1/vonage", **query), compression=None)
         client = cls(ws, rate)
         if start:
-            await client.send({"event": "websocket:connected", "content-type": f"audio/l16;rate={rate}", **(headers or {})})
+            await client.send(
+                {"event": "websocket:connected", "content-type": f"audio/l16;rate={rate}", **(headers or {})}
+            )
         return client
 
     def on_text(self, raw: str) -> None:
@@ -344,16 +417,35 @@ class JambonzClient(FarEnd):
         self.disconnected = False
 
     @classmethod
-    async def connect(cls, gw: Gateway, call_sid: str = "8d1d3b2e-0001", rate: int = 8000, out_rate: int | None = None,
-                      metadata: dict | None = None, start: bool = True, **query) -> "JambonzClient":
-        ws = await websockets.connect(ws_url(gw, "/v1/jambonz", **query), subprotocols=["audio.jambonz.org"], compression=None)
+    async def connect(
+        cls,
+        gw: Gateway,
+        call_sid: str = "8d1d3b2e-0001",
+        rate: int = 8000,
+        out_rate: int | None = None,
+        metadata: dict | None = None,
+        start: bool = True,
+        **query,
+    ) -> "JambonzClient":
+        ws = await websockets.connect(
+            ws_url(gw, "/v1/jambonz", **query), subprotocols=["audio.jambonz.org"], compression=None
+        )
         client = cls(ws, rate, out_rate or rate)
         if start:
-            await client.send({
-                "callSid": call_sid, "callId": f"{call_sid}@10.0.0.1", "direction": "inbound", "from": "+15083084809",
-                "to": "+15083728299", "accountSid": "acc-1", "applicationSid": "app-1", "sampleRate": rate, "mixType": "mono",
-                "metadata": metadata or {},
-            })
+            await client.send(
+                {
+                    "callSid": call_sid,
+                    "callId": f"{call_sid}@10.0.0.1",
+                    "direction": "inbound",
+                    "from": "+15083084809",
+                    "to": "+15083728299",
+                    "accountSid": "acc-1",
+                    "applicationSid": "app-1",
+                    "sampleRate": rate,
+                    "mixType": "mono",
+                    "metadata": metadata or {},
+                }
+            )
         return client
 
     def on_text(self, raw: str) -> None:
@@ -364,7 +456,9 @@ class JambonzClient(FarEnd):
             self.queue_mark(msg["data"]["name"])
         elif kind == "killAudio":
             for name in self.drop_queue():  # queued marks come back as cleared
-                asyncio.get_running_loop().create_task(self._safe(self.send({"type": "mark", "data": {"name": name, "event": "cleared"}})))
+                asyncio.get_running_loop().create_task(
+                    self._safe(self.send({"type": "mark", "data": {"name": name, "event": "cleared"}}))
+                )
         elif kind == "disconnect":
             self.disconnected = True
         elif kind != "clearMarks":

@@ -40,7 +40,7 @@ async def test_audio_length_is_ms_per_char_times_characters():
 async def test_audio_is_deterministic_and_voiced():
     a, b = tone(0, 4800, 7), tone(0, 4800, 7)
     assert np.array_equal(a, b)
-    assert 0.05 < float(np.sqrt(np.mean(a ** 2))) < 0.5
+    assert 0.05 < float(np.sqrt(np.mean(a**2))) < 0.5
     # continuity across packet boundaries: the same samples whichever way they are cut
     assert np.allclose(np.concatenate([tone(0, 1000, 3), tone(1000, 3800, 3)]), tone(0, 4800, 3), atol=1e-5)
 

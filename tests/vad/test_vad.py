@@ -20,7 +20,7 @@ def feed(pool: V.VadPool, streams_pcm: list[tuple[V.VadStream, np.ndarray]], ste
     longest = max(len(p) for _, p in streams_pcm)
     for i in range(0, longest, step):
         for stream, pcm in streams_pcm:
-            stream.push(pcm[i:i + step])
+            stream.push(pcm[i : i + step])
         pool.run_pass()
 
 
@@ -156,7 +156,7 @@ async def test_pool_runs_the_model_off_the_event_loop(silero):
     stream = pool.open(on_event=lambda s, e: (events.append(e), got.set()))
     pcm, _ = ca.caller_track(16000, lead_ms=300)
     for i in range(0, 16000, 320):  # a second, 20 ms at a time in real time's order (not its pace)
-        stream.push(pcm[i:i + 320])
+        stream.push(pcm[i : i + 320])
         await asyncio.sleep(0)
     await asyncio.wait_for(got.wait(), 5)
     await pool.close()

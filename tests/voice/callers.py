@@ -42,7 +42,7 @@ class PacedSource:
             self.onset_at = None
         self.played_all.clear()
         for i in range(0, len(pcm), self.frame):
-            self._queue.append(pcm[i:i + self.frame])
+            self._queue.append(pcm[i : i + self.frame])
 
     def next_frame(self, now: float | None = None) -> np.ndarray:
         now = time.monotonic() if now is None else now

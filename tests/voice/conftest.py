@@ -18,6 +18,7 @@ VOICE = {
 @pytest.fixture
 async def make_voice_gateway():
     async with started_gateways() as start:
+
         async def make(install=(), **overrides):
             return await start(merge(merge(FAST, VOICE), overrides), install)
 

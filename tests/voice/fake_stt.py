@@ -28,8 +28,12 @@ class FakeTranscriptionServer:
     async def _handle(self, request: web.Request) -> web.Response:
         form = await request.post()
         upload = form.get("file")
-        got = {"model": form.get("model"), "response_format": form.get("response_format"),
-               "language": form.get("language"), "authorization": request.headers.get("Authorization")}
+        got = {
+            "model": form.get("model"),
+            "response_format": form.get("response_format"),
+            "language": form.get("language"),
+            "authorization": request.headers.get("Authorization"),
+        }
         if upload is None or not hasattr(upload, "file"):
             return web.json_response({"error": {"message": "file is required"}}, status=400)
         with wave.open(io.BytesIO(upload.file.read()), "rb") as w:

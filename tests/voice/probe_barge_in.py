@@ -49,7 +49,11 @@ def clip(rate: int, i: int) -> tuple[np.ndarray, float]:
 def background(seconds: float, rate: int, seed: int) -> np.ndarray:
     parts, t = [], 0.0
     while t < seconds:
-        parts.append(ca.noise(2000, rate, level=0.08, seed=seed + int(t)) if int(t) % 4 == 0 else ca.tones(2000, rate, level=0.15, seed=seed + int(t)))
+        parts.append(
+            ca.noise(2000, rate, level=0.08, seed=seed + int(t))
+            if int(t) % 4 == 0
+            else ca.tones(2000, rate, level=0.15, seed=seed + int(t))
+        )
         t += 2.0
     return np.concatenate(parts)
 
@@ -80,6 +84,7 @@ class AudioSocketLeg(Leg):
         async def close():
             await call.close()
             client.close()
+
         return call.ctl, call.source, lambda after: T.audiosocket_silence_at(call, after), close
 
 
@@ -110,6 +115,7 @@ class NativeLeg(Leg):
         async def close():
             task.cancel()
             await caller.close()
+
         return WsEvents(caller), source, done_at, close
 
 
@@ -157,8 +163,10 @@ async def speech_trial(gw, leg: Leg, i: int, rng: random.Random) -> dict:
             return {"missed": True}
         await asyncio.sleep(0.5)
         at = silent_at(source.onset_at)
-        return {"missed": done.get("interrupted_by") != "caller",
-                "latency_ms": None if at is None else (at - source.onset_at) * 1000}
+        return {
+            "missed": done.get("interrupted_by") != "caller",
+            "latency_ms": None if at is None else (at - source.onset_at) * 1000,
+        }
     finally:
         await close()
 
@@ -178,8 +186,10 @@ async def noise_trial(gw, leg: Leg, i: int, seconds: float) -> dict:
             except asyncio.TimeoutError:
                 pass
         events = ctl.events
-        return {"speech_starts": sum(1 for e in events if e.get("type") == "user.speech" and e.get("state") == "started"),
-                "barge_ins": sum(1 for e in events if e.get("type") == "turn.done" and e.get("interrupted_by") == "caller")}
+        return {
+            "speech_starts": sum(1 for e in events if e.get("type") == "user.speech" and e.get("state") == "started"),
+            "barge_ins": sum(1 for e in events if e.get("type") == "turn.done" and e.get("interrupted_by") == "caller"),
+        }
     finally:
         await close()
 
@@ -195,20 +205,29 @@ async def main_async(args) -> list[dict]:
         for name in args.legs.split(","):
             leg = legs[name]
             rng = random.Random(args.seed)
-            trials = [await speech_trial(gw, leg, i, rng) for i in range(args.trials)]  # one at a time: latency, not load
+            trials = [
+                await speech_trial(gw, leg, i, rng) for i in range(args.trials)
+            ]  # one at a time: latency, not load
             lat = [t["latency_ms"] for t in trials if not t["missed"] and t.get("latency_ms") is not None]
             per_call = args.noise_s / 6
             noise = await asyncio.gather(*(noise_trial(gw, leg, i, per_call) for i in range(6)))
             row = {
-                "leg": name, "trials": args.trials, "missed": sum(t["missed"] for t in trials),
-                "latency_p50_ms": percentile(lat, 50), "latency_p95_ms": percentile(lat, 95),
-                "noise_s": args.noise_s, "false_speech_starts": sum(n["speech_starts"] for n in noise),
+                "leg": name,
+                "trials": args.trials,
+                "missed": sum(t["missed"] for t in trials),
+                "latency_p50_ms": percentile(lat, 50),
+                "latency_p95_ms": percentile(lat, 95),
+                "noise_s": args.noise_s,
+                "false_speech_starts": sum(n["speech_starts"] for n in noise),
                 "false_barge_ins": sum(n["barge_ins"] for n in noise),
             }
             rows.append(row)
-            print(f"{name:12s} missed {row['missed']}/{row['trials']}  latency p50 {row['latency_p50_ms'] or 0:6.0f} ms  "
-                  f"p95 {row['latency_p95_ms'] or 0:6.0f} ms   {args.noise_s:.0f} s noise/tones: "
-                  f"{row['false_speech_starts']} false user.speech, {row['false_barge_ins']} false barge-ins", flush=True)
+            print(
+                f"{name:12s} missed {row['missed']}/{row['trials']}  latency p50 {row['latency_p50_ms'] or 0:6.0f} ms  "
+                f"p95 {row['latency_p95_ms'] or 0:6.0f} ms   {args.noise_s:.0f} s noise/tones: "
+                f"{row['false_speech_starts']} false user.speech, {row['false_barge_ins']} false barge-ins",
+                flush=True,
+            )
     finally:
         await gw.stop()
     return rows
@@ -222,8 +241,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--barge-in", default="{}", help='JSON overrides of the barge_in section, e.g. {"threshold": 0.7}')
     ap.add_argument("--out")
-    ap.add_argument("--plot", metavar="FILE.png", help="draw latency and misses per leg into FILE (.png or .svg), the run's "
-                                                       "data beside it as FILE.json (bench/plots.py)")
+    ap.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw latency and misses per leg into FILE (.png or .svg), the run's "
+        "data beside it as FILE.json (bench/plots.py)",
+    )
     args = ap.parse_args()
     if args.plot:
         try:

@@ -14,7 +14,10 @@ from tests import caller_audio as ca
 from tests.telephony.clients import AudioSocketClient, Control, TwilioClient
 from tests.voice.callers import PacedSource, pump
 
-LONG = "This is the agent giving a long and careful answer, sentence after sentence, so the caller has time to cut in. " * 4
+LONG = (
+    "This is the agent giving a long and careful answer, sentence after sentence, so the caller has time to cut in. "
+    * 4
+)
 
 
 class Call:
@@ -88,7 +91,9 @@ def audiosocket_silence_at(call: Call, after: float) -> float | None:
     """The first silent 20 ms frame after `after` that is followed by silence (the turn was flushed)."""
     frames = [(at, payload) for at, (kind, payload) in call.received if kind == 0x10 and at >= after]
     for i, (at, payload) in enumerate(frames):
-        if not np.frombuffer(payload, "<i2").any() and all(not np.frombuffer(p, "<i2").any() for _, p in frames[i:i + 5]):
+        if not np.frombuffer(payload, "<i2").any() and all(
+            not np.frombuffer(p, "<i2").any() for _, p in frames[i : i + 5]
+        ):
             return at
     return None
 
@@ -105,7 +110,9 @@ async def barge_in_by_speech(call: Call, start: dict, rate: int = 8000) -> dict:
 async def noise_only(call: Call, seconds: float = 1.5) -> list[dict]:
     """Noise then tones into the call; returns the control socket's speech and turn events meanwhile."""
     await asyncio.sleep(0.5)
-    call.source.play(np.concatenate([ca.noise(seconds * 1000, 8000, level=0.08), ca.tones(seconds * 1000, 8000, level=0.15)]))
+    call.source.play(
+        np.concatenate([ca.noise(seconds * 1000, 8000, level=0.08), ca.tones(seconds * 1000, 8000, level=0.15)])
+    )
     await asyncio.wait_for(call.source.played_all.wait(), seconds * 2 + 3)
     await asyncio.sleep(0.4)  # the VAD's last windows
     try:
@@ -123,7 +130,11 @@ def check_barge_in(result: dict, start_arrival: float) -> None:
     # onset measured into the turn, within the VAD's window and the jitter of this one event loop, which
     # runs the gateway and its clients together (generous: the machine may be loaded)
     into_turn_ms = (result["onset_at"] - start_arrival) * 1000
-    assert abs((speech["at_ms"] - result["start"]["at_ms"]) - into_turn_ms) < 300, (speech, result["start"], into_turn_ms)
+    assert abs((speech["at_ms"] - result["start"]["at_ms"]) - into_turn_ms) < 300, (
+        speech,
+        result["start"],
+        into_turn_ms,
+    )
     # played_text is cut where the caller started, not where the barge-in landed
     assert abs(done["caller_onset_ms"] - (speech["at_ms"] - result["start"]["at_ms"])) < 60
     sent_ms = done.get("sent_ms", done["played_ms"])  # played_ms is what Twilio confirmed, where it confirms

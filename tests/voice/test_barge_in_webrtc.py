@@ -33,8 +33,9 @@ class MicPeer(ClientPeer):
         from aiortc import RTCSessionDescription
 
         async with aiohttp.ClientSession() as http:
-            async with http.post(f"{self.base_url}/v1/webrtc/offer",
-                                 json={"sdp": self.pc.localDescription.sdp, "type": "offer"}) as resp:
+            async with http.post(
+                f"{self.base_url}/v1/webrtc/offer", json={"sdp": self.pc.localDescription.sdp, "type": "offer"}
+            ) as resp:
                 self.answer = await resp.json()
                 assert resp.status == 200, self.answer
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=self.answer["sdp"], type=self.answer["type"]))
@@ -46,7 +47,7 @@ class MicPeer(ClientPeer):
         frames = [(at, s) for at, s, _, _ in self.frames if at >= after]
         rms = [float(np.sqrt(np.mean((s / 32768.0) ** 2))) for _, s in frames]
         for i in range(len(frames) - 5):
-            if all(r < threshold for r in rms[i:i + 5]):
+            if all(r < threshold for r in rms[i : i + 5]):
                 return frames[i][0]
         return None
 

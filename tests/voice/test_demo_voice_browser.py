@@ -16,7 +16,9 @@ from tests.webrtc.test_demo_page_browser import FLAGS, needs_browser, wait_for
 
 pytestmark = pytest.mark.browser
 
-LONG = "This is the demo agent reading a long paragraph aloud, and it will keep reading until someone talks over it. " * 8
+LONG = (
+    "This is the demo agent reading a long paragraph aloud, and it will keep reading until someone talks over it. " * 8
+)
 
 
 def open_browser_with_mic(profile: str, wav: str):
@@ -27,8 +29,11 @@ def open_browser_with_mic(profile: str, wav: str):
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in FLAGS + ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-                         f"--use-file-for-fake-audio-capture={wav}"]:
+    for flag in FLAGS + [
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}",
+    ]:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
@@ -41,7 +46,9 @@ async def test_demo_page_is_interrupted_by_the_callers_voice(make_voice_gateway,
     gw = await make_voice_gateway()
     # The fake microphone loops this file: 2.5 s of quiet, then the caller speaks (so speech lands while the agent talks).
     speech = ca.speech(16000, "booking")
-    wav = ca.write_wav(tmp_path / "mic.wav", resample(np.concatenate([ca.silence(2500, 16000), speech]), 16000, 48000), 48000)
+    wav = ca.write_wav(
+        tmp_path / "mic.wav", resample(np.concatenate([ca.silence(2500, 16000), speech]), 16000, 48000), 48000
+    )
     profile = tempfile.mkdtemp(prefix="voxgate-chromium-mic-")
     driver = await asyncio.to_thread(open_browser_with_mic, profile, str(wav))
     try:

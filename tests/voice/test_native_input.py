@@ -83,9 +83,14 @@ async def test_binary_without_input_is_still_refused(make_voice_gateway):
         await caller.close()
 
 
-@pytest.mark.parametrize("spec,code", [({"encoding": "mulaw", "sample_rate": 16000}, "unsupported_format"),
-                                       ({"encoding": "opus"}, "unsupported_format"),
-                                       ("pcm16", "bad_message")])
+@pytest.mark.parametrize(
+    "spec,code",
+    [
+        ({"encoding": "mulaw", "sample_rate": 16000}, "unsupported_format"),
+        ({"encoding": "opus"}, "unsupported_format"),
+        ("pcm16", "bad_message"),
+    ],
+)
 async def test_bad_input_formats_are_refused(make_voice_gateway, spec, code):
     gw = await make_voice_gateway()
     ws = await websockets.connect(f"ws://127.0.0.1:{gw.port}/v1/ws")
@@ -102,8 +107,13 @@ async def test_bad_barge_in_override_is_refused(make_voice_gateway):
     ws = await websockets.connect(f"ws://127.0.0.1:{gw.port}/v1/ws")
     caller = WsCaller(ws)
     try:
-        await caller.send({"type": "session.start", "input": {"encoding": "pcm16", "sample_rate": 16000},
-                           "barge_in": {"mode": "sometimes"}})
+        await caller.send(
+            {
+                "type": "session.start",
+                "input": {"encoding": "pcm16", "sample_rate": 16000},
+                "barge_in": {"mode": "sometimes"},
+            }
+        )
         error = await caller.expect("error")
         assert error["code"] == "bad_message" and "barge_in.mode" in error["message"]
     finally:
@@ -163,8 +173,11 @@ async def test_stt_failure_is_an_error_event_and_the_call_goes_on(make_voice_gat
 async def test_a_cough_pauses_the_agent_and_it_resumes(make_voice_gateway):
     """pause_on_onset: speech shorter than min_speech_ms holds the playout, then it goes on; counted as false."""
     gw = await make_voice_gateway()
-    caller = await open_caller(gw, input={"encoding": "pcm16", "sample_rate": 16000},
-                               barge_in={"mode": "vad", "pause_on_onset": True, "min_speech_ms": 800, "silence_ms": 200})
+    caller = await open_caller(
+        gw,
+        input={"encoding": "pcm16", "sample_rate": 16000},
+        barge_in={"mode": "vad", "pause_on_onset": True, "min_speech_ms": 800, "silence_ms": 200},
+    )
     source = PacedSource(16000)
     sender = asyncio.get_running_loop().create_task(pump(source, lambda f: caller.ws.send(f.astype("<i2").tobytes())))
     try:
@@ -190,8 +203,9 @@ async def test_a_cough_pauses_the_agent_and_it_resumes(make_voice_gateway):
 
 async def test_the_built_in_agent_answers_what_stt_heard(make_voice_gateway):
     stt = await FakeTranscriptionServer(text="What are your opening hours?").start()
-    gw = await make_voice_gateway(stt={"kind": "openai", "base_url": stt.base_url},
-                                  llm={"kind": "simulated", "ttft_ms": 30, "tokens_per_s": 200})
+    gw = await make_voice_gateway(
+        stt={"kind": "openai", "base_url": stt.base_url}, llm={"kind": "simulated", "ttft_ms": 30, "tokens_per_s": 200}
+    )
     caller = await open_caller(gw, input={"encoding": "pcm16", "sample_rate": 16000}, barge_in={"mode": "detect"})
     source = PacedSource(16000)
     sender = asyncio.get_running_loop().create_task(pump(source, lambda f: caller.ws.send(f.astype("<i2").tobytes())))

@@ -42,8 +42,9 @@ async def test_every_failure_is_an_stt_error(kind, monkeypatch):
     if kind == "refused":
         await server.stop()
     monkeypatch.delenv("VOXGATE_TEST_STT_MISSING", raising=False)
-    client = TranscriptionClient(base, "m", api_key_env="VOXGATE_TEST_STT_MISSING" if kind == "missing_key" else None,
-                                 timeout_s=0.5)
+    client = TranscriptionClient(
+        base, "m", api_key_env="VOXGATE_TEST_STT_MISSING" if kind == "missing_key" else None, timeout_s=0.5
+    )
     try:
         with pytest.raises(SttError) as info:
             await client.transcribe(np.zeros(8000, np.int16))
@@ -51,8 +52,14 @@ async def test_every_failure_is_an_stt_error(kind, monkeypatch):
         await client.close()
         await server.stop()
     assert info.value.code == STT_ERROR
-    expected = {"status": "HTTP 500", "not_json": "no JSON", "no_text": "no string 'text'", "timeout": "did not answer",
-                "refused": "failed", "missing_key": "not set"}[kind]
+    expected = {
+        "status": "HTTP 500",
+        "not_json": "no JSON",
+        "no_text": "no string 'text'",
+        "timeout": "did not answer",
+        "refused": "failed",
+        "missing_key": "not set",
+    }[kind]
     assert expected in info.value.message
     assert client.failures == 1
 
@@ -61,7 +68,7 @@ def test_utterance_buffer_cuts_by_absolute_sample_index():
     buf = UtteranceBuffer(keep_s=1.0, sample_rate=1000)
     ramp = np.arange(2500, dtype=np.int16)
     for i in range(0, 2500, 300):
-        buf.push(ramp[i:i + 300])
+        buf.push(ramp[i : i + 300])
     assert buf.samples == 2500
     np.testing.assert_array_equal(buf.cut(2000, 2100), ramp[2000:2100])
     np.testing.assert_array_equal(buf.cut(1000, 2500), ramp[1500:2500])  # older than keep_s is gone

@@ -20,11 +20,31 @@ def test_tiny_base_model_and_clone_bench(tmp_path, capsys):
 
     ref = write_wav(tmp_path / "ref.wav", speech_like(2.0, 16000), 16000)
     out = tmp_path / "bench.json"
-    assert main(["bench", "--model-dir", d, "--ref-audio", ref, "--ref-text", "Hello there.", "--device", "cpu",
-                 "--json-output", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--model-dir",
+                d,
+                "--ref-audio",
+                ref,
+                "--ref-text",
+                "Hello there.",
+                "--device",
+                "cpu",
+                "--json-output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())
     assert r["mode"] == "icl" and r["ref_frames"] == 25
     assert set(r["prepare"]) == {"computed_ms", "memory_ms", "disk_ms"}
     assert set(r["ttfa_ms"]) == {"first_use", "cached_p50", "after_restart_first", "x_vector_only_p50"}
-    assert r["prompt"]["prefill_positions"] > r["prompt"]["x_vector_only_positions"] > r["prompt"]["shared_prefix_positions"]
+    assert (
+        r["prompt"]["prefill_positions"]
+        > r["prompt"]["x_vector_only_positions"]
+        > r["prompt"]["shared_prefix_positions"]
+    )
     assert "first use" in capsys.readouterr().out

@@ -40,21 +40,40 @@ def ref_bytes(tmp_path_factory):
 
 
 def _config(base_dir, voices_dir, **extra):
-    return load_config(None, {"server": {"host": "127.0.0.1", "port": 0, "voices_dir": str(voices_dir), "api_keys": [KEY],
-                                         "voice_upload_max_bytes": 200_000},
-                              "engine": {"kind": "qwen3", "model_dir": base_dir, "device": "cpu", "dtype": "float32"},
-                              "playout": {"prebuffer_ms": 40},
-                              # the test's Twilio far end does not sign its requests
-                              "telephony": {"unknown_call_timeout_s": 5, "twilio_allow_unsigned": True,
-                                            **extra.pop("telephony", {})}, **extra})
+    return load_config(
+        None,
+        {
+            "server": {
+                "host": "127.0.0.1",
+                "port": 0,
+                "voices_dir": str(voices_dir),
+                "api_keys": [KEY],
+                "voice_upload_max_bytes": 200_000,
+            },
+            "engine": {"kind": "qwen3", "model_dir": base_dir, "device": "cpu", "dtype": "float32"},
+            "playout": {"prebuffer_ms": 40},
+            # the test's Twilio far end does not sign its requests
+            "telephony": {"unknown_call_timeout_s": 5, "twilio_allow_unsigned": True, **extra.pop("telephony", {})},
+            **extra,
+        },
+    )
 
 
 async def _gateway(base_dir, voices_dir, **extra) -> Gateway:
     cfg = _config(base_dir, voices_dir, **extra)
     # short caps: random weights rarely say EOS, and playout runs in real time
-    engine = Qwen3Engine(EngineSettings(model_dir=base_dir, device="cpu", dtype="float32", max_batch=2, max_seq_len=256,
-                                        frames_base=4, frames_per_token=0.2,
-                                        voice_cache_dir=os.path.join(str(voices_dir), "cache")))
+    engine = Qwen3Engine(
+        EngineSettings(
+            model_dir=base_dir,
+            device="cpu",
+            dtype="float32",
+            max_batch=2,
+            max_seq_len=256,
+            frames_base=4,
+            frames_per_token=0.2,
+            voice_cache_dir=os.path.join(str(voices_dir), "cache"),
+        )
+    )
     gw = Gateway(cfg, engine=engine)
     await gw.start(host="127.0.0.1", port=0)
     return gw
@@ -158,8 +177,10 @@ async def test_voices_cloned_from_mp3_and_webm_opus_speak_and_survive_a_restart(
     from audio.reference import load_reference
     from tests.voices.encoded_audio import encode
 
-    uploads = {"mp3": encode(speech_like(1.5, 44100, seed=3), "mp3"),
-               "webm": encode(speech_like(1.5, 48000, seed=4), "webm_opus")}
+    uploads = {
+        "mp3": encode(speech_like(1.5, 44100, seed=3), "mp3"),
+        "webm": encode(speech_like(1.5, 48000, seed=4), "webm_opus"),
+    }
     assert uploads["mp3"][:3] == b"ID3" or uploads["mp3"][0] == 0xFF
     assert uploads["webm"][:4] == b"\x1a\x45\xdf\xa3"
     voices_dir = tmp_path / "voices"
@@ -233,9 +254,11 @@ def test_config_voice_with_a_bad_reference_refuses_to_load(base_dir, ref_bytes, 
     good = tmp_path / "ref.wav"
     good.write_bytes(ref_bytes)
     silent = write_wav(tmp_path / "silent.wav", np.zeros(32000, np.float32), 16000)
-    for voice, words in (({"ref_audio": str(tmp_path / "missing.wav"), "ref_text": "Hi"}, "file not found"),
-                         ({"ref_audio": silent, "ref_text": "Hi"}, "silent"),
-                         ({"ref_audio": str(good)}, "ref_text")):
+    for voice, words in (
+        ({"ref_audio": str(tmp_path / "missing.wav"), "ref_text": "Hi"}, "file not found"),
+        ({"ref_audio": silent, "ref_text": "Hi"}, "silent"),
+        ({"ref_audio": str(good)}, "ref_text"),
+    ):
         with pytest.raises(ConfigError) as e:
             _config(base_dir, tmp_path / "v", voices={"anna": voice})
         assert "voices.anna." in str(e.value) and words in str(e.value)
@@ -252,9 +275,12 @@ async def test_config_voice_is_served_by_name_on_native_ws_and_audiosocket(base_
 
     good = tmp_path / "ref.wav"
     good.write_bytes(ref_bytes)
-    gw = await _gateway(base_dir, tmp_path / "voices", voices={"olga": {"ref_audio": str(good), "ref_text": REF_TEXT,
-                                                                        "language": "ru"}},
-                        telephony={"audiosocket_port": 0, "unknown_call_timeout_s": 5})
+    gw = await _gateway(
+        base_dir,
+        tmp_path / "voices",
+        voices={"olga": {"ref_audio": str(good), "ref_text": REF_TEXT, "language": "ru"}},
+        telephony={"audiosocket_port": 0, "unknown_call_timeout_s": 5},
+    )
     try:
         assert (await _get(gw))["olga"] == {**(await _get(gw))["olga"], "kind": "clone_icl", "source": "config"}
         done, pcm = await _native_call(gw, "olga")
@@ -277,8 +303,9 @@ async def test_config_voice_is_served_by_name_on_native_ws_and_audiosocket(base_
         client.close()
         await control.close()
         async with aiohttp.ClientSession() as http:
-            async with http.delete(f"http://127.0.0.1:{gw.port}/v1/voices/olga",
-                                   headers={"Authorization": f"Bearer {KEY}"}) as r:
+            async with http.delete(
+                f"http://127.0.0.1:{gw.port}/v1/voices/olga", headers={"Authorization": f"Bearer {KEY}"}
+            ) as r:
                 assert r.status == 409 and (await r.json())["code"] == "voice_readonly"
     finally:
         await gw.stop()

@@ -35,7 +35,7 @@ def _aligned_snr_db(ref: np.ndarray, got: np.ndarray, max_lag: int = 2048) -> tu
     b = got[lag:]
     n = min(len(ref), len(b))
     a, b = ref[:n], b[:n]
-    return float(10 * np.log10(np.sum(a ** 2) / np.sum((a - b) ** 2))), lag
+    return float(10 * np.log10(np.sum(a**2) / np.sum((a - b) ** 2))), lag
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -78,8 +78,14 @@ def test_the_same_speaker_embedding_from_every_format(tmp_path, base_dir):
 
     # random weights put every voice near one direction: compare what is left after the mean of other voices
     rate = 48000
-    others = [embed(load_reference(_wav(tmp_path, f"v{k}", speech_like(2.5 / min(s, 1.0), int(rate * s), seed=10 + k)[: 2 * rate], rate)))
-              for k, s in enumerate([0.8, 0.9, 1.25, 1.5, 1.8, 2.2])]  # the same kind of signal, pitched by 1/s
+    others = [
+        embed(
+            load_reference(
+                _wav(tmp_path, f"v{k}", speech_like(2.5 / min(s, 1.0), int(rate * s), seed=10 + k)[: 2 * rate], rate)
+            )
+        )
+        for k, s in enumerate([0.8, 0.9, 1.25, 1.5, 1.8, 2.2])
+    ]  # the same kind of signal, pitched by 1/s
     mean = np.mean(others, axis=0)
     x = speech_like(2.0, rate, seed=2)
     base = embed(load_reference(_wav(tmp_path, "ref", x, rate))) - mean
@@ -101,15 +107,18 @@ def test_without_pyav_a_non_wav_file_is_bad_audio_naming_the_extra(tmp_path, mon
     assert load_reference(wav).duration_s == pytest.approx(2.0)  # WAV needs no PyAV
 
 
-@pytest.mark.parametrize("case,words", [
-    ("silent_opus", "silent"),
-    ("short_mp3", "at least 1 s"),
-    ("long_mp3", "more than 30 s"),
-    ("broken_ogg", "cannot be decoded"),
-    ("truncated_m4a", "cannot be decoded"),
-    ("gif", "not a WAV file"),
-    ("playlist", "not a WAV file"),  # never handed to FFmpeg's probing, which opens playlists' URLs
-])
+@pytest.mark.parametrize(
+    "case,words",
+    [
+        ("silent_opus", "silent"),
+        ("short_mp3", "at least 1 s"),
+        ("long_mp3", "more than 30 s"),
+        ("broken_ogg", "cannot be decoded"),
+        ("truncated_m4a", "cannot be decoded"),
+        ("gif", "not a WAV file"),
+        ("playlist", "not a WAV file"),  # never handed to FFmpeg's probing, which opens playlists' URLs
+    ],
+)
 def test_bad_coded_references_are_refused_with_the_reason(case, words):
     if case == "silent_opus":
         data = encode(np.zeros(96000, np.float32), "ogg_opus")
@@ -137,13 +146,50 @@ def test_synth_ref_audio_takes_ogg_opus(tmp_path, base_dir, capsys):
     path = tmp_path / "ref.ogg"
     path.write_bytes(encode(speech_like(1.5, 48000, seed=5), "ogg_opus"))
     out = str(tmp_path / "out")
-    assert main(["synth", "--model-dir", base_dir, "--text", "Hello.", "--ref-audio", str(path), "--ref-text", "Hi there.",
-                 "--greedy", "--max-frames", "4", "--out", out + ".wav", "--codes-out", out + ".npy"]) == 0
+    assert (
+        main(
+            [
+                "synth",
+                "--model-dir",
+                base_dir,
+                "--text",
+                "Hello.",
+                "--ref-audio",
+                str(path),
+                "--ref-text",
+                "Hi there.",
+                "--greedy",
+                "--max-frames",
+                "4",
+                "--out",
+                out + ".wav",
+                "--codes-out",
+                out + ".npy",
+            ]
+        )
+        == 0
+    )
     assert np.load(out + ".npy").shape == (4, 16)
     broken = tmp_path / "broken.webm"
     broken.write_bytes(b"\x1a\x45\xdf\xa3" + b"\0" * 300)
-    assert main(["synth", "--model-dir", base_dir, "--text", "Hello.", "--ref-audio", str(broken), "--ref-text", "Hi.",
-                 "--out", out + "2.wav"]) == 2
+    assert (
+        main(
+            [
+                "synth",
+                "--model-dir",
+                base_dir,
+                "--text",
+                "Hello.",
+                "--ref-audio",
+                str(broken),
+                "--ref-text",
+                "Hi.",
+                "--out",
+                out + "2.wav",
+            ]
+        )
+        == 2
+    )
     assert "bad_audio" in capsys.readouterr().err
 
 

@@ -16,8 +16,13 @@ from aiortc.rtcrtpsender import RTCRtpSender
 class ClientPeer:
     """Offers recvonly audio plus one data channel; records frames and events with arrival times."""
 
-    def __init__(self, base_url: str, codecs: list[str] | None = None, token: str | None = None,
-                 configuration: RTCConfiguration | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        codecs: list[str] | None = None,
+        token: str | None = None,
+        configuration: RTCConfiguration | None = None,
+    ):
         self.base_url = base_url
         self.codecs = codecs  # e.g. ["PCMU"] to offer only that
         self.token = token
@@ -47,7 +52,9 @@ class ClientPeer:
                     frame = await track.recv()
                 except MediaStreamError:
                     return
-                self.frames.append((time.monotonic(), frame.to_ndarray().reshape(-1).copy(), frame.sample_rate, frame.layout.name))
+                self.frames.append(
+                    (time.monotonic(), frame.to_ndarray().reshape(-1).copy(), frame.sample_rate, frame.layout.name)
+                )
 
         self._reader = asyncio.get_running_loop().create_task(read())
 
@@ -59,7 +66,11 @@ class ClientPeer:
         await self.pc.setLocalDescription(await self.pc.createOffer())
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         async with aiohttp.ClientSession() as http:
-            async with http.post(f"{self.base_url}/v1/webrtc/offer", json={"sdp": self.pc.localDescription.sdp, "type": "offer"}, headers=headers) as resp:
+            async with http.post(
+                f"{self.base_url}/v1/webrtc/offer",
+                json={"sdp": self.pc.localDescription.sdp, "type": "offer"},
+                headers=headers,
+            ) as resp:
                 self.answer = await resp.json()
                 if resp.status != 200:
                     raise RuntimeError(f"offer refused: {resp.status} {self.answer}")
@@ -77,7 +88,9 @@ class ClientPeer:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"no {type_} event {match or ''} within {timeout} s; seen: {[e.get('type') for e in self.all_events][-20:]}")
+                raise TimeoutError(
+                    f"no {type_} event {match or ''} within {timeout} s; seen: {[e.get('type') for e in self.all_events][-20:]}"
+                )
             event = await asyncio.wait_for(self.events.get(), left)
             if event.get("type") == type_ and all(event.get(k) == v for k, v in match.items()):
                 return event

@@ -27,10 +27,18 @@ needs_browser = pytest.mark.skipif(
 )
 
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--allow-loopback-in-peer-connection",
-    "--disable-features=WebRtcHideLocalIpsWithMdns", "--autoplay-policy=no-user-gesture-required",
-    "--disable-dev-shm-usage", "--window-size=1280,900",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--allow-loopback-in-peer-connection",
+    "--disable-features=WebRtcHideLocalIpsWithMdns",
+    "--autoplay-policy=no-user-gesture-required",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
 ]
 
 
@@ -51,7 +59,10 @@ async def wait_for(driver, script: str, timeout: float = 15.0):
         if value:
             return value
         if asyncio.get_running_loop().time() > deadline:
-            state = await asyncio.to_thread(driver.execute_script, "return [window.voxgate && window.voxgate.state, window.voxgate && window.voxgate.events.map(e => e.type)]")
+            state = await asyncio.to_thread(
+                driver.execute_script,
+                "return [window.voxgate && window.voxgate.state, window.voxgate && window.voxgate.events.map(e => e.type)]",
+            )
             raise TimeoutError(f"{script} stayed false; page state {state}")
         await asyncio.sleep(0.1)
 
@@ -64,8 +75,11 @@ async def test_demo_page_calls_the_agent_and_plays_audio(gateway):
         await asyncio.to_thread(driver.get, gateway.url + "/")
         await wait_for(driver, "document.getElementById('voice').options.length > 0")
         # the page says up front that speaking reaches the agent only with speech to text configured
-        note = await wait_for(driver, "document.getElementById('stt-note').textContent.includes('Speech to text is') && "
-                                      "document.getElementById('stt-note').textContent")
+        note = await wait_for(
+            driver,
+            "document.getElementById('stt-note').textContent.includes('Speech to text is') && "
+            "document.getElementById('stt-note').textContent",
+        )
         assert "does not reach it" in note
         await asyncio.to_thread(lambda: driver.find_element(By.ID, "connect").click())
         await wait_for(driver, "window.voxgate.state === 'connected'")

@@ -131,7 +131,7 @@ async def test_session_end_closes_the_call(gateway, peer):
     peer.send({"type": "session.end"})
     await peer.next_event("session.ended")
     for _ in range(50):
-        if started["session_id"] not in gateway.sessions :
+        if started["session_id"] not in gateway.sessions:
             break
         await asyncio.sleep(0.05)
     assert started["session_id"] not in gateway.sessions
@@ -181,7 +181,9 @@ async def test_voices_config_and_demo_page_are_served(gateway):
             assert "default" in [v["name"] for v in (await resp.json())["voices"]]
         async with http.get(f"{gateway.url}/v1/webrtc/config") as resp:
             rtc = await resp.json()
-            assert rtc["agent"] == "simulated" and rtc["stt"] == "off"  # the page tells the caller speech won't reach the agent
+            assert (
+                rtc["agent"] == "simulated" and rtc["stt"] == "off"
+            )  # the page tells the caller speech won't reach the agent
 
 
 async def test_two_calls_play_their_own_turns_at_the_same_time(gateway):
@@ -192,7 +194,10 @@ async def test_two_calls_play_their_own_turns_at_the_same_time(gateway):
             p.send({"type": "session.start"})
         ids = {(await p.next_event("session.started"))["session_id"] for p in peers}
         assert len(ids) == 2
-        t0 = [p.send({"type": "text", "turn_id": f"call{i}", "text": "Two calls at once.", "final": True}) for i, p in enumerate(peers)]
+        t0 = [
+            p.send({"type": "text", "turn_id": f"call{i}", "text": "Two calls at once.", "final": True})
+            for i, p in enumerate(peers)
+        ]
         for i, p in enumerate(peers):
             done = await p.next_event("turn.done", turn_id=f"call{i}")
             assert done["interrupted"] is False and done["gaps"] == {"micro": 0, "audible": 0}
@@ -257,7 +262,14 @@ async def test_played_text_after_barge_in_keeps_every_fully_played_chunk(gateway
         peer.send({"type": "session.start", "language": "en"})
         await peer.next_event("session.started")
         first = "Thanks for calling the demo line."
-        peer.send({"type": "text", "turn_id": "t", "text": f"{first} The second sentence is much longer and keeps going for quite a while.", "final": True})
+        peer.send(
+            {
+                "type": "text",
+                "turn_id": "t",
+                "text": f"{first} The second sentence is much longer and keeps going for quite a while.",
+                "final": True,
+            }
+        )
         await peer.next_event("mark", turn_id="t", chunk=0)  # the first sentence has been heard in full
         await asyncio.sleep(0.3)
         peer.send({"type": "interrupt"})
@@ -324,7 +336,9 @@ async def test_a_peer_that_never_acknowledges_its_events_is_dropped_not_buffered
             if started["session_id"] not in gateway.sessions:
                 break
             await asyncio.sleep(0.05)
-        assert started["session_id"] not in gateway.sessions, "the gateway kept buffering events for a peer that takes none"
+        assert started["session_id"] not in gateway.sessions, (
+            "the gateway kept buffering events for a peer that takes none"
+        )
     finally:
         await peer.close()
 

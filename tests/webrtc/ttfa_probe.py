@@ -46,7 +46,9 @@ async def probe(url: str, turns: int, language: str, agent: bool = False) -> Non
         heard = peer.first_sound_after(t0)
         server.append(start["ttfa_ms"])
         client.append((heard - t0) * 1000 if heard else float("nan"))
-        print(f"turn {i}: server ttfa {start['ttfa_ms']:.0f} ms, client first sound {client[-1]:.0f} ms  ({text[:30]}…)")
+        print(
+            f"turn {i}: server ttfa {start['ttfa_ms']:.0f} ms, client first sound {client[-1]:.0f} ms  ({text[:30]}…)"
+        )
         await asyncio.sleep(0.3)
     await peer.close()
     for name, xs in (("server audio.start ttfa", server), ("client send→first sound", client)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 _EMOJI = re.compile(
-    "[ \t]*[\U0001F000-\U0001FAFF\U00002600-\U000027BF\U0001F1E6-\U0001F1FF\u200d\ufe0f\u20e3\u2B50\u2B55\u231A-\u231B\u23E9-\u23FA]+"
+    "[ \t]*[\U0001f000-\U0001faff\U00002600-\U000027bf\U0001f1e6-\U0001f1ff\u200d\ufe0f\u20e3\u2b50\u2b55\u231a-\u231b\u23e9-\u23fa]+"
 )
 _EMPHASIS = re.compile(r"(\*\*|__|\*|`+|~~)(?=\S)(.+?)(?<=\S)\1")
 _LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|>[ \t]?|[-*•][ \t]+)", re.MULTILINE)

@@ -12,7 +12,9 @@ def normalize_main(args) -> int:
     if not text.strip():
         print("error: empty_text: give a text to normalise", file=sys.stderr)
         return 2
-    options = FrontendOptions(normalize=True, stress=bool(args.stress), stress_format=getattr(args, "stress_format", "plus"))
+    options = FrontendOptions(
+        normalize=True, stress=bool(args.stress), stress_format=getattr(args, "stress_format", "plus")
+    )
     prepared = prepare_text(text, args.lang, options)
     if args.stress and prepared.language != "ru":
         print(f"note: stress marks are for Russian only; language is {prepared.language}", file=sys.stderr)

@@ -15,10 +15,22 @@ CASES = ("nomn", "gent", "datv", "accs", "ablt", "loct")
 _DIGITS = ("ноль", "один", "два", "три", "четыре", "пять", "шесть", "семь", "восемь", "девять")
 
 # Counting forms that pymorphy's dictionary gives otherwise ("гигабайтов").
-_GEN_PLURAL = {"гигабайт": "гигабайт", "мегабайт": "мегабайт", "килобайт": "килобайт", "терабайт": "терабайт",
-               "мегабит": "мегабит", "гигабит": "гигабит", "килобит": "килобит", "грамм": "граммов",
-               "килограмм": "килограммов", "миллиграмм": "миллиграммов",
-               "ватт": "ватт", "киловатт": "киловатт", "вольт": "вольт", "ампер": "ампер"}
+_GEN_PLURAL = {
+    "гигабайт": "гигабайт",
+    "мегабайт": "мегабайт",
+    "килобайт": "килобайт",
+    "терабайт": "терабайт",
+    "мегабит": "мегабит",
+    "гигабит": "гигабит",
+    "килобит": "килобит",
+    "грамм": "граммов",
+    "килограмм": "килограммов",
+    "миллиграмм": "миллиграммов",
+    "ватт": "ватт",
+    "киловатт": "киловатт",
+    "вольт": "вольт",
+    "ампер": "ампер",
+}
 
 
 _LOC2 = {"год"}  # "в году": the only locative-2 form our passes produce
@@ -121,8 +133,12 @@ def counted(n: int, lemma: str, case: str = "nomn", after_in: bool = False) -> s
     noun ('квадратный метр') agrees: (2, ...) -> 'квадратных метра'."""
     c, number = noun_number_for(n, case)
     *adjectives, noun = lemma.split(" ")
-    words = [inflect_adjective(a, c, "plur" if (c, number) == ("gent", "sing") and not _is_one(n) else number,
-                               gender_of(noun)) for a in adjectives]
+    words = [
+        inflect_adjective(
+            a, c, "plur" if (c, number) == ("gent", "sing") and not _is_one(n) else number, gender_of(noun)
+        )
+        for a in adjectives
+    ]
     return " ".join(words + [inflect(noun, c, number, after_in)])
 
 

@@ -70,7 +70,16 @@ class Endpoint:
 
     def describe(self) -> dict:
         """For /readyz and /metrics."""
-        return {"endpoint": self.base, "up": self.up, "why_down": self.why_down, "flavour": self.flavour,
-                "in_flight": self.in_flight, "requests": self.requests, "ttfb_sum_s": self.ttfb_sum,
-                "ttfb_count": self.ttfb_count, "ttfb_p50_ms": self.ttfb_p50_ms(), "errors": dict(self.errors),
-                "downs": self.downs}
+        return {
+            "endpoint": self.base,
+            "up": self.up,
+            "why_down": self.why_down,
+            "flavour": self.flavour,
+            "in_flight": self.in_flight,
+            "requests": self.requests,
+            "ttfb_sum_s": self.ttfb_sum,
+            "ttfb_count": self.ttfb_count,
+            "ttfb_p50_ms": self.ttfb_p50_ms(),
+            "errors": dict(self.errors),
+            "downs": self.downs,
+        }

@@ -32,8 +32,10 @@ from tts.openai_speech.request_body import DEFAULT_VOICE, speech_body, voice_nam
 log = logging.getLogger("voxgate.openai_speech_engine")
 
 AFFINITY_LIMIT = 65_536
-TURN_MODE_REASON = ("speech servers take a whole text per request (POST /audio/speech) and no streaming text "
-                    "input yet, which turn mode needs; use sentence mode")
+TURN_MODE_REASON = (
+    "speech servers take a whole text per request (POST /audio/speech) and no streaming text "
+    "input yet, which turn mode needs; use sentence mode"
+)
 
 
 @dataclass
@@ -42,7 +44,9 @@ class SpeechServerSettings:
     model: str | None = None  # sent as "model" when set
     api_key_env: str | None = None  # environment variable holding a bearer token
     sample_rate: int = 24_000  # what the servers stream; a server that says otherwise is refused
-    task_type: str | None = None  # Qwen3-TTS on vLLM-Omni: CustomVoice | VoiceDesign | Base (None: the server's default)
+    task_type: str | None = (
+        None  # Qwen3-TTS on vLLM-Omni: CustomVoice | VoiceDesign | Base (None: the server's default)
+    )
     voices_required: list[str] = field(default_factory=list)  # voice names the config speaks with; checked at start
     connect_timeout_s: float = 5.0  # start waits this long for a first endpoint; also the TCP connect timeout
     read_timeout_s: float = 30.0  # no byte from a stream for this long: the endpoint is taken out
@@ -62,8 +66,10 @@ class OpenAISpeechEngine(Engine):
         if len({e.base for e in self.endpoints}) != len(self.endpoints):
             raise ValueError("engine.endpoints lists a speech server twice")
         if settings.sample_rate not in (8000, 16000, 22050, 24000, 44100, 48000):
-            raise ValueError(f"engine.sample_rate {settings.sample_rate} is not a rate speech servers stream "
-                             "(8000, 16000, 22050, 24000, 44100 or 48000)")
+            raise ValueError(
+                f"engine.sample_rate {settings.sample_rate} is not a rate speech servers stream "
+                "(8000, 16000, 22050, 24000, 44100 or 48000)"
+            )
         self.sample_rate = settings.sample_rate  # the session resamples from this to each leg's rate
         self._packet = settings.sample_rate * settings.packet_ms // 1000
         self._token: str | None = None
@@ -77,17 +83,27 @@ class OpenAISpeechEngine(Engine):
         self._clones: dict[str, VoiceClone] = {}
         self._prober: asyncio.Task | None = None
         self.audio_seconds = 0.0
-        self.counters = {"requests": 0, "retried": 0, "refused_everywhere": 0, "unavailable": 0, "cut_mid_chunk": 0,
-                         "cancelled": 0}
+        self.counters = {
+            "requests": 0,
+            "retried": 0,
+            "refused_everywhere": 0,
+            "unavailable": 0,
+            "cut_mid_chunk": 0,
+            "cancelled": 0,
+        }
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         import aiohttp
 
         connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
-        self._http = aiohttp.ClientSession(connector=connector, headers=self._headers(),
-                                           timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout_s,
-                                                                         sock_read=self.settings.read_timeout_s))
+        self._http = aiohttp.ClientSession(
+            connector=connector,
+            headers=self._headers(),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=self.settings.connect_timeout_s, sock_read=self.settings.read_timeout_s
+            ),
+        )
         deadline = time.monotonic() + self.settings.connect_timeout_s
         while True:
             await asyncio.gather(*(self._probe(e) for e in self.endpoints))
@@ -95,8 +111,12 @@ class OpenAISpeechEngine(Engine):
                 break
             await asyncio.sleep(min(0.2, self.settings.probe_interval_s))
         if not any(e.up for e in self.endpoints):
-            log.warning("no speech server answered in %.1f s (%s); new sessions are refused with engine_unavailable "
-                        "until one does", self.settings.connect_timeout_s, self._why_none())
+            log.warning(
+                "no speech server answered in %.1f s (%s); new sessions are refused with engine_unavailable "
+                "until one does",
+                self.settings.connect_timeout_s,
+                self._why_none(),
+            )
         try:
             self._check_voices()
         except ValueError:
@@ -127,8 +147,10 @@ class OpenAISpeechEngine(Engine):
             known = {v.lower() for v in e.voices}
             missing = [v for v in self.settings.voices_required if v != DEFAULT_VOICE and v.lower() not in known]
             if missing:
-                raise ValueError(f"speech server {e.base} has no voice {', '.join(repr(m) for m in missing)} "
-                                 f"(it lists: {', '.join(sorted(e.voices)) or 'none'})")
+                raise ValueError(
+                    f"speech server {e.base} has no voice {', '.join(repr(m) for m in missing)} "
+                    f"(it lists: {', '.join(sorted(e.voices)) or 'none'})"
+                )
 
     # ------------------------------------------------------------ health probes
     async def _probe_loop(self) -> None:
@@ -198,7 +220,9 @@ class OpenAISpeechEngine(Engine):
             raise EngineError("engine_unavailable", self.health())
         stream = SynthesisStream(request, self)
         self.counters["requests"] += 1
-        task = asyncio.get_running_loop().create_task(self._run(stream), name=f"speech {request.tag or request.request_id}")
+        task = asyncio.get_running_loop().create_task(
+            self._run(stream), name=f"speech {request.tag or request.request_id}"
+        )
         self._tasks[id(stream)] = task
         task.add_done_callback(lambda _t, key=id(stream): self._tasks.pop(key, None))
         return stream
@@ -270,8 +294,14 @@ class OpenAISpeechEngine(Engine):
         import aiohttp
 
         request = stream.request
-        body = speech_body(request, flavour=e.flavour, model=self.settings.model, sample_rate=self.sample_rate,
-                           task_type=self.settings.task_type, clone=self._clones.get(request.voice))
+        body = speech_body(
+            request,
+            flavour=e.flavour,
+            model=self.settings.model,
+            sample_rate=self.sample_rate,
+            task_type=self.settings.task_type,
+            clone=self._clones.get(request.voice),
+        )
         e.in_flight += 1
         e.requests += 1
         attempt = _Attempt(time.monotonic())
@@ -285,14 +315,23 @@ class OpenAISpeechEngine(Engine):
                 raise aiohttp.ClientConnectionError(f"{resp.status} {await error_text(resp)}")
             if resp.status >= 400:
                 e.errors["engine_error"] += 1
-                stream._fail(EngineError("engine_error", f"speech server {e.base} refused the request "
-                                                         f"({resp.status}): {await error_text(resp)}"))
+                stream._fail(
+                    EngineError(
+                        "engine_error",
+                        f"speech server {e.base} refused the request ({resp.status}): {await error_text(resp)}",
+                    )
+                )
                 return None
             rate = stated_rate(resp.headers)
             if rate is not None and rate != self.sample_rate:
                 e.errors["engine_error"] += 1
-                stream._fail(EngineError("engine_error", f"speech server {e.base} streams {rate} Hz, but engine.sample_rate "
-                                                         f"is {self.sample_rate}: set engine.sample_rate: {rate}"))
+                stream._fail(
+                    EngineError(
+                        "engine_error",
+                        f"speech server {e.base} streams {rate} Hz, but engine.sample_rate "
+                        f"is {self.sample_rate}: set engine.sample_rate: {rate}",
+                    )
+                )
                 return None
             await self._relay(e, resp, stream, attempt)
             return None
@@ -304,8 +343,12 @@ class OpenAISpeechEngine(Engine):
                 e.errors["engine_error"] += 1
                 self.counters["cut_mid_chunk"] += 1
                 e.mark_down(f"a stream was cut mid-chunk ({what})")
-                log.warning("speech server %s cut %s mid-chunk (%s); it is out until it answers again", e.base,
-                            request.tag or "a request", what)
+                log.warning(
+                    "speech server %s cut %s mid-chunk (%s); it is out until it answers again",
+                    e.base,
+                    request.tag or "a request",
+                    what,
+                )
                 stream._fail(EngineError("engine_error", f"speech server {e.base} cut the stream mid-chunk ({what})"))
             else:
                 e.errors["engine_unavailable"] += 1
@@ -364,10 +407,15 @@ class OpenAISpeechEngine(Engine):
             try:
                 async with self._http.post(f"{e.base}/voices", data=form) as resp:
                     if resp.status >= 400:
-                        raise EngineError("bad_voice", f"speech server {e.base} refused voice {voice.name!r} "
-                                                       f"({resp.status}): {await error_text(resp)}")
+                        raise EngineError(
+                            "bad_voice",
+                            f"speech server {e.base} refused voice {voice.name!r} "
+                            f"({resp.status}): {await error_text(resp)}",
+                        )
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                raise EngineError("engine_unavailable", f"speech server {e.base} did not take voice {voice.name!r}: {exc}") from None
+                raise EngineError(
+                    "engine_unavailable", f"speech server {e.base} did not take voice {voice.name!r}: {exc}"
+                ) from None
         self._clones[voice.name] = voice
         return {"name": voice.name, "kind": voice.kind, "sent": "uploaded" if uploads else "with each request"}
 
@@ -380,8 +428,14 @@ class OpenAISpeechEngine(Engine):
     # ------------------------------------------------------------ stats
     def stats(self) -> dict:
         up = sum(1 for e in self.endpoints if e.up)
-        return {"queued": 0, "active": sum(e.in_flight for e in self.endpoints), "audio_seconds": self.audio_seconds,
-                "endpoints": len(self.endpoints), "endpoints_up": up, **self.counters}
+        return {
+            "queued": 0,
+            "active": sum(e.in_flight for e in self.endpoints),
+            "audio_seconds": self.audio_seconds,
+            "endpoints": len(self.endpoints),
+            "endpoints_up": up,
+            **self.counters,
+        }
 
     def endpoint_stats(self) -> list[dict]:
         """Per speech server: address, up (or why not), in flight, first-byte times, errors by code."""

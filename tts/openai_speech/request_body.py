@@ -13,13 +13,31 @@ import base64
 from tts.engine import SynthesisRequest, VoiceClone
 
 # ISO 639-1 → the language names Qwen3-TTS servers take
-LANGUAGE_NAMES = {"auto": "Auto", "en": "English", "ru": "Russian", "de": "German", "fr": "French", "es": "Spanish",
-                  "it": "Italian", "pt": "Portuguese", "zh": "Chinese", "ja": "Japanese", "ko": "Korean"}
+LANGUAGE_NAMES = {
+    "auto": "Auto",
+    "en": "English",
+    "ru": "Russian",
+    "de": "German",
+    "fr": "French",
+    "es": "Spanish",
+    "it": "Italian",
+    "pt": "Portuguese",
+    "zh": "Chinese",
+    "ja": "Japanese",
+    "ko": "Korean",
+}
 DEFAULT_VOICE = "default"  # voxgate's name for "the server's own default voice": no `voice` field is sent
 
 
-def speech_body(request: SynthesisRequest, *, flavour: str, model: str | None, sample_rate: int,
-                task_type: str | None, clone: VoiceClone | None) -> dict:
+def speech_body(
+    request: SynthesisRequest,
+    *,
+    flavour: str,
+    model: str | None,
+    sample_rate: int,
+    task_type: str | None,
+    clone: VoiceClone | None,
+) -> dict:
     """The JSON body for one text chunk, streamed back as raw 16-bit PCM."""
     body: dict = {"input": request.text, "response_format": "pcm", "stream": True, "stream_format": "audio"}
     if model:

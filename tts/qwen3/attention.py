@@ -85,14 +85,20 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
 
 
 # the aten op each SDPA backend runs as (what the profiler names), and marks of their CUDA kernels
-SDPA_OPS = {"aten::_scaled_dot_product_flash_attention": "FLASH_ATTENTION",
-            "aten::_scaled_dot_product_flash_attention_for_cpu": "FLASH_ATTENTION (CPU)",
-            "aten::_scaled_dot_product_efficient_attention": "EFFICIENT_ATTENTION",
-            "aten::_scaled_dot_product_cudnn_attention": "CUDNN_ATTENTION",
-            "aten::_scaled_dot_product_attention_math": "MATH",
-            "aten::_scaled_dot_product_fused_attention_overrideable": "OVERRIDEABLE"}
-KERNEL_MARKS = (("cudnn", "CUDNN_ATTENTION"), ("fmha", "EFFICIENT_ATTENTION"), ("memeff", "EFFICIENT_ATTENTION"),
-                ("flash", "FLASH_ATTENTION"))
+SDPA_OPS = {
+    "aten::_scaled_dot_product_flash_attention": "FLASH_ATTENTION",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "FLASH_ATTENTION (CPU)",
+    "aten::_scaled_dot_product_efficient_attention": "EFFICIENT_ATTENTION",
+    "aten::_scaled_dot_product_cudnn_attention": "CUDNN_ATTENTION",
+    "aten::_scaled_dot_product_attention_math": "MATH",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "OVERRIDEABLE",
+}
+KERNEL_MARKS = (
+    ("cudnn", "CUDNN_ATTENTION"),
+    ("fmha", "EFFICIENT_ATTENTION"),
+    ("memeff", "EFFICIENT_ATTENTION"),
+    ("flash", "FLASH_ATTENTION"),
+)
 
 
 def _attention_kernel(name: str) -> bool:
@@ -113,15 +119,21 @@ def kernels_that_ran(fn) -> dict:
             torch.cuda.synchronize()
     events = list(prof.events())
     backends = sorted({SDPA_OPS[e.name] for e in events if e.name in SDPA_OPS})
-    kernels = sorted({e.name for e in events
-                      if getattr(e.device_type, "name", "") == "CUDA" and _attention_kernel(e.name)})
+    kernels = sorted(
+        {e.name for e in events if getattr(e.device_type, "name", "") == "CUDA" and _attention_kernel(e.name)}
+    )
     kernel_backends = sorted({next((b for m, b in KERNEL_MARKS if m in k.lower()), "?") for k in kernels})
-    return {"backends": backends, "kernels": [k[:160] for k in kernels], "kernel_backends": kernel_backends,
-            "math": "MATH" in backends}
+    return {
+        "backends": backends,
+        "kernels": [k[:160] for k in kernels],
+        "kernel_backends": kernel_backends,
+        "math": "MATH" in backends,
+    }
 
 
-def time_backend(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                 repeats: int = 20) -> float | None:
+def time_backend(
+    name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, repeats: int = 20
+) -> float | None:
     """Mean seconds per call of one backend on these inputs, or None when it cannot run them."""
     if _backend(name) is None:
         return None
@@ -141,8 +153,16 @@ def time_backend(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m
         return None
 
 
-def decode_inputs(batch: int, kv_len: int, n_heads: int, n_kv: int, head_dim: int, dtype, device,
-                  cache: tuple[torch.Tensor, torch.Tensor] | None = None):
+def decode_inputs(
+    batch: int,
+    kv_len: int,
+    n_heads: int,
+    n_kv: int,
+    head_dim: int,
+    dtype,
+    device,
+    cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+):
     """The talker's decode-step attention as the step lays it out: q [B, Hq, 1, D] (a view of the
     fused [B, Hq+Hk, 1, D] heads), k/v [B, Hk, L, D] (views of `cache`, a (k, v) pair of
     [max_batch, Hk, max_len, D] tensors; a fresh pair of exactly this size when None) and a boolean
@@ -157,8 +177,9 @@ def decode_inputs(batch: int, kv_len: int, n_heads: int, n_kv: int, head_dim: in
     return q, k, v, mask
 
 
-def choose(shape, batches, kv_lens, dtype, device, repeats: int = 20, cache=None,
-           deadline: float | None = None) -> tuple[dict, dict]:
+def choose(
+    shape, batches, kv_lens, dtype, device, repeats: int = 20, cache=None, deadline: float | None = None
+) -> tuple[dict, dict]:
     """For each (batch, kv_len): the fastest backend that runs `decode_attention` on the shapes of `shape`
     (a DecoderShape). Returns ({(b, L): name}, {(b, L): {name: ms or None}}). CPU: empty (torch's own).
 
@@ -169,16 +190,27 @@ def choose(shape, batches, kv_lens, dtype, device, repeats: int = 20, cache=None
         return {}, {}
     if cache is None:  # drawn on the device: at 384 x 1024 positions a host draw and copy take seconds
         g = torch.Generator(device=device).manual_seed(1)
-        cache = tuple(torch.randn(max(batches), shape.num_key_value_heads, max(kv_lens), shape.head_dim,
-                                  generator=g, device=device, dtype=dtype) for _ in range(2))
+        cache = tuple(
+            torch.randn(
+                max(batches),
+                shape.num_key_value_heads,
+                max(kv_lens),
+                shape.head_dim,
+                generator=g,
+                device=device,
+                dtype=dtype,
+            )
+            for _ in range(2)
+        )
     picked, timings = {}, {}
     for b in batches:
         for kv_len in kv_lens:
             if deadline is not None and time.monotonic() > deadline:
                 picked[(b, kv_len)], timings[(b, kv_len)] = None, {"skipped": "time budget spent"}
                 continue
-            q, k, v, mask = decode_inputs(b, kv_len, shape.num_attention_heads, shape.num_key_value_heads,
-                                          shape.head_dim, dtype, device, cache)
+            q, k, v, mask = decode_inputs(
+                b, kv_len, shape.num_attention_heads, shape.num_key_value_heads, shape.head_dim, dtype, device, cache
+            )
             ms = {}
             for name in BACKEND_NAMES:
                 t = time_backend(name, q, k, v, mask, repeats)

@@ -52,9 +52,18 @@ def kv_buckets(max_seq_len: int, step: int = KV_BUCKET) -> tuple[int, ...]:
 
 
 class TalkerBatch:
-    def __init__(self, model: Qwen3TTSModel, max_batch: int, max_seq_len: int, *, use_cuda_graphs: bool | None = None,
-                 buckets: tuple[int, ...] = DEFAULT_BUCKETS, generator: torch.Generator | None = None,
-                 kv_step: int = KV_BUCKET, live_lengths: bool = True):
+    def __init__(
+        self,
+        model: Qwen3TTSModel,
+        max_batch: int,
+        max_seq_len: int,
+        *,
+        use_cuda_graphs: bool | None = None,
+        buckets: tuple[int, ...] = DEFAULT_BUCKETS,
+        generator: torch.Generator | None = None,
+        kv_step: int = KV_BUCKET,
+        live_lengths: bool = True,
+    ):
         self.model = model
         talker = model.talker
         p = talker.codec_head.weight
@@ -82,10 +91,14 @@ class TalkerBatch:
         self.use_cuda_graphs = (dev.type == "cuda") if use_cuda_graphs is None else use_cuda_graphs
         # one layout for every request under graphs; eager picks the cheapest layout for the rows it has
         general = self.use_cuda_graphs
-        self.cb0 = TalkerSampling(SamplingRows.filled(b, dev, repetition_penalty=1.05, general=general),
-                                  torch.zeros(b, v, dtype=torch.bool, device=dev),
-                                  torch.zeros(b, dtype=torch.long, device=dev), suppress, cfg.talker.codec_eos_token_id,
-                                  eos_col=eos_mask(v, cfg.talker.codec_eos_token_id, dev))
+        self.cb0 = TalkerSampling(
+            SamplingRows.filled(b, dev, repetition_penalty=1.05, general=general),
+            torch.zeros(b, v, dtype=torch.bool, device=dev),
+            torch.zeros(b, dtype=torch.long, device=dev),
+            suppress,
+            cfg.talker.codec_eos_token_id,
+            eos_col=eos_mask(v, cfg.talker.codec_eos_token_id, dev),
+        )
         self.pred_rows = SamplingRows.filled(b, dev, general=general)
         self.out = torch.zeros(b, self.groups + 1, dtype=torch.long, device=dev)  # codes + next codebook-0 token
         cuda = dev.type == "cuda"
@@ -128,8 +141,14 @@ class TalkerBatch:
         return min(n, self.trailing_capacity)
 
     @torch.inference_mode()
-    def admit(self, slots: list[int], prompts: list[Prompt], talker_settings: list[dict], predictor_settings: list[dict],
-              resumes: list | None = None) -> None:
+    def admit(
+        self,
+        slots: list[int],
+        prompts: list[Prompt],
+        talker_settings: list[dict],
+        predictor_settings: list[dict],
+        resumes: list | None = None,
+    ) -> None:
         """Prefill `prompts` into `slots` and sample each one's first codebook-0 token (no host sync).
 
         A `resumes` entry (next codebook-0 token, codes [n, G] so far) marks a sequence coming back after
@@ -176,8 +195,15 @@ class TalkerBatch:
         self.cb0.generated.index_fill_(0, idx, 0)
         self.eos_at.index_fill_(0, idx, 0)
         hidden, logits = prefill(self.model.talker, embeds, length_t, rows=idx)
-        sub = TalkerSampling(self.cb0.rows.index(idx), self.cb0.seen[idx], self.cb0.generated[idx], self.cb0.suppress,
-                             self.cb0.eos_id, self.cb0.min_new_tokens, self.cb0.eos_col)
+        sub = TalkerSampling(
+            self.cb0.rows.index(idx),
+            self.cb0.seen[idx],
+            self.cb0.generated[idx],
+            self.cb0.suppress,
+            self.cb0.eos_id,
+            self.cb0.min_new_tokens,
+            self.cb0.eos_col,
+        )
         tok = sub.next_token(logits, self.generator)
         self.cb0.seen.index_copy_(0, idx, sub.seen)
         self.cb0.generated.index_copy_(0, idx, sub.generated)
@@ -192,8 +218,9 @@ class TalkerBatch:
             self.frame.index_copy_(0, ridx, vals[at_frame].long())
             self.cb0.seen.index_fill_(0, ridx, False)
             seen_rows = vals[at_seen_rows].long()
-            self.cb0.seen.index_put_((seen_rows, vals[at_seen_toks].long()),
-                                     torch.ones_like(seen_rows, dtype=torch.bool))  # values made on the device
+            self.cb0.seen.index_put_(
+                (seen_rows, vals[at_seen_toks].long()), torch.ones_like(seen_rows, dtype=torch.bool)
+            )  # values made on the device
         self.active.index_fill_(0, idx, True)
         for slot, n, ts, ps in zip(slots, lengths, talker_settings, predictor_settings):
             self.host_pos[slot], self.host_active[slot] = n, True
@@ -240,8 +267,20 @@ class TalkerBatch:
                 kv = layer.self_attn.kv_cache
                 kv.k_cache[dst].copy_(kv.k_cache[src])
                 kv.v_cache[dst].copy_(kv.v_cache[src])
-        for t in (self.hidden, self.code0, self.pos, self.frame, self.active, self.trailing, self.trailing_len, self.eos_at,
-                  self.cb0.seen, self.cb0.generated, *self.cb0.rows.tensors(), *self.pred_rows.tensors()):
+        for t in (
+            self.hidden,
+            self.code0,
+            self.pos,
+            self.frame,
+            self.active,
+            self.trailing,
+            self.trailing_len,
+            self.eos_at,
+            self.cb0.seen,
+            self.cb0.generated,
+            *self.cb0.rows.tensors(),
+            *self.pred_rows.tensors(),
+        ):
             t[dst].copy_(t[src])
         self.active.narrow(0, src, 1).fill_(False)
         self.host_pos[dst], self.host_active[dst] = self.host_pos[src], self.host_active[src]
@@ -261,19 +300,31 @@ class TalkerBatch:
         d = self.hidden.shape[-1]
         frame = self.frame[:n]
         at = frame.clamp(max=self.trailing_capacity - 1).view(n, 1, 1).expand(n, 1, d)
-        text = torch.where((frame < self.trailing_len[:n]).view(n, 1), self.trailing[:n].gather(1, at).squeeze(1),
-                           self.pad.expand(n, d))
+        text = torch.where(
+            (frame < self.trailing_len[:n]).view(n, 1),
+            self.trailing[:n].gather(1, at).squeeze(1),
+            self.pad.expand(n, d),
+        )
         rows0, rows_p = self.cb0.rows.slice(n), self.pred_rows.slice(n)
         if wide:
             rows0, rows_p = rows0.wide(), rows_p.wide()
         act = self.active[:n]
-        cb0 = TalkerSampling(rows0, self.cb0.seen[:n], self.cb0.generated[:n], self.cb0.suppress,
-                             self.cb0.eos_id, self.cb0.min_new_tokens, self.cb0.eos_col,
-                             eos_ok=frame >= self.eos_at[:n], active=act)
+        cb0 = TalkerSampling(
+            rows0,
+            self.cb0.seen[:n],
+            self.cb0.generated[:n],
+            self.cb0.suppress,
+            self.cb0.eos_id,
+            self.cb0.min_new_tokens,
+            self.cb0.eos_col,
+            eos_ok=frame >= self.eos_at[:n],
+            active=act,
+        )
         pos = self.pos[:n]
         gen = self.generator if not self.use_cuda_graphs else None
-        codes, hidden, tok = decode_frame(talker, self.hidden[:n], self.code0[:n], text, pos, cb0, rows_p, gen,
-                                          kv_len=kv_len, mark=self.stage_marks)  # marks: eager tracing only
+        codes, hidden, tok = decode_frame(
+            talker, self.hidden[:n], self.code0[:n], text, pos, cb0, rows_p, gen, kv_len=kv_len, mark=self.stage_marks
+        )  # marks: eager tracing only
         # an inactive row (released, or a turn paused for its text) keeps its state for when it resumes
         self.hidden[:n] = torch.where(act.view(n, 1), hidden, self.hidden[:n])
         self.code0[:n] = torch.where(act, tok, self.code0[:n])
@@ -374,8 +425,13 @@ class TalkerBatch:
                         self._step_rows(n, kv_len, wide)
                 return backend
             except RuntimeError as e:  # "No available kernel" for these views / this mask
-                log.warning("SDPA %s refuses the step at batch %d, kv_len %d (%s): torch's choice instead",
-                            backend, n, kv_len, (str(e).splitlines() or [""])[0][:200])
+                log.warning(
+                    "SDPA %s refuses the step at batch %d, kv_len %d (%s): torch's choice instead",
+                    backend,
+                    n,
+                    kv_len,
+                    (str(e).splitlines() or [""])[0][:200],
+                )
                 self.sdpa_backends[(n, kv_len)] = None
         for _ in range(2):
             self._step_rows(n, kv_len, wide)

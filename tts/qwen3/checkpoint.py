@@ -24,22 +24,36 @@ class Checkpoint:
     codec_encoder: torch.nn.Module | None = None  # tts.qwen3.codec.encoder.CodecEncoder, when not read from model_dir
 
     @classmethod
-    def load(cls, model_dir: str, device: str = "cpu", dtype: str | torch.dtype = "float32",
-             codec_dtype: str | torch.dtype = "float32", with_codec: bool = True) -> "Checkpoint":
+    def load(
+        cls,
+        model_dir: str,
+        device: str = "cpu",
+        dtype: str | torch.dtype = "float32",
+        codec_dtype: str | torch.dtype = "float32",
+        with_codec: bool = True,
+    ) -> "Checkpoint":
         config = load_config(model_dir)
         model = load_model(model_dir, device, dtype, config)
         codec = None
         if with_codec:
             from tts.qwen3.codec import load_codec_decoder
 
-            codec = load_codec_decoder(os.path.join(model_dir, "speech_tokenizer"), device=device,
-                                       dtype=parse_dtype(codec_dtype))
-        return cls(config, model, TextTokenizer.from_dir(model_dir), load_generation_defaults(model_dir), codec,
-                   model_dir)
+            codec = load_codec_decoder(
+                os.path.join(model_dir, "speech_tokenizer"), device=device, dtype=parse_dtype(codec_dtype)
+            )
+        return cls(
+            config, model, TextTokenizer.from_dir(model_dir), load_generation_defaults(model_dir), codec, model_dir
+        )
 
     @classmethod
-    def random(cls, size: str, device: str = "cpu", dtype: str | torch.dtype = "bfloat16", seed: int = 0,
-               with_codec: bool = True) -> "Checkpoint":
+    def random(
+        cls,
+        size: str,
+        device: str = "cpu",
+        dtype: str | torch.dtype = "bfloat16",
+        seed: int = 0,
+        with_codec: bool = True,
+    ) -> "Checkpoint":
         """The released shape with random weights (benches; no download). No text tokenizer: callers use ids."""
         from tts.qwen3.config import released_config
 

@@ -29,9 +29,14 @@ class ClonedVoice:
     primed: object = None  # the vocoder state after the reference codes (ICL), made on first use
 
     def info(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "ref_seconds": round(self.ref_seconds, 3),
-                "ref_frames": 0 if self.clone.ref_codes is None else int(self.clone.ref_codes.shape[0]),
-                "source": self.source, "prepare_ms": round(self.prepare_s * 1000, 1)}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "ref_seconds": round(self.ref_seconds, 3),
+            "ref_frames": 0 if self.clone.ref_codes is None else int(self.clone.ref_codes.shape[0]),
+            "source": self.source,
+            "prepare_ms": round(self.prepare_s * 1000, 1),
+        }
 
 
 class ClonedVoices:
@@ -47,8 +52,9 @@ class ClonedVoices:
         t0 = time.perf_counter()
         try:
             if not voice.x_vector_only and not (voice.ref_text and voice.ref_text.strip()):
-                raise PromptError("bad_voice", "in-context cloning needs the reference transcript (ref_text); "
-                                               "or set x_vector_only")
+                raise PromptError(
+                    "bad_voice", "in-context cloning needs the reference transcript (ref_text); or set x_vector_only"
+                )
             ref = load_reference_or_error(voice.ref_audio)
             parts, source = self.cloner.parts(ref, icl=not voice.x_vector_only)
             clone = self.cloner.to_prompt(parts, None if voice.x_vector_only else voice.ref_text)
@@ -68,12 +74,16 @@ class ClonedVoices:
             if name and name != "default":
                 if name not in self._voices:
                     known = ", ".join(sorted(self._voices)) or "none yet (add one with POST /v1/voices)"
-                    raise EngineError("unknown_voice", f"voice {name!r} is not a cloned voice of this engine; "
-                                                       f"known: {known}")
+                    raise EngineError(
+                        "unknown_voice", f"voice {name!r} is not a cloned voice of this engine; known: {known}"
+                    )
                 return self._voices[name]
             if not self._voices:
-                raise EngineError("unknown_voice", "this Base checkpoint speaks only cloned voices, and none "
-                                                   "is registered (voices.NAME.ref_audio or POST /v1/voices)")
+                raise EngineError(
+                    "unknown_voice",
+                    "this Base checkpoint speaks only cloned voices, and none "
+                    "is registered (voices.NAME.ref_audio or POST /v1/voices)",
+                )
             return next(iter(self._voices.values()))
 
     def names(self) -> list[str]:
@@ -93,10 +103,10 @@ def prime_vocoder(vocoder, ref_codes, packet: int):
     codes = ref_codes.to(vocoder.device).unsqueeze(0)
     with torch.inference_mode():
         for i in range(0, codes.shape[1], packet):
-            chunk = codes[:, i:i + packet]
+            chunk = codes[:, i : i + packet]
             if chunk.shape[1] < packet:  # the tail in single frames: every backend serves packets of 1
                 for j in range(chunk.shape[1]):
-                    vocoder.decode_step(chunk[:, j:j + 1], state)
+                    vocoder.decode_step(chunk[:, j : j + 1], state)
             else:
                 vocoder.decode_step(chunk, state)
     return state

@@ -117,7 +117,9 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> "ModelConfig":
         if raw.get("model_type") != MODEL_TYPE:
-            raise ConfigError("not_qwen3_tts", f"{source}: model_type is {raw.get('model_type')!r}, expected {MODEL_TYPE!r}")
+            raise ConfigError(
+                "not_qwen3_tts", f"{source}: model_type is {raw.get('model_type')!r}, expected {MODEL_TYPE!r}"
+            )
         tok = raw.get("tokenizer_type", TOKENIZER_12HZ)
         if tok != TOKENIZER_12HZ:
             raise ConfigError(
@@ -135,10 +137,20 @@ class ModelConfig:
             raise ConfigError("bad_config", f"{source}: talker_config section is missing")
         talker = _talker_from_dict(raw["talker_config"], source)
         se_raw = raw.get("speaker_encoder_config") or {}
-        se_fields = {k: tuple(v) if isinstance(v, list) else v for k, v in se_raw.items() if k in _field_names(SpeakerEncoderConfig)}
+        se_fields = {
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in se_raw.items()
+            if k in _field_names(SpeakerEncoderConfig)
+        }
         tokens = {k: int(raw[k]) for k in _TOP_TOKEN_FIELDS if k in raw}
-        return cls(talker=talker, tts_model_type=kind, tts_model_size=size, tokenizer_type=tok,
-                   speaker_encoder=SpeakerEncoderConfig(**se_fields), **tokens)
+        return cls(
+            talker=talker,
+            tts_model_type=kind,
+            tts_model_size=size,
+            tokenizer_type=tok,
+            speaker_encoder=SpeakerEncoderConfig(**se_fields),
+            **tokens,
+        )
 
     # -- writing ------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -166,7 +178,11 @@ class ModelConfig:
             "text_vocab_size": t.text_vocab_size,
             "text_hidden_size": t.text_hidden_size,
             "num_code_groups": t.num_code_groups,
-            "rope_scaling": {"interleaved": t.mrope_interleaved, "mrope_section": list(t.mrope_section), "rope_type": "default"},
+            "rope_scaling": {
+                "interleaved": t.mrope_interleaved,
+                "mrope_section": list(t.mrope_section),
+                "rope_type": "default",
+            },
             "position_id_per_seconds": t.position_id_per_seconds,
             "hidden_act": "silu",
             "attention_bias": False,
@@ -204,8 +220,14 @@ class ModelConfig:
         return out
 
 
-_TOP_TOKEN_FIELDS = ("im_start_token_id", "im_end_token_id", "tts_pad_token_id", "tts_bos_token_id",
-                     "tts_eos_token_id", "assistant_token_id")
+_TOP_TOKEN_FIELDS = (
+    "im_start_token_id",
+    "im_end_token_id",
+    "tts_pad_token_id",
+    "tts_bos_token_id",
+    "tts_eos_token_id",
+    "assistant_token_id",
+)
 
 
 def _field_names(cls) -> set[str]:
@@ -260,8 +282,19 @@ def _talker_from_dict(raw: dict[str, Any], source: str) -> TalkerConfig:
     for key in ("vocab_size", "num_code_groups"):
         cp_fields[key] = int(_require(cp_raw, key, source, "code_predictor_config"))
     predictor = CodePredictorConfig(**cp_fields)
-    for key in ("vocab_size", "text_vocab_size", "text_hidden_size", "num_code_groups", "codec_pad_id", "codec_bos_id",
-                "codec_eos_token_id", "codec_think_id", "codec_nothink_id", "codec_think_bos_id", "codec_think_eos_id"):
+    for key in (
+        "vocab_size",
+        "text_vocab_size",
+        "text_hidden_size",
+        "num_code_groups",
+        "codec_pad_id",
+        "codec_bos_id",
+        "codec_eos_token_id",
+        "codec_think_id",
+        "codec_nothink_id",
+        "codec_think_bos_id",
+        "codec_think_eos_id",
+    ):
         fields[key] = int(_require(raw, key, source, section))
     if predictor.num_code_groups != fields["num_code_groups"]:
         raise ConfigError("bad_config", f"{source}: talker and code predictor disagree on num_code_groups")
@@ -278,7 +311,9 @@ def _talker_from_dict(raw: dict[str, Any], source: str) -> TalkerConfig:
     fields["spk_is_dialect"] = {str(k).lower(): str(v) for k, v in (raw.get("spk_is_dialect") or {}).items() if v}
     for spk, dialect in fields["spk_is_dialect"].items():
         if dialect not in fields["codec_language_id"]:
-            raise ConfigError("bad_config", f"{source}: speaker {spk!r} dialect {dialect!r} is not in codec_language_id")
+            raise ConfigError(
+                "bad_config", f"{source}: speaker {spk!r} dialect {dialect!r} is not in codec_language_id"
+            )
     return TalkerConfig(code_predictor=predictor, **fields)
 
 
@@ -361,11 +396,30 @@ def check_checkpoint_files(model_dir: str) -> None:
 
 
 # ---------------------------------------------------------------- released shapes
-_LANGUAGES = {"chinese": 2055, "english": 2050, "german": 2053, "italian": 2070, "portuguese": 2071,
-              "spanish": 2054, "japanese": 2058, "korean": 2064, "french": 2061, "russian": 2069}
+_LANGUAGES = {
+    "chinese": 2055,
+    "english": 2050,
+    "german": 2053,
+    "italian": 2070,
+    "portuguese": 2071,
+    "spanish": 2054,
+    "japanese": 2058,
+    "korean": 2064,
+    "french": 2061,
+    "russian": 2069,
+}
 _DIALECTS = {"beijing_dialect": 2074, "sichuan_dialect": 2062}
-_SPEAKERS = {"serena": 3066, "vivian": 3065, "uncle_fu": 3010, "ryan": 3061, "aiden": 2861,
-             "ono_anna": 2873, "sohee": 2864, "eric": 2875, "dylan": 2878}
+_SPEAKERS = {
+    "serena": 3066,
+    "vivian": 3065,
+    "uncle_fu": 3010,
+    "ryan": 3061,
+    "aiden": 2861,
+    "ono_anna": 2873,
+    "sohee": 2864,
+    "eric": 2875,
+    "dylan": 2878,
+}
 _SPEAKER_DIALECTS = {"eric": "sichuan_dialect", "dylan": "beijing_dialect"}
 
 
@@ -375,14 +429,28 @@ def released_config(size: str, kind: str = "custom_voice") -> ModelConfig:
     if size not in MODEL_SIZES or kind not in MODEL_KINDS:
         raise ConfigError("bad_config", f"unknown released shape {size!r}/{kind!r}")
     hidden, inter = (1024, 3072) if size == "0b6" else (2048, 6144)
-    predictor = CodePredictorConfig(hidden_size=1024, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
-                                    num_key_value_heads=8, head_dim=128, max_position_embeddings=65536)
+    predictor = CodePredictorConfig(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=5,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=65536,
+    )
     custom = kind == "custom_voice"
     talker = TalkerConfig(
-        hidden_size=hidden, intermediate_size=inter, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-        head_dim=128, code_predictor=predictor,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        code_predictor=predictor,
         codec_language_id={**_LANGUAGES, **(_DIALECTS if custom else {})},
-        spk_id=dict(_SPEAKERS) if custom else {}, spk_is_dialect=dict(_SPEAKER_DIALECTS) if custom else {},
+        spk_id=dict(_SPEAKERS) if custom else {},
+        spk_is_dialect=dict(_SPEAKER_DIALECTS) if custom else {},
     )
-    return ModelConfig(talker=talker, tts_model_type=kind, tts_model_size=size,
-                       speaker_encoder=SpeakerEncoderConfig(enc_dim=hidden))
+    return ModelConfig(
+        talker=talker, tts_model_type=kind, tts_model_size=size, speaker_encoder=SpeakerEncoderConfig(enc_dim=hidden)
+    )

@@ -149,8 +149,15 @@ class Qwen3Engine(Engine):
             from tts.qwen3.cloned_voices import ClonedVoices
             from tts.qwen3.voice_clone import VoiceCloner
 
-            self._clones = ClonedVoices(VoiceCloner(self._ckpt.model, self._ckpt.tokenizer, self._ckpt.model_dir,
-                                                    s.voice_cache_dir, encoder=self._ckpt.codec_encoder))
+            self._clones = ClonedVoices(
+                VoiceCloner(
+                    self._ckpt.model,
+                    self._ckpt.tokenizer,
+                    self._ckpt.model_dir,
+                    s.voice_cache_dir,
+                    encoder=self._ckpt.codec_encoder,
+                )
+            )
         gen = torch.Generator(device=self._ckpt.model.talker.codec_head.weight.device).manual_seed(s.seed)
         cuda = torch.device(s.device).type == "cuda"
         if not cuda and s.cpu_threads >= 0:
@@ -166,11 +173,22 @@ class Qwen3Engine(Engine):
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         mem0 = torch.cuda.memory_allocated() if cuda else 0
-        self._batch = TalkerBatch(self._ckpt.model, s.max_batch, s.max_seq_len, use_cuda_graphs=s.use_cuda_graphs,
-                                  generator=gen, kv_step=s.kv_bucket, live_lengths=s.live_lengths)
+        self._batch = TalkerBatch(
+            self._ckpt.model,
+            s.max_batch,
+            s.max_seq_len,
+            use_cuda_graphs=s.use_cuda_graphs,
+            generator=gen,
+            kv_step=s.kv_bucket,
+            live_lengths=s.live_lengths,
+        )
         mem_kv = torch.cuda.memory_allocated() if cuda else 0
-        self.scheduler.bind(self._ckpt.tokenizer, self._ckpt.config.talker.codec_eos_token_id,
-                            self._ckpt.config.tts_eos_token_id, cuda=cuda)
+        self.scheduler.bind(
+            self._ckpt.tokenizer,
+            self._ckpt.config.talker.codec_eos_token_id,
+            self._ckpt.config.tts_eos_token_id,
+            cuda=cuda,
+        )
         self.step_loop.attach(self._ckpt, self._batch, self._clones)
         self.lane.batch = self._batch
         if self._ckpt.codec is not None:
@@ -178,9 +196,14 @@ class Qwen3Engine(Engine):
             from tts.qwen3.codec.vocoder import build_vocoder
 
             try:
-                self.lane.vocoder = build_vocoder(s.vocoder, self._ckpt.codec, max_batch=s.max_batch,
-                                              packets=sorted({1, *s.packet_ramp}), cache_dir=s.vocoder_cache,
-                                              cuda_graphs=s.use_cuda_graphs if cuda else False)
+                self.lane.vocoder = build_vocoder(
+                    s.vocoder,
+                    self._ckpt.codec,
+                    max_batch=s.max_batch,
+                    packets=sorted({1, *s.packet_ramp}),
+                    cache_dir=s.vocoder_cache,
+                    cuda_graphs=s.use_cuda_graphs if cuda else False,
+                )
             except CodecError as e:
                 raise EngineError("vocoder_unavailable", e.message) from None
             log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
@@ -192,8 +215,14 @@ class Qwen3Engine(Engine):
 
             shape = self._ckpt.config.talker
             kv = self._ckpt.model.talker.model.layers[0].self_attn.kv_cache  # timed on the step's own views
-            picked, _ = choose(shape, self._batch.buckets, self._batch.kv_buckets, self._batch.dtype, s.device,
-                               cache=(kv.k_cache, kv.v_cache))
+            picked, _ = choose(
+                shape,
+                self._batch.buckets,
+                self._batch.kv_buckets,
+                self._batch.dtype,
+                s.device,
+                cache=(kv.k_cache, kv.v_cache),
+            )
             self._batch.sdpa_backends = picked
             log.info("SDPA backend per (batch, kv_len): %s", picked)
         if self._batch.use_cuda_graphs and self._ckpt.config.tts_model_type == "base":
@@ -204,8 +233,10 @@ class Qwen3Engine(Engine):
         if cuda:
             torch.cuda.synchronize()
         self.memory = self._memory_report(mem0, mem_kv, mem_codec, graphs)
-        log.info("qwen3 engine memory: %s", {k: (f"{v / 2**20:.0f} MiB" if isinstance(v, int) else v)
-                                             for k, v in self.memory.items()})
+        log.info(
+            "qwen3 engine memory: %s",
+            {k: (f"{v / 2**20:.0f} MiB" if isinstance(v, int) else v) for k, v in self.memory.items()},
+        )
         if s.pipeline and cuda:
             self.lane.stream = torch.cuda.Stream()
 
@@ -223,9 +254,12 @@ class Qwen3Engine(Engine):
         model = self._ckpt.model
         kv = nbytes(b for m in model.modules() if m.__class__.__name__ == "KVCache" for b in m.buffers())
         codec = self._ckpt.codec
-        report = {"weights": nbytes(model.parameters()) + (nbytes(codec.parameters()) if codec is not None else 0),
-                  "kv_cache": kv, "codec_state": nbytes(self.lane.state.buffers) if self.lane.state is not None else 0,
-                  "graphs": graphs}
+        report = {
+            "weights": nbytes(model.parameters()) + (nbytes(codec.parameters()) if codec is not None else 0),
+            "kv_cache": kv,
+            "codec_state": nbytes(self.lane.state.buffers) if self.lane.state is not None else 0,
+            "graphs": graphs,
+        }
         if torch.device(self.settings.device).type == "cuda":
             report["graph_pool"] = torch.cuda.memory_allocated() - mem_codec
             report["allocated"] = torch.cuda.memory_allocated()

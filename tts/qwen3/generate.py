@@ -28,8 +28,9 @@ def prepare_caches(model: Qwen3TTSModel, max_batch: int, max_seq_len: int) -> No
     lean_predictor(model.talker.code_predictor)
 
 
-def prefill(talker: Talker, embeds: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+def prefill(
+    talker: Talker, embeds: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded prompts [B, T, D] with real lengths [B] -> hidden, logits at each last real position.
 
     Padding writes cache columns past a prompt's end; decoding overwrites them before they are read.
@@ -40,16 +41,21 @@ def prefill(talker: Talker, embeds: torch.Tensor, lengths: torch.Tensor, rows: t
     return talker(embeds, input_pos, rows, last=lengths - 1, kv_len=t)
 
 
-def predict_codes(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, rows_cfg: SamplingRows,
-                  generator: torch.Generator | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
+def predict_codes(
+    talker: Talker,
+    hidden: torch.Tensor,
+    code0: torch.Tensor,
+    rows_cfg: SamplingRows,
+    generator: torch.Generator | None = None,
+    rows: torch.Tensor | None = None,
+) -> torch.Tensor:
     """hidden [B, D], codebook-0 tokens [B] -> all codes of the frame [B, G]."""
     cp = talker.code_predictor
     b = hidden.shape[0]
     g = cp.config.num_code_groups
     embeds = torch.stack([hidden, talker.embed_codec(code0)], dim=1)
     # every row is at the same predictor position: int positions (slices, no mask) unless rows are picked
-    pos = (lambda p, t: p) if rows is None else (
-        lambda p, t: torch.arange(p, p + t, device=hidden.device).expand(b, t))
+    pos = (lambda p, t: p) if rows is None else (lambda p, t: torch.arange(p, p + t, device=hidden.device).expand(b, t))
     lean = lean_predictor(cp) if rows is None else None  # the same steps in fewer torch calls
     if lean is not None:
         codes = [code0, sample(lean.first(embeds), rows_cfg, generator)]
@@ -64,8 +70,14 @@ def predict_codes(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, row
     return torch.stack(codes, dim=1)
 
 
-def talker_step(talker: Talker, codes: torch.Tensor, text_embed: torch.Tensor, pos: torch.Tensor,
-                rows: torch.Tensor | None = None, kv_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def talker_step(
+    talker: Talker,
+    codes: torch.Tensor,
+    text_embed: torch.Tensor,
+    pos: torch.Tensor,
+    rows: torch.Tensor | None = None,
+    kv_len: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Frame codes [B, G] + text track [B, D] at positions pos [B] -> next hidden [B, D], logits [B, V].
     `kv_len`: cache columns attention reads (> every live row's position; default all)."""
     x = (talker.embed_frame(codes) + text_embed).unsqueeze(1)
@@ -102,10 +114,19 @@ class TalkerSampling:
         return tok
 
 
-def decode_frame(talker: Talker, hidden: torch.Tensor, code0: torch.Tensor, text_embed: torch.Tensor,
-                 pos: torch.Tensor, cb0: TalkerSampling, predictor_rows: SamplingRows,
-                 generator: torch.Generator | None = None, rows: torch.Tensor | None = None,
-                 kv_len: int | None = None, mark=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def decode_frame(
+    talker: Talker,
+    hidden: torch.Tensor,
+    code0: torch.Tensor,
+    text_embed: torch.Tensor,
+    pos: torch.Tensor,
+    cb0: TalkerSampling,
+    predictor_rows: SamplingRows,
+    generator: torch.Generator | None = None,
+    rows: torch.Tensor | None = None,
+    kv_len: int | None = None,
+    mark=None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One frame for the batch: codes [B, G] of the current frame, next hidden, next codebook-0 token.
 
     `mark` (eager tracing): called with each stage's name as it ends ("code_predictor", "talker_step",
@@ -154,12 +175,24 @@ def new_talker_sampling(model: Qwen3TTSModel, batch: int, s: GenerationSettings,
     v = cfg.talker.vocab_size
     suppress = torch.zeros(v, dtype=torch.bool, device=device)
     suppress[cfg.suppressed_codec_ids] = True
-    rows = SamplingRows.filled(batch, device, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, greedy=s.greedy,
-                               repetition_penalty=1.0 if s.greedy else s.repetition_penalty)
-    return TalkerSampling(rows, torch.zeros(batch, v, dtype=torch.bool, device=device),
-                          torch.zeros(batch, dtype=torch.long, device=device), suppress,
-                          cfg.talker.codec_eos_token_id, s.min_new_tokens,
-                          eos_mask(v, cfg.talker.codec_eos_token_id, device))
+    rows = SamplingRows.filled(
+        batch,
+        device,
+        temperature=s.temperature,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        greedy=s.greedy,
+        repetition_penalty=1.0 if s.greedy else s.repetition_penalty,
+    )
+    return TalkerSampling(
+        rows,
+        torch.zeros(batch, v, dtype=torch.bool, device=device),
+        torch.zeros(batch, dtype=torch.long, device=device),
+        suppress,
+        cfg.talker.codec_eos_token_id,
+        s.min_new_tokens,
+        eos_mask(v, cfg.talker.codec_eos_token_id, device),
+    )
 
 
 @torch.inference_mode()
@@ -180,8 +213,14 @@ def generate_codes(model: Qwen3TTSModel, prompt: Prompt, settings: GenerationSet
     if settings.seed is not None:
         gen = torch.Generator(device=device).manual_seed(settings.seed)
     cb0 = new_talker_sampling(model, 1, settings, device)
-    pred_rows = SamplingRows.filled(1, device, temperature=settings.subtalker_temperature, top_k=settings.subtalker_top_k,
-                                    top_p=settings.subtalker_top_p, greedy=settings.subtalker_greedy)
+    pred_rows = SamplingRows.filled(
+        1,
+        device,
+        temperature=settings.subtalker_temperature,
+        top_k=settings.subtalker_top_k,
+        top_p=settings.subtalker_top_p,
+        greedy=settings.subtalker_greedy,
+    )
     t0 = time.perf_counter()
     length = prompt.prefill.shape[0]
     hidden, logits = prefill(talker, prompt.prefill.unsqueeze(0), torch.tensor([length], device=device))

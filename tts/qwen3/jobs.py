@@ -110,15 +110,27 @@ def check_deadline(deadline: object) -> None:
 def check_sampling(s: SamplingSettings) -> None:
     """Per-request settings land in device rows shared by the whole batch (and top-k's width is sticky):
     a bad value there would fail every stream at every step, so it is refused up front."""
+
     def real(v: object) -> bool:
         return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
-    ok = (isinstance(s.greedy, bool) and isinstance(s.top_k, numbers.Integral) and not isinstance(s.top_k, bool)
-          and real(s.temperature) and real(s.top_p) and real(s.repetition_penalty)
-          and s.temperature >= 0 and 0 < s.top_p <= 1 and s.repetition_penalty > 0)
+    ok = (
+        isinstance(s.greedy, bool)
+        and isinstance(s.top_k, numbers.Integral)
+        and not isinstance(s.top_k, bool)
+        and real(s.temperature)
+        and real(s.top_p)
+        and real(s.repetition_penalty)
+        and s.temperature >= 0
+        and 0 < s.top_p <= 1
+        and s.repetition_penalty > 0
+    )
     if not ok:
-        raise EngineError("bad_message", "sampling needs temperature >= 0, an integer top_k, 0 < top_p <= 1, "
-                                         f"repetition_penalty > 0 and a bool greedy; got {s}")
+        raise EngineError(
+            "bad_message",
+            "sampling needs temperature >= 0, an integer top_k, 0 < top_p <= 1, "
+            f"repetition_penalty > 0 and a bool greedy; got {s}",
+        )
 
 
 class WorkerDeath(BaseException):

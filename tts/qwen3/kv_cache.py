@@ -12,15 +12,28 @@ from torch import nn
 
 
 class KVCache(nn.Module):
-    def __init__(self, max_batch: int, max_seq_len: int, n_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+    def __init__(
+        self,
+        max_batch: int,
+        max_seq_len: int,
+        n_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ):
         super().__init__()
         shape = (max_batch, n_kv_heads, max_seq_len, head_dim)
         self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, rows: torch.Tensor | None, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               kv_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self,
+        rows: torch.Tensor | None,
+        input_pos: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_len: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k/v [B, T, H, D] at `input_pos` [B, T]; return the rows' caches [B, H, L, D], L = kv_len
         (default: every column). Columns at or past kv_len must be ones no row may attend to.
 

@@ -100,12 +100,13 @@ class LeanPredictor:
             normed = rms_norm(qkv[:, : layer.n_qk].view(b, 2, hq + hk, d), None, layer.qk_eps)
             qk = torch.addcmul(normed * layer.rope_a01, normed.index_select(-1, self.swap), layer.rope_b01)
             keys.copy_(qk[:, :, hq:].transpose(1, 2))
-            values.copy_(qkv[:, layer.n_qk:].view(b, 2, hk, d).transpose(1, 2))
-            out = F.scaled_dot_product_attention(qk[:, :, :hq].transpose(1, 2), keys, values, is_causal=True,
-                                                 enable_gqa=hq != hk)
+            values.copy_(qkv[:, layer.n_qk :].view(b, 2, hk, d).transpose(1, 2))
+            out = F.scaled_dot_product_attention(
+                qk[:, :, :hq].transpose(1, 2), keys, values, is_causal=True, enable_gqa=hq != hk
+            )
             h = torch.addmm(h, out.transpose(1, 2).reshape(2 * b, hq * d), layer.o_t)
             gate_up = torch.mm(rms_norm(h, layer.ln_post, layer.eps), layer.gate_up_t)
-            h = torch.addmm(h, F.silu(gate_up[:, : layer.inter]) * gate_up[:, layer.inter:], layer.down_t)
+            h = torch.addmm(h, F.silu(gate_up[:, : layer.inter]) * gate_up[:, layer.inter :], layer.down_t)
         return torch.mm(rms_norm(h.view(b, 2, -1)[:, 1], self.final, self.eps), self.heads_t[0])
 
     def step(self, code: torch.Tensor, j: int) -> torch.Tensor:
@@ -118,13 +119,14 @@ class LeanPredictor:
             qkv = torch.mm(rms_norm(h, layer.ln_in, layer.eps), layer.qkv_t)
             normed = rms_norm(qkv[:, : layer.n_qk].view(b, layer.hq + layer.hk, layer.d), None, layer.qk_eps)
             qk = torch.addcmul(normed * layer.rope_a[pos], normed.index_select(-1, self.swap), layer.rope_b[pos])
-            k_col.copy_(qk[:, layer.hq:])
-            v_col.copy_(qkv[:, layer.n_qk:].view(b, layer.hk, layer.d))
-            out = F.scaled_dot_product_attention(qk[:, : layer.hq].unsqueeze(2), keys, values,
-                                                 enable_gqa=layer.hq != layer.hk)
+            k_col.copy_(qk[:, layer.hq :])
+            v_col.copy_(qkv[:, layer.n_qk :].view(b, layer.hk, layer.d))
+            out = F.scaled_dot_product_attention(
+                qk[:, : layer.hq].unsqueeze(2), keys, values, enable_gqa=layer.hq != layer.hk
+            )
             h = torch.addmm(h, out.view(b, layer.hq * layer.d), layer.o_t)
             gate_up = torch.mm(rms_norm(h, layer.ln_post, layer.eps), layer.gate_up_t)
-            h = torch.addmm(h, F.silu(gate_up[:, : layer.inter]) * gate_up[:, layer.inter:], layer.down_t)
+            h = torch.addmm(h, F.silu(gate_up[:, : layer.inter]) * gate_up[:, layer.inter :], layer.down_t)
         return torch.mm(rms_norm(h, self.final, self.eps), self.heads_t[j])
 
 

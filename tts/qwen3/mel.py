@@ -45,8 +45,9 @@ def mel_to_hz(m: np.ndarray) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4)
-def mel_filterbank(sr: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_MELS, fmin: float = FMIN,
-                   fmax: float = FMAX) -> np.ndarray:
+def mel_filterbank(
+    sr: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_MELS, fmin: float = FMIN, fmax: float = FMAX
+) -> np.ndarray:
     """[n_mels, n_fft // 2 + 1] float32 triangles with Slaney area normalisation."""
     fft_freqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)
     mel_f = mel_to_hz(np.linspace(hz_to_mel(fmin), hz_to_mel(fmax), n_mels + 2))
@@ -57,7 +58,7 @@ def mel_filterbank(sr: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_ME
         lower = -ramps[i] / fdiff[i]
         upper = ramps[i + 2] / fdiff[i + 1]
         weights[i] = np.maximum(0, np.minimum(lower, upper))
-    weights *= (2.0 / (mel_f[2:n_mels + 2] - mel_f[:n_mels]))[:, None]
+    weights *= (2.0 / (mel_f[2 : n_mels + 2] - mel_f[:n_mels]))[:, None]
     return weights
 
 
@@ -67,7 +68,16 @@ def log_mel(wav: torch.Tensor) -> torch.Tensor:
     window = torch.hann_window(WIN, device=wav.device)
     pad = (N_FFT - HOP) // 2
     y = torch.nn.functional.pad(wav.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)
-    spec = torch.stft(y, N_FFT, hop_length=HOP, win_length=WIN, window=window, center=False, normalized=False,
-                      onesided=True, return_complex=True)
+    spec = torch.stft(
+        y,
+        N_FFT,
+        hop_length=HOP,
+        win_length=WIN,
+        window=window,
+        center=False,
+        normalized=False,
+        onesided=True,
+        return_complex=True,
+    )
     mag = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + 1e-9)
     return torch.log(torch.clamp(torch.matmul(basis, mag), min=LOG_FLOOR)).transpose(1, 2)

@@ -33,10 +33,13 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def rope_cos_sin(input_pos: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    input_pos: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin [B, 1, T, head_dim] for positions [B, T], computed in float32 like the reference."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=input_pos.device).float() / head_dim))
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=input_pos.device).float() / head_dim)
+    )
     freqs = input_pos.float().unsqueeze(-1) * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -71,10 +74,15 @@ class Attention(nn.Module):
         """One [q; k; v] weight; the three Linear weights become views of it (same storage, same keys)."""
         w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).detach()
         nq, nk = self.q_proj.out_features, self.k_proj.out_features
-        self.q_proj.weight.data, self.k_proj.weight.data, self.v_proj.weight.data = w[:nq], w[nq:nq + nk], w[nq + nk:]
+        self.q_proj.weight.data, self.k_proj.weight.data, self.v_proj.weight.data = (
+            w[:nq],
+            w[nq : nq + nk],
+            w[nq + nk :],
+        )
         self.qkv_weight = w
-        self.qk_norm_weight = torch.cat([self.q_norm.weight.detach().expand(self.n_heads, -1),
-                                         self.k_norm.weight.detach().expand(self.n_kv, -1)])
+        self.qk_norm_weight = torch.cat(
+            [self.q_norm.weight.detach().expand(self.n_heads, -1), self.k_norm.weight.detach().expand(self.n_kv, -1)]
+        )
 
     def _norm_qk(self, qk: torch.Tensor) -> torch.Tensor:
         """q_norm on the q heads and k_norm on the k heads of [B, T, Hq+Hk, D] in one pass."""
@@ -82,8 +90,16 @@ class Attention(nn.Module):
             return rms_norm(qk, None, self.q_norm.eps) * self.qk_norm_weight
         return self.qk_norm_weight * rms_norm(qk, None, self.q_norm.eps)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
-                input_pos: torch.Tensor | int, rows: torch.Tensor | None, kv_len: int | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+        input_pos: torch.Tensor | int,
+        rows: torch.Tensor | None,
+        kv_len: int | None = None,
+    ) -> torch.Tensor:
         b, t, _ = x.shape
         hq, hk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
         q, k, v = F.linear(x, self.qkv_weight).split([hq, hk, hk], dim=-1)  # fused: see fuse()
@@ -91,7 +107,7 @@ class Attention(nn.Module):
         # q and k heads side by side: one norm, one RoPE
         qk = self._norm_qk(torch.cat([q, k], dim=-1).view(b, t, self.n_heads + self.n_kv, self.head_dim))
         qk = apply_rope(qk.transpose(1, 2), cos, sin)
-        q, k = qk[:, : self.n_heads], qk[:, self.n_heads:]
+        q, k = qk[:, : self.n_heads], qk[:, self.n_heads :]
         gqa = self.n_heads != self.n_kv
         if isinstance(input_pos, int):  # every row at positions start..start+t-1 (the code predictor)
             keys, values = self.kv_cache.update_uniform(b, input_pos, k, v.transpose(1, 2))
@@ -153,19 +169,26 @@ class Decoder(nn.Module):
     def setup_caches(self, max_batch: int, max_seq_len: int, dtype: torch.dtype, device) -> None:
         self.max_seq_len = max_seq_len
         for layer in self.layers:
-            layer.self_attn.kv_cache = KVCache(max_batch, max_seq_len, self.shape.num_key_value_heads,
-                                               self.shape.head_dim, dtype, device)
+            layer.self_attn.kv_cache = KVCache(
+                max_batch, max_seq_len, self.shape.num_key_value_heads, self.shape.head_dim, dtype, device
+            )
         # RoPE for every cache column, computed once with the same arithmetic as `rope_cos_sin`;
         # the sine carries rotate_half's sign ([-sin, sin]) for `apply_rope`.
-        cos, sin = rope_cos_sin(torch.arange(max_seq_len, device=device).view(1, -1), self.shape.head_dim,
-                                self.shape.rope_theta, dtype)
+        cos, sin = rope_cos_sin(
+            torch.arange(max_seq_len, device=device).view(1, -1), self.shape.head_dim, self.shape.rope_theta, dtype
+        )
         half = self.shape.head_dim // 2
         self.rope_cos = cos[0, 0]  # [S, head_dim]
         self.rope_sin = torch.cat([-sin[0, 0, :, :half], sin[0, 0, :, half:]], dim=-1)
         self.cols = torch.arange(max_seq_len, device=device)
 
-    def forward(self, x: torch.Tensor, input_pos: torch.Tensor | int, rows: torch.Tensor | None = None,
-                kv_len: int | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        input_pos: torch.Tensor | int,
+        rows: torch.Tensor | None = None,
+        kv_len: int | None = None,
+    ) -> torch.Tensor:
         """x [B, T, hidden] at positions input_pos [B, T] -> normed hidden states [B, T, hidden].
 
         An int `input_pos` means every row sits at start..start+T-1 (cache rows 0..B-1, causal from 0):
@@ -177,13 +200,13 @@ class Decoder(nn.Module):
             t = x.shape[1]
             if t > 1 and input_pos:
                 raise ValueError("a multi-token uniform step must start at position 0")
-            cos = self.rope_cos[input_pos:input_pos + t].view(1, 1, t, -1)
-            sin = self.rope_sin[input_pos:input_pos + t].view(1, 1, t, -1)
+            cos = self.rope_cos[input_pos : input_pos + t].view(1, 1, t, -1)
+            sin = self.rope_sin[input_pos : input_pos + t].view(1, 1, t, -1)
             mask = None
         else:
             cos, sin = self.rope_cos[input_pos].unsqueeze(1), self.rope_sin[input_pos].unsqueeze(1)  # [B, 1, T, D]
             cols = self.cols if kv_len is None else self.cols[:kv_len]
-            mask = (cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1))  # [B, 1, T, L]
+            mask = cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1)  # [B, 1, T, L]
         for layer in self.layers:
             x = layer.forward(x, cos, sin, mask, input_pos, rows, kv_len)
         return self.norm.forward(x)
@@ -200,7 +223,9 @@ class PredictorDecoder(Decoder):
     def __init__(self, c: CodePredictorConfig, embedding_dim: int):
         super().__init__(c)
         # Inputs come at the talker's width and are projected by small_to_mtp_projection.
-        self.codec_embedding = nn.ModuleList(nn.Embedding(c.vocab_size, embedding_dim) for _ in range(c.num_code_groups - 1))
+        self.codec_embedding = nn.ModuleList(
+            nn.Embedding(c.vocab_size, embedding_dim) for _ in range(c.num_code_groups - 1)
+        )
 
 
 class TextProjection(nn.Module):
@@ -220,13 +245,16 @@ class CodePredictor(nn.Module):
         super().__init__()
         self.config = c
         self.model = PredictorDecoder(c, talker_hidden)
-        self.lm_head = nn.ModuleList(nn.Linear(c.hidden_size, c.vocab_size, bias=False) for _ in range(c.num_code_groups - 1))
+        self.lm_head = nn.ModuleList(
+            nn.Linear(c.hidden_size, c.vocab_size, bias=False) for _ in range(c.num_code_groups - 1)
+        )
         self.small_to_mtp_projection = (
             nn.Linear(talker_hidden, c.hidden_size, bias=True) if c.hidden_size != talker_hidden else nn.Identity()
         )
 
-    def step(self, embeds: torch.Tensor, input_pos: torch.Tensor | int, head: int, rows: torch.Tensor | None = None
-             ) -> torch.Tensor:
+    def step(
+        self, embeds: torch.Tensor, input_pos: torch.Tensor | int, head: int, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Talker-width embeds [B, T, Dt] at input_pos -> logits of lm_head[head] at the last position [B, V]."""
         h = self.model.forward(self.small_to_mtp_projection(embeds), input_pos, rows)
         return self.lm_head._modules[str(head)].forward(h[:, -1])  # ModuleList[int] costs more than the matmul
@@ -253,8 +281,14 @@ class Talker(nn.Module):
         parts += [table(codes[..., i + 1]) for i, table in enumerate(self.code_predictor.model.codec_embedding)]
         return torch.stack(parts, dim=-2).sum(-2)  # one reduction, as the reference sums
 
-    def forward(self, embeds: torch.Tensor, input_pos: torch.Tensor, rows: torch.Tensor | None = None,
-                last: torch.Tensor | None = None, kv_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        input_pos: torch.Tensor,
+        rows: torch.Tensor | None = None,
+        last: torch.Tensor | None = None,
+        kv_len: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """embeds [B, T, D] -> (hidden [B, D], codebook-0 logits [B, V]) at index `last` [B] (default: T-1)."""
         h = self.model(embeds, input_pos, rows, kv_len)
         if last is None:

@@ -18,8 +18,18 @@ from tts.qwen3.model import Talker
 from tts.qwen3.tokenizer import TextTokenizer
 
 # Our API speaks ISO 639-1; the checkpoint names languages in English.
-ISO_LANGUAGES = {"zh": "chinese", "en": "english", "de": "german", "it": "italian", "pt": "portuguese", "es": "spanish",
-                 "ja": "japanese", "ko": "korean", "fr": "french", "ru": "russian"}
+ISO_LANGUAGES = {
+    "zh": "chinese",
+    "en": "english",
+    "de": "german",
+    "it": "italian",
+    "pt": "portuguese",
+    "es": "spanish",
+    "ja": "japanese",
+    "ko": "korean",
+    "fr": "french",
+    "ru": "russian",
+}
 
 
 class PromptError(ValueError):
@@ -94,7 +104,9 @@ def language_name(config: ModelConfig, language: str | None) -> str:
     names = config.talker.codec_language_id
     if lang not in names or lang.endswith("_dialect"):
         allowed = ["auto"] + sorted(n for n in names if not n.endswith("_dialect"))
-        raise PromptError("unsupported_language", f"language {language!r} is not supported; use one of {', '.join(allowed)}")
+        raise PromptError(
+            "unsupported_language", f"language {language!r} is not supported; use one of {', '.join(allowed)}"
+        )
     return lang
 
 
@@ -123,9 +135,18 @@ class VoiceHead:
 
 
 @torch.no_grad()
-def voice_head(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, *, speaker: str | None = None,
-               language: str | None = "auto", instruct: str | None = None, xvector: torch.Tensor | None = None,
-               clone: ClonePrompt | None = None, role_ids: list[int] | None = None) -> VoiceHead:
+def voice_head(
+    talker: Talker,
+    config: ModelConfig,
+    tokenizer: TextTokenizer,
+    *,
+    speaker: str | None = None,
+    language: str | None = "auto",
+    instruct: str | None = None,
+    xvector: torch.Tensor | None = None,
+    clone: ClonePrompt | None = None,
+    role_ids: list[int] | None = None,
+) -> VoiceHead:
     t = config.talker
     device = talker.codec_head.weight.device
     lang = language_name(config, language)
@@ -146,7 +167,9 @@ def voice_head(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, *,
     def ids(seq: list[int]) -> torch.Tensor:
         return torch.tensor(seq, dtype=torch.long, device=device)
 
-    bos_e, eos_e, pad_e = talker.embed_text(ids([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id]))
+    bos_e, eos_e, pad_e = talker.embed_text(
+        ids([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id])
+    )
     parts: list[torch.Tensor] = []
     if instruct:
         parts.append(talker.embed_text(ids(tokenizer.encode(instruct_text(instruct)))))
@@ -175,16 +198,34 @@ def text_tokens(tokenizer: TextTokenizer, text: str) -> list[int]:
 
 
 @torch.no_grad()
-def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, text: str, *,
-                 speaker: str | None = None, language: str | None = "auto", instruct: str | None = None,
-                 xvector: torch.Tensor | None = None, clone: ClonePrompt | None = None,
-                 streaming_text: bool = False) -> Prompt:
+def build_prompt(
+    talker: Talker,
+    config: ModelConfig,
+    tokenizer: TextTokenizer,
+    text: str,
+    *,
+    speaker: str | None = None,
+    language: str | None = "auto",
+    instruct: str | None = None,
+    xvector: torch.Tensor | None = None,
+    clone: ClonePrompt | None = None,
+    streaming_text: bool = False,
+) -> Prompt:
     t = config.talker
     device = talker.codec_head.weight.device
     tokens = text_tokens(tokenizer, text)
     body = tokens[3:-5]
-    head = voice_head(talker, config, tokenizer, speaker=speaker, language=language, instruct=instruct,
-                      xvector=xvector, clone=clone, role_ids=tokens[:3])
+    head = voice_head(
+        talker,
+        config,
+        tokenizer,
+        speaker=speaker,
+        language=language,
+        instruct=instruct,
+        xvector=xvector,
+        clone=clone,
+        role_ids=tokens[:3],
+    )
     parts, bos_codec, pad_e, eos_e = list(head.parts), head.bos_codec, head.pad, head.eos
 
     def ids(seq: list[int]) -> torch.Tensor:
@@ -203,8 +244,18 @@ def build_prompt(talker: Talker, config: ModelConfig, tokenizer: TextTokenizer, 
     return Prompt(prefill=torch.cat(parts), trailing_text=trailing, pad=pad_e, text_tokens=len(body))
 
 
-def _icl_prompt(talker: Talker, config: ModelConfig, parts: list[torch.Tensor], clone: ClonePrompt, body: list[int],
-                pad_e: torch.Tensor, eos_e: torch.Tensor, bos_codec: torch.Tensor, streaming_text: bool, ids) -> Prompt:
+def _icl_prompt(
+    talker: Talker,
+    config: ModelConfig,
+    parts: list[torch.Tensor],
+    clone: ClonePrompt,
+    body: list[int],
+    pad_e: torch.Tensor,
+    eos_e: torch.Tensor,
+    bos_codec: torch.Tensor,
+    streaming_text: bool,
+    ids,
+) -> Prompt:
     """The in-context part: reference transcript + target text on the text track, codec_bos and the
     reference frames on the codec track (official `generate_icl_prompt`)."""
     t = config.talker

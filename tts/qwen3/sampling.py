@@ -33,31 +33,59 @@ class SamplingRows:
     fixed: bool = False  # summaries pinned (CUDA graphs): rows may change, the layout may not
 
     @classmethod
-    def filled(cls, batch: int, device, *, temperature: float = 0.9, top_k: int = 50, top_p: float = 1.0,
-               greedy: bool = False, repetition_penalty: float | None = None, general: bool = False
-               ) -> "SamplingRows":
+    def filled(
+        cls,
+        batch: int,
+        device,
+        *,
+        temperature: float = 0.9,
+        top_k: int = 50,
+        top_p: float = 1.0,
+        greedy: bool = False,
+        repetition_penalty: float | None = None,
+        general: bool = False,
+    ) -> "SamplingRows":
         """`general`: a pinned layout that serves any row's settings — top-k over the `top_k` widest
         candidates (rows asking for more, or for none, need `wide()`), top-p on, greedy rows by mask."""
+
         def full(v, dtype):
             return torch.full((batch,), v, dtype=dtype, device=device)
 
-        rows = cls(full(temperature, torch.float32), full(top_k, torch.long), full(top_p, torch.float32),
-                   full(greedy, torch.bool),
-                   None if repetition_penalty is None else full(repetition_penalty, torch.float32),
-                   kmax=top_k if top_k > 0 else None, top_p_on=top_p < 1.0, any_greedy=greedy, all_greedy=greedy)
+        rows = cls(
+            full(temperature, torch.float32),
+            full(top_k, torch.long),
+            full(top_p, torch.float32),
+            full(greedy, torch.bool),
+            None if repetition_penalty is None else full(repetition_penalty, torch.float32),
+            kmax=top_k if top_k > 0 else None,
+            top_p_on=top_p < 1.0,
+            any_greedy=greedy,
+            all_greedy=greedy,
+        )
         if general:
             rows.top_p_on, rows.any_greedy, rows.all_greedy, rows.fixed = True, True, False, True
         return rows
 
     def _like(self, **tensors) -> "SamplingRows":
-        return SamplingRows(**tensors, kmax=self.kmax, top_p_on=self.top_p_on, any_greedy=self.any_greedy,
-                            all_greedy=self.all_greedy, fixed=self.fixed)
+        return SamplingRows(
+            **tensors,
+            kmax=self.kmax,
+            top_p_on=self.top_p_on,
+            any_greedy=self.any_greedy,
+            all_greedy=self.all_greedy,
+            fixed=self.fixed,
+        )
 
     def wide(self) -> "SamplingRows":
         """The same rows in the pinned layout that samples the whole vocabulary (rows with top_k <= 0
         or above the narrow layout's width)."""
-        rows = self._like(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, greedy=self.greedy,
-                          repetition_penalty=self.repetition_penalty)
+        rows = self._like(
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            greedy=self.greedy,
+            repetition_penalty=self.repetition_penalty,
+        )
         rows.kmax = None
         return rows
 
@@ -65,28 +93,47 @@ class SamplingRows:
         return self.fixed and self.kmax is not None and (top_k <= 0 or top_k > self.kmax)
 
     def tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self.temperature, self.top_k, self.top_p, self.greedy, self.repetition_penalty)
-                if t is not None]
+        return [
+            t for t in (self.temperature, self.top_k, self.top_p, self.greedy, self.repetition_penalty) if t is not None
+        ]
 
     def slice(self, n: int) -> "SamplingRows":
         """Views of rows 0..n-1 (writes go to the full tensors)."""
         rp = None if self.repetition_penalty is None else self.repetition_penalty[:n]
-        return self._like(temperature=self.temperature[:n], top_k=self.top_k[:n], top_p=self.top_p[:n],
-                          greedy=self.greedy[:n], repetition_penalty=rp)
+        return self._like(
+            temperature=self.temperature[:n],
+            top_k=self.top_k[:n],
+            top_p=self.top_p[:n],
+            greedy=self.greedy[:n],
+            repetition_penalty=rp,
+        )
 
     def index(self, idx: torch.Tensor) -> "SamplingRows":
         rp = None if self.repetition_penalty is None else self.repetition_penalty[idx]
-        return self._like(temperature=self.temperature[idx], top_k=self.top_k[idx], top_p=self.top_p[idx],
-                          greedy=self.greedy[idx], repetition_penalty=rp)
+        return self._like(
+            temperature=self.temperature[idx],
+            top_k=self.top_k[idx],
+            top_p=self.top_p[idx],
+            greedy=self.greedy[idx],
+            repetition_penalty=rp,
+        )
 
     def columns(self, settings: list[dict]) -> list[list[float]]:
         """The host values of rows with these settings, one list per tensor in `tensors()` order (a
         missing repetition_penalty is NaN: that row keeps its value). For `write`, after one staged copy."""
-        cols = [[s["temperature"] for s in settings], [s["top_k"] for s in settings],
-                [s["top_p"] for s in settings], [bool(s["greedy"]) for s in settings]]
+        cols = [
+            [s["temperature"] for s in settings],
+            [s["top_k"] for s in settings],
+            [s["top_p"] for s in settings],
+            [bool(s["greedy"]) for s in settings],
+        ]
         if self.repetition_penalty is not None:
-            cols.append([s.get("repetition_penalty") if s.get("repetition_penalty") is not None else float("nan")
-                         for s in settings])
+            cols.append(
+                [
+                    s.get("repetition_penalty") if s.get("repetition_penalty") is not None else float("nan")
+                    for s in settings
+                ]
+            )
         return cols
 
     def write(self, idx: torch.Tensor, values: torch.Tensor) -> None:
@@ -101,8 +148,9 @@ class SamplingRows:
             self.repetition_penalty.index_copy_(0, idx, kept.to(self.repetition_penalty.dtype))
         self._k_index = self._temperature_col = None
 
-    def note(self, *, temperature: float, top_k: int, top_p: float, greedy: bool,
-             repetition_penalty: float | None = None) -> None:
+    def note(
+        self, *, temperature: float, top_k: int, top_p: float, greedy: bool, repetition_penalty: float | None = None
+    ) -> None:
         """Fold one row's settings into the host-side summaries (what `write` cannot see)."""
         self._k_index = self._temperature_col = None
         if self.fixed:
@@ -163,8 +211,14 @@ def eos_mask(vocab: int, eos_id: int, device) -> torch.Tensor:
     return torch.arange(vocab, device=device) == eos_id
 
 
-def talker_logits(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor, suppress: torch.Tensor,
-                  eos_id: int | torch.Tensor, eos_allowed: torch.Tensor) -> torch.Tensor:
+def talker_logits(
+    logits: torch.Tensor,
+    seen: torch.Tensor,
+    penalty: torch.Tensor,
+    suppress: torch.Tensor,
+    eos_id: int | torch.Tensor,
+    eos_allowed: torch.Tensor,
+) -> torch.Tensor:
     """The official processors for codebook 0. seen [B, V] bool, suppress [V] bool, eos_allowed [B] bool;
     `eos_id`: the token, or its `eos_mask` built once (what the engine's step passes)."""
     # masked_fill with Python scalars keeps this capturable in a CUDA graph (no host->device copies)

@@ -39,12 +39,14 @@ from tts.qwen3.jobs import FRAME_S, EngineSettings, Job, frame_cap, tokens_withi
 @dataclass(frozen=True)
 class Release:
     """The talker row of `slot` stops generating (its cache row may be reused)."""
+
     slot: int
 
 
 @dataclass(frozen=True)
 class SaveRow:
     """`job` leaves `slot` for a while (preempted, or a turn's next segment): keep its vocoder row."""
+
     job: Job
     slot: int
 
@@ -52,6 +54,7 @@ class SaveRow:
 @dataclass(frozen=True)
 class Move:
     """Compaction: the stream in `src` moves down into `dst` (KV rows, sampler state, vocoder row)."""
+
     src: int
     dst: int
 
@@ -59,6 +62,7 @@ class Move:
 @dataclass(frozen=True)
 class WriteText:
     """Turn mode: text-track rows `start`.. of `slot` from these text ids."""
+
     slot: int
     start: int
     ids: tuple
@@ -67,6 +71,7 @@ class WriteText:
 @dataclass(frozen=True)
 class EosAt:
     """Turn mode: end-of-speech allowed in `slot` from this trailing row on."""
+
     slot: int
     row: int
 
@@ -74,6 +79,7 @@ class EosAt:
 @dataclass(frozen=True)
 class SetActive:
     """Turn mode: the row of `slot` pauses (waits for its text) or resumes."""
+
     slot: int
     on: bool
 
@@ -103,8 +109,9 @@ class VocoderWork:
 
 
 class Scheduler:
-    def __init__(self, settings: EngineSettings, *, cuda: bool = False, tokenizer=None, eos_id: int = -1,
-                 tts_eos_id: int = -1):
+    def __init__(
+        self, settings: EngineSettings, *, cuda: bool = False, tokenizer=None, eos_id: int = -1, tts_eos_id: int = -1
+    ):
         self.settings = settings
         # an RLock underneath: who holds it is known (`held_by_me`), which the lock test checks
         self.lock = threading.Condition(threading.RLock())
@@ -114,10 +121,23 @@ class Scheduler:
         self.held: dict[int, Job] = {}  # slot -> job owning it (generating, paused, or vocoding its last frames)
         self.turns_open = 0  # turn-mode requests ever opened (turn bookkeeping runs only once there is one)
         self.closed = False
-        self.counters = {"steps": 0, "host_syncs": None, "frames": 0, "admitted": 0, "completed": 0, "failed": 0,
-                         "cancelled": 0, "preempted": 0, "vocoder_calls": 0, "audio_s": 0.0, "compacted": 0,
-                         "prefill_deferred": 0, "vocoder_waited": 0, "vocoder_overlapped": 0,
-                         "vocoder_mode_switches": 0}
+        self.counters = {
+            "steps": 0,
+            "host_syncs": None,
+            "frames": 0,
+            "admitted": 0,
+            "completed": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "preempted": 0,
+            "vocoder_calls": 0,
+            "audio_s": 0.0,
+            "compacted": 0,
+            "prefill_deferred": 0,
+            "vocoder_waited": 0,
+            "vocoder_overlapped": 0,
+            "vocoder_mode_switches": 0,
+        }
         self.tokenizer = tokenizer  # for prompt-length estimates only
         self.eos_id, self.tts_eos_id = eos_id, tts_eos_id  # codec end-of-speech; the text track's end
         self.prefill_budget = settings.prefill_budget_tokens or (1024 if cuda else 256)
@@ -264,8 +284,10 @@ class Scheduler:
         else:
             cap = min(frame_cap(job.prompt.text_tokens, s.frames_base, s.frames_per_token), room)
         if cap < 1:
-            raise EngineError("text_too_long", f"text needs {job.prompt_len} prompt positions; the engine "
-                                               f"holds {s.max_seq_len} per request")
+            raise EngineError(
+                "text_too_long",
+                f"text needs {job.prompt_len} prompt positions; the engine holds {s.max_seq_len} per request",
+            )
         return cap
 
     def admitted(self, jobs: list[Job], slots: list[int]) -> None:
@@ -329,9 +351,15 @@ class Scheduler:
             owners = {slot: id(job) for slot, job in self.held.items() if not job.cancelled}
             held = len(self.held)
             # a turn paused for its text hands over what it has: the caller would hear a gap otherwise
-            todo = sorted((j for j in live if j.pending and (len(j.pending) >= ramp[min(j.packets, len(ramp) - 1)]
-                                                             or not j.generating or j.paused)),
-                          key=lambda j: (j.priority, j.seq))
+            todo = sorted(
+                (
+                    j
+                    for j in live
+                    if j.pending
+                    and (len(j.pending) >= ramp[min(j.packets, len(ramp) - 1)] or not j.generating or j.paused)
+                ),
+                key=lambda j: (j.priority, j.seq),
+            )
             if s.vocoder_rows:
                 todo = todo[: s.vocoder_rows]
             ending = [j for j in live if not j.generating and not j.pending]  # everything vocoded: last chunk only
@@ -488,7 +516,7 @@ class Scheduler:
             n_c = feed.n_codec
             rows = len(track) - n_c
             if rows > feed.rows_written:
-                self._ops.append(WriteText(slot, feed.rows_written, tuple(track[n_c + feed.rows_written:])))
+                self._ops.append(WriteText(slot, feed.rows_written, tuple(track[n_c + feed.rows_written :])))
                 feed.rows_written = rows
             if feed.finished and not feed.eos_written:
                 feed.eos_written = True

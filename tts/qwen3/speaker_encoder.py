@@ -33,8 +33,9 @@ class Res2NetBlock(nn.Module):
     def __init__(self, channels: int, scale: int, kernel: int, dilation: int):
         super().__init__()
         self.scale = scale
-        self.blocks = nn.ModuleList(TimeDelayBlock(channels // scale, channels // scale, kernel, dilation)
-                                    for _ in range(scale - 1))
+        self.blocks = nn.ModuleList(
+            TimeDelayBlock(channels // scale, channels // scale, kernel, dilation) for _ in range(scale - 1)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         outs = []

@@ -133,8 +133,9 @@ class StepLoop:
                 import torch
 
                 with torch.inference_mode():
-                    rows = self.ckpt.model.talker.embed_text(torch.tensor(op.ids, dtype=torch.long,
-                                                                          device=batch.device))
+                    rows = self.ckpt.model.talker.embed_text(
+                        torch.tensor(op.ids, dtype=torch.long, device=batch.device)
+                    )
                 batch.write_text(op.slot, op.start, rows)
             elif isinstance(op, EosAt):
                 batch.set_eos_at(op.slot, op.row)
@@ -181,8 +182,9 @@ class StepLoop:
             clone = cv.clone if cv is not None else None
             if cv is not None and clone.icl and self.lane.vocoder is not None:
                 job.codec_state = self.lane.primed(cv)
-            head = voice_head(talker, self.ckpt.config, self.ckpt.tokenizer, language=req.language, clone=clone,
-                              **voice)
+            head = voice_head(
+                talker, self.ckpt.config, self.ckpt.tokenizer, language=req.language, clone=clone, **voice
+            )
         except PromptError as e:
             self.fail(job, EngineError(e.code, e.message))
             return
@@ -239,8 +241,9 @@ class StepLoop:
                 voice["clone"] = cv.clone
                 if cv.clone.icl and self.lane.vocoder is not None:  # the vocoder row continues after the reference
                     job.codec_state = self.lane.primed(cv)
-            return build_prompt(self.ckpt.model.talker, self.ckpt.config, self.ckpt.tokenizer, req.text,
-                                language=req.language, **voice)
+            return build_prompt(
+                self.ckpt.model.talker, self.ckpt.config, self.ckpt.tokenizer, req.text, language=req.language, **voice
+            )
         except PromptError as e:
             raise EngineError(e.code, e.message) from None
 
@@ -255,8 +258,9 @@ class StepLoop:
         text = torch.stack([p.trailing_text[i] if i < n_text else p.pad for i in range(n)])
         with torch.inference_mode():
             frames = talker.embed_frame(codes) + text
-        return Prompt(prefill=torch.cat([p.prefill, frames]), trailing_text=p.trailing_text, pad=p.pad,
-                      text_tokens=p.text_tokens)
+        return Prompt(
+            prefill=torch.cat([p.prefill, frames]), trailing_text=p.trailing_text, pad=p.pad, text_tokens=p.text_tokens
+        )
 
     def _bench_prompt(self, text: str):
         import torch
@@ -269,14 +273,25 @@ class StepLoop:
         g = torch.Generator(device=dev).manual_seed(len(text))
         ids = torch.randint(0, cfg.talker.text_vocab_size, (n + 12,), generator=g, device=dev)
         pad = talker.embed_text(torch.tensor([cfg.tts_pad_token_id], device=dev))[0]
-        return Prompt(prefill=talker.embed_text(ids), trailing_text=pad.new_zeros((0, pad.shape[0])), pad=pad, text_tokens=n)
+        return Prompt(
+            prefill=talker.embed_text(ids), trailing_text=pad.new_zeros((0, pad.shape[0])), pad=pad, text_tokens=n
+        )
 
     def _sampling(self, req: SynthesisRequest) -> tuple[dict, dict]:
         s, gen = req.sampling, self.ckpt.generation
-        talker = dict(temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p), greedy=s.greedy,
-                      repetition_penalty=1.0 if s.greedy else float(s.repetition_penalty))
-        predictor = dict(temperature=gen.subtalker_temperature if not s.greedy else 1.0, top_k=gen.subtalker_top_k,
-                         top_p=gen.subtalker_top_p, greedy=s.greedy or not gen.subtalker_dosample)
+        talker = dict(
+            temperature=float(s.temperature),
+            top_k=int(s.top_k),
+            top_p=float(s.top_p),
+            greedy=s.greedy,
+            repetition_penalty=1.0 if s.greedy else float(s.repetition_penalty),
+        )
+        predictor = dict(
+            temperature=gen.subtalker_temperature if not s.greedy else 1.0,
+            top_k=gen.subtalker_top_k,
+            top_p=gen.subtalker_top_p,
+            greedy=s.greedy or not gen.subtalker_dosample,
+        )
         return talker, predictor
 
     # ------------------------------------------------------------ admission and the step
@@ -328,8 +343,9 @@ class StepLoop:
         if self.batch.device.type == "cuda" and diag.trace is not None:
             torch.cuda.synchronize()
         if diag.step_times is not None:
-            diag.prefill_times.append((len(ready), sum(p.prefill.shape[0] for p in prompts),
-                                       time.perf_counter() - t0, time.perf_counter()))
+            diag.prefill_times.append(
+                (len(ready), sum(p.prefill.shape[0] for p in prompts), time.perf_counter() - t0, time.perf_counter())
+            )
         diag.span("prefill", t0, {"rows": len(ready)})
         diag.timings["prefill"] += time.perf_counter() - t0
 
@@ -343,8 +359,14 @@ class StepLoop:
         t_launch = time.perf_counter()
         out = batch.read(n_rows)  # the step's one wait: codes and next tokens of the whole batch
         if diag.trace is not None:
-            diag.trace.append(("decode_step" if batch.use_cuda_graphs else "decode_step (eager)", t0,
-                               t_launch - t0, {"rows": n_rows, "bucket": bucket, "kv_len": batch.last_kv_len}))
+            diag.trace.append(
+                (
+                    "decode_step" if batch.use_cuda_graphs else "decode_step (eager)",
+                    t0,
+                    t_launch - t0,
+                    {"rows": n_rows, "bucket": bucket, "kv_len": batch.last_kv_len},
+                )
+            )
             diag.trace.append(("host_sync", t_launch, time.perf_counter() - t_launch, {"rows": n_rows}))
         tally = self.tally
         self.apply(self.scheduler.update(StepResult(out, batch.groups, tally.count if tally is not None else None)))

@@ -34,8 +34,21 @@ from contextlib import contextmanager
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-SYNCING_OPS = frozenset({"_local_scalar_dense", "item", "nonzero", "masked_select", "_unique", "_unique2", "unique_dim",
-                         "unique_consecutive", "repeat_interleave", "equal", "is_nonzero"})
+SYNCING_OPS = frozenset(
+    {
+        "_local_scalar_dense",
+        "item",
+        "nonzero",
+        "masked_select",
+        "_unique",
+        "_unique2",
+        "unique_dim",
+        "unique_consecutive",
+        "repeat_interleave",
+        "equal",
+        "is_nonzero",
+    }
+)
 
 
 def _is_cpu(t) -> bool:
@@ -89,22 +102,44 @@ class HostSyncWatch(TorchDispatchMode):
         name = func.__name__.split(".")[0]
         if name in SYNCING_OPS:
             self.tally.add(str(func))
-        elif name in ("index", "index_put", "index_put_") and len(args) > 1 and any(
-                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ())):
+        elif (
+            name in ("index", "index_put", "index_put_")
+            and len(args) > 1
+            and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()))
+        ):
             self.tally.add(f"{func} with a bool mask")
-        elif name in ("index_put", "index_put_", "_index_put_impl_") and len(args) > 2 and _on_device(args[0]) \
-                and _is_cpu(args[2]):
+        elif (
+            name in ("index_put", "index_put_", "_index_put_impl_")
+            and len(args) > 2
+            and _on_device(args[0])
+            and _is_cpu(args[2])
+        ):
             self.tally.add(f"{func} host->device" + (" (a scalar)" if args[2].dim() == 0 else ""))
-        elif name == "_to_copy" and args and _on_device(args[0]) and str(kwargs.get("device", "")) == "cpu" \
-                and not kwargs.get("non_blocking", False):
+        elif (
+            name == "_to_copy"
+            and args
+            and _on_device(args[0])
+            and str(kwargs.get("device", "")) == "cpu"
+            and not kwargs.get("non_blocking", False)
+        ):
             self.tally.add(f"{func} device->host")
-        elif name == "copy_" and len(args) > 1 and _is_cpu(args[0]) and _on_device(args[1]) \
-                and not (kwargs.get("non_blocking", False) or (len(args) > 2 and args[2])):
+        elif (
+            name == "copy_"
+            and len(args) > 1
+            and _is_cpu(args[0])
+            and _on_device(args[1])
+            and not (kwargs.get("non_blocking", False) or (len(args) > 2 and args[2]))
+        ):
             self.tally.add(f"{func} device->host")
         elif name == "copy_" and len(args) > 1 and _on_device(args[0]) and _is_cpu(args[1]):
             self._host_to_device(func, args[1], kwargs.get("non_blocking", False) or (len(args) > 2 and args[2]))
-        elif name == "_to_copy" and args and _is_cpu(args[0]) and kwargs.get("device") is not None \
-                and torch.device(kwargs["device"]).type not in NOT_DEVICES:
+        elif (
+            name == "_to_copy"
+            and args
+            and _is_cpu(args[0])
+            and kwargs.get("device") is not None
+            and torch.device(kwargs["device"]).type not in NOT_DEVICES
+        ):
             self._host_to_device(func, args[0], kwargs.get("non_blocking", False))
         return func(*args, **kwargs)
 

@@ -12,8 +12,10 @@ import os
 
 from tts.qwen3.config import ConfigError
 
-QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
-               r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN2_SPLIT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+    r"""\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 
 def _read_merges(path: str) -> list[tuple[str, str]]:
@@ -32,13 +34,25 @@ def build_qwen2_tokenizer(vocab: dict[str, int], merges: list[tuple[str, str]]):
     from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import BPE
 
-    tok = Tokenizer(BPE(vocab=vocab, merges=merges, dropout=None, unk_token=None, continuing_subword_prefix="",
-                        end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
+    tok = Tokenizer(
+        BPE(
+            vocab=vocab,
+            merges=merges,
+            dropout=None,
+            unk_token=None,
+            continuing_subword_prefix="",
+            end_of_word_suffix="",
+            fuse_unk=False,
+            byte_fallback=False,
+        )
+    )
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     return tok
 
@@ -66,14 +80,22 @@ class TextTokenizer:
             with open(cfg_path, encoding="utf-8") as f:
                 added = json.load(f).get("added_tokens_decoder", {}) or {}
         for tid, spec in sorted(added.items(), key=lambda kv: int(kv[0])):
-            token = AddedToken(spec["content"], single_word=spec.get("single_word", False), lstrip=spec.get("lstrip", False),
-                               rstrip=spec.get("rstrip", False), normalized=spec.get("normalized", False),
-                               special=spec.get("special", True))
+            token = AddedToken(
+                spec["content"],
+                single_word=spec.get("single_word", False),
+                lstrip=spec.get("lstrip", False),
+                rstrip=spec.get("rstrip", False),
+                normalized=spec.get("normalized", False),
+                special=spec.get("special", True),
+            )
             tok.add_tokens([token])
             got = tok.token_to_id(spec["content"])
             if got != int(tid):
-                raise ConfigError("bad_tokenizer", f"{cfg_path}: added token {spec['content']!r} lands at id {got}, "
-                                                   f"file says {tid} (vocab.json has {len(vocab)} entries)")
+                raise ConfigError(
+                    "bad_tokenizer",
+                    f"{cfg_path}: added token {spec['content']!r} lands at id {got}, "
+                    f"file says {tid} (vocab.json has {len(vocab)} entries)",
+                )
         return cls(tok)
 
     def encode(self, text: str) -> list[int]:

@@ -53,8 +53,11 @@ def synth_main(args) -> int:
     clone = None
     ref_audio = getattr(args, "ref_audio", None)
     if cfg.tts_model_type == "base" and not ref_audio:
-        print("voxgate synth: unknown_voice: a Base checkpoint speaks cloned voices: pass --ref-audio WAV "
-              "with --ref-text TEXT (or --x-vector-only)", file=sys.stderr)
+        print(
+            "voxgate synth: unknown_voice: a Base checkpoint speaks cloned voices: pass --ref-audio WAV "
+            "with --ref-text TEXT (or --x-vector-only)",
+            file=sys.stderr,
+        )
         return 2
     if ref_audio:
         try:
@@ -73,9 +76,17 @@ def synth_main(args) -> int:
     try:
         # cloned voices default to generate_voice_clone's layout (streaming text), the rest to the CustomVoice one
         streaming = (not args.non_streaming_text) if clone is not None else args.streaming_text
-        prompt = build_prompt(ckpt.model.talker, cfg, ckpt.tokenizer, text, speaker=speaker, language=language,
-                              instruct=None if clone is not None else args.instruct, clone=clone,
-                              streaming_text=streaming)
+        prompt = build_prompt(
+            ckpt.model.talker,
+            cfg,
+            ckpt.tokenizer,
+            text,
+            speaker=speaker,
+            language=language,
+            instruct=None if clone is not None else args.instruct,
+            clone=clone,
+            streaming_text=streaming,
+        )
     except PromptError as e:
         print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
         return 2
@@ -99,10 +110,12 @@ def synth_main(args) -> int:
         np.save(args.codes_out, codes.numpy().astype(np.int64))
     audio_s = len(pcm) / 24000
     wall = t_dec - t_loaded
-    print(f"frames {len(codes)} ({'EOS' if result.stopped_by_eos else 'cap'}), audio {audio_s:.2f} s; "
-          f"load {t_loaded - t_start:.2f} s, prefill {result.prefill_s * 1e3:.1f} ms, generate {result.decode_s:.2f} s, "
-          f"decode {t_dec - t_gen:.2f} s, RTF {wall / audio_s if audio_s else float('nan'):.3f} -> {args.out}",
-          file=sys.stderr)
+    print(
+        f"frames {len(codes)} ({'EOS' if result.stopped_by_eos else 'cap'}), audio {audio_s:.2f} s; "
+        f"load {t_loaded - t_start:.2f} s, prefill {result.prefill_s * 1e3:.1f} ms, generate {result.decode_s:.2f} s, "
+        f"decode {t_dec - t_gen:.2f} s, RTF {wall / audio_s if audio_s else float('nan'):.3f} -> {args.out}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -111,10 +124,18 @@ def _settings(args, gen, max_frames: int):
 
     greedy = bool(args.greedy) or not gen.do_sample
     return GenerationSettings(
-        greedy=greedy, temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
+        greedy=greedy,
+        temperature=gen.temperature,
+        top_k=gen.top_k,
+        top_p=gen.top_p,
         repetition_penalty=1.0 if args.greedy else gen.repetition_penalty,
-        subtalker_greedy=bool(args.greedy) or not gen.subtalker_dosample, subtalker_temperature=gen.subtalker_temperature,
-        subtalker_top_k=gen.subtalker_top_k, subtalker_top_p=gen.subtalker_top_p, max_frames=max_frames, seed=args.seed)
+        subtalker_greedy=bool(args.greedy) or not gen.subtalker_dosample,
+        subtalker_temperature=gen.subtalker_temperature,
+        subtalker_top_k=gen.subtalker_top_k,
+        subtalker_top_p=gen.subtalker_top_p,
+        max_frames=max_frames,
+        seed=args.seed,
+    )
 
 
 def _synth_turn(args, ckpt, text, speaker, language, clone, t_start) -> int:
@@ -132,10 +153,22 @@ def _synth_turn(args, ckpt, text, speaker, language, clone, t_start) -> int:
         return 2
     cfg = ckpt.config
     try:
-        head = voice_head(ckpt.model.talker, cfg, ckpt.tokenizer, speaker=speaker, language=language,
-                          instruct=None if clone is not None else args.instruct, clone=clone)
-        gen = TurnGenerator(ckpt.model, ckpt.tokenizer, head, _settings(args, ckpt.generation, 0),
-                            max_positions=ckpt.generation.max_new_tokens + 512)
+        head = voice_head(
+            ckpt.model.talker,
+            cfg,
+            ckpt.tokenizer,
+            speaker=speaker,
+            language=language,
+            instruct=None if clone is not None else args.instruct,
+            clone=clone,
+        )
+        gen = TurnGenerator(
+            ckpt.model,
+            ckpt.tokenizer,
+            head,
+            _settings(args, ckpt.generation, 0),
+            max_positions=ckpt.generation.max_new_tokens + 512,
+        )
     except (PromptError, TurnError) as e:
         print(f"voxgate synth: {e.code}: {e.message}", file=sys.stderr)
         return 2
@@ -155,11 +188,14 @@ def _synth_turn(args, ckpt, text, speaker, language, clone, t_start) -> int:
     if args.codes_out:
         np.save(args.codes_out, run.codes.numpy().astype(np.int64))
     first = f"{run.first_frame_s * 1e3:.0f} ms" if run.first_frame_s is not None else "none"
-    print(f"turn mode: frames {len(run.codes)} ({', '.join(gen.stats.ended_by) or 'max-frames'}), "
-          f"{gen.stats.segments} segment(s), audio {len(pcm) / 24000:.2f} s; {len(pieces)} words at "
-          f"{args.text_rate or 'once'}/s, first frame {first} after the first word, {run.pauses} pauses "
-          f"({run.paused_s:.2f} s waiting for text); load {t_loaded - t_start:.2f} s, generate {t_gen - t_loaded:.2f} s "
-          f"-> {args.out}", file=sys.stderr)
+    print(
+        f"turn mode: frames {len(run.codes)} ({', '.join(gen.stats.ended_by) or 'max-frames'}), "
+        f"{gen.stats.segments} segment(s), audio {len(pcm) / 24000:.2f} s; {len(pieces)} words at "
+        f"{args.text_rate or 'once'}/s, first frame {first} after the first word, {run.pauses} pauses "
+        f"({run.paused_s:.2f} s waiting for text); load {t_loaded - t_start:.2f} s, generate {t_gen - t_loaded:.2f} s "
+        f"-> {args.out}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -182,7 +218,7 @@ def _decode(args, ckpt, clone, codes):
         if joint is not codes:  # ICL: the official output is the joint decode minus the reference's share
             from tts.qwen3.prompt import icl_trim
 
-            pcm = pcm[icl_trim(len(clone.ref_codes), len(joint), len(pcm)):]
+            pcm = pcm[icl_trim(len(clone.ref_codes), len(joint), len(pcm)) :]
     else:
         pcm = np.zeros(0, dtype=np.float32)
     return pcm
@@ -193,8 +229,11 @@ def make_tiny_model_main(args) -> int:
 
     t0 = time.perf_counter()
     cfg = make_tiny_model(args.dir, variant=args.variant, kind=args.type, seed=args.seed)
-    print(f"wrote tiny {cfg.tts_model_size} {cfg.tts_model_type} checkpoint to {args.dir} "
-          f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print(
+        f"wrote tiny {cfg.tts_model_size} {cfg.tts_model_type} checkpoint to {args.dir} "
+        f"in {time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -204,8 +243,11 @@ def ensure_tiny_model(model_dir: str | None = None) -> str:
 
     from tts.qwen3.tiny import make_tiny_model
 
-    model_dir = model_dir or os.environ.get("VOXGATE_TINY_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "voxgate", "tiny-qwen3-1b7-custom_voice")
+    model_dir = (
+        model_dir
+        or os.environ.get("VOXGATE_TINY_DIR")
+        or os.path.join(os.path.expanduser("~"), ".cache", "voxgate", "tiny-qwen3-1b7-custom_voice")
+    )
     if not os.path.isfile(os.path.join(model_dir, "speech_tokenizer", "model.safetensors")):
         make_tiny_model(model_dir, variant="1b7", kind="custom_voice", seed=0)
     return model_dir
@@ -217,11 +259,13 @@ def _clone_prompt(ckpt, model_dir: str, ref, ref_text: str | None, x_vector_only
     from tts.qwen3.voice_clone import VoiceCloner
 
     if ckpt.config.tts_model_type != "base":
-        raise PromptError("unsupported_voice", f"--ref-audio needs a Base checkpoint; {model_dir} is "
-                                               f"{ckpt.config.tts_model_type}")
+        raise PromptError(
+            "unsupported_voice", f"--ref-audio needs a Base checkpoint; {model_dir} is {ckpt.config.tts_model_type}"
+        )
     if not x_vector_only and not (ref_text and ref_text.strip()):
-        raise PromptError("bad_voice", "in-context cloning needs --ref-text (the reference's transcript); "
-                                       "or pass --x-vector-only")
+        raise PromptError(
+            "bad_voice", "in-context cloning needs --ref-text (the reference's transcript); or pass --x-vector-only"
+        )
     return VoiceCloner(ckpt.model, ckpt.tokenizer, model_dir).prompt(ref, ref_text, x_vector_only)
 
 
@@ -249,8 +293,11 @@ def encode_audio_main(args) -> int:
         return 2
     codes = encoder.encode(to_rate(ref.samples, ref.sample_rate, encoder.config.sampling_rate)).cpu().numpy()
     np.save(args.codes_out, codes.astype(np.int64))
-    print(f"{ref.duration_s:.2f} s at {ref.sample_rate} Hz -> {codes.shape[0]} frames x {codes.shape[1]} codebooks "
-          f"in {time.perf_counter() - t0:.2f} s -> {args.codes_out}", file=sys.stderr)
+    print(
+        f"{ref.duration_s:.2f} s at {ref.sample_rate} Hz -> {codes.shape[0]} frames x {codes.shape[1]} codebooks "
+        f"in {time.perf_counter() - t0:.2f} s -> {args.codes_out}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -266,12 +313,14 @@ def load_speaker_encoder(model_dir: str, device: str = "cpu", dtype: str = "floa
 
     cfg = load_config(model_dir)
     if not cfg.has_speaker_encoder:
-        raise ConfigError("unsupported_voice", f"{model_dir} is a {cfg.tts_model_type} checkpoint: it has no speaker "
-                                               "encoder (Base checkpoints do)")
+        raise ConfigError(
+            "unsupported_voice",
+            f"{model_dir} is a {cfg.tts_model_type} checkpoint: it has no speaker encoder (Base checkpoints do)",
+        )
     enc = SpeakerEncoder(cfg.speaker_encoder)
     prefix = "speaker_encoder."
     with safe_open(os.path.join(model_dir, "model.safetensors"), framework="pt", device="cpu") as f:
-        state = {k[len(prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
+        state = {k[len(prefix) :]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
     try:
         enc.load_state_dict(state, strict=True)
     except RuntimeError as e:
@@ -295,6 +344,9 @@ def speaker_embedding_main(args) -> int:
         return 2
     xvec = enc.embed(to_rate(ref.samples, ref.sample_rate, enc.sample_rate)).float().cpu().numpy()
     np.save(args.out, xvec.astype(np.float32))
-    print(f"{ref.duration_s:.2f} s at {ref.sample_rate} Hz -> x-vector of {xvec.shape[0]} in "
-          f"{time.perf_counter() - t0:.2f} s -> {args.out}", file=sys.stderr)
+    print(
+        f"{ref.duration_s:.2f} s at {ref.sample_rate} Hz -> x-vector of {xvec.shape[0]} in "
+        f"{time.perf_counter() - t0:.2f} s -> {args.out}",
+        file=sys.stderr,
+    )
     return 0

@@ -30,8 +30,16 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 _T = torch.Tensor
-_READS = {_T.item: "item()", _T.tolist: "tolist()", _T.numpy: "numpy()", _T.cpu: "cpu()", _T.__bool__: "bool(t)",
-          _T.__int__: "int(t)", _T.__float__: "float(t)", _T.__index__: "t.__index__()"}
+_READS = {
+    _T.item: "item()",
+    _T.tolist: "tolist()",
+    _T.numpy: "numpy()",
+    _T.cpu: "cpu()",
+    _T.__bool__: "bool(t)",
+    _T.__int__: "int(t)",
+    _T.__float__: "float(t)",
+    _T.__index__: "t.__index__()",
+}
 _FACTORIES = {torch.tensor: "torch.tensor", torch.as_tensor: "torch.as_tensor", torch.asarray: "torch.asarray"}
 
 
@@ -91,18 +99,31 @@ class HostDeviceCalls(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         what = None
-        if func is _T.__setitem__ and len(args) == 3 and _is_scalar(args[2]) and not self._host_side(args[0]) \
-                and _single_element(args[0], args[1]):
+        if (
+            func is _T.__setitem__
+            and len(args) == 3
+            and _is_scalar(args[2])
+            and not self._host_side(args[0])
+            and _single_element(args[0], args[1])
+        ):
             what = f"t[{args[1]!r}] = {args[2]!r} (a scalar into one element)"
-        elif func is _T.__setitem__ and len(args) == 3 and _is_scalar(args[2]) and not self._host_side(args[0]) \
-                and _tensor_index(args[1]):
+        elif (
+            func is _T.__setitem__
+            and len(args) == 3
+            and _is_scalar(args[2])
+            and not self._host_side(args[0])
+            and _tensor_index(args[1])
+        ):
             what = f"t[<tensor index>] = {args[2]!r} (a scalar through a tensor index: index_put_ copies it)"
         elif func in _FACTORIES and kwargs.get("device") is not None:
             what = f"{_FACTORIES[func]}(host data, device=...)"
         elif func in _READS and args and not self._host_side(args[0]):
             what = _READS[func]
-        elif func in (_T.to, _T.cuda) and not kwargs.get("non_blocking", False) and (
-                func is _T.cuda or _device_target(args[1:], kwargs)):
+        elif (
+            func in (_T.to, _T.cuda)
+            and not kwargs.get("non_blocking", False)
+            and (func is _T.cuda or _device_target(args[1:], kwargs))
+        ):
             what = f"{'.cuda()' if func is _T.cuda else '.to(device)'} without non_blocking"
         elif func is _T.copy_ and args and self._host_side(args[0]):
             self.planned += 1

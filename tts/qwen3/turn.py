@@ -39,8 +39,16 @@ from tts.qwen3.turn_text import PUNCTUATION, TextToken, TurnText
 class TurnTrack:
     """The text track of one segment: which text id the next step adds, or None (paused)."""
 
-    def __init__(self, prefix: list[int], n_codec: int, *, pad_id: int, eos_id: int,
-                 base_frames: float = FRAMES_BASE, frames_per_token: float = FRAMES_PER_TOKEN):
+    def __init__(
+        self,
+        prefix: list[int],
+        n_codec: int,
+        *,
+        pad_id: int,
+        eos_id: int,
+        base_frames: float = FRAMES_BASE,
+        frames_per_token: float = FRAMES_PER_TOKEN,
+    ):
         self.prefix = list(prefix)
         self.body: list[int] = []
         self.n_codec = n_codec
@@ -119,9 +127,18 @@ class TurnGenerator:
     (Re)allocates the model's caches for one sequence: do not share a model with a running engine.
     """
 
-    def __init__(self, model: Qwen3TTSModel, tokenizer: TextTokenizer, head: VoiceHead, settings: GenerationSettings,
-                 *, normalize=None, max_positions: int = 2048, base_frames: float = FRAMES_BASE,
-                 frames_per_token: float = FRAMES_PER_TOKEN):
+    def __init__(
+        self,
+        model: Qwen3TTSModel,
+        tokenizer: TextTokenizer,
+        head: VoiceHead,
+        settings: GenerationSettings,
+        *,
+        normalize=None,
+        max_positions: int = 2048,
+        base_frames: float = FRAMES_BASE,
+        frames_per_token: float = FRAMES_PER_TOKEN,
+    ):
         self.model, self.talker, self.cfg = model, model.talker, model.config
         self.tokenizer, self.head, self.settings = tokenizer, head, settings
         self.device = self.talker.codec_head.weight.device
@@ -140,16 +157,24 @@ class TurnGenerator:
         # body tokens one segment may take so that prefill + its frame cap fits the cache
         self.segment_tokens = tokens_within(max_positions - self.prefill_len - 1, base_frames, frames_per_token)
         if self.segment_tokens < 4:
-            raise TurnError("bad_request", f"a cache of {max_positions} positions leaves no room for a turn's "
-                                           f"segment after its {self.prefill_len}-position prompt")
+            raise TurnError(
+                "bad_request",
+                f"a cache of {max_positions} positions leaves no room for a turn's "
+                f"segment after its {self.prefill_len}-position prompt",
+            )
         if self.talker.model.max_seq_len < max_positions or self.talker.model.layers[0].self_attn.kv_cache is None:
             model.setup_caches(1, max_positions)
         self.generator = None
         if settings.seed is not None:
             self.generator = torch.Generator(device=self.device).manual_seed(settings.seed)
-        self._pred_rows = SamplingRows.filled(1, self.device, temperature=settings.subtalker_temperature,
-                                              top_k=settings.subtalker_top_k, top_p=settings.subtalker_top_p,
-                                              greedy=settings.subtalker_greedy)
+        self._pred_rows = SamplingRows.filled(
+            1,
+            self.device,
+            temperature=settings.subtalker_temperature,
+            top_k=settings.subtalker_top_k,
+            top_p=settings.subtalker_top_p,
+            greedy=settings.subtalker_greedy,
+        )
         self._pending: list[TextToken] = []  # released ids the current segment does not take (after a cut)
         self._finished = False
         self.frames: list[torch.Tensor] = []  # [G] codes per frame, every segment in order
@@ -179,8 +204,11 @@ class TurnGenerator:
             if n == 0 and self.stats.segments > 1:
                 self._strip_segment_start()
                 tok = self._pending[0]
-            if n >= self.segment_tokens or (n >= self.segment_tokens // 2 and self._ends_clause()
-                                             and self.tokenizer.decode([tok.id]).startswith(" ")):
+            if n >= self.segment_tokens or (
+                n >= self.segment_tokens // 2
+                and self._ends_clause()
+                and self.tokenizer.decode([tok.id]).startswith(" ")
+            ):
                 self.track.finish()  # cut: this segment ends here, the rest starts a fresh prompt
                 break
             self.track.push([tok.id])
@@ -196,7 +224,7 @@ class TurnGenerator:
         text = self.tokenizer.decode([t.id for t in first])
         if text[:1].isspace() and text.strip():
             ids = self.tokenizer.encode(text.lstrip())
-            self._pending[:len(first)] = [TextToken(i, first[0].raw_end) for i in ids]
+            self._pending[: len(first)] = [TextToken(i, first[0].raw_end) for i in ids]
 
     def _ends_clause(self) -> bool:
         last = self.tokenizer.decode(self.track.body[-1:]).rstrip()
@@ -204,9 +232,14 @@ class TurnGenerator:
 
     # -- generation side -----------------------------------------------------
     def _new_segment(self) -> None:
-        self.track = TurnTrack(self._prefix, self._codec.shape[0], pad_id=self.cfg.tts_pad_token_id,
-                               eos_id=self.cfg.tts_eos_token_id, base_frames=self.base_frames,
-                               frames_per_token=self.frames_per_token)
+        self.track = TurnTrack(
+            self._prefix,
+            self._codec.shape[0],
+            pad_id=self.cfg.tts_pad_token_id,
+            eos_id=self.cfg.tts_eos_token_id,
+            base_frames=self.base_frames,
+            frames_per_token=self.frames_per_token,
+        )
         self.cb0 = new_talker_sampling(self.model, 1, self.settings, self.device)
         self._prefilled = False
         self._tok: torch.Tensor | None = None  # the next frame's codebook-0 token, once sampled
@@ -253,7 +286,9 @@ class TurnGenerator:
                 text = self._embed(track.prefill_ids())
                 n = text.shape[0]
                 embeds = torch.cat([self._head_embeds, text + self._codec[:n]]).unsqueeze(0)
-                self._hidden, logits = prefill(self.talker, embeds, torch.tensor([self.prefill_len], device=self.device))
+                self._hidden, logits = prefill(
+                    self.talker, embeds, torch.tensor([self.prefill_len], device=self.device)
+                )
                 self._tok = self._sample(logits)
                 self._prefilled = True
             elif self._tok is None:
@@ -263,8 +298,9 @@ class TurnGenerator:
                     return None
                 at = self.prefill_len + self._seg_frames - 1
                 pos = torch.tensor([at], device=self.device)
-                self._hidden, logits = talker_step(self.talker, self._last_codes, self._embed([nid]), pos,
-                                                   kv_len=at + 1)  # the live columns only
+                self._hidden, logits = talker_step(
+                    self.talker, self._last_codes, self._embed([nid]), pos, kv_len=at + 1
+                )  # the live columns only
                 track.advance()
                 self._tok = self._sample(logits)
             self._waiting = False
@@ -300,7 +336,7 @@ class TurnGenerator:
         """The raw turn text the first `frames` frames spoke (the text their steps had consumed)."""
         if frames <= 0 or not self.frame_text:
             return ""
-        return self.text.raw[:self.frame_text[min(frames, len(self.frame_text)) - 1]].strip()
+        return self.text.raw[: self.frame_text[min(frames, len(self.frame_text)) - 1]].strip()
 
 
 def words(text: str) -> list[str]:
@@ -319,8 +355,13 @@ class PacedRun:
     end_s: float
 
 
-def run_paced(gen: TurnGenerator, pieces: list[str], rate: float | None, step_s: float | None = None,
-              max_frames: int | None = None) -> PacedRun:
+def run_paced(
+    gen: TurnGenerator,
+    pieces: list[str],
+    rate: float | None,
+    step_s: float | None = None,
+    max_frames: int | None = None,
+) -> PacedRun:
     """Feed `pieces` at `rate` pieces per second (None: all at once, then finish) while stepping.
 
     A virtual clock: piece i arrives at i / rate; a step costs `step_s` (None: its measured time).

@@ -73,9 +73,14 @@ class TurnFeed:
     def _fill(self) -> None:
         while self.carry and not self.finished:
             tok, n = self.carry[0], len(self.body)
-            if self.limit is not None and (n >= self.limit or (
-                    n >= self.limit // 2 and self._tok.decode(self.body[-1:]).rstrip().endswith(PUNCTUATION)
-                    and self._tok.decode([tok.id]).startswith(" "))):
+            if self.limit is not None and (
+                n >= self.limit
+                or (
+                    n >= self.limit // 2
+                    and self._tok.decode(self.body[-1:]).rstrip().endswith(PUNCTUATION)
+                    and self._tok.decode([tok.id]).startswith(" ")
+                )
+            ):
                 self.finished = self.cut = True  # the rest goes to a fresh prompt
                 return
             self.body.append(tok.id)
@@ -100,7 +105,7 @@ class TurnFeed:
             first = [t for t in self.carry if t.raw_end == self.carry[0].raw_end]
             text = self._tok.decode([t.id for t in first])
             if text[:1].isspace() and text.strip():
-                self.carry[:len(first)] = [TextToken(i, first[0].raw_end) for i in self._tok.encode(text.lstrip())]
+                self.carry[: len(first)] = [TextToken(i, first[0].raw_end) for i in self._tok.encode(text.lstrip())]
         self._fill()
 
     def track(self, eos_id: int) -> list[int]:

@@ -52,7 +52,7 @@ class TurnText:
 
     # -- stage 3: BPE pieces -------------------------------------------------
     def _encode_stable(self) -> list[TextToken]:
-        pending = self._norm[self._norm_done:]
+        pending = self._norm[self._norm_done :]
         if self.finished:
             pending = pending.rstrip()  # no trailing blank token (a whole-text prompt has none)
         if not pending:
@@ -89,4 +89,4 @@ class TurnText:
         """The raw text the first `consumed` released ids speak."""
         if consumed <= 0 or not self.tokens:
             return ""
-        return self.raw[:self.tokens[min(consumed, len(self.tokens)) - 1].raw_end].strip()
+        return self.raw[: self.tokens[min(consumed, len(self.tokens)) - 1].raw_end].strip()

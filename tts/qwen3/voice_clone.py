@@ -34,8 +34,12 @@ _SAMPLE_CHUNK = 1 << 20
 def checkpoint_fingerprint(model_dir: str) -> str:
     """Short hash of a checkpoint's config and weights (sizes plus their first and last MiB)."""
     h = hashlib.sha256()
-    for rel in ("config.json", "model.safetensors", "speech_tokenizer/config.json",
-                "speech_tokenizer/model.safetensors"):
+    for rel in (
+        "config.json",
+        "model.safetensors",
+        "speech_tokenizer/config.json",
+        "speech_tokenizer/model.safetensors",
+    ):
         path = os.path.join(model_dir, rel)
         if not os.path.isfile(path):
             h.update(f"{rel}:absent".encode())
@@ -61,8 +65,15 @@ class VoiceParts:
 class VoiceCloner:
     """Computes and caches `ClonePrompt`s for one loaded Base checkpoint. Thread-safe."""
 
-    def __init__(self, model, tokenizer, model_dir: str | None, cache_dir: str | None = None,
-                 fingerprint: str | None = None, encoder=None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        model_dir: str | None,
+        cache_dir: str | None = None,
+        fingerprint: str | None = None,
+        encoder=None,
+    ):
         if model.speaker_encoder is None:
             raise PromptError("unknown_voice", "this checkpoint is not a Base model: it cannot clone voices")
         self.model = model
@@ -81,7 +92,9 @@ class VoiceCloner:
     def codec_encoder(self):
         if self._encoder is None:
             if not self.model_dir:
-                raise PromptError("unknown_voice", "in-context cloning needs a checkpoint folder with speech_tokenizer/")
+                raise PromptError(
+                    "unknown_voice", "in-context cloning needs a checkpoint folder with speech_tokenizer/"
+                )
             from tts.qwen3.codec.encoder import load_codec_encoder
 
             device = self.model.talker.codec_head.weight.device
@@ -122,8 +135,9 @@ class VoiceCloner:
 
     def prompt(self, ref: ReferenceAudio, ref_text: str | None, x_vector_only: bool) -> ClonePrompt:
         if not x_vector_only and not (ref_text and ref_text.strip()):
-            raise PromptError("bad_voice", "in-context cloning needs the reference transcript (ref_text); "
-                                           "or set x_vector_only")
+            raise PromptError(
+                "bad_voice", "in-context cloning needs the reference transcript (ref_text); or set x_vector_only"
+            )
         parts, _ = self.parts(ref, icl=not x_vector_only)
         return self.to_prompt(parts, None if x_vector_only else ref_text)
 
@@ -165,8 +179,15 @@ class VoiceCloner:
                 arrays["ref_codes"] = parts.ref_codes
             np.savez(tmp, **arrays)
             os.replace(tmp, paths[0])
-            paths[1].write_text(json.dumps({"key": key, "checkpoint": self.fingerprint,
-                                            "frames": None if parts.ref_codes is None else len(parts.ref_codes)}))
+            paths[1].write_text(
+                json.dumps(
+                    {
+                        "key": key,
+                        "checkpoint": self.fingerprint,
+                        "frames": None if parts.ref_codes is None else len(parts.ref_codes),
+                    }
+                )
+            )
         except OSError as e:
             log.warning("voice cache %s not writable (%s); keeping the voice in memory only", paths[0], e)
 

@@ -9,8 +9,14 @@ import torch
 from tts.qwen3.config import ConfigError, ModelConfig, check_checkpoint_files, load_config
 from tts.qwen3.model import Qwen3TTSModel
 
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -22,15 +28,17 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
         raise ConfigError("bad_dtype", f"dtype {dtype!r} is not one of float32, bfloat16, float16") from None
 
 
-def build_model(config: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32
-                ) -> Qwen3TTSModel:
+def build_model(
+    config: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32
+) -> Qwen3TTSModel:
     with torch.device(device):
         model = Qwen3TTSModel(config)
     return model.to(dtype) if device != "meta" else model
 
 
-def load_state(path: str, expected: dict[str, torch.Size], device: str | torch.device, dtype: torch.dtype
-               ) -> dict[str, torch.Tensor]:
+def load_state(
+    path: str, expected: dict[str, torch.Size], device: str | torch.device, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
     """Read the expected tensors from a safetensors file (memory-mapped, one tensor at a time)."""
     from safetensors import safe_open
 
@@ -59,8 +67,12 @@ def load_state(path: str, expected: dict[str, torch.Size], device: str | torch.d
     return state
 
 
-def load_model(model_dir: str, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.float32,
-               config: ModelConfig | None = None) -> Qwen3TTSModel:
+def load_model(
+    model_dir: str,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = torch.float32,
+    config: ModelConfig | None = None,
+) -> Qwen3TTSModel:
     """The talker side of a checkpoint directory, weights in `dtype` on `device`."""
     config = config or load_config(model_dir)
     check_checkpoint_files(model_dir)
@@ -73,8 +85,13 @@ def load_model(model_dir: str, device: str | torch.device = "cpu", dtype: str | 
     return model.eval().requires_grad_(False)  # inference only: no autograd bookkeeping
 
 
-def random_model(config: ModelConfig, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.float32,
-                 seed: int = 0, std: float = 0.02) -> Qwen3TTSModel:
+def random_model(
+    config: ModelConfig,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = torch.float32,
+    seed: int = 0,
+    std: float = 0.02,
+) -> Qwen3TTSModel:
     """Random weights in the official init scheme (normal(0, std) matrices, zero biases, unit norms)."""
     dtype = parse_dtype(dtype)
     gen = torch.Generator(device=device).manual_seed(seed)

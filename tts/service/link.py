@@ -31,8 +31,13 @@ log = logging.getLogger("voxgate.engine.link")
 HELLO_RETRY_S = 0.2  # while not up: how often the hello is tried (sends fail at once while disconnected)
 DEFAULT_HEARTBEAT_S = 2.0  # until the engine's Welcome names its own
 
-_MONITOR_EVENTS = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                   | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+_MONITOR_EVENTS = (
+    zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
 
 
 class EngineLink:
@@ -40,8 +45,15 @@ class EngineLink:
     `on_up(link)` after each Welcome, `on_down(link, why)`, and `on_refused(link, stream, code, message) -> bool`
     for a stream the engine refused before any audio (True: the owner placed it elsewhere)."""
 
-    def __init__(self, endpoint: str, transport: Transport, secret: bytes | None, gateway_id: str, name: str = "",
-                 features: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        endpoint: str,
+        transport: Transport,
+        secret: bytes | None,
+        gateway_id: str,
+        name: str = "",
+        features: tuple[str, ...] = (),
+    ):
         self.endpoint = endpoint
         self._transport = transport
         self._secret = secret
@@ -57,8 +69,15 @@ class EngineLink:
         self.streams: dict[int, SynthesisStream] = {}
         self.placed_since_load = 0  # streams placed here since the last report (placement counts them)
         self.last_heard = 0.0
-        self.counters = {"connects": 0, "disconnects": 0, "messages_out": 0, "messages_in": 0, "failed_over": 0,
-                         "packets_in": 0, "ops_out": 0}
+        self.counters = {
+            "connects": 0,
+            "disconnects": 0,
+            "messages_out": 0,
+            "messages_in": 0,
+            "failed_over": 0,
+            "packets_in": 0,
+            "ops_out": 0,
+        }
         self.on_up: Callable[["EngineLink"], None] | None = None
         self.on_down: Callable[["EngineLink", str], None] | None = None
         self.on_refused: Callable[["EngineLink", SynthesisStream, str, str], bool] | None = None
@@ -81,14 +100,18 @@ class EngineLink:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._open()
-        self._tasks.append(asyncio.get_running_loop().create_task(self._keepalive(), name=f"link-keepalive {self.endpoint}"))
+        self._tasks.append(
+            asyncio.get_running_loop().create_task(self._keepalive(), name=f"link-keepalive {self.endpoint}")
+        )
 
     def _open(self) -> None:
         loop = asyncio.get_running_loop()
         self._sock = self._transport.client_socket(self.endpoint, self._secret)
         self._monitor = self._sock.get_monitor_socket(_MONITOR_EVENTS)
-        self._io = [loop.create_task(self._receive(self._sock), name=f"link-recv {self.endpoint}"),
-                    loop.create_task(self._watch(self._monitor), name=f"link-monitor {self.endpoint}")]
+        self._io = [
+            loop.create_task(self._receive(self._sock), name=f"link-recv {self.endpoint}"),
+            loop.create_task(self._watch(self._monitor), name=f"link-monitor {self.endpoint}"),
+        ]
         self._try_hello()
 
     def _close_socket(self) -> None:
@@ -124,11 +147,20 @@ class EngineLink:
         self.streams[sid] = stream
         self.placed_since_load += 1
         turn = isinstance(stream, TurnStream)  # a turn placed again after a refusal carries all its text so far
-        self._submits.append(W.Submit(
-            sid=sid, text=stream.text if turn else r.text, due_in=r.deadline, voice=r.voice, language=r.language,
-            instruct=r.instruct, sampling=W.Sampling(s.temperature, s.top_k, s.top_p, s.repetition_penalty, s.greedy,
-                                                     s.seed),
-            request_id=r.request_id, tag=r.tag, turn=turn))  # due_in holds the absolute deadline until the flush
+        self._submits.append(
+            W.Submit(
+                sid=sid,
+                text=stream.text if turn else r.text,
+                due_in=r.deadline,
+                voice=r.voice,
+                language=r.language,
+                instruct=r.instruct,
+                sampling=W.Sampling(s.temperature, s.top_k, s.top_p, s.repetition_penalty, s.greedy, s.seed),
+                request_id=r.request_id,
+                tag=r.tag,
+                turn=turn,
+            )
+        )  # due_in holds the absolute deadline until the flush
         if turn and stream.finished:
             self._finishes.append(sid)
         self._schedule()
@@ -188,8 +220,13 @@ class EngineLink:
             sub.due_in = sub.due_in - now
         deadlines = [(sid, dl - now) for sid, dl in self._deadlines.items() if sid in self.streams]
         live = self.streams
-        msg = W.Ops(submit=self._submits, cancel=self._cancels, deadline=deadlines,
-                    text=[(sid, t) for sid, t in self._texts if sid in live], finish=[sid for sid in self._finishes if sid in live])
+        msg = W.Ops(
+            submit=self._submits,
+            cancel=self._cancels,
+            deadline=deadlines,
+            text=[(sid, t) for sid, t in self._texts if sid in live],
+            finish=[sid for sid in self._finishes if sid in live],
+        )
         self.counters["ops_out"] += 1
         submitted = [s.sid for s in self._submits]
         self._submits, self._cancels, self._deadlines, self._texts, self._finishes = [], [], {}, [], []
@@ -235,7 +272,9 @@ class EngineLink:
             try:
                 msg = W.decode_from_engine(frames)
             except W.WireError as exc:
-                log.warning("engine %s sent a message this gateway cannot read (%s): %s", self.endpoint, exc.code, exc.message)
+                log.warning(
+                    "engine %s sent a message this gateway cannot read (%s): %s", self.endpoint, exc.code, exc.message
+                )
                 continue
             try:
                 self._handle(msg, frames)
@@ -266,7 +305,9 @@ class EngineLink:
                 log.warning("engine %s: %s (%s)", self.endpoint, msg.message, msg.code)
 
     def _welcome(self, msg: W.Welcome) -> None:
-        if not (math.isfinite(msg.heartbeat_s) and msg.heartbeat_s > 0):  # its keepalive would spin, its silence never end
+        if not (
+            math.isfinite(msg.heartbeat_s) and msg.heartbeat_s > 0
+        ):  # its keepalive would spin, its silence never end
             why = f"engine {self.endpoint} sent a welcome with heartbeat_s {msg.heartbeat_s!r}; not used"
             if self.why_down != why:
                 log.error("%s", why)
@@ -303,13 +344,19 @@ class EngineLink:
             pcm = W.pcm_from(frames[c.part]) if c.part > 0 else _EMPTY
             if c.last:
                 del self.streams[c.sid]
-            stream._deliver(PcmChunk(pcm, c.frame_index, c.last, ends[i] if ends is not None and ends[i] >= 0 else None))
+            stream._deliver(
+                PcmChunk(pcm, c.frame_index, c.last, ends[i] if ends is not None and ends[i] >= 0 else None)
+            )
         for f in msg.failed:
             stream = self.streams.pop(f.sid, None)
             if stream is None:
                 continue
-            if (stream.first_audio_at is None and f.code in RETRYABLE and self.on_refused is not None
-                    and self.on_refused(self, stream, f.code, f.message)):
+            if (
+                stream.first_audio_at is None
+                and f.code in RETRYABLE
+                and self.on_refused is not None
+                and self.on_refused(self, stream, f.code, f.message)
+            ):
                 self.counters["failed_over"] += 1
                 continue
             stream._fail(EngineError("overloaded" if f.code == W.DRAINING else f.code, f.message))
@@ -322,8 +369,10 @@ class EngineLink:
                 if self._handshake_failed:  # keep the handshake's reason, not "lost the connection"
                     self._down(self._handshake_failed)
                 elif not self._handshaken and self.endpoint.startswith("tcp://"):
-                    self._down(f"the engine at {self.endpoint} closed the connection during the handshake (a tcp:// "
-                               "engine and its gateways need the same VOXGATE_ENGINE_SECRET)")
+                    self._down(
+                        f"the engine at {self.endpoint} closed the connection during the handshake (a tcp:// "
+                        "engine and its gateways need the same VOXGATE_ENGINE_SECRET)"
+                    )
                 else:
                     self._down(f"lost the connection to engine {self.endpoint}")
                 self._handshaken = False
@@ -331,12 +380,15 @@ class EngineLink:
                 self._handshaken, self._handshake_failed = True, None
                 self._try_hello()
             elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                self._handshake_failed = (f"engine {self.endpoint} refused this gateway's key (is VOXGATE_ENGINE_SECRET "
-                                          "the same on both?)")
+                self._handshake_failed = (
+                    f"engine {self.endpoint} refused this gateway's key (is VOXGATE_ENGINE_SECRET the same on both?)"
+                )
                 self._down(self._handshake_failed)
             elif event in (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL):
-                self._handshake_failed = (f"the handshake with engine {self.endpoint} failed (a tcp:// engine and its "
-                                          "gateways need the same VOXGATE_ENGINE_SECRET)")
+                self._handshake_failed = (
+                    f"the handshake with engine {self.endpoint} failed (a tcp:// engine and its "
+                    "gateways need the same VOXGATE_ENGINE_SECRET)"
+                )
                 self._down(self._handshake_failed)
 
     def _try_hello(self) -> None:

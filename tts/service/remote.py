@@ -43,8 +43,13 @@ def affinity_key(request: SynthesisRequest) -> str:
 class RemoteEngine(Engine):
     name = "remote"
 
-    def __init__(self, endpoints: list[str], secret: bytes | None = None, connect_timeout_s: float = 5.0,
-                 discovered: bool = False):
+    def __init__(
+        self,
+        endpoints: list[str],
+        secret: bytes | None = None,
+        connect_timeout_s: float = 5.0,
+        discovered: bool = False,
+    ):
         if not endpoints and not discovered:
             raise ValueError("a remote engine needs at least one endpoint")
         self.discovered = discovered  # engines come and go through set_endpoints (the gateway's engine registry)
@@ -80,8 +85,11 @@ class RemoteEngine(Engine):
         while not any(link.ready for link in self.links) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         if self.connect_timeout_s > 0 and not any(link.ready for link in self.links):  # 0: the caller waits itself
-            log.warning("no engine answered in %.1f s (%s); new sessions are refused with engine_unavailable until one does",
-                        self.connect_timeout_s, "; ".join(f"{l.endpoint}: {l.why_down}" for l in self.links))
+            log.warning(
+                "no engine answered in %.1f s (%s); new sessions are refused with engine_unavailable until one does",
+                self.connect_timeout_s,
+                "; ".join(f"{l.endpoint}: {l.why_down}" for l in self.links),
+            )
 
     async def set_endpoints(self, endpoints: list[str]) -> None:
         """The engines to use now (a registry found them): links to new ones open, links to gone ones close."""
@@ -156,8 +164,13 @@ class RemoteEngine(Engine):
             where[0].finish_turn(where[1])
 
     def _choose(self, key: str, tried: set, turns: bool = False) -> EngineLink:
-        serving = [link for link in self.links if link.serving and link not in tried
-                   and (not turns or W.TURNS in (link.welcome.features if link.welcome else []))]
+        serving = [
+            link
+            for link in self.links
+            if link.serving
+            and link not in tried
+            and (not turns or W.TURNS in (link.welcome.features if link.welcome else []))
+        ]
         candidates = [link for link in serving if not link.full()]
         if not candidates:
             if serving or tried:
@@ -191,7 +204,13 @@ class RemoteEngine(Engine):
             other = self._choose(affinity_key(stream.request), tried, turns=isinstance(stream, TurnStream))
         except EngineError:
             return False
-        log.info("engine %s refused %s (%s): trying %s", link.endpoint, stream.request.tag or "a request", code, other.endpoint)
+        log.info(
+            "engine %s refused %s (%s): trying %s",
+            link.endpoint,
+            stream.request.tag or "a request",
+            code,
+            other.endpoint,
+        )
         stream._placement = (other, other.submit(stream), tried | {other})
         return True
 
@@ -293,7 +312,9 @@ class RemoteEngine(Engine):
         if any(link.serving for link in self.links):
             return None
         if not self.links and not self._unusable:
-            return "no engine is registered in the call plane" if self.discovered else "the remote engine is not started"
+            return (
+                "no engine is registered in the call plane" if self.discovered else "the remote engine is not started"
+            )
         why = [f"{endpoint}: {reason}" for endpoint, reason in self._unusable.items()]
         for link in self.links:
             if not link.up:
@@ -308,22 +329,38 @@ class RemoteEngine(Engine):
 
     def stats(self) -> dict:
         up = [link for link in self.links if link.up]
-        out: dict = {"queued": sum(l.load.queued for l in up), "active": sum(l.load.active for l in up),
-                     "engines": len(self.links), "engines_up": len(up),
-                     "engines_serving": sum(1 for l in self.links if l.serving),
-                     "audio_seconds": sum(l.load.stats.get("audio_s", l.load.stats.get("audio_seconds", 0.0)) for l in up),
-                     **self.counters}
+        out: dict = {
+            "queued": sum(l.load.queued for l in up),
+            "active": sum(l.load.active for l in up),
+            "engines": len(self.links),
+            "engines_up": len(up),
+            "engines_serving": sum(1 for l in self.links if l.serving),
+            "audio_seconds": sum(l.load.stats.get("audio_s", l.load.stats.get("audio_seconds", 0.0)) for l in up),
+            **self.counters,
+        }
         for name in ("connects", "disconnects", "messages_out", "messages_in", "failed_over", "packets_in", "ops_out"):
             out[f"link_{name}"] = sum(l.counters[name] for l in self.links)
         return out
 
     def engine_loads(self) -> list[dict]:
         """Per engine: endpoint, state and its last load report (benches, /metrics)."""
-        return [{"endpoint": l.endpoint, "up": l.up, "serving": l.serving, "engine": l.welcome.engine if l.welcome else None,
-                 "active": l.load.active, "queued": l.load.queued, "slots": l.load.slots, "step_ms": l.load.step_ms,
-                 "streams": len(l.streams)} for l in self.links]
+        return [
+            {
+                "endpoint": l.endpoint,
+                "up": l.up,
+                "serving": l.serving,
+                "engine": l.welcome.engine if l.welcome else None,
+                "active": l.load.active,
+                "queued": l.load.queued,
+                "slots": l.load.slots,
+                "step_ms": l.load.step_ms,
+                "streams": len(l.streams),
+            }
+            for l in self.links
+        ]
 
 
 def _add_voice_msg(voice: VoiceClone) -> W.AddVoice:
-    return W.AddVoice(call=0, name=voice.name, ref_audio=voice.ref_audio, ref_text=voice.ref_text,
-                      x_vector_only=voice.x_vector_only)
+    return W.AddVoice(
+        call=0, name=voice.name, ref_audio=voice.ref_audio, ref_text=voice.ref_text, x_vector_only=voice.x_vector_only
+    )

@@ -56,8 +56,15 @@ def engine_max_queued(engine: Engine) -> int:
 
 
 class EngineServer:
-    def __init__(self, engine: Engine, listen: str, secret: bytes | None = None, heartbeat_s: float = 2.0,
-                 transport: Transport | None = None, send_backlog: int = SEND_BACKLOG):
+    def __init__(
+        self,
+        engine: Engine,
+        listen: str,
+        secret: bytes | None = None,
+        heartbeat_s: float = 2.0,
+        transport: Transport | None = None,
+        send_backlog: int = SEND_BACKLOG,
+    ):
         if not heartbeat_s > 0:
             raise ValueError("heartbeat_s must be > 0")
         if send_backlog < 1:
@@ -77,9 +84,17 @@ class EngineServer:
         self._tasks: list[asyncio.Task] = []
         self._calls: set[asyncio.Task] = set()
         self.draining = False
-        self.counters = {"requests": 0, **{o: 0 for o in OUTCOMES}, "gateways_seen": 0, "messages_in": 0,
-                         "messages_out": 0, "packets_out": 0, "pcm_bytes_out": 0, "bad_messages": 0,
-                         **{f"dropped_{why}": 0 for why in DROPS}}
+        self.counters = {
+            "requests": 0,
+            **{o: 0 for o in OUTCOMES},
+            "gateways_seen": 0,
+            "messages_in": 0,
+            "messages_out": 0,
+            "packets_out": 0,
+            "pcm_bytes_out": 0,
+            "bad_messages": 0,
+            **{f"dropped_{why}": 0 for why in DROPS},
+        }
         self._step_mark = (0.0, 0)  # (engine step seconds, steps) at the last load report
 
     # ------------------------------------------------------------ lifecycle
@@ -88,8 +103,10 @@ class EngineServer:
         if self.listen.startswith("tcp://") and self.listen.endswith(":0"):
             self.listen = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._receive(), name="engine-server-recv"),
-                       loop.create_task(self._beat(), name="engine-server-beat")]
+        self._tasks = [
+            loop.create_task(self._receive(), name="engine-server-recv"),
+            loop.create_task(self._beat(), name="engine-server-beat"),
+        ]
         log.info("engine %s (%s) serving on %s", self.engine_id, self.engine.name, self.listen)
 
     @property
@@ -151,7 +168,7 @@ class EngineServer:
             self._transport.close()
         if bound and self.listen.startswith("ipc://"):  # never the path of another engine it was refused
             try:
-                os.unlink(self.listen[len("ipc://"):])
+                os.unlink(self.listen[len("ipc://") :])
             except OSError:
                 pass
 
@@ -187,8 +204,14 @@ class EngineServer:
         elif isinstance(msg, W.AddVoice):
             self._call(peer, msg.call, self._add_voice(msg))
         elif isinstance(msg, W.RemoveVoice):
-            self._send(rid, W.Reply(msg.call, True, {"removed": bool(self.engine.remove_voice(msg.name)),
-                                                      "voices": self.engine.voices()}))
+            self._send(
+                rid,
+                W.Reply(
+                    msg.call,
+                    True,
+                    {"removed": bool(self.engine.remove_voice(msg.name)), "voices": self.engine.voices()},
+                ),
+            )
         # Ping: last_seen is all it is for
 
     def _hello(self, rid: bytes, msg: W.Hello) -> None:
@@ -200,11 +223,21 @@ class EngineServer:
         peer = self._peers[rid] = _Peer(rid, msg.gateway, msg.name)
         self.counters["gateways_seen"] += 1
         log.info("gateway %s (%s) connected", msg.gateway, msg.name or "?")
-        self._send(rid, W.Welcome(
-            v=W.VERSION, engine=self.engine.name, engine_id=self.engine_id, sample_rate=self.engine.sample_rate,
-            heartbeat_s=self.heartbeat_s, can_clone=bool(self.engine.can_clone), voices=list(self.engine.voices()),
-            vocoder=getattr(self.engine, "vocoder_name", None), load=self._load(peer),
-            features=[W.TURNS] if self.engine.supports_turns else []))
+        self._send(
+            rid,
+            W.Welcome(
+                v=W.VERSION,
+                engine=self.engine.name,
+                engine_id=self.engine_id,
+                sample_rate=self.engine.sample_rate,
+                heartbeat_s=self.heartbeat_s,
+                can_clone=bool(self.engine.can_clone),
+                voices=list(self.engine.voices()),
+                vocoder=getattr(self.engine, "vocoder_name", None),
+                load=self._load(peer),
+                features=[W.TURNS] if self.engine.supports_turns else [],
+            ),
+        )
 
     def _ops(self, peer: _Peer, msg: W.Ops) -> None:
         now = time.monotonic()
@@ -244,9 +277,15 @@ class EngineServer:
             return
         s = sub.sampling
         request = SynthesisRequest(
-            text=sub.text, voice=sub.voice, language=sub.language, instruct=sub.instruct,
+            text=sub.text,
+            voice=sub.voice,
+            language=sub.language,
+            instruct=sub.instruct,
             sampling=SamplingSettings(s.temperature, s.top_k, s.top_p, s.repetition_penalty, s.greedy, s.seed),
-            deadline=now + sub.due_in, request_id=sub.request_id or sub.sid, tag=sub.tag)
+            deadline=now + sub.due_in,
+            request_id=sub.request_id or sub.sid,
+            tag=sub.tag,
+        )
         try:
             stream = self.engine.open_turn(request) if sub.turn else self.engine.synthesize(request)
         except EngineError as exc:
@@ -276,8 +315,11 @@ class EngineServer:
         else:
             del peer.streams[sid]
             code = getattr(item, "code", "internal")
-            peer.failed.append(W.Failure(sid, "engine_error" if code == "internal" else code,
-                                         getattr(item, "message", None) or str(item)))
+            peer.failed.append(
+                W.Failure(
+                    sid, "engine_error" if code == "internal" else code, getattr(item, "message", None) or str(item)
+                )
+            )
             self._count("failed")
         self._mark(peer)
 
@@ -338,8 +380,9 @@ class EngineServer:
     def _send(self, rid: bytes, msg, parts: list | None = None) -> None:
         if self._sock is None:
             return
-        exc = send_now(self._sock, [rid, *W.encode(msg, parts)], copy=parts is None,
-                       on_error=lambda e: self._unreachable(rid, e))
+        exc = send_now(
+            self._sock, [rid, *W.encode(msg, parts)], copy=parts is None, on_error=lambda e: self._unreachable(rid, e)
+        )
         if exc is not None:
             self._unreachable(rid, exc)
             return
@@ -350,8 +393,12 @@ class EngineServer:
         if peer is None:
             return
         if isinstance(exc, zmq.Again):  # its queue is full: it stopped reading (a stuck or hostile peer)
-            log.warning("gateway %s is not reading (%d messages wait for it): dropping it and its %d streams",
-                        peer.gateway, self.send_backlog, len(peer.streams))
+            log.warning(
+                "gateway %s is not reading (%d messages wait for it): dropping it and its %d streams",
+                peer.gateway,
+                self.send_backlog,
+                len(peer.streams),
+            )
             self._drop(peer, f"it left {self.send_backlog} messages unread", "not_reading")
         else:
             log.info("gateway %s is gone (%s): freeing its %d streams", peer.gateway, exc, len(peer.streams))
@@ -397,10 +444,17 @@ class EngineServer:
         if peer is None:
             self._step_mark = (step_s, steps)
         numeric = {k: float(v) for k, v in stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return W.Load(active=int(stats.get("active", 0)), queued=int(stats.get("queued", 0)),
-                      slots=engine_slots(self.engine), max_queued=engine_max_queued(self.engine), step_ms=step_ms,
-                      health=self.engine.health(), draining=self.draining,
-                      streams=len(peer.streams) if peer else 0, stats=numeric)
+        return W.Load(
+            active=int(stats.get("active", 0)),
+            queued=int(stats.get("queued", 0)),
+            slots=engine_slots(self.engine),
+            max_queued=engine_max_queued(self.engine),
+            step_ms=step_ms,
+            health=self.engine.health(),
+            draining=self.draining,
+            streams=len(peer.streams) if peer else 0,
+            stats=numeric,
+        )
 
 
 SWITCH_INTERVAL_S = 0.0005

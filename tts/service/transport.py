@@ -80,8 +80,10 @@ def secret_from_env(endpoints: list[str], env: dict | None = None) -> bytes | No
     if not any(needs_secret(e) for e in endpoints):
         return value.encode() if value else None
     if len(value) < 16:
-        raise EndpointError(f"tcp:// engine endpoints need the shared secret in {SECRET_ENV} "
-                            f"(at least 16 characters; {'it is unset' if not value else 'it is too short'})")
+        raise EndpointError(
+            f"tcp:// engine endpoints need the shared secret in {SECRET_ENV} "
+            f"(at least 16 characters; {'it is unset' if not value else 'it is too short'})"
+        )
     return value.encode()
 
 
@@ -103,9 +105,11 @@ def check_private_folder(folder: str) -> None:
     st = os.stat(folder)
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid != os.getuid() or mode & 0o077:
-        raise EndpointError(f"ipc:// socket folder {folder} must belong to this user and have mode 0700 "
-                            f"(it is owned by uid {st.st_uid}, mode {mode:04o}): other users could reach the engine "
-                            "through it; use a private folder (chmod 700) or a tcp:// endpoint with the secret")
+        raise EndpointError(
+            f"ipc:// socket folder {folder} must belong to this user and have mode 0700 "
+            f"(it is owned by uid {st.st_uid}, mode {mode:04o}): other users could reach the engine "
+            "through it; use a private folder (chmod 700) or a tcp:// endpoint with the secret"
+        )
 
 
 def _unix_socket_serves(path: str) -> bool:
@@ -152,7 +156,9 @@ class Transport:
                 self._auth.start()
                 self._auth.configure_curve_callback("*", _ClientKeyCheck(client_public))
 
-    def server_socket(self, endpoint: str, secret: bytes | None, send_backlog: int = SEND_BACKLOG) -> zmq.asyncio.Socket:
+    def server_socket(
+        self, endpoint: str, secret: bytes | None, send_backlog: int = SEND_BACKLOG
+    ) -> zmq.asyncio.Socket:
         """A bound ROUTER. tcp:// requires the secret."""
         check_endpoint(endpoint)
         sock = self.context.socket(zmq.ROUTER)
@@ -173,13 +179,14 @@ class Transport:
                 sock.curve_server = True
                 sock.curve_publickey, sock.curve_secretkey = server_public, server_private
             elif endpoint.startswith("ipc://"):
-                path = endpoint[len("ipc://"):]
+                path = endpoint[len("ipc://") :]
                 folder = os.path.dirname(path) or "."
                 os.makedirs(folder, mode=0o700, exist_ok=True)
                 check_private_folder(folder)
                 if _unix_socket_serves(path):  # ZeroMQ's bind would unlink it and orphan that process
-                    raise EndpointError(f"{endpoint}: another process serves on this socket (stop it first, "
-                                        "or listen on another path)")
+                    raise EndpointError(
+                        f"{endpoint}: another process serves on this socket (stop it first, or listen on another path)"
+                    )
             sock.bind(endpoint)
             self._made.add(sock)
         except (zmq.ZMQError, OSError) as exc:

@@ -131,9 +131,15 @@ class VoxgateTTSService(TTSService):
             language = self._settings.language if is_given(self._settings.language) else None
             try:
                 session = await Session.connect(
-                    self._url, api_key=self._api_key, voice=self._settings.voice or None,
-                    language=language or None, instruct=self._settings.instruct or None,
-                    sample_rate=self._wire_rate, pacing="none", audio="bytes")
+                    self._url,
+                    api_key=self._api_key,
+                    voice=self._settings.voice or None,
+                    language=language or None,
+                    instruct=self._settings.instruct or None,
+                    sample_rate=self._wire_rate,
+                    pacing="none",
+                    audio="bytes",
+                )
             except (OSError, VoxgateError, asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001 - reported, retried
                 await self.push_error(error_msg=f"voxgate: cannot open a session at {self._url}: {exc}", exception=exc)
                 await self._call_event_handler("on_connection_error", str(exc))
@@ -234,7 +240,9 @@ class VoxgateTTSService(TTSService):
                 if self._wire_rate != self.sample_rate:
                     audio = await self._resampler.resample(audio, self._wire_rate, self.sample_rate)
                 await self.append_to_audio_context(
-                    context_id, TTSAudioRawFrame(audio=audio, sample_rate=self.sample_rate, num_channels=1, context_id=context_id))
+                    context_id,
+                    TTSAudioRawFrame(audio=audio, sample_rate=self.sample_rate, num_channels=1, context_id=context_id),
+                )
         elif isinstance(ev, AudioStart):
             self._playing = ev.turn_id
             self._chunk_end_ms[ev.turn_id] = 0.0

@@ -87,7 +87,9 @@ class Error(Event):
 @dataclass
 class SessionEnded(Event):
     type: ClassVar[str] = "session.ended"
-    reason: str | None = None  # set by the client when it ends the session itself (e.g. the call ended while disconnected)
+    reason: str | None = (
+        None  # set by the client when it ends the session itself (e.g. the call ended while disconnected)
+    )
 
 
 @dataclass
@@ -166,7 +168,21 @@ class Audio(Event):
 
 _TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (SessionStarted, CallAttached, AudioStart, Mark, Underrun, TurnDone, Error, SessionEnded, CallMedia, CallMark, Dtmf, UserSpeech, AgentText)
+    for cls in (
+        SessionStarted,
+        CallAttached,
+        AudioStart,
+        Mark,
+        Underrun,
+        TurnDone,
+        Error,
+        SessionEnded,
+        CallMedia,
+        CallMark,
+        Dtmf,
+        UserSpeech,
+        AgentText,
+    )
 }
 
 

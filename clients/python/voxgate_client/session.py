@@ -83,8 +83,19 @@ class Turn:
 class Session:
     """Use `await Session.connect(url, …)` (a native call) or `await Session.attach(url, call_id, …)` (a telephony call)."""
 
-    def __init__(self, ws: ClientConnection, *, path: str, url: str, headers: dict, audio: str, max_queued_events: int,
-                 attach_fields: dict | None = None, reconnect: bool = False, reconnect_timeout: float = 30.0):
+    def __init__(
+        self,
+        ws: ClientConnection,
+        *,
+        path: str,
+        url: str,
+        headers: dict,
+        audio: str,
+        max_queued_events: int,
+        attach_fields: dict | None = None,
+        reconnect: bool = False,
+        reconnect_timeout: float = 30.0,
+    ):
         self._ws = ws
         self._path = path
         self._url = url
@@ -112,9 +123,21 @@ class Session:
 
     # ------------------------------------------------------------ opening
     @classmethod
-    async def connect(cls, url: str, *, api_key: str | None = None, voice: str | None = None, language: str | None = None,
-                      instruct: str | None = None, encoding: str = "pcm16", sample_rate: int = 24000, audio: str = "bytes",
-                      pacing: str = "realtime", max_queued_events: int = 100_000, open_timeout: float = 10.0) -> "Session":
+    async def connect(
+        cls,
+        url: str,
+        *,
+        api_key: str | None = None,
+        voice: str | None = None,
+        language: str | None = None,
+        instruct: str | None = None,
+        encoding: str = "pcm16",
+        sample_rate: int = 24000,
+        audio: str = "bytes",
+        pacing: str = "realtime",
+        max_queued_events: int = 100_000,
+        open_timeout: float = 10.0,
+    ) -> "Session":
         """A native call on `/v1/ws`: this socket carries the text and receives the audio.
 
         `audio`: "bytes" (each binary message as an `Audio` event with bytes), "numpy" (int16/uint8
@@ -144,9 +167,20 @@ class Session:
         return self
 
     @classmethod
-    async def attach(cls, url: str, call_id: str, *, api_key: str | None = None, voice: str | None = None,
-                     language: str | None = None, instruct: str | None = None, reconnect: bool = True,
-                     reconnect_timeout: float = 30.0, max_queued_events: int = 100_000, open_timeout: float = 10.0) -> "Session":
+    async def attach(
+        cls,
+        url: str,
+        call_id: str,
+        *,
+        api_key: str | None = None,
+        voice: str | None = None,
+        language: str | None = None,
+        instruct: str | None = None,
+        reconnect: bool = True,
+        reconnect_timeout: float = 30.0,
+        max_queued_events: int = 100_000,
+        open_timeout: float = 10.0,
+    ) -> "Session":
         """The agent's side of a telephony call on `/v1/control` (`call.attach` by the call's id).
 
         With `reconnect`, a dropped socket is re-opened and re-attached to the same call for up to
@@ -158,8 +192,17 @@ class Session:
         headers = _auth(api_key)
         full = endpoint(url, "/v1/control")
         ws = await _open(full, headers, open_timeout)
-        self = cls(ws, path="/v1/control", url=full, headers=headers, audio="drop", max_queued_events=max_queued_events,
-                   attach_fields=fields, reconnect=reconnect, reconnect_timeout=reconnect_timeout)
+        self = cls(
+            ws,
+            path="/v1/control",
+            url=full,
+            headers=headers,
+            audio="drop",
+            max_queued_events=max_queued_events,
+            attach_fields=fields,
+            reconnect=reconnect,
+            reconnect_timeout=reconnect_timeout,
+        )
         attached = await self._handshake(fields, E.CallAttached, open_timeout)
         self.session_id, self.call_id, self.voice = attached.session_id, attached.call_id, attached.voice
         self._start_reader()
@@ -175,7 +218,9 @@ class Session:
             return await asyncio.wait_for(self._read_until(want), timeout)
         except ConnectionClosed as exc:
             await self._ws.close()
-            raise VoxgateError("connection_closed", f"the gateway closed the socket before {want.type} ({exc})") from None
+            raise VoxgateError(
+                "connection_closed", f"the gateway closed the socket before {want.type} ({exc})"
+            ) from None
         except BaseException:
             await self._ws.close()
             raise
@@ -303,8 +348,20 @@ class Session:
                     continue
                 if isinstance(raw, bytes):
                     if self._audio != "drop":
-                        data = E._np.frombuffer(raw, dtype="<i2" if self.output.get("encoding") == "pcm16" else E._np.uint8) if self._audio == "numpy" else raw
-                        self._put(E.Audio(data=data, encoding=self.output.get("encoding", "pcm16"), sample_rate=self.output.get("sample_rate", 24000)))
+                        data = (
+                            E._np.frombuffer(
+                                raw, dtype="<i2" if self.output.get("encoding") == "pcm16" else E._np.uint8
+                            )
+                            if self._audio == "numpy"
+                            else raw
+                        )
+                        self._put(
+                            E.Audio(
+                                data=data,
+                                encoding=self.output.get("encoding", "pcm16"),
+                                sample_rate=self.output.get("sample_rate", 24000),
+                            )
+                        )
                     continue
                 try:
                     event = E.parse_event(json.loads(raw))
@@ -346,10 +403,15 @@ class Session:
             if ws is not None:
                 old, self._ws = self._ws, ws
                 try:
-                    attached = await self._handshake(self._attach_fields, E.CallAttached, max(0.1, deadline - loop.time()))
+                    attached = await self._handshake(
+                        self._attach_fields, E.CallAttached, max(0.1, deadline - loop.time())
+                    )
                 except VoxgateError as exc:
                     self._ws = old
-                    if exc.code not in ("call_busy", "connection_closed"):  # call_busy: the gateway has not yet noticed the old socket is gone
+                    if exc.code not in (
+                        "call_busy",
+                        "connection_closed",
+                    ):  # call_busy: the gateway has not yet noticed the old socket is gone
                         reason = f"re-attach refused: {exc}"
                         break
                 except (asyncio.TimeoutError, OSError):
@@ -360,7 +422,9 @@ class Session:
                         await ws.close()
                         reason = f"call {self.call_id!r} ended while the control socket was down"
                         break
-                    self._put(E.Reconnected(call_id=attached.call_id, session_id=attached.session_id, attempts=attempts))
+                    self._put(
+                        E.Reconnected(call_id=attached.call_id, session_id=attached.session_id, attempts=attempts)
+                    )
                     self._connected.set()
                     return True
             await asyncio.sleep(delay)

@@ -53,10 +53,22 @@ def compute_slot_mapping_kernel_impl(
 # Ops that vLLM's activation layers look up in __init__ (self.op = torch.ops._C.x)
 # but never call here: with custom ops off every layer runs its forward_native.
 _LOOKED_UP_ONLY = (
-    "silu_and_mul", "situ_and_mul", "silu_and_mul_with_clamp", "mul_and_silu",
-    "activation_lut_bf16", "gelu_tanh", "gelu_and_mul", "gelu_tanh_and_mul",
-    "swigluoai_and_mul", "swiglustep_and_mul", "gelu_new", "gelu_fast",
-    "gelu_quick", "relu_squared", "relu2_no_mul", "fatrelu_and_mul",
+    "silu_and_mul",
+    "situ_and_mul",
+    "silu_and_mul_with_clamp",
+    "mul_and_silu",
+    "activation_lut_bf16",
+    "gelu_tanh",
+    "gelu_and_mul",
+    "gelu_tanh_and_mul",
+    "swigluoai_and_mul",
+    "swiglustep_and_mul",
+    "gelu_new",
+    "gelu_fast",
+    "gelu_quick",
+    "relu_squared",
+    "relu2_no_mul",
+    "fatrelu_and_mul",
 )
 
 
@@ -78,9 +90,7 @@ def register_torch_ops() -> None:
         )
         c_lib.impl("compute_slot_mapping_kernel_impl", compute_slot_mapping_kernel_impl, "CPU")
     globals()["_c_lib"] = c_lib
-    if not hasattr(torch.ops, "_C_cache_ops") or not hasattr(
-        torch.ops._C_cache_ops, "reshape_and_cache_flash"
-    ):
+    if not hasattr(torch.ops, "_C_cache_ops") or not hasattr(torch.ops._C_cache_ops, "reshape_and_cache_flash"):
         lib = torch.library.Library("_C_cache_ops", "FRAGMENT")
         lib.define(
             "reshape_and_cache_flash(Tensor key, Tensor value, Tensor(a!) key_cache,"

@@ -134,7 +134,9 @@ class CodecConfig:
             raise CodecError("bad_config", f"speech tokenizer decoder_config is malformed: {exc}") from exc
         rope_scaling = dec.get("rope_scaling")
         if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) not in (None, "default"):
-            raise CodecError("bad_config", f"decoder rope_scaling {rope_scaling!r} is not supported (default RoPE only)")
+            raise CodecError(
+                "bad_config", f"decoder rope_scaling {rope_scaling!r} is not supported (default RoPE only)"
+            )
         cfg.validate()
         return cfg
 

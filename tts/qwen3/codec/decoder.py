@@ -169,13 +169,17 @@ class CodecDecoder(nn.Module):
         """codes [B, T, Q] (every id in 0..codebook_size-1) → float32 waveform [B, T·samples_per_frame]."""
         cfg = self.config
         if codes.dim() != 3 or codes.shape[2] != cfg.num_quantizers:
-            raise CodecError("bad_codes", f"codes must be [batch, frames, {cfg.num_quantizers}], got {tuple(codes.shape)}")
+            raise CodecError(
+                "bad_codes", f"codes must be [batch, frames, {cfg.num_quantizers}], got {tuple(codes.shape)}"
+            )
         if codes.dtype.is_floating_point or codes.dtype == torch.bool:
             raise CodecError("bad_codes", f"codes must be integers, got {codes.dtype}")
         if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= cfg.codebook_size):
             raise CodecError("bad_codes", f"codes must lie in 0..{cfg.codebook_size - 1}")
         state = self.new_state(codes.shape[0])
-        pieces = [self.decode_step(codes[:, s : s + chunk_frames], state) for s in range(0, codes.shape[1], chunk_frames)]
+        pieces = [
+            self.decode_step(codes[:, s : s + chunk_frames], state) for s in range(0, codes.shape[1], chunk_frames)
+        ]
         if not pieces:
             return torch.zeros(codes.shape[0], 0, device=self.device)
         return torch.cat(pieces, dim=1)

@@ -74,8 +74,11 @@ class EncoderConfig:
     def from_dict(cls, raw: dict) -> "EncoderConfig":
         enc = raw.get("encoder_config")
         if not isinstance(enc, dict):
-            raise CodecError("bad_config", "speech tokenizer config.json has no encoder_config object "
-                                           "(this checkpoint cannot encode reference audio)")
+            raise CodecError(
+                "bad_config",
+                "speech tokenizer config.json has no encoder_config object "
+                "(this checkpoint cannot encode reference audio)",
+            )
         fields = {f: getattr(cls, f) for f in cls.__dataclass_fields__}
         kw = {}
         for name, default in fields.items():
@@ -95,8 +98,11 @@ class EncoderConfig:
         if cfg.hidden_act != "gelu":
             raise CodecError("bad_config", f"encoder hidden_act {cfg.hidden_act!r} is not supported")
         if cfg.hop * cfg.downsample_stride != cfg.samples_per_frame:
-            raise CodecError("bad_config", f"encoder strides {cfg.upsampling_ratios} x {cfg.downsample_stride} do "
-                                           f"not make {cfg.samples_per_frame} samples per frame")
+            raise CodecError(
+                "bad_config",
+                f"encoder strides {cfg.upsampling_ratios} x {cfg.downsample_stride} do "
+                f"not make {cfg.samples_per_frame} samples per frame",
+            )
         if not cfg.num_semantic_quantizers < cfg.valid_quantizers <= cfg.num_quantizers:
             raise CodecError("bad_config", "encoder_valid_num_quantizers is out of range")
         return cfg
@@ -105,8 +111,16 @@ class EncoderConfig:
 class CausalConv(nn.Module):
     """Conv1d padded on the left by (kernel - stride) and on the right to a whole last frame."""
 
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, dilation: int = 1, bias: bool = True,
-                 pad_mode: str = "constant"):
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        kernel: int,
+        stride: int = 1,
+        dilation: int = 1,
+        bias: bool = True,
+        pad_mode: str = "constant",
+    ):
         super().__init__()
         self.conv = nn.Conv1d(cin, cout, kernel, stride, dilation=dilation, bias=bias)
         self.stride = stride
@@ -126,9 +140,14 @@ class ResnetBlock(nn.Module):
     def __init__(self, c: EncoderConfig, dim: int, dilation: int):
         super().__init__()
         hidden = dim // c.compress
-        self.block = nn.ModuleList([nn.ELU(), CausalConv(dim, hidden, c.residual_kernel_size, dilation=dilation,
-                                                         pad_mode=c.pad_mode),
-                                    nn.ELU(), CausalConv(hidden, dim, 1, pad_mode=c.pad_mode)])
+        self.block = nn.ModuleList(
+            [
+                nn.ELU(),
+                CausalConv(dim, hidden, c.residual_kernel_size, dilation=dilation, pad_mode=c.pad_mode),
+                nn.ELU(),
+                CausalConv(hidden, dim, 1, pad_mode=c.pad_mode),
+            ]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = x
@@ -144,7 +163,7 @@ class SEANetEncoder(nn.Module):
         width = c.num_filters
         for ratio in reversed(c.upsampling_ratios):
             for j in range(c.num_residual_layers):
-                layers.append(ResnetBlock(c, width, c.dilation_growth_rate ** j))
+                layers.append(ResnetBlock(c, width, c.dilation_growth_rate**j))
             layers += [nn.ELU(), CausalConv(width, width * 2, 2 * ratio, stride=ratio, pad_mode=c.pad_mode)]
             width *= 2
         layers += [nn.ELU(), CausalConv(width, c.hidden_size, c.last_kernel_size, pad_mode=c.pad_mode)]
@@ -303,15 +322,18 @@ class CodecEncoder(nn.Module):
         self.config = c
         self.encoder = SEANetEncoder(c)
         self.encoder_transformer = Transformer(c)
-        self.downsample = CausalConv(c.hidden_size, c.hidden_size, 2 * c.downsample_stride, stride=2, bias=False,
-                                     pad_mode="replicate")
+        self.downsample = CausalConv(
+            c.hidden_size, c.hidden_size, 2 * c.downsample_stride, stride=2, bias=False, pad_mode="replicate"
+        )
         self.quantizer = SplitRVQ(c)
 
     @torch.inference_mode()
     def encode(self, wav_24k: np.ndarray | torch.Tensor) -> torch.Tensor:
         c = self.config
-        x = torch.as_tensor(np.ascontiguousarray(wav_24k, dtype=np.float32) if isinstance(wav_24k, np.ndarray)
-                            else wav_24k, dtype=torch.float32)
+        x = torch.as_tensor(
+            np.ascontiguousarray(wav_24k, dtype=np.float32) if isinstance(wav_24k, np.ndarray) else wav_24k,
+            dtype=torch.float32,
+        )
         n = x.shape[-1]
         x = x.view(1, 1, n).to(self.downsample.conv.weight.device)
         h = self.encoder(x)
@@ -341,11 +363,14 @@ def load_codec_encoder(speech_tokenizer_dir: str | Path, device: str | torch.dev
     state = {}
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
-            present = {k[len(PREFIX):] for k in f.keys() if k.startswith(PREFIX)}
+            present = {k[len(PREFIX) :] for k in f.keys() if k.startswith(PREFIX)}
             missing, unexpected = sorted(set(expected) - present), sorted(present - set(expected))
             if missing or unexpected:
-                raise CodecError("weights_mismatch", f"{path} encoder weights do not match the config; "
-                                 f"missing {missing[:8]}, unexpected {unexpected[:8]}")
+                raise CodecError(
+                    "weights_mismatch",
+                    f"{path} encoder weights do not match the config; "
+                    f"missing {missing[:8]}, unexpected {unexpected[:8]}",
+                )
             for name in expected:
                 t = f.get_tensor(PREFIX + name)
                 if tuple(t.shape) != expected[name]:

@@ -30,7 +30,10 @@ def export_vocoder_main(args) -> int:
     except OSError as e:
         print(f"voxgate export-vocoder: io_error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {info['path']}: opset {info['opset']}, {info['bytes'] / 1e6:.1f} MB, {info['precision']}, "
-          f"{info['nodes']} nodes, {info['state_tensors']} state tensors, max batch {info['max_batch']}, "
-          f"sha256 {info['sha256'][:16]}…, onnx.checker ok, {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print(
+        f"wrote {info['path']}: opset {info['opset']}, {info['bytes'] / 1e6:.1f} MB, {info['precision']}, "
+        f"{info['nodes']} nodes, {info['state_tensors']} state tensors, max batch {info['max_batch']}, "
+        f"sha256 {info['sha256'][:16]}…, onnx.checker ok, {time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
     return 0

@@ -85,7 +85,11 @@ def _half_copy(decoder: CodecDecoder, dtype: torch.dtype) -> CodecDecoder:
 
 
 def export_onnx(
-    decoder: CodecDecoder, out: str | os.PathLike, precision: str = "fp32", max_batch: int = 256, opset: int = OPSET,
+    decoder: CodecDecoder,
+    out: str | os.PathLike,
+    precision: str = "fp32",
+    max_batch: int = 256,
+    opset: int = OPSET,
 ) -> dict:
     """Write the streaming step of `decoder` (fp32, on any device) as ONNX; returns what was written.
 
@@ -94,7 +98,9 @@ def export_onnx(
     try:
         import onnx
     except ImportError as exc:
-        raise CodecError("missing_dependency", "exporting needs the onnx package (pip install 'voxgate[onnx]')") from exc
+        raise CodecError(
+            "missing_dependency", "exporting needs the onnx package (pip install 'voxgate[onnx]')"
+        ) from exc
     if precision not in PRECISIONS:
         raise CodecError("bad_precision", f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if max_batch < 1:
@@ -112,8 +118,12 @@ def export_onnx(
     state.frames.copy_(torch.tensor([0, 5]))
     codes = torch.randint(0, cfg.codebook_size, (2, 3, cfg.num_quantizers), generator=torch.Generator().manual_seed(0))
     ins, outs = state_names(len(state.buffers))
-    dynamic = {"codes": {0: "batch", 1: "frames"}, "frames": {0: "batch"}, "pcm": {0: "batch", 1: "samples"},
-               "frames_out": {0: "batch"}}
+    dynamic = {
+        "codes": {0: "batch", 1: "frames"},
+        "frames": {0: "batch"},
+        "pcm": {0: "batch", 1: "samples"},
+        "frames_out": {0: "batch"},
+    }
     dynamic.update({name: {0: "batch"} for name in ins + outs})
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -122,9 +132,15 @@ def export_onnx(
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
             torch.onnx.export(
-                _StepGraph(model), (codes, state.frames, *state.buffers), str(raw), dynamo=False,
-                input_names=["codes", "frames", *ins], output_names=["pcm", "frames_out", *outs],
-                dynamic_axes=dynamic, opset_version=opset, do_constant_folding=True,
+                _StepGraph(model),
+                (codes, state.frames, *state.buffers),
+                str(raw),
+                dynamo=False,
+                input_names=["codes", "frames", *ins],
+                output_names=["pcm", "frames_out", *outs],
+                dynamic_axes=dynamic,
+                opset_version=opset,
+                do_constant_folding=True,
             )
         proto = onnx.load(str(raw))
         specs = [[list(b.shape[1:]), _ONNX_DTYPE_NAMES[b.dtype]] for b in state.buffers]
@@ -142,8 +158,13 @@ def export_onnx(
         onnx.save(proto, str(out))
     onnx.checker.check_model(str(out))
     return {
-        "path": str(out), "opset": opset, "bytes": out.stat().st_size, "precision": precision,
-        "max_batch": max_batch, "state_tensors": len(specs), "sha256": file_sha256(out),
+        "path": str(out),
+        "opset": opset,
+        "bytes": out.stat().st_size,
+        "precision": precision,
+        "max_batch": max_batch,
+        "state_tensors": len(specs),
+        "sha256": file_sha256(out),
         "nodes": len(proto.graph.node),
     }
 
@@ -157,8 +178,9 @@ def read_metadata(path: str | os.PathLike) -> dict:
     if props.get("voxgate.format") != "1":
         raise CodecError("bad_onnx", f"{path} is not a voxgate vocoder export (no voxgate metadata)")
     return {
-        "config": CodecConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                 for k, v in json.loads(props["voxgate.codec_config"]).items()}),
+        "config": CodecConfig(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(props["voxgate.codec_config"]).items()}
+        ),
         "precision": props["voxgate.precision"],
         "max_batch": int(props["voxgate.max_batch"]),
         "state": [(tuple(shape), dtype) for shape, dtype in json.loads(props["voxgate.state"])],

@@ -37,15 +37,24 @@ def require_provider(session, provider: str) -> None:
     """Refuse a session that does not run on `provider` (it loaded another one instead)."""
     got = session.get_providers()
     if provider not in got:
-        raise CodecError("vocoder_unavailable", f"onnxruntime: {provider} did not load (the session runs on {got}; "
-                         f"an onnxruntime-gpu built for another CUDA than torch's {torch.version.cuda}?)")
+        raise CodecError(
+            "vocoder_unavailable",
+            f"onnxruntime: {provider} did not load (the session runs on {got}; "
+            f"an onnxruntime-gpu built for another CUDA than torch's {torch.version.cuda}?)",
+        )
 
 
 class OnnxRuntimeVocoder(Vocoder):
     kind = "onnxruntime"
 
-    def __init__(self, onnx_path: str | os.PathLike, device: str | torch.device = "cpu", max_batch: int = 64,
-                 packets: Sequence[int] = (1, 2, 4), threads: int | None = None):
+    def __init__(
+        self,
+        onnx_path: str | os.PathLike,
+        device: str | torch.device = "cpu",
+        max_batch: int = 64,
+        packets: Sequence[int] = (1, 2, 4),
+        threads: int | None = None,
+    ):
         import onnxruntime as ort
 
         meta = read_metadata(onnx_path)
@@ -64,11 +73,19 @@ class OnnxRuntimeVocoder(Vocoder):
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
             self.device = torch.device("cuda", index)
             self._stream = torch.cuda.Stream(self.device)
-            provider = ("CUDAExecutionProvider", {"device_id": index, "user_compute_stream": str(self._stream.cuda_stream),
-                                                  "cudnn_conv_algo_search": "HEURISTIC"})
+            provider = (
+                "CUDAExecutionProvider",
+                {
+                    "device_id": index,
+                    "user_compute_stream": str(self._stream.cuda_stream),
+                    "cudnn_conv_algo_search": "HEURISTIC",
+                },
+            )
             self._session = ort.InferenceSession(str(onnx_path), opts, providers=[provider])
             require_provider(self._session, "CUDAExecutionProvider")
-            self._scratch = [torch.empty((self.max_batch, *shape), dtype=dtype, device=self.device) for shape, dtype in specs]
+            self._scratch = [
+                torch.empty((self.max_batch, *shape), dtype=dtype, device=self.device) for shape, dtype in specs
+            ]
             self._frames_out = torch.empty(self.max_batch, dtype=torch.long, device=self.device)
         else:
             self._session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])

@@ -174,8 +174,12 @@ def mimi_encoder_shapes(enc: dict) -> dict[str, tuple[int, ...]]:
     head_dim = enc.get("head_dim") or hidden // heads
     for layer in range(enc["num_hidden_layers"]):
         p = f"encoder.encoder_transformer.layers.{layer}."
-        for proj, rows, cols in (("q", heads * head_dim, hidden), ("k", kv * head_dim, hidden),
-                                 ("v", kv * head_dim, hidden), ("o", hidden, heads * head_dim)):
+        for proj, rows, cols in (
+            ("q", heads * head_dim, hidden),
+            ("k", kv * head_dim, hidden),
+            ("v", kv * head_dim, hidden),
+            ("o", hidden, heads * head_dim),
+        ):
             shapes[f"{p}self_attn.{proj}_proj.weight"] = (rows, cols)
             if enc["attention_bias"]:
                 shapes[f"{p}self_attn.{proj}_proj.bias"] = (rows,)
@@ -268,8 +272,11 @@ def init_random_(decoder: CodecDecoder, seed: int = 0) -> CodecDecoder:
 
 
 def random_codec_decoder(
-    config: CodecConfig, seed: int = 0, device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32, conv_dtype: torch.dtype = torch.float32,
+    config: CodecConfig,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    conv_dtype: torch.dtype = torch.float32,
 ) -> CodecDecoder:
     """A decoder of any shape (the released one: `CodecConfig()`) with random weights, no files."""
     decoder = init_random_(CodecDecoder(config), seed)

@@ -35,7 +35,9 @@ def batch_buckets(max_batch: int) -> list[int]:
 class TorchVocoder(Vocoder):
     kind = "torch"
 
-    def __init__(self, decoder, max_batch: int = 64, packets: Sequence[int] = (1, 2, 4), cuda_graphs: bool | None = None):
+    def __init__(
+        self, decoder, max_batch: int = 64, packets: Sequence[int] = (1, 2, 4), cuda_graphs: bool | None = None
+    ):
         specs = [(tuple(b.shape[1:]), b.dtype) for b in decoder.new_state(1).buffers]
         super().__init__(decoder.config, decoder.device, specs, max_batch, packets)
         self.decoder = decoder
@@ -85,8 +87,12 @@ class TorchVocoder(Vocoder):
                     pcm = self.decoder.decode_step(codes, view)
                 self._graphs[(bucket, t)] = (graph, pcm)
         self._static.reset(list(range(self.max_batch)))
-        log.info("vocoder: captured %d CUDA graphs (buckets %s x packets %s)", len(self._graphs),
-                 batch_buckets(self.max_batch), self.packets)
+        log.info(
+            "vocoder: captured %d CUDA graphs (buckets %s x packets %s)",
+            len(self._graphs),
+            batch_buckets(self.max_batch),
+            self.packets,
+        )
 
     def _view(self, rows: int) -> StreamingCodecState:
         return StreamingCodecState(self._static.frames[:rows], [b[:rows] for b in self._static.buffers])

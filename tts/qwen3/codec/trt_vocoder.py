@@ -42,8 +42,9 @@ _TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 WORKSPACE_BYTES = 8 << 30
 
 
-def engine_cache_key(gpu_name: str, trt_version: str, onnx_sha256: str, max_batch: int, packets: Sequence[int],
-                     contexts: int) -> str:
+def engine_cache_key(
+    gpu_name: str, trt_version: str, onnx_sha256: str, max_batch: int, packets: Sequence[int], contexts: int
+) -> str:
     """File name of a cached engine: everything an engine depends on, readable, plus a short hash."""
     gpu = re.sub(r"[^A-Za-z0-9]+", "-", gpu_name).strip("-").lower()
     parts = f"{gpu}|{trt_version}|{onnx_sha256}|{max_batch}|{tuple(packets)}|{contexts}"
@@ -62,7 +63,9 @@ class _Context:
             raise CodecError("vocoder_unavailable", "tensorrt: cannot create an execution context (GPU memory?)")
         n, dev, cfg = owner.max_batch, owner.device, owner.config
         self.codes = {t: torch.zeros(n, t, cfg.num_quantizers, dtype=torch.long, device=dev) for t in owner.packets}
-        self.pcm = {t: torch.zeros(n, t * cfg.samples_per_frame, dtype=torch.float32, device=dev) for t in owner.packets}
+        self.pcm = {
+            t: torch.zeros(n, t * cfg.samples_per_frame, dtype=torch.float32, device=dev) for t in owner.packets
+        }
         self.frames = torch.zeros(n, dtype=torch.long, device=dev)
         self.frames_out = torch.zeros(n, dtype=torch.long, device=dev)
         self.state = [torch.zeros((n, *s), dtype=d, device=dev) for s, d in owner.state_specs]
@@ -74,7 +77,12 @@ class _Context:
         if self.bound is None or self.bound[0] != t:
             profile = self.index * len(owner.packets) + owner.packets.index(t)
             ctx.set_optimization_profile_async(profile, stream)  # invalidates the bindings: all again
-            addresses = {"codes": self.codes[t], "frames": self.frames, "pcm": self.pcm[t], "frames_out": self.frames_out}
+            addresses = {
+                "codes": self.codes[t],
+                "frames": self.frames,
+                "pcm": self.pcm[t],
+                "frames_out": self.frames_out,
+            }
             addresses.update(zip(owner.inputs, self.state))
             addresses.update(zip(owner.outputs, self.state_out))
             for name, tensor in addresses.items():
@@ -107,8 +115,15 @@ class _Context:
 class TensorRTVocoder(Vocoder):
     kind = "tensorrt"
 
-    def __init__(self, onnx_path: str | os.PathLike, device: str | torch.device = "cuda", max_batch: int = 64,
-                 packets: Sequence[int] = (1, 2, 4), cache_dir: str | os.PathLike | None = None, contexts: int = 2):
+    def __init__(
+        self,
+        onnx_path: str | os.PathLike,
+        device: str | torch.device = "cuda",
+        max_batch: int = 64,
+        packets: Sequence[int] = (1, 2, 4),
+        cache_dir: str | os.PathLike | None = None,
+        contexts: int = 2,
+    ):
         try:
             import tensorrt as trt
         except Exception as exc:
@@ -131,13 +146,16 @@ class TensorRTVocoder(Vocoder):
         sha = file_sha256(onnx_path)
         folder = (Path(cache_dir) if cache_dir else default_cache_dir()) / "trt"
         folder.mkdir(parents=True, exist_ok=True)
-        self.plan_path = folder / engine_cache_key(torch.cuda.get_device_name(device), trt.__version__, sha,
-                                                   self.max_batch, self.packets, self.contexts)
+        self.plan_path = folder / engine_cache_key(
+            torch.cuda.get_device_name(device), trt.__version__, sha, self.max_batch, self.packets, self.contexts
+        )
         with torch.cuda.device(device):
             plan = self._load_or_build(Path(onnx_path))
             self.engine = trt.Runtime(self.logger).deserialize_cuda_engine(plan)
         if self.engine is None:
-            raise CodecError("vocoder_unavailable", f"tensorrt: cannot deserialize {self.plan_path} (delete it to rebuild)")
+            raise CodecError(
+                "vocoder_unavailable", f"tensorrt: cannot deserialize {self.plan_path} (delete it to rebuild)"
+            )
         self._local = threading.local()
         self._lock = threading.Lock()
         self._made = 0
@@ -147,8 +165,13 @@ class TensorRTVocoder(Vocoder):
         return f"tensorrt-{self.precision}"
 
     def describe(self) -> dict:
-        return {**super().describe(), "plan": str(self.plan_path), "tensorrt": self.trt.__version__,
-                "contexts": self.contexts, "precision": self.precision}
+        return {
+            **super().describe(),
+            "plan": str(self.plan_path),
+            "tensorrt": self.trt.__version__,
+            "contexts": self.contexts,
+            "precision": self.precision,
+        }
 
     def _load_or_build(self, onnx_path: Path) -> bytes:
         if self.plan_path.is_file():
@@ -177,7 +200,9 @@ class TensorRTVocoder(Vocoder):
                 config.add_optimization_profile(profile)
         plan = builder.build_serialized_network(network, config)
         if plan is None:
-            raise CodecError("vocoder_unavailable", f"tensorrt could not build an engine from {onnx_path} (see its log)")
+            raise CodecError(
+                "vocoder_unavailable", f"tensorrt could not build an engine from {onnx_path} (see its log)"
+            )
         data = bytes(plan)
         tmp = self.plan_path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(data)
@@ -189,8 +214,11 @@ class TensorRTVocoder(Vocoder):
         if ctx is None:
             with self._lock:
                 if self._made >= self.contexts:
-                    raise CodecError("vocoder_failed", f"tensorrt: more than {self.contexts} threads call the vocoder "
-                                                       "(each needs its own execution context; raise contexts)")
+                    raise CodecError(
+                        "vocoder_failed",
+                        f"tensorrt: more than {self.contexts} threads call the vocoder "
+                        "(each needs its own execution context; raise contexts)",
+                    )
                 index, self._made = self._made, self._made + 1
             ctx = self._local.context = _Context(self, index)
         return ctx

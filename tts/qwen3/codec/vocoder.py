@@ -122,9 +122,18 @@ def choose_auto(device: torch.device) -> tuple[str, str]:
     return "torch", f"CPU: torch eager ({why_not})"
 
 
-def build_vocoder(kind: str, decoder, *, max_batch: int = 64, packets: Sequence[int] = DEFAULT_PACKETS,
-                  cache_dir: str | os.PathLike | None = None, onnx_path: str | os.PathLike | None = None,
-                  precision: str = "fp32", cuda_graphs: bool | None = None, contexts: int = 2) -> Vocoder:
+def build_vocoder(
+    kind: str,
+    decoder,
+    *,
+    max_batch: int = 64,
+    packets: Sequence[int] = DEFAULT_PACKETS,
+    cache_dir: str | os.PathLike | None = None,
+    onnx_path: str | os.PathLike | None = None,
+    precision: str = "fp32",
+    cuda_graphs: bool | None = None,
+    contexts: int = 2,
+) -> Vocoder:
     """The backend `kind` (auto | torch | onnxruntime | tensorrt) for `decoder` (a CodecDecoder on its device).
 
     Refuses with `CodecError("vocoder_unavailable", one line)` when that backend cannot run here.
@@ -153,5 +162,6 @@ def build_vocoder(kind: str, decoder, *, max_batch: int = 64, packets: Sequence[
     from tts.qwen3.codec.trt_vocoder import TensorRTVocoder
 
     path = onnx_path or cached_onnx(decoder, cache_dir, precision, max_batch)
-    return TensorRTVocoder(path, device=device, max_batch=max_batch, packets=packets, cache_dir=cache_dir,
-                           contexts=contexts)
+    return TensorRTVocoder(
+        path, device=device, max_batch=max_batch, packets=packets, cache_dir=cache_dir, contexts=contexts
+    )

@@ -21,8 +21,14 @@ class Vocoder:
 
     kind = "?"
 
-    def __init__(self, config: CodecConfig, device: torch.device, state_specs: list[tuple[tuple[int, ...], torch.dtype]],
-                 max_batch: int, packets: Sequence[int]):
+    def __init__(
+        self,
+        config: CodecConfig,
+        device: torch.device,
+        state_specs: list[tuple[tuple[int, ...], torch.dtype]],
+        max_batch: int,
+        packets: Sequence[int],
+    ):
         self.config = config
         self.device = torch.device(device)
         self.state_specs = state_specs
@@ -30,24 +36,34 @@ class Vocoder:
         # 1 is always there: any frame count splits into captured packet sizes (graphs, TensorRT profiles)
         self.packets = tuple(sorted({1, *(int(p) for p in packets)}))
         if self.packets[0] < 1 or self.max_batch < 1:
-            raise CodecError("vocoder_unavailable", f"packets must be >= 1 and max_batch >= 1, got {packets}, {max_batch}")
+            raise CodecError(
+                "vocoder_unavailable", f"packets must be >= 1 and max_batch >= 1, got {packets}, {max_batch}"
+            )
 
     @property
     def name(self) -> str:
         return self.kind
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "name": self.name, "device": str(self.device), "max_batch": self.max_batch,
-                "packets": list(self.packets)}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "device": str(self.device),
+            "max_batch": self.max_batch,
+            "packets": list(self.packets),
+        }
 
     def new_state(self, batch_size: int) -> StreamingCodecState:
         """Fresh streams (zeros = the official left padding) in this backend's layout and device."""
-        buffers = [torch.zeros((batch_size, *shape), dtype=dtype, device=self.device) for shape, dtype in self.state_specs]
+        buffers = [
+            torch.zeros((batch_size, *shape), dtype=dtype, device=self.device) for shape, dtype in self.state_specs
+        ]
         return StreamingCodecState(torch.zeros(batch_size, dtype=torch.long, device=self.device), buffers)
 
     @torch.no_grad()
-    def decode_step(self, codes: torch.Tensor, state: StreamingCodecState,
-                    rows: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor:
+    def decode_step(
+        self, codes: torch.Tensor, state: StreamingCodecState, rows: Sequence[int] | torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Decode the next t frames of every row: codes [B, t, Q] → float32 [B, t·samples_per_frame].
         With `rows`, row i of `codes` continues state row rows[i] and only those rows advance."""
         if rows is not None:

@@ -51,7 +51,9 @@ def load_codec_decoder(
             if missing or unexpected:
                 parts = [f"missing {len(missing)}: {_listing(missing)}"] if missing else []
                 parts += [f"unexpected {len(unexpected)}: {_listing(unexpected)}"] if unexpected else []
-                raise CodecError("weights_mismatch", f"{path} decoder weights do not match the config; " + "; ".join(parts))
+                raise CodecError(
+                    "weights_mismatch", f"{path} decoder weights do not match the config; " + "; ".join(parts)
+                )
             wrong = []
             for name in present:
                 tensor = f.get_tensor(PREFIX + name)

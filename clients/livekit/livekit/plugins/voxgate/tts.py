@@ -18,7 +18,12 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from livekit.agents import (
-    DEFAULT_API_CONNECT_OPTIONS, APIConnectionError, APIConnectOptions, APIStatusError, tts, utils,
+    DEFAULT_API_CONNECT_OPTIONS,
+    APIConnectionError,
+    APIConnectOptions,
+    APIStatusError,
+    tts,
+    utils,
 )
 from livekit.agents.types import TimedString
 from voxgate_client import Audio, AudioStart, Error, Mark, Session, SessionEnded, TurnDone, VoxgateError
@@ -49,7 +54,9 @@ def timed_words(text: str, start_ms: float, end_ms: float) -> list[TimedString]:
     for word in words:
         start = start_ms + span * before / total
         before += len(word)
-        out.append(TimedString(word + " ", start_time=start / 1000.0, end_time=(start_ms + span * before / total) / 1000.0))
+        out.append(
+            TimedString(word + " ", start_time=start / 1000.0, end_time=(start_ms + span * before / total) / 1000.0)
+        )
     return out
 
 
@@ -68,11 +75,18 @@ class TTS(tts.TTS):
         `instruct`: a VoiceDesign description; `sample_rate`: 8000, 16000, 24000 or 48000."""
         if sample_rate not in SAMPLE_RATES:
             raise ValueError(f"sample_rate must be one of {SAMPLE_RATES}, not {sample_rate}")
-        super().__init__(capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
-                         sample_rate=sample_rate, num_channels=1)
+        super().__init__(
+            capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
+            sample_rate=sample_rate,
+            num_channels=1,
+        )
         self._opts = _Options(url, api_key, voice, language, instruct, sample_rate)
         self._pool = utils.ConnectionPool[Session](
-            connect_cb=self._connect, close_cb=self._close, max_session_duration=_SESSION_MAX_S, mark_refreshed_on_get=True)
+            connect_cb=self._connect,
+            close_cb=self._close,
+            max_session_duration=_SESSION_MAX_S,
+            mark_refreshed_on_get=True,
+        )
         self._streams: set[SynthesizeStream] = set()
 
     @property
@@ -83,7 +97,9 @@ class TTS(tts.TTS):
     def provider(self) -> str:
         return "voxgate"
 
-    def update_options(self, *, voice: str | None = None, language: str | None = None, instruct: str | None = None) -> None:
+    def update_options(
+        self, *, voice: str | None = None, language: str | None = None, instruct: str | None = None
+    ) -> None:
         """voxgate fixes these per session: streams after this open sessions with the new ones."""
         changes = {k: v for k, v in (("voice", voice), ("language", language), ("instruct", instruct)) if v is not None}
         if changes:
@@ -93,7 +109,9 @@ class TTS(tts.TTS):
     def prewarm(self) -> None:
         self._pool.prewarm()
 
-    def synthesize(self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS) -> tts.ChunkedStream:
+    def synthesize(
+        self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> tts.ChunkedStream:
         return self._synthesize_with_stream(text, conn_options=conn_options)
 
     def stream(self, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS) -> SynthesizeStream:
@@ -110,12 +128,25 @@ class TTS(tts.TTS):
     async def _connect(self, timeout: float) -> Session:
         o = self._opts
         try:
-            return await Session.connect(o.url, api_key=o.api_key, voice=o.voice, language=o.language, instruct=o.instruct,
-                                         sample_rate=o.sample_rate, pacing="none", audio="bytes", open_timeout=timeout)
+            return await Session.connect(
+                o.url,
+                api_key=o.api_key,
+                voice=o.voice,
+                language=o.language,
+                instruct=o.instruct,
+                sample_rate=o.sample_rate,
+                pacing="none",
+                audio="bytes",
+                open_timeout=timeout,
+            )
         except VoxgateError as exc:
             status = 429 if exc.code in _RETRY_LATER else 401 if exc.code == "unauthorized" else 400
-            raise APIStatusError(f"voxgate refused the session: {exc}", status_code=status, body=exc.code,
-                                 retryable=exc.code in _RETRY_LATER) from exc
+            raise APIStatusError(
+                f"voxgate refused the session: {exc}",
+                status_code=status,
+                body=exc.code,
+                retryable=exc.code in _RETRY_LATER,
+            ) from exc
         except (OSError, asyncio.TimeoutError) as exc:
             raise APIConnectionError(f"cannot reach voxgate at {o.url}: {exc}") from exc
 
@@ -130,8 +161,9 @@ class SynthesizeStream(tts.SynthesizeStream):
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         request_id = utils.shortuuid()
-        output_emitter.initialize(request_id=request_id, sample_rate=self._tts.sample_rate, num_channels=1,
-                                  mime_type="audio/pcm", stream=True)
+        output_emitter.initialize(
+            request_id=request_id, sample_rate=self._tts.sample_rate, num_channels=1, mime_type="audio/pcm", stream=True
+        )
         session = await self._tts._pool.get(timeout=self._conn_options.timeout)
         while session.ended.is_set():  # a pooled session the gateway or the network ended meanwhile
             self._tts._pool.remove(session)
@@ -182,7 +214,9 @@ class SynthesizeStream(tts.SynthesizeStream):
                 return
             elif isinstance(ev, Error):
                 if ev.code in _RETRY_LATER and output_emitter.pushed_duration() == 0.0:  # nothing heard yet: retry
-                    raise APIStatusError(f"voxgate {ev.code}: {ev.message}", status_code=429, body=ev.code, retryable=True)
+                    raise APIStatusError(
+                        f"voxgate {ev.code}: {ev.message}", status_code=429, body=ev.code, retryable=True
+                    )
                 logger.warning("voxgate %s: %s", ev.code, ev.message)
             elif isinstance(ev, SessionEnded):
                 break
