@@ -10,7 +10,7 @@ and everything already running goes on. Keys (all under `cluster.key_prefix`, de
     nodes            zset    node -> expiry (ms)        members past their expiry are dead
     token:{id}       string  "1"                        PXAT the token's expiry; GETDEL spends it
     ip:{addr}        hash    node -> open connections   PX 3 x claim_ttl_s, rewritten by each node's heartbeat
-    iprate:{addr}:{s} string new connections in second s PX 2 s
+    iprate:{addr}    zset    opens of the last second   score = µs; PX 2 s (a sliding second)
     voice:{name}     hash    wav, ref_text, x_vector_only, language, added   no TTL (deleted with the voice)
     voices           set     uploaded voice names       no TTL
     voice-deleted:{name} string a deletion's tombstone  PX 7 days
@@ -100,17 +100,21 @@ end
 for i, key in ipairs(KEYS) do redis.call('SET', key, ARGV[1], 'PX', ARGV[2]) end
 return ''
 """
-# Per-IP: KEYS[1] the address's hash, KEYS[2] this second's counter. ARGV: node, cap, rate, hash ttl ms, live nodes…
+# Per-IP: KEYS[1] the address's hash, KEYS[2] its opens of the last second (a sorted set, score = µs).
+# ARGV: node, cap, rate, hash ttl ms, now µs, live nodes… A sliding second, not a calendar one: a counter per
+# whole second let up to twice the rate through across a second's boundary.
 _PEER_OPEN = """
-local cap, rate = tonumber(ARGV[2]), tonumber(ARGV[3])
+local cap, rate, now = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
 if rate > 0 then
-  local n = redis.call('INCR', KEYS[2])
-  if n == 1 then redis.call('PEXPIRE', KEYS[2], 2000) end
-  if n > rate then return 'rate' end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 1000000)
+  local n = redis.call('ZCARD', KEYS[2])
+  if n >= rate then return 'rate' end
+  redis.call('ZADD', KEYS[2], now, ARGV[1] .. ':' .. ARGV[5] .. ':' .. n)
+  redis.call('PEXPIRE', KEYS[2], 2000)
 end
 if cap > 0 then
   local total = 0
-  for i = 5, #ARGV do total = total + tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') end
+  for i = 6, #ARGV do total = total + tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') end
   if total >= cap then return 'cap' end
 end
 redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
@@ -353,12 +357,12 @@ class ClusterPlane:
     # ------------------------------------------------------------ per-IP caps across nodes
     async def peer_open(self, address: str, cap: int, rate: float) -> str | None:
         """None, or 'cap' / 'rate' when the address is over the plane-wide limit."""
-        second = int(time.time())
-        keys = [self.key("ip", address), self.key("iprate", address, str(second))]
+        keys = [self.key("ip", address), self.key("iprate", address)]
         nodes = self.live_nodes if self.node_id in self.live_nodes else [*self.live_nodes, self.node_id]
         why = await self._call(
             self._scripts["peer_open"](
-                keys=keys, args=[self.node_id, cap, int(rate) if rate else 0, 3 * self.ttl_ms, *nodes]
+                keys=keys,
+                args=[self.node_id, cap, int(rate) if rate else 0, 3 * self.ttl_ms, int(time.time() * 1e6), *nodes],
             )
         )
         return why.decode() or None

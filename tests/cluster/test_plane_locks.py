@@ -59,6 +59,24 @@ async def test_the_per_ip_rate_counts_every_node(pair):
     assert answers[3]["type"] == "error" and answers[3]["code"] == "rate_limited"
 
 
+async def test_the_per_ip_rate_is_a_sliding_second_not_a_calendar_one(pair, monkeypatch):
+    """Three opens late in one second and a fourth early in the next are four within a second: refused. (A counter
+    per calendar second let it through, and this file's test above failed whenever its four crossed a boundary.)"""
+    import gateway.cluster.plane as plane_module
+
+    plane = (await pair("127.0.0.2", "a")).core.cluster
+    now = [1_000_000.90]
+    monkeypatch.setattr(plane_module.time, "time", lambda: now[0])
+    for at in (1_000_000.90, 1_000_000.92, 1_000_000.95):
+        now[0] = at
+        assert await plane.peer_open("10.9.9.9", 0, 3) is None
+    now[0] = 1_000_001.10  # a new calendar second, 0.2 s after the first open
+    assert await plane.peer_open("10.9.9.9", 0, 3) == "rate"
+    now[0] = 1_000_001.91  # a second after the first open: it no longer counts
+    assert await plane.peer_open("10.9.9.9", 0, 3) is None
+    assert await plane.peer_open("10.9.9.8", 0, 3) is None  # another address has its own second
+
+
 async def test_an_audiosocket_hop_passes_an_owner_that_would_refuse_the_forwarding_node(pair):
     owner = await pair("127.0.0.2", "owner", telephony={"audiosocket_port": 0, "audiosocket_allow": ["10.0.0.0/8"]})
     relay = await pair("127.0.0.3", "relay", telephony={"audiosocket_port": 0})

@@ -242,7 +242,7 @@ class EngineLink:
         exc = send_now(self._sock, W.encode(msg))
         if exc is not None:  # EAGAIN: not connected (IMMEDIATE)
             if not isinstance(msg, W.Hello):
-                self._down(f"cannot send to engine {self.endpoint} ({exc})")
+                self._down(f"lost the connection to engine {self.endpoint} (a send failed: {exc})")
             return False
         self.counters["messages_out"] += 1
         return True
