@@ -70,6 +70,29 @@ async def _exchange(sock, msg_frames: list, timeout: float = 5.0):
     return W.decode_from_engine(await asyncio.wait_for(sock.recv_multipart(), timeout))
 
 
+async def test_a_monitor_attached_before_the_connect_sees_the_first_handshake(server):
+    """The link's monitor goes on before `connect`: attached after it, it could miss the first handshake's success
+    (the I/O thread may finish first), and a later disconnect was then reported as a handshake refusal (seen in CI
+    for a killed engine)."""
+    from zmq.utils.monitor import parse_monitor_message
+
+    transport, monitors = Transport(), []
+
+    def before_connect(sock):
+        assert not sock.getsockopt(zmq.LAST_ENDPOINT)  # not connected yet
+        monitors.append(sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED))
+
+    sock = transport.client_socket(server.endpoint, SECRET, on_socket=before_connect)
+    try:
+        await asyncio.sleep(0.3)  # the handshake is done by now: a monitor attached only now would see nothing
+        event = parse_monitor_message(await asyncio.wait_for(monitors[0].recv_multipart(), 5))
+        assert event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED
+    finally:
+        sock.disable_monitor()
+        monitors[0].close(linger=0)
+        transport.close()
+
+
 async def test_the_engine_answers_strangers_bad_messages_and_old_versions_and_keeps_serving(server):
     transport = Transport()
     sock = transport.client_socket(server.endpoint, SECRET)

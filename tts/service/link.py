@@ -106,8 +106,18 @@ class EngineLink:
 
     def _open(self) -> None:
         loop = asyncio.get_running_loop()
-        self._sock = self._transport.client_socket(self.endpoint, self._secret)
-        self._monitor = self._sock.get_monitor_socket(_MONITOR_EVENTS)
+        monitors = []  # attached before the connect, so the first handshake's success is never missed
+        try:
+            self._sock = self._transport.client_socket(
+                self.endpoint,
+                self._secret,
+                on_socket=lambda sock: monitors.append(sock.get_monitor_socket(_MONITOR_EVENTS)),
+            )
+        except BaseException:
+            for monitor in monitors:  # an open socket would keep the context's termination waiting for ever
+                monitor.close(linger=0)
+            raise
+        self._monitor = monitors[0]
         self._io = [
             loop.create_task(self._receive(self._sock), name=f"link-recv {self.endpoint}"),
             loop.create_task(self._watch(self._monitor), name=f"link-monitor {self.endpoint}"),

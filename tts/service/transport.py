@@ -197,8 +197,10 @@ class Transport:
             raise
         return sock
 
-    def client_socket(self, endpoint: str, secret: bytes | None) -> zmq.asyncio.Socket:
-        """A DEALER connecting to one engine (it reconnects by itself; sends fail while it is down)."""
+    def client_socket(self, endpoint: str, secret: bytes | None, on_socket=None) -> zmq.asyncio.Socket:
+        """A DEALER connecting to one engine (it reconnects by itself; sends fail while it is down).
+        `on_socket(sock)` runs before the connect: a monitor attached there sees the first handshake's events,
+        which one attached after `connect` can miss (the I/O thread may finish the handshake first)."""
         check_endpoint(endpoint)
         sock = self.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -216,6 +218,8 @@ class Transport:
                 client_public, client_private = _keypair(secret, b"client")
                 sock.curve_serverkey = server_public
                 sock.curve_publickey, sock.curve_secretkey = client_public, client_private
+            if on_socket is not None:
+                on_socket(sock)
             sock.connect(endpoint)
         except BaseException:
             sock.close(linger=0)  # an open socket would keep the context's termination waiting for ever
