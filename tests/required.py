@@ -81,6 +81,7 @@ REQUIRED: list[Need] = [
     module("onnx", "the onnx extra", "tests/qwen3/test_vocoder_onnx.py"),
     module("onnxruntime", "the onnx/vad extra", "tests/vad, tests/voice, tests/qwen3"),
     module("webrtcvad", "the vad extra", "tests/vad"),
+    module("silero_vad", "the vad extra (its ONNX file; the package is never imported)", "tests/vad, tests/sip"),
     module("silero_stress", "the stress extra", "tests/frontend/test_stress.py"),
     module("num2words", "the test extra", "tests/frontend/test_numerals.py"),
     module("openai", "the test extra", "tests/gateway/test_openai_speech.py"),
