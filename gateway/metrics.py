@@ -55,6 +55,14 @@ class GatewayMetrics:
         self.clock_skipped = Counter(
             "voxgate_clock_skipped_ticks_total", "Ticks dropped after a long stall", registry=r
         )
+        self.clock_stalled = Counter(
+            "voxgate_clock_stall_seconds_total",
+            "Time of the shared clock's long stalls, by where the loop thread's time went: ran (this process's own "
+            "work), cpu_wait (runnable, the cores busy with others), stolen (by the host), blocked (a blocking call, "
+            "a lock or the GIL)",
+            ["part"],
+            registry=r,
+        )
         # The per-frame path's own CPU, apart from the engine, the text path and the doors: what a frame costs to play
         self.clock_tick_cpu = Counter(
             "voxgate_clock_tick_cpu_seconds_total",
@@ -104,6 +112,16 @@ class GatewayMetrics:
         self.speech_in_flight = Gauge(
             "voxgate_speech_requests_in_flight", "POST /v1/audio/speech requests being answered now", registry=r
         )
+
+    def count_stall(self, cause) -> None:
+        """A long clock stall (gateway/core/stall_cause.StallCause), split by where its time went."""
+        for part, ms in (
+            ("ran", cause.ran_ms),
+            ("cpu_wait", cause.cpu_wait_ms),
+            ("stolen", cause.stolen_ms),
+            ("blocked", cause.blocked_ms),
+        ):
+            self.clock_stalled.labels(part=part).inc(ms / 1000)
 
     def watch_speech_endpoints(self, endpoint_stats: Callable[[], list[dict]]) -> None:
         """engine.kind openai-speech: per speech server, up, in flight, first-byte time and errors by code."""

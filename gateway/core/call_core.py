@@ -38,6 +38,7 @@ class CallCore:
             config.playout.frame_ms,
             on_lateness=self.metrics.clock_lateness.observe,
             on_skip=self.metrics.clock_skipped.inc,
+            on_stall=self.metrics.count_stall,
             on_tick_cpu=self._count_tick,
         )
         self.registry = SessionRegistry(config, engine, self.metrics, on_closed=self.clock.remove)

@@ -14,6 +14,7 @@ import time
 
 import aiohttp
 import numpy as np
+import pytest
 import websockets
 
 from tests.conftest import Client
@@ -145,10 +146,10 @@ async def test_slowloris_clients_do_not_starve_the_others(start_gateway):
             s.close()
 
 
-async def test_a_thousand_connections_opened_and_dropped_in_a_second(start_gateway):
-    gw = await start_gateway({"telephony": {"audiosocket_port": 0}})
-    as_port = gw.legs["gateway.legs.audiosocket"].port
-    before = _fds()
+async def _storm_beside_a_call(gw, as_port: int) -> tuple[dict, list, float]:
+    """A healthy call's turn while the storm blows; what it heard, the clock's long stalls meanwhile, the storm's
+    seconds."""
+    since = time.monotonic()
     healthy = asyncio.create_task(_healthy_turn(gw))
     # the storm comes from another process, as an attacker's would: a thread of this one (which also runs the
     # gateway) took the GIL from the gateway's loop and once made an audible gap of the test's own making
@@ -157,8 +158,27 @@ async def test_a_thousand_connections_opened_and_dropped_in_a_second(start_gatew
     )
     out, _ = await storm.communicate()
     assert storm.returncode == 0
-    took = float(out)
-    assert (await healthy)["gaps"]["audible"] == 0
+    done = await healthy
+    return done, [cause for seen, cause in gw.clock.stalls if seen >= since], float(out)
+
+
+async def test_a_thousand_connections_opened_and_dropped_in_a_second(start_gateway):
+    gw = await start_gateway({"telephony": {"audiosocket_port": 0}})
+    as_port = gw.legs["gateway.legs.audiosocket"].port
+    before = _fds()
+    # The storm and the gateway share this box's two cores. A gap the box made (the clock's stall record says the
+    # loop thread was waiting for a CPU or robbed by the host: CI saw one of 481 ms) is not the gateway's: the storm
+    # blows again, three times at most. A gap of the gateway's own making (its loop ran or was blocked) fails at once.
+    machine = []
+    for _ in range(3):
+        done, stalls, took = await _storm_beside_a_call(gw, as_port)
+        if done["gaps"]["audible"] == 0:
+            break
+        ours = [cause.describe() for cause in stalls if not cause.machine]
+        assert stalls and not ours, f"an audible gap during the storm; the clock's stalls: {ours or 'none'}"
+        machine += [cause.describe() for cause in stalls]
+    else:
+        pytest.fail(f"the box starved the gateway in three storms running: {machine}")
     assert await _eventually(lambda: _fds() <= before + 2, timeout=15), (
         f"fds {before} -> {_fds()} after the storm ({took:.1f} s)"
     )
