@@ -84,6 +84,10 @@ logging.getLogger("aiosipua.transport").addFilter(_MalformedWithoutTraceback())
 
 USER_AGENT = "voxgate"
 FRAME_PTIME_MS = 20
+# sip.register over UDP (RFC 3261 §17.1.2): resend an unanswered REGISTER after 0.5 s, doubling to 4 s (Timer E);
+# after 32 s without an answer (Timer F), a failure or an expiry, register again every 30 s
+REGISTER_RESEND_FIRST_S, REGISTER_RESEND_MAX_S, REGISTER_NO_ANSWER_S = 0.5, 4.0, 32.0
+REGISTER_RETRY_S = 30.0
 RTCP_INTERVAL_S = 5.0  # RFC 3550's minimum; aiortp spreads each report over 0.5x..1.5x of it
 # A refusal's SIP status per voxgate code; anything else is a 500.
 REFUSAL_STATUS = {
@@ -264,6 +268,7 @@ class SipServer:
         self.uac: SipUAC | None = None
         self._tasks: set[asyncio.Task] = set()
         self.registrations: list[Registration] = []
+        self._keepers: list[asyncio.Task] = []  # one per registration (_keep_registered)
         self._watch: asyncio.Task | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -356,10 +361,41 @@ class SipServer:
             reg.on_expired = lambda r: log.warning("sip: registration of %s expired", r.aor)
             reg.register()
             self.registrations.append(reg)
+            self._keepers.append(loop.create_task(self._keep_registered(reg, entry.server)))
+
+    async def _keep_registered(self, reg: Registration, server: str) -> None:
+        """aiosipua sends each REGISTER once and stops for good after a failure or an expiry: over UDP one lost
+        packet (a registrar not up yet, a dropped datagram, a lost refresh) would leave this gateway unregistered
+        until it restarts. Resend while no answer comes (RFC 3261's Timer E: 0.5 s doubling to 4 s); after 32 s
+        without one (Timer F), a failure or an expiry, register again every `REGISTER_RETRY_S`."""
+        resend, unanswered = REGISTER_RESEND_FIRST_S, 0.0
+        while True:
+            state = reg.state.value
+            if state == "registering":
+                await asyncio.sleep(resend)
+                if reg.state.value != "registering":
+                    resend, unanswered = REGISTER_RESEND_FIRST_S, 0.0
+                    continue
+                unanswered += resend
+                resend = min(2 * resend, REGISTER_RESEND_MAX_S)
+                if unanswered >= REGISTER_NO_ANSWER_S:
+                    log.warning("sip: registrar %s has not answered in %.0f s; trying again later", server, unanswered)
+                    await asyncio.sleep(REGISTER_RETRY_S)
+                    resend, unanswered = REGISTER_RESEND_FIRST_S, 0.0
+                reg.register()
+            elif state in ("failed", "expired"):
+                await asyncio.sleep(REGISTER_RETRY_S)
+                if reg.state.value in ("failed", "expired"):
+                    log.info("sip: registering %s again at %s", reg.aor, server)
+                    reg.register()
+            else:  # registered (aiosipua refreshes it) or unregistered at our stop
+                await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
+        for keeper in self._keepers:  # none may register again after this
+            keeper.cancel()
         for reg in self.registrations:
             if reg.state.value == "registered":
                 reg.unregister()  # Expires: 0, best effort: the registrar forgets us now, not at expiry

@@ -147,6 +147,16 @@ async def test_a_retransmitted_invite_is_one_call(sip_gateway, callers):
 
 
 async def test_registers_with_digest_auth_and_unregisters_at_stop(tmp_path, monkeypatch):
+    await _register_at_sipp(tmp_path, monkeypatch, registrar_late_s=0.0)
+
+
+async def test_a_register_lost_before_the_registrar_listens_is_sent_again(tmp_path, monkeypatch):
+    """UDP: the first REGISTER goes out before the registrar listens and is lost; RFC 3261's Timer E resends it
+    (aiosipua alone sends it once, and the gateway stayed unregistered until a restart)."""
+    await _register_at_sipp(tmp_path, monkeypatch, registrar_late_s=1.2)
+
+
+async def _register_at_sipp(tmp_path, monkeypatch, registrar_late_s: float) -> None:
     from tests.sip.sipp import free_udp_port, run_sipp
     from tests.telephony.conftest import merge, started_gateways
 
@@ -154,12 +164,18 @@ async def test_registers_with_digest_auth_and_unregisters_at_stop(tmp_path, monk
 
     monkeypatch.setenv("VOXGATE_TEST_SIP_PASSWORD", "s3cret-pass")
     registrar_port = free_udp_port()
-    registrar = asyncio.create_task(
-        run_sipp(tmp_path, None, "registrar.xml", fields=["s3cret-pass"], listen_port=registrar_port, timeout_s=20)
-    )
-    await asyncio.sleep(0.5)  # SIPp listens
+
+    def start_registrar() -> asyncio.Task:
+        return asyncio.create_task(
+            run_sipp(tmp_path, None, "registrar.xml", fields=["s3cret-pass"], listen_port=registrar_port, timeout_s=30)
+        )
+
+    registrar = None
+    if not registrar_late_s:
+        registrar = start_registrar()
+        await asyncio.sleep(0.5)  # SIPp listens (on a loaded box maybe not yet: the REGISTER is then resent)
     async with started_gateways() as start:
-        await start(
+        gw = await start(
             merge(
                 SIP_FAST,
                 {
@@ -176,7 +192,15 @@ async def test_registers_with_digest_auth_and_unregisters_at_stop(tmp_path, monk
                 },
             )
         )
-        await asyncio.sleep(1.0)  # 401, the REGISTER with credentials, 200
+        if registrar is None:
+            await asyncio.sleep(registrar_late_s)
+            registrar = start_registrar()
+        (reg,) = gw.legs["gateway.legs.sip"].registrations
+        for _ in range(200):  # 401, the REGISTER with credentials, 200
+            if reg.state.value == "registered":
+                break
+            await asyncio.sleep(0.1)
+        assert reg.state.value == "registered", reg.state
     (await registrar).assert_ok()  # SIPp checked the digest and saw the Expires: 0 REGISTER at our stop
 
 
