@@ -11,6 +11,9 @@ gap. An operator (and a test) needs to know whose fault that was:
 * **blocked**: the rest: asleep in a blocking call, waiting on a lock or on the GIL held by another
   thread of this process.
 
+Garbage collections inside the window are reported beside them (a collection in this thread is part of
+**ran**; in another thread it holds the GIL, so it is part of **blocked**).
+
 `LoopTimes.sample()` costs ~10 µs (two `pread`s and a clock read) and runs once a tick, on the
 loop's own thread (`/proc/thread-self` names the thread that opened it). Where `/proc` is missing,
 only `ran` is known and the rest counts as blocked.
@@ -22,6 +25,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from gateway.runtime_stats import gc_pauses
+
 _USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -31,6 +36,7 @@ class Sample:
     ran: float  # this thread's CPU seconds
     run_delay: float  # seconds this thread has waited runnable for a CPU, since it started
     steal: tuple[float, ...]  # seconds stolen from each CPU since boot
+    gc: float  # seconds of garbage collection in this process since it started
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class StallCause:
     ran_ms: float
     cpu_wait_ms: float
     stolen_ms: float
+    gc_ms: float = 0.0
 
     @property
     def blocked_ms(self) -> float:
@@ -52,7 +59,8 @@ class StallCause:
     def describe(self) -> str:
         return (
             f"the loop thread ran {self.ran_ms:.0f} ms, waited {self.cpu_wait_ms:.0f} ms for a CPU, "
-            f"lost {self.stolen_ms:.0f} ms to the host, was blocked {self.blocked_ms:.0f} ms"
+            f"lost {self.stolen_ms:.0f} ms to the host, was blocked {self.blocked_ms:.0f} ms; "
+            f"garbage collection took {self.gc_ms:.0f} ms"
         )
 
 
@@ -62,9 +70,10 @@ class LoopTimes:
     def __init__(self):
         self._sched = _open("/proc/thread-self/schedstat")
         self._stat = _open("/proc/stat")
+        self._gc = gc_pauses()
 
     def sample(self) -> Sample:
-        return Sample(time.monotonic(), time.thread_time(), self._run_delay(), self._steal())
+        return Sample(time.monotonic(), time.thread_time(), self._run_delay(), self._steal(), sum(self._gc.seconds))
 
     @staticmethod
     def cause(before: Sample, after: Sample) -> StallCause:
@@ -74,6 +83,7 @@ class LoopTimes:
             ran_ms=1000 * (after.ran - before.ran),
             cpu_wait_ms=1000 * (after.run_delay - before.run_delay),
             stolen_ms=1000 * max(0.0, stolen),
+            gc_ms=1000 * (after.gc - before.gc),
         )
 
     def close(self) -> None:

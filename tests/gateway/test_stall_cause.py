@@ -97,8 +97,26 @@ def test_time_spent_runnable_behind_other_processes_is_counted_as_a_wait_for_a_c
 
 
 def test_the_description_names_every_part():
-    cause = StallCause(ms=481, ran_ms=12, cpu_wait_ms=300, stolen_ms=160)
+    cause = StallCause(ms=481, ran_ms=12, cpu_wait_ms=300, stolen_ms=160, gc_ms=3)
     assert cause.blocked_ms == 9 and cause.machine
     assert cause.describe() == (
-        "the loop thread ran 12 ms, waited 300 ms for a CPU, lost 160 ms to the host, was blocked 9 ms"
+        "the loop thread ran 12 ms, waited 300 ms for a CPU, lost 160 ms to the host, was blocked 9 ms; "
+        "garbage collection took 3 ms"
     )
+
+
+def test_a_garbage_collection_inside_the_stall_is_reported():
+    """A full collection over a large heap is the loop thread's own work (ran), and named as such."""
+    import gc
+
+    heap = [{"n": i} for i in range(300_000)]  # tracked containers for the collector to walk
+
+    def collect_for(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            gc.collect()
+
+    cause = _one_stall(lambda: collect_for(0.4))
+    del heap
+    assert cause.gc_ms > 0.5 * cause.ran_ms and cause.ran_ms > cause.blocked_ms, cause
+    assert not cause.machine
