@@ -536,6 +536,8 @@ class SipConfig:
     rtp_timeout_s: float = (
         30.0  # no RTP from the caller for this long (not on hold) ends the call with BYE: it vanished
     )
+    # a TCP connection that carries no call and sends nothing for this long is closed (it would hold a per-IP slot)
+    tcp_idle_s: float = 120.0
     greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence
     tls: bool = False  # SIP over TLS: not supported by the SIP stack (refused at start)
     srtp: bool = False  # SRTP (SDES): not supported by the RTP stack (refused at start)
@@ -572,6 +574,7 @@ class SipConfig:
         check(self.answer_delay_ms >= 0, "answer_delay_ms", "must be >= 0")
         check(self.ack_timeout_s > 0, "ack_timeout_s", "must be > 0")
         check(self.rtp_timeout_s >= 1, "rtp_timeout_s", "must be >= 1")
+        check(self.tcp_idle_s > 0, "tcp_idle_s", "must be > 0")
         for i, registration in enumerate(self.register):  # list items are not walked by _validate_tree
             registration.validate(lambda ok, key, message, i=i: check(ok, "register", f"[{i}].{key} {message}"))
 

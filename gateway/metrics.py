@@ -41,7 +41,7 @@ class GatewayMetrics:
         self.connections_refused = Counter(
             "voxgate_connections_refused_total",
             "Connections refused at the door: max_connections_per_ip, connections_per_ip_per_s, origin, "
-            "audiosocket_allow, twilio_unsigned, token",
+            "audiosocket_allow, twilio_unsigned, token, sip_allow, sip_tcp_idle (an idle SIP TCP connection without a call)",
             ["reason"],
             registry=r,
         )

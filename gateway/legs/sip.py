@@ -49,7 +49,7 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
         stringify_via,
     )
     from aiosipua.sdp import SdpMessage, negotiate_sdp
-    from aiosipua.transport import _UdpProtocol
+    from aiosipua.transport import _read_sip_message, _UdpProtocol
     from aiosipua.utils import generate_tag
 except ImportError as exc:  # pragma: no cover - exercised only where the extra is missing
     _MISSING: ImportError | None = exc
@@ -123,11 +123,13 @@ if _MISSING is None:
         (`received`, `rport`), so its answers go back on the connection it came on (RFC 3261 §18.2.2).
         With `sip.allow` set, only those addresses may connect at all (a connection is held open for the
         whole call, so strangers do not get to hold any); connections count against the per-IP caps
-        (`server.limits`) like every other door."""
+        (`server.limits`) like every other door, and one that carries no call and sends nothing for
+        `sip.tcp_idle_s` is closed (aiosipua keeps every connection until the peer closes it)."""
 
-        def __init__(self, local_addr, peers, allow, metrics):
+        def __init__(self, local_addr, peers, allow, metrics, idle_s: float, carries_call):
             super().__init__(local_addr=local_addr)
             self.peers, self.allow, self.metrics = peers, allow, metrics
+            self.idle_s, self.carries_call = idle_s, carries_call
 
         async def _handle_connection(self, reader, writer) -> None:
             peer = writer.get_extra_info("peername")
@@ -142,9 +144,40 @@ if _MISSING is None:
                 writer.transport.abort()
                 return
             try:
-                await super()._handle_connection(reader, writer)
+                await self._read_messages(reader, writer)
             finally:
                 self.peers.close(address)
+
+        async def _read_messages(self, reader, writer) -> None:
+            """aiosipua's read loop, with the idle limit: no read waits longer than `idle_s` while the
+            connection carries no call of ours."""
+            peer = writer.get_extra_info("peername")
+            addr = (str(peer[0]), int(peer[1])) if peer else ("0.0.0.0", 0)
+            self._connections[addr] = (reader, writer)
+            try:
+                while True:
+                    try:
+                        async with asyncio.timeout(None if self.carries_call(addr) else self.idle_s):
+                            data = await _read_sip_message(reader)
+                    except TimeoutError:
+                        if self.carries_call(addr):  # a call began on it while the read waited
+                            continue
+                        self.metrics.connections_refused.labels(reason="sip_tcp_idle").inc()
+                        log.info("sip: TCP connection from %s idle %.0f s without a call; closed", addr[0], self.idle_s)
+                        break
+                    if data is None:
+                        break
+                    self._dispatch(data, addr)
+            except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+                pass
+            finally:
+                self._connections.pop(addr, None)
+                writer.close()
+                try:
+                    async with asyncio.timeout(5):
+                        await writer.wait_closed()
+                except (ConnectionError, TimeoutError):
+                    pass
 
         def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
             try:
@@ -281,7 +314,9 @@ class SipServer:
             await self._open(udp_door)
             bound = udp._udp_transport.get_extra_info("sockname")[1]
             udp.local_addr = (host, bound)  # port 0 (tests): Via and Contact name the port really bound
-            tcp = _TcpSip((host, bound), self.core.peers, self.allow, self.core.metrics)
+            tcp = _TcpSip(
+                (host, bound), self.core.peers, self.allow, self.core.metrics, self.config.tcp_idle_s, self._on_tcp
+            )
             try:
                 await self._open(_Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT)))
                 break
@@ -330,6 +365,10 @@ class SipServer:
         door.intake = door.transport.on_message
         door.transport.on_message = lambda msg, addr, door=door: self._on_message(door, msg, addr)
         self.doors.append(door)
+
+    def _on_tcp(self, addr: tuple[str, int]) -> bool:
+        """Whether a call of ours came in on the TCP connection from `addr` (it may send nothing until its BYE)."""
+        return any(c.door.name == "TCP" and tuple(c.incoming.source_addr) == addr for c in self.calls.values())
 
     def _door_of(self, incoming: IncomingCall) -> _Door:
         return next(d for d in self.doors if d.transport is incoming.transport)

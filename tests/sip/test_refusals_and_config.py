@@ -240,3 +240,37 @@ async def test_over_tcp_only_allowed_addresses_may_connect(sip_gateway):
     finally:
         writer.close()
     assert gw.metrics.connections_refused.labels(reason="sip_allow")._value.get() == 1
+
+
+async def test_over_tcp_a_connection_without_a_call_is_closed_when_idle_and_one_with_a_call_is_kept(
+    sip_gateway, callers
+):
+    """aiosipua keeps a TCP connection until its peer closes it: one that never sends (or stops sending without
+    a call) would hold its per-IP slot for ever. A call's connection may be silent until the BYE: it is kept."""
+    from tests.sip.udp_caller import ack, invite
+
+    gw = await sip_gateway(sip={"tcp_idle_s": 1.0})
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", sip_port(gw))
+    rtp = callers().rtp
+    call_id = f"tcp-idle-{uuid.uuid4().hex}"
+    reader, writer = await asyncio.open_connection("127.0.0.1", sip_port(gw))
+    try:
+        writer.write(invite(call_id, 5999, rtp.getsockname()[1]).replace(b"SIP/2.0/UDP", b"SIP/2.0/TCP"))
+        await writer.drain()
+        async with asyncio.timeout(5):
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode()
+                await reader.readexactly(int(header(head, "Content-Length") or 0))
+                if int(head[8:11]) >= 200:
+                    break
+        to_tag = header(head, "To").split("tag=")[1].split(";")[0]
+        writer.write(ack(call_id, 5999, to_tag).replace(b"SIP/2.0/UDP", b"SIP/2.0/TCP"))
+        await writer.drain()
+        async with asyncio.timeout(5):  # the idle one is closed after ~1 s
+            assert await idle_reader.read(100) == b""
+        assert gw.metrics.connections_refused.labels(reason="sip_tcp_idle")._value.get() == 1
+        await asyncio.sleep(1.5)  # the call's connection, silent as long, is still open: no EOF waiting
+        assert not reader.at_eof() and len(gw.legs["gateway.legs.sip"].calls) == 1
+    finally:
+        idle_writer.close()
+        writer.close()
