@@ -8,6 +8,7 @@ import pytest
 
 from gateway.config import load_config
 from gateway.app import Gateway
+from tests.conftest import heap_frozen
 
 FAST = {
     "server": {"host": "127.0.0.1", "port": 0, "max_sessions": 100},
@@ -39,11 +40,12 @@ async def started_gateways():
         started.append(gw)
         return gw
 
-    try:
-        yield start
-    finally:
-        for gw in started:
-            await gw.stop()
+    with heap_frozen():
+        try:
+            yield start
+        finally:
+            for gw in started:
+                await gw.stop()
 
 
 @pytest.fixture
