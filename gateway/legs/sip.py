@@ -315,7 +315,12 @@ class SipServer:
             bound = udp._udp_transport.get_extra_info("sockname")[1]
             udp.local_addr = (host, bound)  # port 0 (tests): Via and Contact name the port really bound
             tcp = _TcpSip(
-                (host, bound), self.core.peers, self.allow, self.core.metrics, self.config.tcp_idle_s, self._on_tcp
+                (host, bound),
+                self.core.peers,
+                self.allow,
+                self.core.metrics,
+                self.config.tcp_idle_s,
+                self._carries_call,
             )
             try:
                 await self._open(_Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT)))
@@ -366,7 +371,7 @@ class SipServer:
         door.transport.on_message = lambda msg, addr, door=door: self._on_message(door, msg, addr)
         self.doors.append(door)
 
-    def _on_tcp(self, addr: tuple[str, int]) -> bool:
+    def _carries_call(self, addr: tuple[str, int]) -> bool:
         """Whether a call of ours came in on the TCP connection from `addr` (it may send nothing until its BYE)."""
         return any(c.door.name == "TCP" and tuple(c.incoming.source_addr) == addr for c in self.calls.values())
 
