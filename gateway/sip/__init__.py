@@ -1,0 +1,1 @@
+"""Direct SIP: the parts of the SIP leg with one job each (dialogs, media guard, auth, SRTP, trunks)."""
