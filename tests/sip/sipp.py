@@ -66,9 +66,10 @@ async def run_sipp(
     timeout_s: float = 30.0,
     listen_port: int | None = None,
     tcp: bool = False,
+    options: list[str] | None = None,
 ) -> SippRun:
     """SIPp calling `sip_port`; or, with `sip_port` None, answering on `listen_port` (a registrar, a UAS).
-    `tcp`: over one TCP connection per call instead of UDP."""
+    `tcp`: over one TCP connection per call instead of UDP. `options`: more of SIPp's command line (e.g. `-au`)."""
     sipp = require("sipp")
     remote = [f"127.0.0.1:{sip_port}"] if sip_port is not None else []
     args = [
@@ -107,6 +108,7 @@ async def run_sipp(
         inf = tmp_path / f"{scenario}.csv"
         inf.write_text("SEQUENTIAL\n" + ";".join(fields) + ";\n")
         args += ["-inf", str(inf)]
+    args += options or []
     proc = await asyncio.create_subprocess_exec(
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path
     )
