@@ -95,6 +95,7 @@ REQUIRED: list[Need] = [
     module("espeakng_loader", "the espeak extra", "tests/espeak, tests/webrtc", "espeakng-loader"),
     module("aiosipua", "the sip extra (also in the test extra)", "tests/sip, tests/fuzz (SIP entry)"),
     module("aiortp", "the sip extra (also in the test extra)", "tests/sip, tests/fuzz (SIP entry)"),
+    module("pylibsrtp", "the sip extra (also in the test extra)", "tests/sip/test_srtp.py"),
     module("matplotlib", "the test extra", "tests/bench (--plot)"),
     module("mkdocs", "the test/docs extra", "tests/docs/test_site.py"),
     module("material", "mkdocs-material (the test/docs extra)", "tests/docs/test_site.py", "mkdocs-material"),

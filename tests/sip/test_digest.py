@@ -62,19 +62,25 @@ def test_client_answers_rfc7616_example(algorithm):
 
 @pytest.mark.parametrize("algorithm", ["MD5", "SHA-256"])
 def test_server_accepts_an_independent_client(algorithm):
-    """requests' HTTPDigestAuth (its own RFC 7616 code) answers our challenge; we accept it once."""
-    from requests.auth import HTTPDigestAuth
+    """aiosipua's digest client (the SIP stack's own, which the leg's registrations use) answers our challenge;
+    we accept its answer once, and refuse it with a wrong password."""
+    aiosipua = pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
+    from aiosipua.headers import parse_auth, stringify_auth
 
     server = DigestServer("voxgate", {"alice": "s3cret"}, algorithms=[algorithm])
-    client = HTTPDigestAuth("alice", "s3cret")
-    client.init_per_thread_state()
-    client._thread_local.chal = parse(server.challenges()[0])
-    header = client.build_digest_header("INVITE", "/sip-uri")
+
+    def client_answer(password: str) -> str:
+        challenge = parse_auth(server.challenges()[0])
+        credentials = aiosipua.auth.build_credentials(
+            aiosipua.SipDigestAuth("alice", password), challenge, "INVITE", "sip:agent@voxgate"
+        )
+        assert credentials.params["algorithm"] == algorithm and credentials.params["qop"] == "auth"
+        return stringify_auth(credentials)
+
+    header = client_answer("s3cret")
     assert server.verify("INVITE", [header]).code == "ok"
     assert server.verify("INVITE", [header]).code == "replay"
-    client._thread_local.chal = parse(server.challenges()[0])
-    client.password = "wrong"
-    assert server.verify("INVITE", [client.build_digest_header("INVITE", "/sip-uri")]).code == ("wrong_credentials")
+    assert server.verify("INVITE", [client_answer("wrong")]).code == "wrong_credentials"
 
 
 def answer(server: DigestServer, *, user="alice", password="s3cret", method="INVITE", uri="sip:agent@voxgate", nc=1):
