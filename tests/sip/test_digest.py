@@ -1,5 +1,5 @@
 """Digest authentication (gateway/sip/digest.py, gateway/sip/auth_failures.py): RFC 7616's published vectors, an
-independent client (requests' HTTPDigestAuth) against our server side, and the refusals: wrong password, replay,
+independent client (aiosipua's) against our server side, and the refusals: wrong password, replay,
 stale nonce, forged nonce, a source that keeps failing."""
 
 from __future__ import annotations
