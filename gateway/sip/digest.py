@@ -241,17 +241,18 @@ class DigestServer:
         """Check the Authorization/Proxy-Authorization values of a `method` request. The digest covers the `uri`
         the client names; it is not compared with the Request-URI, which proxies rewrite on the way (RFC 3261
         §16.5) and which SIPp leaves out of it; a captured header is still good for one request at most."""
-        params = None
-        for value in authorizations:
+        params, unreadable = None, False
+        for value in authorizations:  # a request may carry credentials for other realms (or schemes) too
             try:
                 p = parse(value)
             except DigestError as e:
-                return Verdict(e.code if e.code == "malformed" else "missing")
+                unreadable = unreadable or e.code == "malformed"
+                continue
             if p.get("realm") == self.realm:
                 params = p
                 break
         if params is None:
-            return Verdict("missing")
+            return Verdict("malformed" if unreadable else "missing")
         required = ("username", "nonce", "uri", "response")
         if any(k not in params for k in required):
             return Verdict("malformed")

@@ -92,7 +92,8 @@ def answer(server: DigestServer, *, user="alice", password="s3cret", method="INV
 def test_round_trip_and_refusals(algorithm):
     server = DigestServer("voxgate", {"alice": "s3cret"}, algorithms=[algorithm])
     _, good = answer(server)
-    assert server.verify("INVITE", [good]) == Verdict("ok", "alice")
+    foreign = 'Digest realm="elsewhere", username="bob", nonce="n", uri="sip:x", response="00"'
+    assert server.verify("INVITE", ["Basic Zm9vOmJhcg==", foreign, good]) == Verdict("ok", "alice")
     assert server.verify("INVITE", [good]).code == "replay"
     assert server.verify("INVITE", [answer(server, password="guess")[1]]).code == ("wrong_credentials")
     assert server.verify("INVITE", [answer(server, user="mallory")[1]]).code == ("wrong_credentials")
