@@ -22,9 +22,14 @@ MAX_LINE = 1024
 _LINE = re.compile(r"(\d{1,10})\s+(\S+)\s+(\S+)(?:\s+(.*))?")
 
 
+SECURE_PROTOS = ("RTP/SAVP", "RTP/SAVPF")
+MODES = ("off", "optional", "required")
+
+
 class SdesError(ValueError):
-    """An `a=crypto` line we cannot use; `code` is stable: malformed, unsupported_suite, unsupported_lifetime,
-    unsupported_mki, unsupported_session_params, no_acceptable_crypto."""
+    """An `a=crypto` line or offer we cannot use; `code` is stable: malformed, unsupported_suite,
+    unsupported_lifetime, unsupported_mki, unsupported_session_params, no_acceptable_crypto, srtp_required,
+    srtp_off, answer_mismatch. Every one is answered 488 Not Acceptable Here when it refuses an offer."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
@@ -135,3 +140,37 @@ def choose(offered: list[str]) -> Crypto:
 def answer(offer: Crypto) -> Crypto:
     """Our line answering `offer`: its tag and suite, our own fresh key (RFC 4568 §5.1.2)."""
     return generate(offer.suite, offer.tag)
+
+
+def answer_offer(mode: str, proto: str, offered: list[str]) -> tuple[Crypto, Crypto] | None:
+    """SRTP for an offer's audio stream (its m= `proto` and `a=crypto` values) under `mode` (off, optional,
+    required): (our line, the peer's) to answer with RTP/SAVP, None to answer plain RTP/AVP, or SdesError
+    (answer 488). The answer keeps the offer's proto (RFC 3264), so an RTP/SAVP offer is refused with SRTP off
+    and an RTP/AVP offer with SRTP required; a=crypto lines in an RTP/AVP offer ("best effort") are ignored."""
+    if mode not in MODES:
+        raise ValueError(f"srtp mode {mode!r} (one of {', '.join(MODES)})")
+    secure = proto.upper() in SECURE_PROTOS
+    if not secure:
+        if mode == "required":
+            raise SdesError("srtp_required", f"the offer is plain RTP ({proto[:20]}) and SRTP is required")
+        return None
+    if mode == "off":
+        raise SdesError("srtp_off", f"the offer is SRTP ({proto[:20]}) and SRTP is off")
+    remote = choose(offered)
+    return answer(remote), remote
+
+
+def offer() -> list[Crypto]:
+    """Our offer's lines (with m= RTP/SAVP): both suites, the preferred first, each its own key."""
+    return [generate(suite, tag) for tag, suite in enumerate(SUITES, start=1)]
+
+
+def answered(ours: list[Crypto], values: list[str]) -> tuple[Crypto, Crypto]:
+    """(our line, the peer's) from the answer to our offer: exactly one line, naming a tag and suite we offered."""
+    if len(values) != 1:
+        raise SdesError("answer_mismatch", f"the answer carries {len(values)} a=crypto lines (one expected)")
+    remote = parse(values[0])
+    for local in ours:
+        if (local.tag, local.suite) == (remote.tag, remote.suite):
+            return local, remote
+    raise SdesError("answer_mismatch", f"the answer's a=crypto tag {remote.tag} {remote.suite} was not offered")

@@ -159,3 +159,60 @@ def test_suites_must_match():
     with pytest.raises(ValueError, match="suites differ"):
         SrtpSession(sdes.generate("AES_CM_128_HMAC_SHA1_80"), sdes.generate("AES_CM_128_HMAC_SHA1_32"))
     assert isinstance(sdes.generate("AES_CM_128_HMAC_SHA1_80"), Crypto)
+
+
+AVP_OFFER = [f"1 AES_CM_128_HMAC_SHA1_80 inline:{RFC_KEY}"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "proto", "lines", "outcome"),
+    [
+        ("required", "RTP/SAVP", AVP_OFFER, "srtp"),
+        ("optional", "RTP/SAVP", AVP_OFFER, "srtp"),
+        ("optional", "RTP/SAVPF", AVP_OFFER, "srtp"),
+        ("optional", "RTP/AVP", [], "plain"),
+        ("optional", "RTP/AVP", AVP_OFFER, "plain"),  # best-effort crypto in a plain offer is not taken up
+        ("off", "RTP/AVP", [], "plain"),
+        ("required", "RTP/AVP", [], "srtp_required"),
+        ("required", "RTP/AVP", AVP_OFFER, "srtp_required"),
+        ("off", "RTP/SAVP", AVP_OFFER, "srtp_off"),
+        ("required", "RTP/SAVP", [], "no_acceptable_crypto"),
+        ("required", "RTP/SAVP", [f"1 AES_CM_128_HMAC_SHA1_80 inline:{RFC_KEY}|2^20|1:4"], "no_acceptable_crypto"),
+    ],
+)
+def test_answer_offer_by_mode(mode, proto, lines, outcome):
+    if outcome in ("srtp", "plain"):
+        result = sdes.answer_offer(mode, proto, lines)
+        assert (result is not None) == (outcome == "srtp")
+        if result:
+            ours, theirs = result
+            assert theirs == sdes.parse(lines[0]) and (ours.tag, ours.suite) == (theirs.tag, theirs.suite)
+    else:
+        with pytest.raises(SdesError) as e:
+            sdes.answer_offer(mode, proto, lines)
+        assert e.value.code == outcome
+    with pytest.raises(ValueError, match="srtp mode"):
+        sdes.answer_offer("maybe", proto, lines)
+
+
+def test_our_offer_and_the_answer_to_it():
+    ours = sdes.offer()
+    assert [(c.tag, c.suite) for c in ours] == [(1, "AES_CM_128_HMAC_SHA1_80"), (2, "AES_CM_128_HMAC_SHA1_32")]
+    assert ours[0].master_key != ours[1].master_key
+    # the far end (libsrtp here) answers our _32 line with its own key: both directions then work
+    their_line = sdes.answer(sdes.parse(ours[1].to_sdp())).to_sdp()
+    local, remote = sdes.answered(ours, [their_line])
+    assert local == ours[1] and remote.suite == "AES_CM_128_HMAC_SHA1_32"
+    session = SrtpSession(local, remote)
+    peer_rx = peer_session(local.to_sdp(), outbound=False)
+    packet = rtp(1)
+    assert peer_rx.unprotect(session.protect(packet)) == packet
+    for bad in (
+        [],
+        [their_line, their_line],
+        [f"3 AES_CM_128_HMAC_SHA1_80 inline:{RFC_KEY}"],
+        [f"1 AES_CM_128_HMAC_SHA1_32 inline:{RFC_KEY}"],
+    ):
+        with pytest.raises(SdesError) as e:
+            sdes.answered(ours, bad)
+        assert e.value.code == "answer_mismatch"
