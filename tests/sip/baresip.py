@@ -49,7 +49,11 @@ class Baresip:
         self._tokens = 0
 
     @classmethod
-    async def start(cls, folder: Path, source_wav: Path) -> "Baresip":
+    async def start(
+        cls, folder: Path, source_wav: Path, modules: tuple[str, ...] = (), account_params: str = ""
+    ) -> "Baresip":
+        """`modules`: more of baresip's modules (e.g. srtp.so); `account_params`: more of the account's
+        parameters (e.g. `;mediaenc=srtp-mand`)."""
         binary = require("baresip")
         folder.mkdir(parents=True, exist_ok=True)
         sip_port, ctrl_port, rtp = free_udp_port(2), free_udp_port(), free_udp_port(4)
@@ -62,8 +66,9 @@ class Baresip:
                 rtp_first=rtp,
                 rtp_last=rtp + 7,
             )
+            + "".join(f"module {m}\n" for m in modules)
         )
-        (folder / "accounts").write_text("<sip:tester@127.0.0.1>;regint=0\n")
+        (folder / "accounts").write_text(f"<sip:tester@127.0.0.1>;regint=0{account_params}\n")
         log = open(folder / "baresip.log", "wb")
         proc = await asyncio.create_subprocess_exec(
             binary, "-f", str(folder), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT
