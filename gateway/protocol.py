@@ -100,6 +100,7 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("input", (dict,)),  # the caller's audio as binary messages: {"encoding", "sample_rate"}
         Field("barge_in", (dict,)),  # per-session override of the config's barge_in section
         Field("mode", (str,)),  # "sentence" | "turn" (default: the config's chunker.mode)
+        Field("word_timings", (bool,)),  # true: audio.words events (when each word of the agent's text is heard)
     ),
     "text": (
         Field("turn_id", (str, int), required=True),
@@ -117,6 +118,7 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
         Field("instruct", (str,)),
         Field("barge_in", (dict,)),
         Field("mode", (str,)),
+        Field("word_timings", (bool,)),
     ),
 }
 

@@ -14,6 +14,8 @@ from tts.engine import (
     SynthesisStream,
     TurnStream,
     VoiceClone,
+    WordTiming,
+    WordTimings,
 )
 from tts.factory import EngineChoice, build_engine, resolve_engine_kind
 from tts.turn_words import TurnWords
@@ -33,4 +35,6 @@ __all__ = [
     "TurnStream",
     "TurnWords",
     "VoiceClone",
+    "WordTiming",
+    "WordTimings",
 ]

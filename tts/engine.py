@@ -82,6 +82,30 @@ class VoiceClone:
         return "clone_xvector" if self.x_vector_only else "clone_icl"
 
 
+WORD_SOURCES = ("engine", "aligner")  # where an engine's word timings come from (the gateway's own guess: "estimate")
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    """One word the engine spoke: `text[char_start:char_end]` of the request's text, heard from sample
+    `start` to sample `end` of the request's audio (at the engine's rate, 0 = the request's first sample).
+    `end` is where the word's speech ends, before any pause that follows it."""
+
+    char_start: int
+    char_end: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class WordTimings:
+    """The words whose timings became known with a chunk (optional: engines without timings send none).
+    Words come in order, each once per request, possibly spread over several chunks of the request."""
+
+    words: tuple[WordTiming, ...]
+    source: str = "engine"  # one of WORD_SOURCES
+
+
 @dataclass(frozen=True)
 class PcmChunk:
     """A piece of a request's audio: float32 mono at `SAMPLE_RATE`.
@@ -94,6 +118,7 @@ class PcmChunk:
     frame_index: int
     is_last: bool
     text_end: int | None = None  # turn mode: the turn's text [0, text_end) is spoken once this chunk has played
+    words: WordTimings | None = None  # word timings known with this chunk (None: this engine gives none)
 
     @property
     def duration_s(self) -> float:

@@ -22,7 +22,16 @@ import threading
 
 import numpy as np
 
-from tts.engine import SAMPLE_RATE, Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream
+from tts.engine import (
+    SAMPLE_RATE,
+    Engine,
+    EngineError,
+    PcmChunk,
+    SynthesisRequest,
+    SynthesisStream,
+    WordTiming,
+    WordTimings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +59,50 @@ SENTENCE_PAUSE_S = 0.25
 CLAUSE_PAUSE_S = 0.12
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
+_INITIALIZE_PHONEME_EVENTS = 1  # a phoneme event each phoneme: a pause phoneme ("_", "_:") ends the word before it
+_EVENT_WORD, _EVENT_END, _EVENT_MSG_TERMINATED, _EVENT_PHONEME = 1, 5, 6, 7
 _POS_CHARACTER = 1
 _CHARS_UTF8 = 1
 _PARAM_RATE = 1
 _BUFFER_MS = 100
 _CYRILLIC = re.compile(r"[\u0400-\u04FF]")
 _LATIN = re.compile(r"[A-Za-z]")
-_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+
+
+class _Event(ctypes.Structure):
+    """eSpeak NG's `espeak_EVENT` (speak_lib.h); `sample` counts from the start of the text's audio."""
+
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("unique_identifier", ctypes.c_uint),
+        ("text_position", ctypes.c_int),  # 1-based, in characters (code points) of the text
+        ("length", ctypes.c_int),  # the word's length in characters (word events)
+        ("audio_position", ctypes.c_int),  # ms (rounded): `sample` is the exact figure
+        ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p),
+        ("id", ctypes.c_char * 8),  # the phoneme's mnemonic (phoneme events)
+    ]
+
+
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event))
+
+
+def word_spans(events: list[tuple[int, int, int, int, bool]], total: int) -> list[tuple[int, int, int, int]]:
+    """Each word event's (char_start, char_end, start, end) in eSpeak's samples, from the synth callback's
+    events (type, text_position, length, sample, is_pause_phoneme). A word ends where the next word starts,
+    where a pause phoneme or a clause's end follows it, or where the audio ends: never inside a pause."""
+    spans = []
+    for i, (kind, position, length, start, _) in enumerate(events):
+        if kind != _EVENT_WORD or length <= 0:
+            continue
+        end = total
+        for later_kind, _, _, sample, pause in events[i + 1 :]:
+            boundary = later_kind in (_EVENT_WORD, _EVENT_END, _EVENT_MSG_TERMINATED) or pause
+            if boundary and sample > start:
+                end = sample
+                break
+        spans.append((position - 1, position - 1 + length, start, min(end, total)))
+    return spans
 
 
 def espeak_available() -> bool:
@@ -120,6 +166,21 @@ def _polyphase_table(up: int, down: int, taps: int) -> np.ndarray:
     return (h / h.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
+def to_output_sample(sample: int, trimmed: int, rate: int) -> int:
+    """An eSpeak sample index in the engine's output: the leading silence cut, resampled to SAMPLE_RATE."""
+    return max(0, sample - trimmed) * SAMPLE_RATE // rate
+
+
+def _word_timings(events, total: int, trimmed: int, rate: int, out_len: int) -> WordTimings:
+    words = tuple(
+        WordTiming(
+            c0, c1, min(to_output_sample(s0, trimmed, rate), out_len), min(to_output_sample(s1, trimmed, rate), out_len)
+        )
+        for c0, c1, s0, s1 in word_spans(events, total)
+    )
+    return WordTimings(words, "engine")
+
+
 class _Library:
     """The eSpeak NG shared library; used from the worker thread only."""
 
@@ -144,20 +205,27 @@ class _Library:
             ctypes.c_void_p,
         ]
         self.sample_rate = lib.espeak_Initialize(
-            _AUDIO_OUTPUT_SYNCHRONOUS, _BUFFER_MS, espeakng_loader.get_data_path().encode(), 0
+            _AUDIO_OUTPUT_SYNCHRONOUS, _BUFFER_MS, espeakng_loader.get_data_path().encode(), _INITIALIZE_PHONEME_EVENTS
         )
         if self.sample_rate <= 0:
             raise EngineError("engine_unavailable", f"eSpeak NG failed to initialise (code {self.sample_rate})")
         self._lib = lib
         self._pieces: list[np.ndarray] = []
+        self.events: list[tuple[int, int, int, int, bool]] = []  # the last text's (see word_spans)
         self._abort = lambda: False
         self._callback = _CALLBACK(self._on_audio)  # kept alive: the library holds the pointer
         lib.espeak_SetSynthCallback(self._callback)
         self._voice: str | None = None
 
-    def _on_audio(self, wav, n: int, _events) -> int:
+    def _on_audio(self, wav, n: int, events) -> int:
         if n > 0 and wav:
             self._pieces.append(np.ctypeslib.as_array(wav, shape=(n,)).copy())
+        i = 0
+        while events and events[i].type != 0:  # the list ends with espeakEVENT_LIST_TERMINATED
+            e = events[i]
+            pause = e.type == _EVENT_PHONEME and e.id.startswith(b"_")
+            self.events.append((e.type, e.text_position, e.length, e.sample, pause))
+            i += 1
         return 1 if self._abort() else 0  # 1 tells eSpeak to stop this text
 
     def speak(self, text: str, voice: str, rate_wpm: int, abort) -> np.ndarray | None:
@@ -167,7 +235,7 @@ class _Library:
                 raise EngineError("unknown_voice", f"eSpeak NG has no voice {voice!r}")
             self._voice = voice
             self._lib.espeak_SetParameter(_PARAM_RATE, rate_wpm, 0)
-        self._pieces, self._abort = [], abort
+        self._pieces, self.events, self._abort = [], [], abort
         data = text.encode("utf-8") + b"\0"
         code = self._lib.espeak_Synth(data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
         if abort():
@@ -318,12 +386,13 @@ class EspeakEngine(Engine):
         if pcm16 is None:  # cancelled; the stream already ended on the consumer side
             self._aborted += 1
             return
-        pcm16 = _trim_leading_silence(pcm16, lib.sample_rate)
-        pcm = resample(pcm16.astype(np.float32) / 32768.0, lib.sample_rate, SAMPLE_RATE)
+        trimmed = _trim_leading_silence(pcm16, lib.sample_rate)
+        pcm = resample(trimmed.astype(np.float32) / 32768.0, lib.sample_rate, SAMPLE_RATE)
+        words = _word_timings(lib.events, len(pcm16), len(pcm16) - len(trimmed), lib.sample_rate, len(pcm))
         pause = _closing_pause_s(stream.request.text)
         if pause:
             pcm = np.concatenate([pcm, np.zeros(int(pause * SAMPLE_RATE), np.float32)])
-        self._hand_over(stream._deliver, PcmChunk(pcm, 0, True))
+        self._hand_over(stream._deliver, PcmChunk(pcm, 0, True, words=words))
 
     def _hand_over(self, fn, arg) -> None:
         try:

@@ -114,6 +114,7 @@ class CallRegistry:
         instruct: str | None = None,
         barge_in: dict | None = None,
         mode: str | None = None,
+        word_timings: bool | None = None,
     ) -> Call:
         """`call.attach`: joins the call, or creates it to wait for its media leg. Sends `call.attached`."""
         from gateway.core.caller_voice import session_settings
@@ -132,6 +133,8 @@ class CallRegistry:
         call.control = leg
         call.session.attach_text(leg)
         call.session.set_mode(mode)
+        if word_timings is not None:
+            call.session.word_timings = word_timings
         if settings is not None:
             call.barge_in = settings
             if call.media_state == "connected":
@@ -145,6 +148,7 @@ class CallRegistry:
                 "voice": call.session.voice_name,
                 "mode": call.session.mode,
                 **({"mode_note": call.session.mode_note} if call.session.mode_note else {}),
+                **({"word_timings": True} if call.session.word_timings else {}),
             }
         )
         if call.media_state == "connected":

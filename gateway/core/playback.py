@@ -8,18 +8,23 @@ the original text: words that read the same anchor the map, and a run that
 the normaliser rewrote becomes one group ("15%" ↔ "fifteen percent") that
 counts as heard only when all of its spoken words were.
 
-Qwen3-TTS gives no word timings, so a word's place in the chunk's audio is
-estimated by its share of the chunk's spoken characters: a chunk of 2 s
-whose first word holds 10 % of the letters has that word end at 0.2 s.
-The codec frame offsets of each chunk are kept alongside (the engine's
-streamed packets), for the day an engine reports real word timings.
+Where the engine says when each word is heard (`tts.WordTimings`: eSpeak's word
+events, an aligner), a word's place in the chunk's audio is the engine's; otherwise
+it is estimated by its share of the chunk's spoken characters over the chunk's
+speech (its trailing silence left out): a chunk of 2 s of speech whose first word
+holds 10 % of the letters has that word end at 0.2 s. Either way a word group counts
+as heard once its end has played, and the session reports the groups' times to
+clients that ask (`audio.words`, `SpokenChunk.take_words`).
 """
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
 from dataclasses import dataclass, field
+
+from tts import WordTimings
 
 _WORD = re.compile(r"\S+")
 _KEY = re.compile(r"[\W_]+")
@@ -38,6 +43,13 @@ class SpokenChunk:
     word_ends: list[float] = field(default_factory=list)  # spoken word j ends at this share of the chunk's audio
     text_ends: list[int | None] = field(default_factory=list)  # original[:text_ends[j]] is heard once word j is
     frame_offsets: list[int] = field(default_factory=list)  # output-rate sample offset of each engine packet
+    # the engine's text (stress marks and all): where each of its words starts and ends, to place its timings
+    engine_words: tuple[list[int], list[int]] = ((), ())
+    spans: list[tuple[float, float] | None] = field(default_factory=list)  # spoken word j's samples in the chunk
+    source: str | None = None  # "engine" / "aligner" once the engine gave timings; None: the estimate
+    words_sent: int = 0  # text_ends entries up to which audio.words have gone out
+    text_sent: int = 0  # original[:text_sent] has gone out in audio.words
+    finished: bool = False  # every spoken word has its span (timed or estimated)
 
     @classmethod
     def build(cls, original: str, spoken: str) -> "SpokenChunk":
@@ -72,13 +84,86 @@ class SpokenChunk:
         chunk.text_ends = ends
         return chunk
 
-    def heard_text(self, share: float) -> str:
-        """The original text up to the last word group heard within the first `share` (0..1) of the audio."""
-        if share >= 1.0 - 1e-6:
-            return self.original.strip()
+    def with_engine_text(self, engine_text: str) -> "SpokenChunk":
+        """The text the engine is given (the spoken form, perhaps with stress marks): its words are the
+        spoken words one for one, and the engine's timings name them by character offsets in it."""
+        words = list(_WORD.finditer(engine_text))
+        if len(words) == len(self.word_ends):
+            self.engine_words = ([m.start() for m in words], [m.end() for m in words])
+            self.spans = [None] * len(words)
+        return self
+
+    def add_timings(self, timings: WordTimings, scale: float) -> None:
+        """The engine's words (engine samples from the chunk's start; `scale` = output rate / engine rate)."""
+        starts, ends = self.engine_words
+        if not starts or self.finished:
+            return  # the engine's text does not split into the spoken words: the estimate stands
+        self.source = timings.source
+        for w in timings.words:
+            j = bisect.bisect_right(starts, w.char_start) - 1
+            if j < 0 or w.char_start >= ends[j]:
+                continue  # between words (a word event on whitespace): no word of ours
+            start, end = w.start * scale, w.end * scale
+            old = self.spans[j]
+            self.spans[j] = (start, end) if old is None else (min(old[0], start), max(old[1], end))
+
+    def finish(self, speech_samples: float) -> None:
+        """The chunk's audio is complete; `speech_samples`: where its speech ends (trailing silence left out).
+        Words the engine did not time (punctuation alone) sit at the end of the word before them."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.source is None:
+            self.spans = [
+                ((self.word_ends[j - 1] if j else 0.0) * speech_samples, share * speech_samples)
+                for j, share in enumerate(self.word_ends)
+            ]
+            return
+        previous = 0.0
+        for j, span in enumerate(self.spans):
+            if span is None:
+                self.spans[j] = (previous, previous)
+            else:
+                previous = span[1]
+
+    def take_words(self, offset: float, rate: int) -> list[dict]:
+        """The word groups whose times are newly known, as audio.words entries: {text, start_ms, end_ms}
+        on the turn's timeline (`offset`: the chunk's first sample in the turn, at `rate`)."""
+        out: list[dict] = []
+        if len(self.spans) != len(self.text_ends):
+            return out  # no timings yet, and the estimate waits for the chunk's end
+        first = self.words_sent
+        for j in range(self.words_sent, len(self.text_ends)):
+            text_end = self.text_ends[j]
+            if text_end is None:
+                continue
+            if self.spans[j] is None:
+                break  # not timed yet
+            group = [span for span in self.spans[first : j + 1] if span is not None]
+            last = j == len(self.text_ends) - 1 or all(e is None for e in self.text_ends[j + 1 :])
+            cut = len(self.original) if last and self.finished else text_end
+            text = self.original[self.text_sent : cut].strip()
+            if text:
+                out.append(
+                    {
+                        "text": text,
+                        "start_ms": round((offset + group[0][0]) * 1000.0 / rate, 3),
+                        "end_ms": round((offset + group[-1][1]) * 1000.0 / rate, 3),
+                    }
+                )
+            self.words_sent, self.text_sent, first = j + 1, cut, j + 1
+        return out
+
+    def heard_text(self, heard: float, total: float) -> str:
+        """The original text up to the last word group whose end is within the first `heard` of the chunk's
+        `total` samples: the engine's word ends where it gave them, else the estimate (the share of letters)."""
+        if self.finished:  # the engine's spans, or the estimate over the chunk's speech
+            ends = [span[1] for span in self.spans]
+        else:
+            ends = [share * total for share in self.word_ends]
         cut = 0
-        for end_share, text_end in zip(self.word_ends, self.text_ends):
-            if end_share > share + 1e-9:
+        for end, text_end in zip(ends, self.text_ends):
+            if end > heard + 1e-6:
                 break
             if text_end is not None:
                 cut = text_end
@@ -107,11 +192,11 @@ def played_text(
         heard = played_samples.get(index, 0.0)
         if chunk is None or total <= 0 or heard <= 0:
             break
-        share = 1.0 if index in complete and heard >= total - slack else min(1.0, heard / total)
-        text = chunk.heard_text(share)
+        whole = index in complete and heard >= total - slack
+        text = chunk.original.strip() if whole else chunk.heard_text(min(heard, total), total)
         if text:
             parts.append(text)
-        if share < 1.0:
+        if not whole:
             break
     return " ".join(parts)
 

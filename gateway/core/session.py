@@ -42,6 +42,7 @@ from tts.frontend import FrontendOptions, prepare_text, prepare_text_async
 log = logging.getLogger("voxgate.session")
 
 MAX_IN_FLIGHT = 2
+SILENCE_LEVEL = 1e-3  # |sample| at or below this is silence (about -60 dBFS): where a chunk's speech ends
 MODES = ("sentence", "turn")
 ENDED_TURNS_REMEMBERED = 256  # ended turn ids whose late text gets `turn_closed` (an agent's tokens in flight)
 
@@ -67,6 +68,8 @@ class _Turn:
     text_ready: asyncio.Event | None = None  # set when the first words (or final) arrive
     text_marks: list = field(default_factory=list)  # (output samples of chunk 0 pushed, spoken text end)
     language: str | None = None
+    offsets: dict[int, int] = field(default_factory=dict)  # chunk -> its first sample on the turn's audio timeline
+    samples: int = 0  # output samples of the turn pushed to the playout
 
 
 @dataclass
@@ -82,6 +85,7 @@ class _Job:
     fed_at: float = 0.0  # loop time of the engine's last packet (the stall watchdog's reference)
     watchdog: asyncio.TimerHandle | None = None
     out_samples: int = 0  # output samples this job's audio has made (pushed or held)
+    speech_end: int = 0  # output samples up to the last audible one (the estimate leaves trailing silence out)
 
 
 class Session:
@@ -166,6 +170,7 @@ class Session:
         self._close_callbacks: list[Callable[[], None]] = []
         self.mode = "sentence"
         self.mode_note: str | None = None  # why turn mode was asked for and not given
+        self.word_timings = False  # session.start / call.attach `word_timings`: send audio.words events
         self.set_mode(getattr(config.chunker, "mode", "sentence"))
 
     def set_mode(self, mode: str | None) -> str:
@@ -384,7 +389,8 @@ class Session:
             prepared.text,
             prepared.language,
         )
-        turn.spoken[index] = SpokenChunk.build(turn.texts[index], prepared.normalized or prepared.text)
+        spoken = SpokenChunk.build(turn.texts[index], prepared.normalized or prepared.text)
+        turn.spoken[index] = spoken.with_engine_text(prepared.text)
         request = SynthesisRequest(
             text=prepared.text,
             voice=self.voice.speaker or self.voice_name,
@@ -414,7 +420,11 @@ class Session:
                 spoken = job.turn.spoken[job.index]
                 if spoken is not None:  # where each engine packet starts, in output samples
                     spoken.frame_offsets.append(job.turn.pushed.get(job.index, 0) + sum(len(p) for p in job.held))
+                if chunk.words is not None and spoken is not None:
+                    spoken.add_timings(chunk.words, self.output.sample_rate / self.engine.sample_rate)
                 self._deliver(job, job.resampler.process(chunk.pcm))
+                if chunk.words is not None:
+                    self._send_words(job.turn, job.index)
                 if chunk.text_end is not None and job.turn.words is not None:
                     job.turn.text_marks.append((job.out_samples, chunk.text_end))
             self._deliver(job, job.resampler.flush())
@@ -466,6 +476,9 @@ class Session:
     def _deliver(self, job: _Job, pcm: np.ndarray) -> None:
         if not len(pcm) or job not in self._inflight:
             return
+        loud = np.flatnonzero(np.abs(pcm) > SILENCE_LEVEL)
+        if len(loud):
+            job.speech_end = job.out_samples + int(loud[-1]) + 1
         job.out_samples += len(pcm)
         if job is self._inflight[0]:
             self._push(job, pcm)
@@ -478,8 +491,15 @@ class Session:
             job.held.append(pcm)
 
     def _push(self, job: _Job, pcm: np.ndarray) -> None:
-        self.playout.push(job.turn.turn_id, job.index, pcm)
-        job.turn.pushed[job.index] = job.turn.pushed.get(job.index, 0) + len(pcm)
+        turn = job.turn
+        self.playout.push(turn.turn_id, job.index, pcm)
+        turn.pushed[job.index] = turn.pushed.get(job.index, 0) + len(pcm)
+        first = job.index not in turn.offsets
+        if first:
+            turn.offsets[job.index] = turn.samples
+        turn.samples += len(pcm)
+        if first:
+            self._send_words(turn, job.index)  # words timed before the chunk's audio had its place
 
     def _advance(self) -> None:
         """Retire finished chunks at the head in order; release held audio of the next."""
@@ -490,6 +510,10 @@ class Session:
                 job.turn.failed.add(job.index)
             else:
                 self.playout.mark(job.turn.turn_id, job.index)
+                spoken = job.turn.spoken[job.index]
+                if spoken is not None:
+                    spoken.finish(job.speech_end)
+                    self._send_words(job.turn, job.index)
             self._maybe_close_turn(job.turn)
             if self._inflight:
                 head = self._inflight[0]
@@ -497,6 +521,29 @@ class Session:
                     self._push(head, pcm)
                 head.held.clear()
         self._pump()
+
+    def _send_words(self, turn: _Turn, index: int) -> None:
+        """audio.words: chunk `index`'s newly timed word groups, once its place on the turn's timeline is known."""
+        spoken = turn.spoken[index]
+        offset = turn.offsets.get(index)
+        if not self.word_timings or spoken is None or offset is None:
+            return
+        words = spoken.take_words(offset, self.output.sample_rate)
+        if words:
+            source = spoken.source or "estimate"
+            self.emit({"type": "audio.words", "turn_id": turn.turn_id, "words": words, "source": source})
+
+    @staticmethod
+    def _timing_source(turn: _Turn | None) -> str:
+        """turn.done.timing_source: where the word times of the turn's chunks that played came from."""
+        if turn is None:
+            return "estimate"
+        sources = {
+            (turn.spoken[i].source if turn.spoken[i] is not None else None) or "estimate"
+            for i in turn.offsets
+            if i not in turn.failed and i < len(turn.spoken)
+        }
+        return "mixed" if len(sources) > 1 else next(iter(sources), "estimate")
 
     def _maybe_close_turn(self, turn: _Turn) -> None:
         if turn.final and not turn.closed and len(turn.complete) == len(turn.texts):
@@ -603,6 +650,7 @@ class Session:
             # What played after the caller started to speak was talked over: not heard.
             done["caller_onset_ms"] = round(min(sent_ms, max(0.0, onset)), 1)
             chunk_played = _cut_played(chunk_played, min(played_ms, max(0.0, onset)))
+        done["timing_source"] = self._timing_source(turn)
         if turn is None:
             done["played_text"] = ""
         elif turn.words is not None:

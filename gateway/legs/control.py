@@ -156,6 +156,7 @@ class ControlEndpoint:
                 m.get("instruct"),
                 barge_in=m.get("barge_in"),
                 mode=P.check_mode(m.get("mode")),
+                word_timings=m.get("word_timings"),
             )
         if call is None:
             raise P.ProtocolError(P.NO_SESSION, "send call.attach first")

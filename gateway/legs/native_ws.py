@@ -268,6 +268,7 @@ class NativeWsEndpoint:
             "ws", m.get("voice"), (m.get("language") or "auto"), m.get("instruct"), output, unpaced=unpaced
         )
         session.set_mode(mode)
+        session.word_timings = bool(m.get("word_timings"))
         leg = NativeWsLeg(ws, request, output, self.core.metrics)
         leg.clock_driven = not unpaced  # unpaced: the playout's sender task sends, not the shared clock
         if caller_input is not None:
@@ -297,6 +298,7 @@ class NativeWsEndpoint:
                 },
                 "mode": session.mode,
                 **({"mode_note": session.mode_note} if session.mode_note else {}),
+                **({"word_timings": True} if session.word_timings else {}),
                 **(
                     {
                         "input": {"encoding": caller_input[0], "sample_rate": caller_input[1]},

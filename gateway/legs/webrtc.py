@@ -303,6 +303,7 @@ class WebrtcCall:
             "webrtc", msg.get("voice"), language, msg.get("instruct"), self.output, session_id=self.session_id
         )
         session.set_mode(mode)
+        session.word_timings = bool(msg.get("word_timings"))
         self.session = session
         session.attach_text(self)
         session.attach_media(self)
@@ -330,6 +331,7 @@ class WebrtcCall:
                 },
                 "mode": session.mode,  # as the native leg echoes it (sentence | turn, with why when turn was refused)
                 **({"mode_note": session.mode_note} if session.mode_note else {}),
+                **({"word_timings": True} if session.word_timings else {}),
             }
         )
         await session.flush_events()
