@@ -22,7 +22,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from tts.engine import EngineError, PcmChunk, SynthesisStream, TurnStream
+from tts.engine import WORD_SOURCES, EngineError, PcmChunk, SynthesisStream, TurnStream, WordTiming, WordTimings
 import tts.service.wire as W
 from tts.service.transport import Transport, send_now
 
@@ -343,6 +343,7 @@ class EngineLink:
 
     def _packets(self, msg: W.Packets, frames: list) -> None:
         ends = msg.text_ends if len(msg.text_ends) == len(msg.chunks) else None
+        words = _word_timings(msg)
         for i, c in enumerate(msg.chunks):
             stream = self.streams.get(c.sid)
             if stream is None:
@@ -354,9 +355,8 @@ class EngineLink:
             pcm = W.pcm_from(frames[c.part]) if c.part > 0 else _EMPTY
             if c.last:
                 del self.streams[c.sid]
-            stream._deliver(
-                PcmChunk(pcm, c.frame_index, c.last, ends[i] if ends is not None and ends[i] >= 0 else None)
-            )
+            end = ends[i] if ends is not None and ends[i] >= 0 else None
+            stream._deliver(PcmChunk(pcm, c.frame_index, c.last, end, words.get(i)))
         for f in msg.failed:
             stream = self.streams.pop(f.sid, None)
             if stream is None:
@@ -460,3 +460,14 @@ class EngineLink:
 
 RETRYABLE = ("overloaded", W.DRAINING)  # refusals another engine may not give
 _EMPTY = np.zeros(0, dtype=np.float32)
+
+
+def _word_timings(msg: W.Packets) -> dict[int, WordTimings]:
+    """Packets.words by chunk; an entry that names no chunk or an unknown source is dropped (the estimate stands)."""
+    out = {}
+    for entry in msg.words:
+        if not 0 <= entry.chunk < len(msg.chunks) or entry.source not in WORD_SOURCES:
+            log.warning("engine sent word timings for no chunk or from an unknown source: %r", entry)
+            continue
+        out[entry.chunk] = WordTimings(tuple(WordTiming(*span) for span in entry.spans), entry.source)
+    return out

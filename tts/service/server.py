@@ -372,10 +372,15 @@ class EngineServer:
             failed = peer.failed
             ends = [-1 if c.text_end is None else c.text_end for _, c in peer.chunks]
             text_ends = ends if any(e >= 0 for e in ends) else []
+            words = [
+                W.Words(i, c.words.source, [(w.char_start, w.char_end, w.start, w.end) for w in c.words.words])
+                for i, (_, c) in enumerate(peer.chunks)
+                if c.words is not None
+            ]
             peer.chunks, peer.failed = [], []
             self.counters["packets_out"] += len(chunks)
             self.counters["pcm_bytes_out"] += sum(len(p) for p in parts)
-            self._send(peer.rid, W.Packets(chunks=chunks, failed=failed, text_ends=text_ends), parts)
+            self._send(peer.rid, W.Packets(chunks=chunks, failed=failed, text_ends=text_ends, words=words), parts)
 
     def _send(self, rid: bytes, msg, parts: list | None = None) -> None:
         if self._sock is None:

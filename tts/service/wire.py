@@ -72,6 +72,15 @@ class Chunk(msgspec.Struct, array_like=True):
     part: int
 
 
+class Words(msgspec.Struct, array_like=True):
+    """Word timings that came with `Packets.chunks[chunk]` (tts.WordTimings): each span is
+    (char_start, char_end, start, end): characters of the request's text, samples of its audio."""
+
+    chunk: int
+    source: str
+    spans: list[tuple[int, int, int, int]]
+
+
 class Failure(msgspec.Struct, array_like=True):
     """A stream that ended with an error (refused at submission or failed later)."""
 
@@ -158,6 +167,7 @@ class Packets(_Msg, tag="packets"):
     # turn mode, parallel to `chunks` when any has one: the turn's text [0, n) is spoken once that packet
     # has played (-1: a packet of a sentence-mode stream)
     text_ends: list[int] = []
+    words: list[Words] = []  # word timings, for the chunks whose engine gave them (older peers ignore them)
 
 
 class Beat(_Msg, tag="beat"):
