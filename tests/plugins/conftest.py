@@ -46,6 +46,8 @@ def plugin_venv(module: str):
 async def run_scenario(script: str, *args: str, timeout: float = 120.0) -> dict:
     """Runs tests/plugins/<script> in the plugin venv (while this loop serves the gateway); its JSON result."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the plugin venv imports nothing of this tree
+    # ... but its clients: this checkout's, ahead of wherever the venv's editable installs point
+    env["PYTHONPATH"] = os.pathsep.join(str(ROOT / "clients" / name) for name in ("python", "pipecat", "livekit"))
     proc = await asyncio.create_subprocess_exec(
         str(PLUGIN_PYTHON),
         str(HERE / script),
@@ -64,3 +66,19 @@ async def run_scenario(script: str, *args: str, timeout: float = 120.0) -> dict:
         sys.stderr.write(err.decode(errors="replace")[-4000:])
         raise AssertionError(f"{script} failed with {proc.returncode}")
     return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def capture_words(monkeypatch) -> list[dict]:
+    """Every `audio.words` event the gateway in this process emits, as it emits it."""
+    from gateway.core.session import Session
+
+    events: list[dict] = []
+    emit = Session.emit
+
+    def recording(self, event: dict) -> None:
+        if event.get("type") == "audio.words":
+            events.append(event)
+        emit(self, event)
+
+    monkeypatch.setattr(Session, "emit", recording)
+    return events

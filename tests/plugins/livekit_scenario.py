@@ -51,7 +51,7 @@ async def sessions_active(url: str) -> float:
 
 async def run(url: str, mode: str, kind: str, text: str) -> dict:
     engine = make_tts(url, kind, mode)
-    frames, words = [], []
+    frames, words, timed = [], [], []
     first = last = None
     t0 = time.monotonic()
 
@@ -61,7 +61,9 @@ async def run(url: str, mode: str, kind: str, text: str) -> dict:
         first = now if first is None else first
         last = now
         frames.append(ev.frame.samples_per_channel / ev.frame.sample_rate)
-        words.extend(str(w) for w in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []) or [])
+        for w in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []) or []:
+            words.append(str(w))
+            timed.append([str(w), w.start_time, w.end_time])
 
     result: dict = {
         "text": text,
@@ -103,6 +105,7 @@ async def run(url: str, mode: str, kind: str, text: str) -> dict:
             "audio_ms": round(sum(frames) * 1000, 1),
             "frames": len(frames),
             "words": words,
+            "timed": timed,
         }
     )
     return result

@@ -62,6 +62,7 @@ class Probe(FrameProcessor):
         self._t0 = t0
         self.audio: list[tuple[float, int]] = []  # (s since the first token, bytes)
         self.texts: list[tuple[float, str]] = []
+        self.pts: list[tuple[str, int | None]] = []  # each word frame's presentation time (ns)
         self.started: list[float] = []
         self.stopped: list[float] = []
         self.interrupted_at: float | None = None
@@ -77,6 +78,7 @@ class Probe(FrameProcessor):
                 self.audio.append((self.now(), len(frame.audio)))
             elif isinstance(frame, TTSTextFrame):
                 self.texts.append((self.now(), frame.text))
+                self.pts.append((frame.text, frame.pts))
             elif isinstance(frame, TTSStartedFrame):
                 self.started.append(self.now())
             elif isinstance(frame, TTSStoppedFrame):
@@ -203,6 +205,7 @@ async def run(url: str, mode: str, kind: str, text: str = TEXT) -> dict:
             "audio_ms": sum(n for _, n in after_tts.audio) / 2 / RATE * 1000,
             "played_ms": sum(n for _, n in speaker.played) / 2 / RATE * 1000,
             "tts_texts": [t for _, t in after_speaker.texts],
+            "word_pts": after_tts.pts,
             "started": len(after_tts.started),
             "stopped": len(after_tts.stopped),
             "audio_frames_after_interrupt": len(audio_after),

@@ -1,6 +1,6 @@
 """livekit-plugins-voxgate through LiveKit Agents' TTS API against a real voxgate (tests/plugins/livekit_scenario.py)."""
 
-from tests.plugins.conftest import plugin_venv, run_scenario
+from tests.plugins.conftest import capture_words, plugin_venv, run_scenario
 
 livekit_venv = plugin_venv("livekit.plugins.voxgate")
 
@@ -27,3 +27,12 @@ async def test_stream_synthesize_and_cancel(start_gateway, livekit_venv):
     agent = out["agent"]  # AgentSession(tts=voxgate.TTS(...)).say(...), in place of the OpenAI plugin
     assert agent["played_ms"] > 2000 and agent["history"] == [SHORT]
     assert len(gw.core.sessions) == 0
+
+
+async def test_the_aligned_transcript_carries_the_engines_word_times(start_gateway, livekit_venv, monkeypatch):
+    words = capture_words(monkeypatch)
+    gw = await start_gateway({"engine": {"kind": "espeak"}})
+    out = await run_scenario("livekit_scenario.py", f"http://127.0.0.1:{gw.port}", "stream", "voxgate", SHORT)
+    sent = [w for e in words for w in e["words"]]
+    assert {e["source"] for e in words} == {"engine"} and [w["text"] for w in sent] == SHORT.split()
+    assert out["stream"]["timed"] == [[w["text"] + " ", w["start_ms"] / 1000, w["end_ms"] / 1000] for w in sent]

@@ -1,6 +1,6 @@
 """voxgate-pipecat in a real Pipecat pipeline against a real voxgate (tests/plugins/pipecat_scenario.py)."""
 
-from tests.plugins.conftest import plugin_venv, run_scenario
+from tests.plugins.conftest import capture_words, plugin_venv, run_scenario
 
 pipecat_venv = plugin_venv("voxgate_pipecat")
 
@@ -34,3 +34,32 @@ async def test_token_stream_becomes_audio_and_word_frames_that_join_to_the_text(
     assert again["first_reply_audio_frames"] > 0 and again["second_reply_audio_frames"] > 0  # spoke after the drop
     assert again["sessions"][0] != again["sessions"][1]  # on a new voxgate session
     assert " ".join(again["second_reply_texts"]).split() == SHORT.split()
+
+
+async def test_word_frames_carry_the_engines_word_times_and_an_interruption_keeps_the_heard_words(
+    start_gateway, pipecat_venv, monkeypatch
+):
+    words = capture_words(monkeypatch)
+    gw = await start_gateway({"engine": {"kind": "espeak"}})
+    out = await run_scenario("pipecat_scenario.py", f"http://127.0.0.1:{gw.port}", "stream", "voxgate", SHORT)
+    stream = out["stream"]
+    sent = [w for e in words for w in e["words"]]
+    assert {e["source"] for e in words} == {"engine"} and [w["text"] for w in sent] == SHORT.split()
+    # a word-timestamp service: each TTSTextFrame's presentation time is the gateway's start of that word
+    assert [text for text, _ in stream["word_pts"]] == [w["text"] for w in sent]
+    base = stream["word_pts"][0][1] - sent[0]["start_ms"] * 1e6
+    assert [abs(pts - base - w["start_ms"] * 1e6) < 1000 for (_, pts), w in zip(stream["word_pts"], sent)] == [
+        True
+    ] * len(sent)
+    assert stream["context"].split() == SHORT.split()
+
+    words.clear()
+    cut = (await run_scenario("pipecat_scenario.py", f"http://127.0.0.1:{gw.port}", "interrupt", "voxgate"))[
+        "interrupt"
+    ]
+    spoken = [w for e in words for w in e["words"]]
+    started = [w["text"] for w in spoken if w["start_ms"] <= cut["played_at_interrupt_ms"]]
+    context = cut["context"].split()
+    # Pipecat's context keeps the words presented before the barge-in: those whose start had played
+    assert context and cut["text"].split()[: len(context)] == context
+    assert abs(len(context) - len(started)) <= 1, (context, started)

@@ -4,10 +4,12 @@ It follows the shape of Pipecat's WebSocket TTS services: one voxgate session
 per pipeline (opened at start, re-opened when the socket drops), the LLM's
 text pushed token by token into one voxgate turn per Pipecat audio context
 (voxgate's chunker cuts it, so the service aggregates nothing), audio frames
-at the pipeline's sample rate, and `TTSTextFrame`s timed to the audio: every
-`mark` carries its chunk's text, whose words are given times inside the
-chunk by their share of its letters (Qwen3-TTS reports no word times; the
-gateway's own `played_text` uses the same estimate). Pipecat's output
+at the pipeline's sample rate, and `TTSTextFrame`s timed to the audio: a
+word-timestamp TTS service, it hands Pipecat each word of voxgate's
+`audio.words` events (the session asks for word timings) at the time the
+gateway reports it is heard — the engine's own where it has them (the eSpeak
+voice), else voxgate's estimate. (Against a gateway without word timings,
+each `mark`'s chunk text is spread over the chunk by letters.) Pipecat's output
 transport presents each word with the audio under it, so after an
 interruption the assistant context holds the words that were played.
 
@@ -27,7 +29,7 @@ from pipecat.frames.frames import CancelFrame, EndFrame, Frame, StartFrame, TTSA
 from pipecat.services.settings import NOT_GIVEN, NotGiven, TTSSettings, is_given
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.transcriptions.language import Language
-from voxgate_client import Audio, AudioStart, Error, Mark, Session, SessionEnded, TurnDone, VoxgateError
+from voxgate_client import Audio, AudioStart, Error, Mark, Session, SessionEnded, TurnDone, VoxgateError, Words
 
 WIRE_RATES = (8000, 16000, 24000, 48000)  # pcm16 rates voxgate sends; others are resampled here
 _QUIET_ERRORS = {"turn_closed"}  # late tokens of an interrupted turn: expected, not a fault
@@ -139,6 +141,7 @@ class VoxgateTTSService(TTSService):
                     sample_rate=self._wire_rate,
                     pacing="none",
                     audio="bytes",
+                    word_timings=True,
                 )
             except (OSError, VoxgateError, asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001 - reported, retried
                 await self.push_error(error_msg=f"voxgate: cannot open a session at {self._url}: {exc}", exception=exc)
@@ -246,10 +249,14 @@ class VoxgateTTSService(TTSService):
         elif isinstance(ev, AudioStart):
             self._playing = ev.turn_id
             self._chunk_end_ms[ev.turn_id] = 0.0
+        elif isinstance(ev, Words):
+            if ev.turn_id in self._turns:
+                await self.add_word_timestamps([(w["text"], w["start_ms"] / 1000.0) for w in ev.words], ev.turn_id)
         elif isinstance(ev, Mark):
             start = self._chunk_end_ms.get(ev.turn_id, 0.0)
             self._chunk_end_ms[ev.turn_id] = ev.played_ms
-            if ev.text and ev.turn_id in self._turns:
+            session = self._session
+            if ev.text and ev.turn_id in self._turns and not (session is not None and session.word_timings):
                 await self.add_word_timestamps(word_times(ev.text, start, ev.played_ms), ev.turn_id)
         elif isinstance(ev, TurnDone):
             self._chunk_end_ms.pop(ev.turn_id, None)

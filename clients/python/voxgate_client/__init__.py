@@ -18,6 +18,7 @@ from voxgate_client.events import (
     Underrun,
     UnknownEvent,
     UserSpeech,
+    Words,
     parse_event,
 )
 from voxgate_client.session import Session, Turn, VoxgateError
@@ -32,6 +33,7 @@ __all__ = [
     "Audio",
     "AudioStart",
     "Mark",
+    "Words",
     "Underrun",
     "TurnDone",
     "Error",

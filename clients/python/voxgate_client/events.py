@@ -58,6 +58,18 @@ class Mark(Event):
 
 
 @dataclass
+class Words(Event):
+    """`audio.words` (sessions opened with word_timings=True): when each word of the turn is heard. Each
+    entry of `words` is {"text", "start_ms", "end_ms"}: the word as the agent wrote it, in ms of the turn's
+    audio (0 = its first sample). `source`: engine | aligner | estimate."""
+
+    type: ClassVar[str] = "audio.words"
+    turn_id: str = ""
+    words: list = field(default_factory=list)
+    source: str = ""
+
+
+@dataclass
 class Underrun(Event):
     type: ClassVar[str] = "underrun"
     turn_id: str = ""
@@ -75,6 +87,7 @@ class TurnDone(Event):
     gaps: dict = field(default_factory=dict)
     played_text: str = ""
     interrupted_by: str | None = None
+    timing_source: str | None = None  # where played_text's word times came from: engine | aligner | estimate | mixed
 
 
 @dataclass
@@ -173,6 +186,7 @@ _TYPES: dict[str, type[Event]] = {
         CallAttached,
         AudioStart,
         Mark,
+        Words,
         Underrun,
         TurnDone,
         Error,

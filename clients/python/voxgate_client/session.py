@@ -120,6 +120,7 @@ class Session:
         self.call_id: str | None = None
         self.voice: str | None = None
         self.output: dict = {}
+        self.word_timings = False  # the gateway sends `Words` events (Session.connect(word_timings=True))
 
     # ------------------------------------------------------------ opening
     @classmethod
@@ -135,6 +136,7 @@ class Session:
         sample_rate: int = 24000,
         audio: str = "bytes",
         pacing: str = "realtime",
+        word_timings: bool = False,
         max_queued_events: int = 100_000,
         open_timeout: float = 10.0,
     ) -> "Session":
@@ -144,7 +146,8 @@ class Session:
         arrays), or "drop" (frames are not queued; events only).
         `pacing`: "realtime" (20 ms frames as they play) or "none" (audio as the engine makes it, in
         pieces of any length, for a client that plays it itself; marks and `turn.done` then count the
-        audio *sent*)."""
+        audio *sent*). `word_timings`: `Words` events say when each word is heard (`word_timings` is
+        then True on the session once the gateway agreed; older gateways ignore the ask)."""
         if audio not in ("bytes", "numpy", "drop"):
             raise ValueError("audio must be 'bytes', 'numpy' or 'drop'")
         if pacing not in ("realtime", "none"):
@@ -154,6 +157,8 @@ class Session:
         start = {"type": "session.start", "output": {"encoding": encoding, "sample_rate": sample_rate}}
         if pacing != "realtime":  # the default: a gateway older than pacing is not asked for it
             start["output"]["pacing"] = pacing
+        if word_timings:
+            start["word_timings"] = True
         for key, value in (("voice", voice), ("language", language), ("instruct", instruct)):
             if value is not None:
                 start[key] = value
@@ -163,6 +168,7 @@ class Session:
         self = cls(ws, path="/v1/ws", url=full, headers=headers, audio=audio, max_queued_events=max_queued_events)
         started = await self._handshake(start, E.SessionStarted, open_timeout)
         self.session_id, self.voice, self.output = started.session_id, started.voice, started.output
+        self.word_timings = bool(started.extra.get("word_timings"))
         self._start_reader()
         return self
 

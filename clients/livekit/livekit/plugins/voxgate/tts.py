@@ -4,9 +4,11 @@ One voxgate session serves one stream at a time (sessions are pooled and
 opened ahead by `prewarm()`); each `SynthesizeStream` is one voxgate turn: the
 pushed text goes in as it comes (voxgate's chunker cuts it, so nothing is
 aggregated here), audio comes back as fast as it is made — the agent's
-output paces it — and every `mark` carries its chunk's text, which becomes
-timed words for LiveKit's aligned transcript (each word's times estimated by
-its share of the chunk's letters: Qwen3-TTS reports no word times).
+output paces it — and voxgate's `audio.words` events (the session asks for
+word timings) become LiveKit's aligned transcript: each word as the agent wrote
+it, with the times the gateway reports (the engine's own where it has them,
+e.g. the eSpeak voice; else voxgate's estimate). Against a gateway without
+word timings, each `mark`'s chunk text is spread over the chunk by letters.
 
 Cancelling a stream (what an `AgentSession` does on barge-in) closes its
 session: voxgate stops synthesising at once.
@@ -26,7 +28,7 @@ from livekit.agents import (
     utils,
 )
 from livekit.agents.types import TimedString
-from voxgate_client import Audio, AudioStart, Error, Mark, Session, SessionEnded, TurnDone, VoxgateError
+from voxgate_client import Audio, AudioStart, Error, Mark, Session, SessionEnded, TurnDone, VoxgateError, Words
 
 from .log import logger
 
@@ -58,6 +60,13 @@ def timed_words(text: str, start_ms: float, end_ms: float) -> list[TimedString]:
             TimedString(word + " ", start_time=start / 1000.0, end_time=(start_ms + span * before / total) / 1000.0)
         )
     return out
+
+
+def word_strings(words: list[dict]) -> list[TimedString]:
+    """voxgate's `audio.words` entries as LiveKit's timed strings (seconds of the segment's audio)."""
+    return [
+        TimedString(w["text"] + " ", start_time=w["start_ms"] / 1000.0, end_time=w["end_ms"] / 1000.0) for w in words
+    ]
 
 
 class TTS(tts.TTS):
@@ -137,6 +146,7 @@ class TTS(tts.TTS):
                 sample_rate=o.sample_rate,
                 pacing="none",
                 audio="bytes",
+                word_timings=True,
                 open_timeout=timeout,
             )
         except VoxgateError as exc:
@@ -206,8 +216,10 @@ class SynthesizeStream(tts.SynthesizeStream):
                     output_emitter.push(ev.data)
             elif isinstance(ev, AudioStart):
                 ours = ev.turn_id == turn_id
+            elif isinstance(ev, Words) and ev.turn_id == turn_id:
+                output_emitter.push_timed_transcript(word_strings(ev.words))
             elif isinstance(ev, Mark) and ev.turn_id == turn_id:
-                if ev.text:
+                if ev.text and not session.word_timings:  # a gateway without audio.words: the letters' estimate
                     output_emitter.push_timed_transcript(timed_words(ev.text, chunk_end_ms, ev.played_ms))
                 chunk_end_ms = ev.played_ms
             elif isinstance(ev, TurnDone) and ev.turn_id == turn_id:
