@@ -195,7 +195,10 @@ class Caller:
             return b""
         self.state = "open"
         self.client.stats.connected += 1
-        self.send_json({"type": "session.start", "output": {"encoding": "mulaw", "sample_rate": 8000}})
+        start = {"type": "session.start", "output": {"encoding": "mulaw", "sample_rate": 8000}}
+        if self.client.word_timings:
+            start["word_timings"] = True
+        self.send_json(start)
         self._schedule_turn(self.rng.random())  # spread the turn starts
         return rest
 
@@ -298,6 +301,7 @@ class LoadClient:
         read_interval_s: float = 0.05,
     ):
         self.host, self.port, self.path, self.pause_s = host, port, path, pause_s
+        self.word_timings = False  # callers ask for audio.words (--word-timings)
         # Wake at most this often: each wake-up costs a syscall or two (~10 µs on this VM), and the gateway's clock
         # sends every call's frame within a few ms, so one wake-up per few ms reads hundreds of sockets, not one.
         # The frames wait in the kernel's socket buffer meanwhile, never in the gateway's.
@@ -420,8 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--read-interval-ms", type=float, default=50.0, help="wake at most this often (default: %(default)s)"
     )
+    ap.add_argument("--word-timings", action="store_true", help="every caller asks for audio.words events")
     args = ap.parse_args(argv)
     client = LoadClient(args.host, args.port, args.path, args.pause_s, args.seed, args.read_interval_ms / 1000.0)
+    client.word_timings = args.word_timings
     client.start(args.sessions, args.stagger_ms / 1000.0)
     serve_commands(client)
     return 0

@@ -65,6 +65,8 @@ from bench import plots
 from bench.capacity_client import TURN_TEXTS, ClientStats
 from bench.loadtest.servers import cpu_seconds, free_port
 
+WORD_TIMINGS = False  # --word-timings: the lean client's callers ask for audio.words
+
 CONFIG = """
 server: {{host: 127.0.0.1, port: {port}, max_sessions: 5000, limits: {{idle_timeout_s: 600}}}}
 engine: {{kind: simulated}}
@@ -227,6 +229,7 @@ async def start_load(
             str(n),
             "--read-interval-ms",
             str(read_interval_ms),
+            *(["--word-timings"] if WORD_TIMINGS else []),
         ]
     if client == "websockets" and sip_port is None:
         stop, stats, rng = asyncio.Event(), ClientStats(), random.Random(n)
@@ -655,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         help="ws: native WebSocket callers (default); sip: direct SIP calls with RTP",
     )
     ap.add_argument("--json-output")
+    ap.add_argument("--word-timings", action="store_true", help="every caller asks for audio.words (lean client)")
     ap.add_argument(
         "--plot",
         metavar="FILE.png",
@@ -662,6 +666,8 @@ def main(argv: list[str] | None = None) -> int:
         "(.png or .svg), the run's data beside it as FILE.json (bench/plots.py)",
     )
     args = ap.parse_args(argv)
+    global WORD_TIMINGS
+    WORD_TIMINGS = args.word_timings
     if args.plot:
         try:
             plots.check_target(args.plot, (args.json_output,))
