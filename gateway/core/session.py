@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from tts import Engine, EngineError, SynthesisRequest, SynthesisStream, TurnWord
 from tts.frontend import FrontendOptions, prepare_text, prepare_text_async
 
 log = logging.getLogger("voxgate.session")
+_WORD = re.compile(r"\S+")
 
 MAX_IN_FLIGHT = 2
 SILENCE_LEVEL = 1e-3  # |sample| at or below this is silence (about -60 dBFS): where a chunk's speech ends
@@ -67,6 +69,7 @@ class _Turn:
     stream: object = None  # the turn's TurnStream, once opened
     text_ready: asyncio.Event | None = None  # set when the first words (or final) arrive
     text_marks: list = field(default_factory=list)  # (output samples of chunk 0 pushed, spoken text end)
+    words_sent: tuple[int, float] = (0, 0.0)  # turn mode: raw text and ms up to which audio.words went out
     language: str | None = None
     offsets: dict[int, int] = field(default_factory=dict)  # chunk -> its first sample on the turn's audio timeline
     samples: int = 0  # output samples of the turn pushed to the playout
@@ -427,6 +430,7 @@ class Session:
                     self._send_words(job.turn, job.index)
                 if chunk.text_end is not None and job.turn.words is not None:
                     job.turn.text_marks.append((job.out_samples, chunk.text_end))
+                    self._send_turn_words(job.turn)
             self._deliver(job, job.resampler.flush())
         except asyncio.CancelledError:
             return
@@ -532,6 +536,31 @@ class Session:
         if words:
             source = spoken.source or "estimate"
             self.emit({"type": "audio.words", "turn_id": turn.turn_id, "words": words, "source": source})
+
+    def _send_turn_words(self, turn: _Turn) -> None:
+        """Turn mode's audio.words (estimate): the words the engine has consumed by the end of the audio so far
+        (its chunks' text_end) are heard by then; the new ones share the audio since the last such words by letters."""
+        if not self.word_timings:
+            return
+        samples, spoken_end = turn.text_marks[-1]
+        raw_end = turn.words.raw_offset(spoken_end)
+        done, at_ms = turn.words_sent
+        new = []
+        for m in _WORD.finditer(turn.words.raw, done):
+            if m.end() > raw_end:
+                break
+            new.append(m)
+        if not new:
+            return
+        end_ms = samples * 1000.0 / self.output.sample_rate
+        letters, run, words = sum(len(m.group()) for m in new), 0, []
+        for m in new:
+            start = at_ms + (end_ms - at_ms) * run / letters
+            run += len(m.group())
+            end = at_ms + (end_ms - at_ms) * run / letters
+            words.append({"text": m.group(), "start_ms": round(start, 3), "end_ms": round(end, 3)})
+        turn.words_sent = (new[-1].end(), end_ms)
+        self.emit({"type": "audio.words", "turn_id": turn.turn_id, "words": words, "source": "estimate"})
 
     @staticmethod
     def _timing_source(turn: _Turn | None) -> str:

@@ -148,3 +148,17 @@ async def test_a_turn_whose_stream_failed_still_ends_when_its_text_does(start_ga
     assert done["interrupted"] is False
     await c.send({"type": "text", "turn_id": "t2", "text": "The next turn plays.", "final": True})
     assert (await asyncio.wait_for(c.until("turn.done", turn_id="t2"), 10))["played_text"] == "The next turn plays."
+
+
+async def test_turn_mode_sends_each_word_once_in_order_with_estimated_times(start_gateway):
+    gw = await start_gateway({"simulated": {"ms_per_char": 40}})
+    c = await Client.connect(gw)
+    await c.start(mode="turn", word_timings=True, output={"encoding": "pcm16", "sample_rate": 24000, "pacing": "none"})
+    await _feed(c, "t1", PIECES, 0.03)
+    done = await c.until("turn.done", turn_id="t1")
+    words = [w for e in c.of_type("audio.words") for w in e["words"]]
+    assert [w["text"] for w in words] == "".join(PIECES).split()
+    assert {e["source"] for e in c.of_type("audio.words")} == {"estimate"} and done["timing_source"] == "estimate"
+    assert all(a["end_ms"] <= b["start_ms"] + 1e-6 for a, b in zip(words, words[1:]))  # in order, no overlap
+    assert words[-1]["end_ms"] <= done["played_ms"] + 1e-6
+    await c.close()
