@@ -127,6 +127,7 @@ async function connect() {
   dc.onopen = () => dc.send(JSON.stringify({
     type: "session.start", voice: $("voice").value || undefined, language: $("language").value,
     barge_in: micStream ? { mode: $("barge-in").checked ? "vad" : "detect" } : undefined,
+    word_timings: true, // audio.words: the agent's words light up as they are heard
   }));
   dc.onmessage = (e) => onEvent(JSON.parse(e.data));
   dc.onclose = () => { if (vg.state === "connected") setState("disconnected"); };
@@ -263,6 +264,48 @@ function say(who, text, cls) {
   return body;
 }
 
+// The agent's text as word spans (from audio.words), each lit once its end has played, then the text still unspoken.
+function renderWords(t) {
+  if (!t.body) return;
+  if (!t.words || !t.words.length) {
+    t.body.textContent = t.text;
+    return;
+  }
+  const parts = [];
+  let at = 0;
+  for (const w of t.words) {
+    const found = t.text.indexOf(w.text, at);
+    if (found < 0) break; // a word the page has not seen the text of yet
+    if (found > at) parts.push(document.createTextNode(t.text.slice(at, found)));
+    if (!w.el) {
+      w.el = document.createElement("span");
+      w.el.className = "word";
+      w.el.textContent = w.text;
+    }
+    parts.push(w.el);
+    at = found + w.text.length;
+  }
+  parts.push(document.createTextNode(t.text.slice(at)));
+  t.body.replaceChildren(...parts);
+}
+
+function strikeUnheard(t, playedText) {
+  let heard = playedText.split(/\s+/).filter(Boolean).length;
+  for (const w of t.words) {
+    heard -= w.text.split(/\s+/).filter(Boolean).length;
+    if (w.el) w.el.classList.add(heard >= 0 ? "spoken" : "unheard");
+  }
+}
+
+function lightWords() {
+  const now = performance.now();
+  for (const t of vg.turns.values()) {
+    if (!t.words || t.done || t.audioAt == null) continue;
+    for (const w of t.words) if (w.el && now - t.audioAt >= w.end_ms) w.el.classList.add("spoken");
+  }
+}
+setInterval(lightWords, 50);
+
 function onEvent(ev) {
   if (ev.type !== "playout.stats") logEvent(ev);
   switch (ev.type) {
@@ -278,7 +321,7 @@ function onEvent(ev) {
       const t = turnRow(ev.turn_id);
       if (!t.body) t.body = say("agent", "", "agent");
       t.text += ev.text;
-      t.body.textContent = t.text;
+      renderWords(t);
       if (t.sentAt == null && pendingSendAt != null) { t.sentAt = pendingSendAt; pendingSendAt = null; }
       break;
     }
@@ -288,6 +331,14 @@ function onEvent(ev) {
       t.tr.cells[1].textContent = `${ev.ttfa_ms.toFixed(0)} ms`;
       if (t.sentAt != null) t.tr.cells[2].textContent = `${(performance.now() - t.sentAt).toFixed(0)} ms`;
       $("last-ttfa").textContent = `${ev.ttfa_ms.toFixed(0)} ms (${ev.turn_id})`;
+      t.audioAt = performance.now(); // audio.words count from the turn's first sample: about now at the speaker
+      break;
+    }
+    case "audio.words": {
+      const t = turnRow(ev.turn_id);
+      if (!t.body) t.body = say("agent", "", "agent");
+      t.words = (t.words || []).concat(ev.words);
+      renderWords(t);
       break;
     }
     case "underrun":
@@ -301,7 +352,10 @@ function onEvent(ev) {
       t.tr.cells[4].textContent = `${ev.gaps.micro}/${ev.gaps.audible}`;
       t.tr.cells[5].textContent = ev.interrupted ? (ev.interrupted_by === "caller" ? "your voice" : "interrupted") : "done";
       if (ev.interrupted_by === "caller") vg.bargeIns += 1;
-      if (ev.interrupted && t.body && typeof ev.played_text === "string") {
+      t.done = true;
+      if (t.words && t.words.length && typeof ev.played_text === "string") {
+        strikeUnheard(t, ev.played_text); // the words after the last one heard are struck through
+      } else if (ev.interrupted && t.body && typeof ev.played_text === "string") {
         const heard = document.createElement("span");
         heard.className = "heard";
         heard.textContent = ev.played_text;

@@ -99,3 +99,31 @@ async def test_demo_page_calls_the_agent_and_plays_audio(gateway):
     finally:
         await asyncio.to_thread(driver.quit)
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@needs_browser
+async def test_demo_page_lights_the_words_as_heard_and_strikes_the_unheard_after_a_barge_in(gateway):
+    profile = tempfile.mkdtemp(prefix="voxgate-chromium-")
+    driver = await asyncio.to_thread(open_browser, profile)
+    words = "document.querySelectorAll('#transcript .agent .word"
+    try:
+        await asyncio.to_thread(driver.get, gateway.url + "/")
+        await wait_for(driver, "document.getElementById('voice').options.length > 0")
+        await asyncio.to_thread(lambda: driver.find_element(By.ID, "connect").click())
+        await wait_for(driver, "window.voxgate.state === 'connected'")
+        box = await asyncio.to_thread(driver.find_element, By.ID, "message")
+        await asyncio.to_thread(box.send_keys, "Please tell me a long story about the sea.", Keys.ENTER)
+        await wait_for(driver, "window.voxgate.events.find(e => e.type === 'audio.words')")
+        await wait_for(driver, f"{words}.spoken').length >= 2")  # lit while the reply plays
+        assert not await asyncio.to_thread(driver.execute_script, f"return {words}.unheard').length")
+        await asyncio.to_thread(lambda: driver.find_element(By.ID, "interrupt").click())
+        done = await wait_for(driver, "window.voxgate.events.find(e => e.type === 'turn.done')", timeout=20)
+        assert done["interrupted"] is True
+        spoken = await asyncio.to_thread(
+            driver.execute_script, f"return Array.from({words}.spoken')).map(e => e.textContent)"
+        )
+        unheard = await asyncio.to_thread(driver.execute_script, f"return {words}.unheard').length")
+        assert unheard > 0 and " ".join(spoken) == done["played_text"]
+    finally:
+        await asyncio.to_thread(driver.quit)
+        shutil.rmtree(profile, ignore_errors=True)
