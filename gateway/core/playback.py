@@ -154,11 +154,24 @@ class SpokenChunk:
             self.words_sent, self.text_sent, first = j + 1, cut, j + 1
         return out
 
+    def _timed_ends(self) -> list[float]:
+        """Each spoken word's end from the engine's spans so far: a word it skipped (punctuation alone) ends with
+        the word before it; the words after the last timed one have not ended."""
+        last = max((j for j, span in enumerate(self.spans) if span is not None), default=-1)
+        ends, previous = [], 0.0
+        for j, span in enumerate(self.spans):
+            if span is not None:
+                previous = span[1]
+            ends.append(previous if j <= last else float("inf"))
+        return ends
+
     def heard_text(self, heard: float, total: float) -> str:
         """The original text up to the last word group whose end is within the first `heard` of the chunk's
         `total` samples: the engine's word ends where it gave them, else the estimate (the share of letters)."""
         if self.finished:  # the engine's spans, or the estimate over the chunk's speech
             ends = [span[1] for span in self.spans]
+        elif self.source is not None:  # cut while the engine was still timing it: the words timed so far
+            ends = self._timed_ends()
         else:
             ends = [share * total for share in self.word_ends]
         cut = 0

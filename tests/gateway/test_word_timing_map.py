@@ -68,3 +68,15 @@ def test_an_engine_text_that_does_not_split_into_the_spoken_words_keeps_the_esti
     chunk.add_timings(timed("Hello there again", [(0, 10), (10, 20), (20, 30)]), 1.0)
     chunk.finish(100)
     assert chunk.source is None and [w["end_ms"] for w in chunk.take_words(0, 1000)] == [50.0, 100.0]
+
+
+def test_a_chunk_cut_while_the_engine_was_still_timing_it_is_heard_by_the_words_timed():
+    text = "One — two three four"
+    chunk = SpokenChunk.build(text, text).with_engine_text(text)
+    # the aligner has timed "One", "two" and "three" so far; "—" it never times, "four" not yet
+    spans = [("One", 0, 100), ("two", 100, 200), ("three", 200, 300)]
+    words = tuple(WordTiming(text.index(w), text.index(w) + len(w), start, end) for w, start, end in spans)
+    chunk.add_timings(WordTimings(words, "aligner"), 1.0)
+    # 2000 samples of audio so far: the letters' estimate would have "three" end at 1400, far past 300
+    assert chunk.heard_text(250, 2000) == "One — two"
+    assert chunk.heard_text(1000, 2000) == "One — two three"  # "four" has no time yet: not heard
