@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.telephony.clients import Control, TwilioClient
+from tts.espeak_engine import espeak_available
 
 
 async def test_ttfa_of_text_sent_before_the_media_leg_counts_from_its_connect(make_gateway):
@@ -81,3 +84,30 @@ async def test_audiosocket_gets_one_frame_per_tick_after_a_stall_and_the_shift_i
     gap = await control.expect("underrun", turn_id="t")
     assert gap["cause"] == "clock" and 100 <= gap["duration_ms"] <= 200
     assert (await control.expect("turn.done", turn_id="t"))["gaps"]["micro"] >= 1
+
+
+async def test_a_twilio_calls_played_text_is_cut_by_the_engines_word_ends_at_the_last_confirmed_mark(make_gateway):
+    if not espeak_available():
+        pytest.skip("espeakng-loader (the optional 'espeak' extra) is not installed")
+    gateway = await make_gateway(engine={"kind": "espeak"}, chunker={"first_chunk_words": 0})
+    tw = await TwilioClient.connect(gateway, stream_sid="MZwords", call_sid="CAwords")
+    await tw.start()
+    tw.echo_marks(0.3)
+    control = await Control.connect(gateway)
+    attached = await control.attach("CAwords", word_timings=True, language="en")
+    assert attached["word_timings"] is True
+    text = "This single sentence goes on for quite a while so that the caller hears only part of it."
+    await control.send({"type": "text", "turn_id": "t", "text": text, "final": True})
+    await control.expect("audio.words", turn_id="t")
+    while len(tw.marks_received) < 4:  # 1.5 s or more into the turn
+        await tw.recv()
+    await control.send({"type": "interrupt"})
+    done = await control.expect("turn.done", turn_id="t")
+    words = [w for e in control.events if e["type"] == "audio.words" for w in e["words"]]
+    assert [w["text"] for w in words] == text.split()[: len(words)]
+    # what Twilio confirmed (a progress mark every 500 ms), cut after the last word whose end it covers
+    heard = " ".join(w["text"] for w in words if w["end_ms"] <= done["played_ms"])
+    assert done["timing_source"] == "engine" and done["interrupted"] is True
+    assert done["played_ms"] < done["sent_ms"]  # confirmed by Twilio, not merely sent
+    assert done["played_text"] == heard and 0 < len(heard) < len(text)
+    await tw.stop()
