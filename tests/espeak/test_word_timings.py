@@ -163,4 +163,3 @@ async def test_a_barge_in_between_two_words_keeps_the_first(start_gateway):
     # "you." had ended; the pause after it had not: its chunk is not complete, its words are
     assert done["played_text"] == heard(words, done["played_ms"]) == "Good morning to you."
     assert done["timing_source"] == "engine"
-    await asyncio.sleep(0)

@@ -48,9 +48,8 @@ async def test_word_frames_carry_the_engines_word_times_and_an_interruption_keep
     # a word-timestamp service: each TTSTextFrame's presentation time is the gateway's start of that word
     assert [text for text, _ in stream["word_pts"]] == [w["text"] for w in sent]
     base = stream["word_pts"][0][1] - sent[0]["start_ms"] * 1e6
-    assert [abs(pts - base - w["start_ms"] * 1e6) < 1000 for (_, pts), w in zip(stream["word_pts"], sent)] == [
-        True
-    ] * len(sent)
+    off_ns = [abs(pts - base - w["start_ms"] * 1e6) for (_, pts), w in zip(stream["word_pts"], sent)]
+    assert max(off_ns) < 1000  # the same times, to Pipecat's nanosecond rounding
     assert stream["context"].split() == SHORT.split()
 
     words.clear()
