@@ -248,3 +248,22 @@ async def test_qwen3_cancel_frees_the_slot_for_the_next_request(serve, ckpt):
     assert after[-1].is_last
     assert await until(lambda: s.backend.counters["cancelled"] == 1 and s.backend.counters["completed"] == 1)
     assert s.backend.counters["frames"] < 60 + 6  # the cancelled one stopped early
+
+
+# ---------------------------------------------------------------- eSpeak NG: word timings
+async def test_word_timings_name_the_words_of_the_text_in_order_within_the_audio(serve):
+    from tts.espeak_engine import EspeakEngine, espeak_available
+
+    if not espeak_available():
+        pytest.skip("espeakng-loader (the optional 'espeak' extra) is not installed")
+    s = await serve(EspeakEngine())
+    text = "Hello there, my good friend."
+    chunks = await collect(s.engine.synthesize(SynthesisRequest(text=text, language="en")))
+    timed = [c.words for c in chunks if c.words is not None]
+    assert timed and {t.source for t in timed} == {"engine"}
+    words = [w for t in timed for w in t.words]
+    assert [text[w.char_start : w.char_end] for w in words] == ["Hello", "there", "my", "good", "friend"]
+    total = sum(len(c.pcm) for c in chunks)
+    assert all(0 <= w.start < w.end <= total for w in words)
+    assert all(a.end <= b.start for a, b in zip(words, words[1:]))  # in order, no overlap
+    assert words[-1].end < total - 0.2 * 24000  # the pause after the sentence is no word's
