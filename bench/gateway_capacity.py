@@ -73,7 +73,9 @@ engine: {{kind: simulated}}
 simulated: {{first_packet_ms: 60, capacity_x: 100000, ms_per_char: 70, stream_rtf: 0.1, max_queued: 100000}}
 playout: {{prebuffer_ms: 60}}
 """
-SIP_CONFIG = """sip: {{port: {sip_port}, host: 127.0.0.1, rtp_ports: "20000-29999"}}
+# the callers are one trunk on 127.0.0.1 starting calls every 5 ms: their INVITE rate is the point, not a flood
+SIP_CONFIG = """sip: {{port: {sip_port}, host: 127.0.0.1, allow: [127.0.0.1], invites_per_source_per_s: 1000,
+  rtp_ports: "20000-29999"}}
 telephony: {{unknown_call_timeout_s: 30}}
 """
 

@@ -47,7 +47,12 @@ class RtpSockets:
 
     def open(self) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.bind(("127.0.0.1", 0))
+        while True:  # an even port: what an SDP's audio port must be (RFC 3550 §11; voxgate refuses odd ones)
+            try:
+                sock.bind(("127.0.0.1", random.randrange(46000, 60000, 2)))
+                break
+            except OSError:
+                continue
         sock.setblocking(False)
         self.sockets[sock] = [None, 0, time.monotonic()]
         return sock

@@ -521,9 +521,9 @@ class SipConfig:
 
     port: int | None = None  # enables the SIP leg, UDP and TCP on this port; 5060 is the usual one
     host: str | None = None  # bind address; defaults to server.host
-    allow: list[str] = field(
-        default_factory=list
-    )  # trunk/PBX addresses (IPs/CIDRs) that may send INVITEs; others get 403
+    # trunk/PBX addresses (IPs/CIDRs) that may send INVITEs; others get 403. Required (closed by default):
+    # ["0.0.0.0/0"] says "anyone" and is logged as a warning at start
+    allow: list[str] = field(default_factory=list)
     rtp_ports: str = "20000-20999"  # RTP range (each call takes an even port for RTP and the odd one above it for RTCP)
     public_ip: str | None = None  # the address written into SDP (behind NAT)
     codecs: list[str] = field(
@@ -532,12 +532,18 @@ class SipConfig:
     # accounts to REGISTER at a provider's registrar: each {server, user, password_env, expires} (docs/sip.md)
     register: list[SipRegistration] = field(default_factory=list)
     answer_delay_ms: float = 0.0  # ring (180) this long before answering
-    ack_timeout_s: float = 32.0  # a 200 OK not ACKed within this ends the call with BYE (RFC 3261: 64*T1)
+    ack_timeout_s: float = 32.0  # a 200 OK not ACKed within this ends the call with BYE (RFC 3261 Timer H: 64*T1)
     rtp_timeout_s: float = (
         30.0  # no RTP from the caller for this long (not on hold) ends the call with BYE: it vanished
     )
     # a TCP connection that carries no call and sends nothing for this long is closed (it would hold a per-IP slot)
     tcp_idle_s: float = 120.0
+    # new INVITEs admitted per second from one source address (token bucket holding one second's worth); the
+    # rest get 503 with Retry-After. A trunk sends all its calls from a few addresses: size it to its call rate
+    invites_per_source_per_s: float = 20.0
+    # globs over the whole target URI that call.transfer may REFER to (e.g. "tel:+4420*", "sip:*@pbx.example.com");
+    # empty: every transfer is refused (transfer_not_allowed), as an LLM-driven agent could be talked into any target
+    transfer_targets: list[str] = field(default_factory=list)
     greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence
     tls: bool = False  # SIP over TLS: not supported by the SIP stack (refused at start)
     srtp: bool = False  # SRTP (SDES): not supported by the RTP stack (refused at start)
@@ -575,6 +581,19 @@ class SipConfig:
         check(self.ack_timeout_s > 0, "ack_timeout_s", "must be > 0")
         check(self.rtp_timeout_s >= 1, "rtp_timeout_s", "must be >= 1")
         check(self.tcp_idle_s > 0, "tcp_idle_s", "must be > 0")
+        check(self.invites_per_source_per_s > 0, "invites_per_source_per_s", "must be > 0")
+        check(
+            all(isinstance(t, str) and t and t.isprintable() and " " not in t for t in self.transfer_targets),
+            "transfer_targets",
+            "entries must be non-empty URI globs without spaces (e.g. tel:+4420*)",
+        )
+        if self.port is not None:
+            check(
+                bool(self.allow) or bool(getattr(self, "auth", None)),  # sip.auth: the SIP trunks issue adds it
+                "allow",
+                "is empty and sip.auth is not set: a SIP port open to anyone is refused. List your trunk's or PBX's "
+                'addresses in sip.allow (["0.0.0.0/0"] for anyone), or require credentials with sip.auth',
+            )
         for i, registration in enumerate(self.register):  # list items are not walked by _validate_tree
             registration.validate(lambda ok, key, message, i=i: check(ok, "register", f"[{i}].{key} {message}"))
 

@@ -38,6 +38,12 @@ class GatewayMetrics:
         self.frames_dropped = Counter(
             "voxgate_frames_dropped_total", "Frames not sent: the client's socket was backed up", registry=r
         )
+        self.rtp_dropped = Counter(
+            "voxgate_rtp_dropped_total",
+            "SIP RTP/RTCP packets dropped by strict RTP: from a source that is not the call's media peer",
+            ["reason"],
+            registry=r,
+        )
         self.connections_refused = Counter(
             "voxgate_connections_refused_total",
             "Connections refused at the door: max_connections_per_ip, connections_per_ip_per_s, origin, "

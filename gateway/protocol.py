@@ -53,6 +53,14 @@ METHOD_NOT_ALLOWED = (
 BAD_REQUEST = "bad_request"  # any other HTTP 4xx aiohttp itself refuses with (e.g. a plain GET on a WebSocket route)
 SIP_FORBIDDEN = "forbidden"  # SIP: an INVITE from an address outside sip.allow (403, in X-Voxgate-Reason)
 RTP_PORTS_EXHAUSTED = "rtp_ports_exhausted"  # SIP: no free RTP port pair in sip.rtp_ports (503)
+DIALOG_MISMATCH = "dialog_mismatch"  # SIP: an in-dialog request whose tags match no dialog of ours (481)
+NOT_DIALOG_PEER = "not_dialog_peer"  # SIP: a request for a dialog from neither its peer nor sip.allow (403)
+BAD_SDP = "bad_sdp"  # SIP: an SDP offer that does not parse (488)
+SDP_ADDRESS = "sdp_address"  # SIP: the offer's c= is not an IPv4 literal (a name would be resolved per packet) (488)
+SDP_PORT = "sdp_port"  # SIP: the offer's audio port is not an even number 2..65534 (488)
+AUDIO_DECLINED = "audio_declined"  # SIP: the offer declines audio (m=audio 0) (488)
+SRTP_UNSUPPORTED = "srtp_unsupported"  # SIP: an RTP/SAVP (SRTP) offer: never answered as SRTP without keys (488)
+TRANSFER_NOT_ALLOWED = "transfer_not_allowed"  # call.transfer to a target sip.transfer_targets does not match
 
 # WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).
 CLOSE_POLICY = 1008  # the peer broke the protocol in a way the connection cannot survive

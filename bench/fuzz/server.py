@@ -25,7 +25,8 @@ playout: {{prebuffer_ms: 60}}
 telephony: {{audiosocket_port: {as_port}, unknown_call_timeout_s: 30}}
 """
 # the SIP entry's door, where the `sip` extra is installed (without it a gateway with sip.port refuses to start)
-SIP_CONFIG = """sip: {{port: {sip_port}, host: 127.0.0.1, rtp_ports: "40000-44999", ack_timeout_s: 2}}
+SIP_CONFIG = """sip: {{port: {sip_port}, host: 127.0.0.1, allow: [127.0.0.1], invites_per_source_per_s: 1000,
+  rtp_ports: "40000-44999", ack_timeout_s: 2}}
 """
 
 # What a crash or an unhandled error leaves in the log.

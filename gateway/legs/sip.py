@@ -4,18 +4,26 @@ Signalling is aiosipua's user agent server (transactions, dialogs, 2xx retransmi
 media is one aiortp RTP session per call (one UDP socket pair and aiortp's RTCP timer task, no thread, no
 pacer: the shared clock sends each 20 ms frame). This module adapts both to the call registry, as the AudioSocket leg does:
 
-* INVITE from an address outside `sip.allow` -> 403; at capacity or draining -> 503; a call id already in
-  use -> 486; no codec in common -> 488. Every refusal carries voxgate's stable code in `X-Voxgate-Reason`.
+* INVITE from an address outside `sip.allow` -> 403; more than `sip.invites_per_source_per_s` from one
+  source, or over the per-IP caps (`server.limits`) -> 503; at capacity or draining -> 503; a call id already
+  in use -> 486; an SDP offer voxgate cannot answer truthfully -> 488 (gateway/sip/sdp_check.py). These are
+  answered before the SIP stack sees the INVITE: a refused INVITE leaves no state. Every refusal carries
+  voxgate's stable code in `X-Voxgate-Reason`.
+* In-dialog requests (ACK, BYE, CANCEL, INFO, NOTIFY, re-INVITE, UPDATE) must carry the dialog's tags and come
+  from its peer or `sip.allow` (gateway/sip/dialogs.py): else 481 / 403, and nothing changes.
 * The call's ids: the SIP Call-ID, and `X-Call-Id` when the trunk or PBX sets one; the agent attaches on
   `/v1/control` with either.
 * RTP out: G.711 μ-law or A-law, 20 ms, continuous sequence numbers and timestamps (silence while idle, as the
-  far end expects a frame every 20 ms), the marker bit on the first frame of each talkspurt; sent to where
-  the caller's RTP comes from (symmetric RTP, for NAT). RTCP sender reports come from aiortp.
+  far end expects a frame every 20 ms), the marker bit on the first frame of each talkspurt; sent to the SDP's
+  address, or where the caller's RTP comes from in the first packets (strict RTP, gateway/sip/media_guard.py:
+  a NAT's port, never a stranger's), and only once the ACK or the caller's first RTP arrived (no reflection
+  towards an address an INVITE names). RTCP sender reports come from aiortp. Ports are drawn at random.
 * RTP in: into the call's inbound path (recording, VAD barge-in, STT); RFC 4733 telephone-events and SIP INFO
   DTMF become `dtmf` events.
 * BYE from the caller ends the call; the session ending (session.end, max call length, shutdown) sends BYE.
   A 200 OK never ACKed ends the call after `sip.ack_timeout_s` with BYE (RFC 3261 §13.3.1.4).
-* `call.transfer` on the control socket sends REFER; the NOTIFY outcomes come back as `call.transfer` events.
+* `call.transfer` on the control socket sends REFER to a target `sip.transfer_targets` allows, as a client
+  transaction (gateway/sip/transfer.py); its answer and the NOTIFYs for it come back as `call.transfer` events.
 * Playback truth: RTP has no far-end confirmation, so played_text counts what left on the clock.
 
 A SIP call is owned by the node that answered it: its RTP never crosses nodes (docs/sip.md).
@@ -32,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 try:  # the `sip` extra; without it the leg refuses a config that sets sip.port (install below)
-    from aiortp import PortAllocator, RTPSession
+    from aiortp import RTPSession
     from aiosipua import (
         IncomingCall,
         Registration,
@@ -65,6 +73,14 @@ from gateway.core import CallCore
 from gateway.core.calls import TELEPHONY_PCM, Call, normalize_call_id
 from gateway.legs.host import LegHost
 from gateway.security.peers import in_networks, parse_networks
+from gateway.sip import dialogs
+from gateway.sip import transfer as sip_transfer
+from gateway.sip.addresses import WILDCARDS, media_address
+from gateway.sip.media_guard import MediaGuard
+from gateway.sip.rate import REASON as INVITE_RATE_REASON
+from gateway.sip.rate import InviteRate
+from gateway.sip.rtp_ports import RandomPortAllocator
+from gateway.sip.sdp_check import AudioOffer, Refusal, check_offer
 from gateway.wire import sip as wire
 
 log = logging.getLogger("voxgate.sip")
@@ -97,10 +113,18 @@ REFUSAL_STATUS = {
     P.CLUSTER_UNAVAILABLE: (503, "Service Unavailable"),
     P.RTP_PORTS_EXHAUSTED: (503, "Service Unavailable"),
     P.ENGINE_UNAVAILABLE: (503, "Service Unavailable"),
+    P.RATE_LIMITED: (503, "Service Unavailable"),
     P.CALL_BUSY: (486, "Busy Here"),
     P.UNSUPPORTED_FORMAT: (488, "Not Acceptable Here"),
+    P.BAD_SDP: (488, "Not Acceptable Here"),
+    P.SDP_ADDRESS: (488, "Not Acceptable Here"),
+    P.SDP_PORT: (488, "Not Acceptable Here"),
+    P.AUDIO_DECLINED: (488, "Not Acceptable Here"),
+    P.SRTP_UNSUPPORTED: (488, "Not Acceptable Here"),
     P.BAD_MESSAGE: (400, "Bad Request"),
 }
+NO_DTMF_PAYLOAD_TYPE = 128  # outside RTP's 7 bits: no packet is taken for a telephone-event the offer did not bind
+RETRY_AFTER_S = "1"  # a rate-limited INVITE's Retry-After
 
 
 if _MISSING is None:
@@ -233,7 +257,7 @@ class SipLeg:
     def send_audio_now(self, pcm16: bytes) -> bool:
         c = self.sip_call
         rtp = c.rtp
-        if c.ended or not c.sending or rtp is None:
+        if c.ended or not c.sending or not c.media_open or rtp is None:
             return False
         # aiortp's public send has no marker bit; its sender does (RFC 3551: marker on a talkspurt's first packet)
         rtp._sender.send_frame_auto(wire.encode_frame(c.codec, pcm16), marker=self._marker, addr=rtp._remote_addr)
@@ -270,6 +294,7 @@ class SipCall:
     server: "SipServer"
     incoming: IncomingCall
     door: _Door
+    offer: AudioOffer
     codec: str = "PCMU"
     rtp: RTPSession | None = None
     call: Call | None = None
@@ -280,6 +305,23 @@ class SipCall:
     ack_timer: asyncio.TimerHandle | None = None
     heard_at: float = 0.0  # loop time of the caller's last RTP packet (audio or DTMF), or of the answer
     held_inactive: bool = False  # the caller's hold offer says `inactive`: no RTP to expect
+    guard: MediaGuard | None = None  # strict RTP: where media comes from and goes to
+    media_open: bool = False  # the ACK or the caller's first RTP came: RTP may flow (never before)
+    media_opened: asyncio.Event | None = None
+    reoffer: AudioOffer | None = None  # a re-INVITE's offer, checked before the stack saw it
+    refer: sip_transfer.PendingRefer | None = None  # our REFER, until its subscription ends
+    peer_slot: str | None = None  # the source address whose per-IP slot (server.limits) this UDP call holds
+
+    def open_media(self) -> None:
+        if not self.media_open:
+            self.media_open = True
+            if self.media_opened is not None:
+                self.media_opened.set()
+
+    @property
+    def dialog(self) -> dialogs.Dialog:
+        d = self.incoming.dialog
+        return dialogs.Dialog(self.incoming.source_addr[0], d.remote_tag, d.local_tag)
 
     @property
     def sip_call_id(self) -> str:
@@ -291,8 +333,10 @@ class SipServer:
         self.core = core
         self.config = core.config.sip
         self.allow = parse_networks(self.config.allow)
-        first, last = sip_port_range(self.config.rtp_ports)
-        self.ports = PortAllocator((first, last))
+        self.trusted = dialogs.trusted_networks(self.allow)  # who may speak for any dialog besides its peer
+        self.invite_rate = InviteRate(self.config.invites_per_source_per_s)
+        self.ports = RandomPortAllocator(sip_port_range(self.config.rtp_ports))
+        self._rtp_dropped: dict[str, object] = {}  # strict RTP's drop reason -> its counter (_drop)
         self.payload_types = [wire.PAYLOAD_TYPES[c] for c in self.config.codecs]
         self.calls: dict[str, SipCall] = {}  # SIP Call-ID -> call
         self.host: str | None = None
@@ -336,6 +380,12 @@ class SipServer:
                 door.uas.advertised_addr = (self.config.public_ip, self.port)
             self.uac.advertised_addr = (self.config.public_ip, self.port)
         log.info("SIP listening on %s:%d (UDP and TCP; RTP %s)", host, self.port, self.config.rtp_ports)
+        if any(n.prefixlen == 0 for n in self.allow):
+            log.warning(
+                "sip.allow %s lets any address on the network start calls (and take sessions and RTP ports): "
+                "list your trunk's or PBX's addresses instead where you can",
+                self.config.allow,
+            )
         await self._register()
         self._watch = asyncio.get_running_loop().create_task(self._watch_rtp())
         return self.port
@@ -459,34 +509,109 @@ class SipServer:
 
     # ------------------------------------------------------------ intake
     def _on_message(self, door: _Door, msg, addr: tuple[str, int]) -> None:
-        if isinstance(msg, SipRequest):
-            method = msg.method.upper()
-            if (
-                method == "INVITE"
-                and msg.call_id not in self.calls
-                and self.allow
-                and not in_networks(addr[0], self.allow)
-            ):
-                self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
-                log.info("sip: INVITE from %s refused (not in sip.allow)", addr[0])
-                self._reply(door, msg, 403, "Forbidden", wire.refusal_headers(P.SIP_FORBIDDEN))
+        """Every message, before the SIP stack: new INVITEs are admitted or refused here (a refusal leaves no
+        state), requests for our calls are checked against their dialog, answers to our REFER are taken."""
+        if isinstance(msg, SipResponse):
+            if not self._on_response(msg, addr):
+                door.intake(msg, addr)
+            return
+        method = msg.method.upper()
+        c = self.calls.get(msg.call_id or "")
+        if c is not None and method != "OPTIONS":
+            if not self._in_dialog(door, c, msg, method, addr):
                 return
-            if method == "INVITE" and msg.call_id in self.calls and not (msg.to_addr and msg.to_addr.tag):
-                self._reply(door, msg, 100, "Trying")  # a retransmission of an INVITE being answered: not a second call
+        elif method == "INVITE":
+            if not self._admitted(door, msg, addr):
                 return
-            if method == "ACK" and msg.call_id in self.calls:
-                self.calls[msg.call_id].acked = True
-            if method == "INFO":
-                self._on_info(door, msg)
-                return
-            if method == "NOTIFY" and self._on_notify(door, msg):
-                return
+        elif method in ("NOTIFY", "INFO"):  # for no call of ours: nothing to tell anyone
+            self._reply(door, msg, *_dialog_refusal(dialogs.NO_SUCH_DIALOG))
+            return
         door.intake(msg, addr)
+
+    def _in_dialog(self, door: _Door, c: SipCall, msg: SipRequest, method: str, addr: tuple[str, int]) -> bool:
+        """A request naming one of our calls: True when the stack should go on with it."""
+        to_tag = msg.to_addr.tag if msg.to_addr else None
+        verdict = dialogs.check(
+            c.dialog, method, msg.from_addr.tag if msg.from_addr else None, to_tag, addr[0], self.trusted
+        )
+        if verdict is not None:
+            self.core.metrics.errors.labels(code=verdict.code).inc()
+            log.info("sip: %s for call %s from %s refused: %s", method, c.sip_call_id, addr[0], verdict.code)
+            if method != "ACK":  # an ACK is never answered
+                self._reply(door, msg, *_dialog_refusal(verdict))
+            return False
+        if method == "INVITE" and not to_tag:
+            self._reply(door, msg, 100, "Trying")  # a retransmission of the INVITE being answered: not a second call
+            return False
+        if method == "ACK":
+            c.acked = True
+            c.open_media()
+        elif method == "INFO":
+            self._on_info(door, c, msg)
+            return False
+        elif method == "NOTIFY":
+            self._on_notify(door, c, msg)
+            return False
+        elif method == "INVITE" and msg.body:  # a re-INVITE's offer is checked before the stack parses it
+            checked = check_offer(msg.text, self.payload_types)
+            if isinstance(checked, Refusal):
+                self._reply(door, msg, *self._sdp_refusal(checked, c.sip_call_id))
+                return False
+            c.reoffer = checked
+        elif method == "INVITE":
+            c.reoffer = None
+        return True
+
+    def _admitted(self, door: _Door, msg: SipRequest, addr: tuple[str, int]) -> bool:
+        """A new INVITE: refused here, statelessly, or handed to the stack (which then calls `_on_invite`)."""
+        refusal = self._refusal(door, msg, addr[0])
+        if refusal is None:
+            return True
+        code, why, headers = refusal
+        status, reason = REFUSAL_STATUS.get(code, (500, "Server Internal Error"))
+        self.core.metrics.errors.labels(code=code).inc()
+        log.info("sip: INVITE %s from %s refused with %d (%s): %s", msg.call_id, addr[0], status, code, why)
+        self._reply(
+            door,
+            msg,
+            status,
+            reason,
+            {**wire.refusal_headers(code), "Reason": f'SIP;cause={status};text="{code}"', **headers},
+        )
+        return False
+
+    def _refusal(self, door: _Door, msg: SipRequest, source: str) -> tuple[str, str, dict[str, str]] | None:
+        if self.allow and not in_networks(source, self.allow):
+            self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
+            return P.SIP_FORBIDDEN, "the source address is not in sip.allow", {}
+        if not self.invite_rate.admit(source):
+            self.core.metrics.connections_refused.labels(reason=INVITE_RATE_REASON).inc()
+            return (
+                P.RATE_LIMITED,
+                f"more than sip.invites_per_source_per_s ({self.config.invites_per_source_per_s:g}) new INVITEs",
+                {"Retry-After": RETRY_AFTER_S},
+            )
+        if not self.core.accepting or self.core.draining:
+            return P.SHUTTING_DOWN, "the gateway is not accepting calls", {}
+        if self.core.registry.full():
+            return (
+                P.AT_CAPACITY,
+                f"the gateway holds its maximum of {self.core.config.server.max_sessions} sessions",
+                {},
+            )
+        if not msg.body or (msg.content_type or "").split(";")[0].strip().lower() != "application/sdp":
+            return P.UNSUPPORTED_FORMAT, "the INVITE carries no SDP offer (late offers are not supported)", {}
+        checked = check_offer(msg.text, self.payload_types)
+        if isinstance(checked, Refusal):
+            return checked.code, checked.message, {}
+        if _call_ids(msg) is None:
+            return P.BAD_MESSAGE, "Call-ID or X-Call-Id is not a usable call id (1..128 printable characters)", {}
+        return None
 
     def _reply(
         self, door: _Door, request: SipRequest, status: int, reason: str, headers: dict[str, str] | None = None
     ) -> None:
-        """A response outside any dialog (refusals before a call exists, INFO)."""
+        """A response outside the stack (refusals before a call exists, in-dialog refusals, INFO, NOTIFY)."""
         resp = SipResponse(status_code=status, reason_phrase=reason)
         for v in request.headers.get("via"):
             resp.headers.append("Via", v)
@@ -505,67 +630,46 @@ class SipServer:
         except (ValueError, RuntimeError):
             pass  # no Via to answer to, or the TCP connection is gone: nothing can be said
 
+    def _sdp_refusal(self, refusal: Refusal, call_id: str) -> tuple[int, str, dict[str, str]]:
+        self.core.metrics.errors.labels(code=refusal.code).inc()
+        log.info("sip: re-INVITE for call %s refused (%s): %s", call_id, refusal.code, refusal.message)
+        return 488, "Not Acceptable Here", wire.refusal_headers(refusal.code)
+
     def _refuse(self, incoming: IncomingCall, code: str, why: str) -> None:
+        """Refuse an INVITE the stack already holds (found out while answering): the answer, then no state left."""
         status, reason = REFUSAL_STATUS.get(code, (500, "Server Internal Error"))
         self.core.metrics.errors.labels(code=code).inc()
         log.info("sip: call %s refused with %d (%s): %s", incoming.call_id, status, code, why)
         incoming._send_response(
             status, reason, extra_headers={**wire.refusal_headers(code), "Reason": f'SIP;cause={status};text="{code}"'}
         )
-        incoming.dialog.terminate()  # the ACK to the refusal then ends the transaction in the stack
+        incoming.dialog.terminate()
+        door = self._door_of(incoming)
+        if door.uas._calls.get(incoming.call_id) is incoming:
+            del door.uas._calls[incoming.call_id]
+        door.uas._remove_invite_transaction(incoming.invite)
 
     # ------------------------------------------------------------ INVITE
     def _on_invite(self, incoming: IncomingCall) -> None:
-        code, why = self._admission(incoming)
-        if code is not None:
-            self._refuse(incoming, code, why)
-            return
-        sip_call = SipCall(self, incoming, self._door_of(incoming), codec=self._codec_for(incoming.sdp_offer))
-        self.calls[incoming.call_id] = sip_call
-        self._spawn(self._answer(sip_call))
-
-    def _admission(self, incoming: IncomingCall) -> tuple[str | None, str]:
-        if not self.core.accepting or self.core.draining:
-            return P.SHUTTING_DOWN, "the gateway is not accepting calls"
-        if self.core.registry.full():
-            return P.AT_CAPACITY, f"the gateway holds its maximum of {self.core.config.server.max_sessions} sessions"
-        offer = incoming.sdp_offer
-        if offer is None or offer.audio is None or offer.rtp_address is None:
-            return P.UNSUPPORTED_FORMAT, "the INVITE carries no SDP offer with audio (late offers are not supported)"
-        if self._codec_for(offer) is None:
-            offered = [c.encoding_name or str(c.payload_type) for c in offer.audio.codecs]
-            return P.UNSUPPORTED_FORMAT, f"no codec in common: offered {offered}, sip.codecs {self.config.codecs}"
-        if self._call_ids(incoming) is None:
-            return P.BAD_MESSAGE, "Call-ID or X-Call-Id is not a usable call id (1..128 printable characters)"
-        return None, ""
-
-    def _codec_for(self, offer: SdpMessage | None) -> str | None:
-        """The first offered codec voxgate speaks (the caller's preference, RFC 3264)."""
-        if offer is None or offer.audio is None:
-            return None
-        for codec in offer.audio.codecs:
-            if codec.payload_type in self.payload_types:
-                return wire.CODEC_OF_PAYLOAD_TYPE[codec.payload_type]
-        return None
-
-    @staticmethod
-    def _call_ids(incoming: IncomingCall) -> list[str] | None:
-        ids = [incoming.invite.get_header("x-call-id"), incoming.call_id]
-        try:
-            return [normalize_call_id(i) for i in ids if i]
-        except P.ProtocolError:
-            return None
-
-    @staticmethod
-    def _dtmf_payload_type(offer: SdpMessage) -> int:
-        for codec in offer.audio.codecs:
-            if codec.encoding_name.lower() == "telephone-event":
-                return codec.payload_type
-        return 101
+        """An INVITE `_admitted` let through, now held by the stack."""
+        door = self._door_of(incoming)
+        offer = check_offer(incoming.invite.text, self.payload_types)  # passed in `_admitted`
+        c = SipCall(self, incoming, door, offer, codec=wire.CODEC_OF_PAYLOAD_TYPE[offer.payload_type])
+        self.calls[incoming.call_id] = c
+        if door.name == "UDP":  # over TCP the connection holds the per-IP slot (_TcpSip)
+            source = incoming.source_addr[0]
+            refused = self.core.peers.open(source)
+            if refused is not None:
+                self.core.metrics.connections_refused.labels(reason=refused).inc()
+                self._forget(c)
+                self._refuse(incoming, P.RATE_LIMITED, f"per-IP limit {refused} (server.limits)")
+                return
+            c.peer_slot = source
+        self._spawn(self._answer(c))
 
     async def _answer(self, c: SipCall) -> None:
-        incoming = c.incoming
-        offer = incoming.sdp_offer
+        incoming, offer = c.incoming, c.offer
+        loop = asyncio.get_running_loop()
         try:
             if self.config.answer_delay_ms > 0:
                 incoming.ringing()
@@ -575,10 +679,10 @@ class SipServer:
             try:
                 c.rtp = await RTPSession.create(
                     local_addr=(self.host, 0),
-                    remote_addr=offer.rtp_address,
-                    payload_type=wire.PAYLOAD_TYPES[c.codec],
-                    dtmf_payload_type=self._dtmf_payload_type(offer),
-                    symmetric_rtp=True,
+                    remote_addr=offer.address,
+                    payload_type=offer.payload_type,
+                    dtmf_payload_type=offer.dtmf_payload_type or NO_DTMF_PAYLOAD_TYPE,
+                    symmetric_rtp=False,  # strict RTP: the guard, not aiortp, decides where media goes
                     port_allocator=self.ports,
                     jitter_prefetch=2,
                     cname=USER_AGENT,
@@ -596,18 +700,22 @@ class SipServer:
                 return
             c.leg = SipLeg(c, self.core.metrics)
             try:
-                c.call = self.core.calls.connect_media(self._call_ids(incoming), c.leg, "sip")
+                c.call = self.core.calls.connect_media(_call_ids(incoming.invite), c.leg, "sip")
             except P.ProtocolError as exc:
                 await self._close_rtp(c)
                 self._forget(c)
                 self._refuse(incoming, exc.code, exc.message)
                 return
+            self._guard_media(c)
             c.rtp.on_audio = lambda pcm, ts, c=c: self._on_audio(c, pcm)
             c.rtp.on_dtmf = lambda digit, duration, c=c: self._spawn(self._dtmf(c, digit, "rfc4733"))
-            c.heard_at = asyncio.get_running_loop().time()
+            c.heard_at = loop.time()
+            c.media_opened = asyncio.Event()
+            if self.config.public_ip is None and self.host in WILDCARDS:  # Contact: the address the peer reaches
+                incoming.advertised_addr = (self._media_ip(c), self.port)
             incoming.accept(self._sdp_answer(c, offer))
-            c.sending = offer.audio.direction in ("sendrecv", "recvonly")
-            c.ack_timer = asyncio.get_running_loop().call_later(self.config.ack_timeout_s, self._ack_deadline, c)
+            c.sending = _sends(offer)
+            c.ack_timer = loop.call_later(self.config.ack_timeout_s, self._ack_deadline, c)
             log.info(
                 "sip: call %s answered from %s (%s, RTP port %d)",
                 incoming.call_id,
@@ -617,9 +725,11 @@ class SipServer:
             )
             await c.call.session.flush_events()
             if self.config.greeting and c.call.control is None:
-                await c.call.session.handle(
-                    {"type": "text", "turn_id": "greeting", "text": self.config.greeting, "final": True}
-                )
+                await asyncio.wait([loop.create_task(c.media_opened.wait())], timeout=self.config.ack_timeout_s)
+                if c.media_open and not c.ended and c.call.control is None:
+                    await c.call.session.handle(
+                        {"type": "text", "turn_id": "greeting", "text": self.config.greeting, "final": True}
+                    )
         except Exception:
             log.exception("sip: answering call %s failed", incoming.call_id)
             if not incoming._answered:  # the INVITE still needs its final answer
@@ -630,7 +740,7 @@ class SipServer:
     async def _claimed_here(self, c: SipCall) -> bool:
         """Cluster mode: the call's ids are claimed for this node (its RTP never leaves it). A call another node
         already owns (its agent attached there first) is refused: RTP cannot be forwarded."""
-        ids = self._call_ids(c.incoming)
+        ids = _call_ids(c.incoming.invite)
         try:
             owner = await owner_elsewhere(self.core, None, ids)
         except ClusterUnavailable as exc:
@@ -651,64 +761,88 @@ class SipServer:
         """The INVITE was cancelled (the stack answered 487) or the call ended meanwhile."""
         return c.ended or c.door.uas.get_call(c.sip_call_id) is not c.incoming
 
-    def _sdp_answer(self, c: SipCall, offer: SdpMessage) -> SdpMessage:
-        port = _rtp_port(c)
-        ip = self.config.public_ip or self._sdp_host()
+    def _sdp_answer(self, c: SipCall, offer: AudioOffer) -> SdpMessage:
         answer, _ = negotiate_sdp(
-            offer,
-            local_ip=ip,
-            rtp_port=port,
+            offer.sdp,
+            local_ip=self._media_ip(c),
+            rtp_port=_rtp_port(c),
             supported_codecs=[wire.PAYLOAD_TYPES[c.codec]],
-            dtmf_payload_type=self._dtmf_payload_type(offer),
+            dtmf_payload_type=offer.dtmf_payload_type or 0,  # 0: no telephone-event in the answer
             ptime=FRAME_PTIME_MS,
             session_name=USER_AGENT,
         )
         answer.audio.attributes["ptime"] = [str(FRAME_PTIME_MS)]  # we send 20 ms packets, whatever ptime was offered
         return answer
 
-    def _sdp_host(self) -> str:
-        host = self.host or "127.0.0.1"
-        return "127.0.0.1" if host in ("0.0.0.0", "") else host
+    def _media_ip(self, c: SipCall) -> str:
+        return media_address(self.config.public_ip, self.host, c.incoming.source_addr[0])
 
     def _ack_deadline(self, c: SipCall) -> None:
         if not c.acked and not c.ended:
             log.info(
-                "sip: call %s: no ACK for the 200 OK within %g s; ending it with BYE",
+                "sip: call %s: no ACK for the 200 OK within %g s (Timer H); ending it with BYE",
                 c.sip_call_id,
                 self.config.ack_timeout_s,
             )
             self._spawn(self.hang_up(c, "no_ack"))
 
+    # ------------------------------------------------------------ media
+    def _guard_media(self, c: SipCall) -> None:
+        """Strict RTP: every datagram on the call's two sockets passes the guard before aiortp sees it."""
+        c.guard = MediaGuard.for_call(c.offer.address, c.incoming.source_addr[0])
+        rtp = c.rtp
+        for transport in (rtp._rtp_transport, rtp._rtcp_transport):
+            transport._on_rtp = lambda data, addr, c=c: self._on_rtp(c, data, addr)
+            transport._on_rtcp = lambda data, addr, c=c: self._on_rtcp(c, data, addr)
+
+    def _on_rtp(self, c: SipCall, data: bytes, addr: tuple[str, int]) -> None:
+        rtp = c.rtp
+        why = c.guard.admit(addr, rtp._loop.time())
+        if why is not None:
+            self._drop(why)
+            return
+        if c.guard.peer != rtp._remote_addr:  # learned: a NAT's port for the SDP's address
+            rtp.update_remote(c.guard.peer)
+        c.open_media()
+        rtp._handle_rtp(data, addr)
+
+    def _on_rtcp(self, c: SipCall, data: bytes, addr: tuple[str, int]) -> None:
+        why = c.guard.admit_rtcp(addr)
+        if why is not None:
+            self._drop(why)
+            return
+        c.rtp._handle_rtcp(data, addr)
+
+    def _drop(self, reason: str) -> None:
+        counter = self._rtp_dropped.get(reason)
+        if counter is None:
+            counter = self._rtp_dropped[reason] = self.core.metrics.rtp_dropped.labels(reason=reason)
+        counter.inc()
+
     # ------------------------------------------------------------ in-dialog
     def _on_reinvite(self, incoming: IncomingCall) -> None:
-        """re-INVITE: hold (sendonly / inactive), resume, a new address or codec; answered from the new offer."""
+        """re-INVITE from the dialog's peer (checked in `_in_dialog`): hold (sendonly / inactive), resume, a new
+        address or codec; answered from the new offer. The only way to move a call's media."""
         c = self.calls.get(incoming.call_id)
-        offer = incoming.sdp_offer
         if c is None or c.rtp is None:
             incoming._send_response(481, "Call/Transaction Does Not Exist")
             return
-        if offer is None or offer.audio is None:
-            incoming.accept(self._sdp_answer(c, c.incoming.sdp_offer if c.incoming.sdp_offer else offer))  # a refresh
+        offer = c.reoffer
+        if offer is None:  # a refresh without SDP: the answer we gave
+            incoming.accept(self._sdp_answer(c, c.offer))
             return
-        codec = self._codec_for(offer)
-        if codec is None:
-            incoming._send_response(
-                488, "Not Acceptable Here", extra_headers=wire.refusal_headers(P.UNSUPPORTED_FORMAT)
-            )
-            return
+        codec = wire.CODEC_OF_PAYLOAD_TYPE[offer.payload_type]
         if codec != c.codec:  # same SSRC and sequence, new payload type (RFC 3550 allows it)
             c.codec = codec
-            c.rtp._sender._payload_type = wire.PAYLOAD_TYPES[codec]
-        if offer.rtp_address is not None and offer.rtp_address[1]:
-            c.rtp.update_remote(offer.rtp_address)
-        c.held_inactive = offer.audio.direction in ("inactive", "recvonly")  # the caller sends no RTP then
+            c.rtp._sender._payload_type = offer.payload_type
+        if offer.address != c.offer.address and offer.address[0] != "0.0.0.0":
+            c.guard.move(offer.address, incoming.source_addr[0])
+            c.rtp.update_remote(offer.address)
+        c.offer = offer
+        c.held_inactive = offer.direction in ("inactive", "recvonly")  # the caller sends no RTP then
         c.heard_at = asyncio.get_running_loop().time()
         was_sending = c.sending
-        c.sending = (
-            offer.audio.direction in ("sendrecv", "recvonly")
-            and offer.rtp_address is not None
-            and offer.rtp_address[0] != "0.0.0.0"
-        )
+        c.sending = _sends(offer)
         if c.sending and not was_sending and c.leg is not None:
             c.leg.talkspurt()
         incoming.accept(self._sdp_answer(c, offer))
@@ -739,10 +873,9 @@ class SipServer:
         if c is not None:
             self._spawn(self.hang_up(c, reason) if send_bye else self._end(c, reason))
 
-    def _on_info(self, door: _Door, request: SipRequest) -> None:
-        c = self.calls.get(request.call_id or "")
-        if c is None or c.call is None or not _same_dialog(c.incoming, request):
-            self._reply(door, request, 481, "Call/Transaction Does Not Exist")
+    def _on_info(self, door: _Door, c: SipCall, request: SipRequest) -> None:
+        if c.call is None:
+            self._reply(door, request, *_dialog_refusal(dialogs.NO_SUCH_DIALOG))
             return
         digit = wire.dtmf_from_info(request.content_type, request.text if request.body else "")
         if digit is None:
@@ -766,7 +899,7 @@ class SipServer:
 
     # ------------------------------------------------------------ transfer
     async def transfer(self, c: SipCall, target: str) -> None:
-        """REFER the caller to `target`; NOTIFY outcomes come back as `call.transfer` events."""
+        """REFER the caller to `target`; the REFER's answer and the NOTIFYs come back as `call.transfer` events."""
         if c.ended or c.call is None:
             raise P.ProtocolError(P.BAD_MESSAGE, "the call has ended")
         if (
@@ -776,27 +909,71 @@ class SipServer:
             or ">" in target
         ):
             raise P.ProtocolError(P.BAD_MESSAGE, "call.transfer.to must be a sip: or tel: URI")
+        if not sip_transfer.target_allowed(target, self.config.transfer_targets):
+            raise P.ProtocolError(
+                P.TRANSFER_NOT_ALLOWED,
+                f"{target!r} matches none of sip.transfer_targets {self.config.transfer_targets}",
+            )
+        if c.refer is not None:
+            raise P.ProtocolError(P.BAD_MESSAGE, "a transfer of this call is already under way")
         door = c.door
         addr = door.uas.advertised_addr or door.transport.local_addr
-        refer = c.incoming.dialog.create_request("REFER", via_host=addr[0], via_port=addr[1], via_transport=door.name)
-        refer.headers.set_single("Refer-To", f"<{target}>")
-        refer.headers.set_single("Referred-By", f"<sip:{USER_AGENT}@{addr[0]}>")
-        refer.headers.set_single("Contact", f"<sip:{addr[0]}:{addr[1]}>")
-        door.transport.send(refer, c.incoming.source_addr)
+        if c.incoming.advertised_addr is not None:
+            addr = c.incoming.advertised_addr
+        request = c.incoming.dialog.create_request("REFER", via_host=addr[0], via_port=addr[1], via_transport=door.name)
+        request.headers.set_single("Refer-To", f"<{target}>")
+        request.headers.set_single("Referred-By", f"<sip:{USER_AGENT}@{addr[0]}>")
+        request.headers.set_single("Contact", f"<sip:{addr[0]}:{addr[1]}>")
+        pending = c.refer = sip_transfer.PendingRefer(cseq=c.incoming.dialog.local_cseq)
         await c.call.notify({"type": "call.transfer", "to": target, "state": "requested"})
+        self._spawn(self._refer(c, request, pending))
 
-    def _on_notify(self, door: _Door, request: SipRequest) -> bool:
-        """A NOTIFY about our REFER: its sipfrag status as a `call.transfer` event. True when handled."""
-        c = self.calls.get(request.call_id or "")
-        if c is None or c.call is None:
+    async def _refer(self, c: SipCall, request: SipRequest, pending: sip_transfer.PendingRefer) -> None:
+        def send() -> None:
+            if not c.ended:
+                c.door.transport.send(request, c.incoming.source_addr)
+
+        status, reason = await sip_transfer.client_transaction(send, pending, reliable=c.door.name == "TCP")
+        if status < 300 or c.ended:
+            return  # accepted: the NOTIFYs tell the rest
+        if c.refer is pending:
+            c.refer = None
+        log.info("sip: call %s: REFER answered %d %s", c.sip_call_id, status, reason)
+        if c.call is not None:
+            await c.call.notify({"type": "call.transfer", "state": "failed", "status": status, "reason": reason})
+
+    def _on_response(self, response: SipResponse, addr: tuple[str, int]) -> bool:
+        """An answer to our REFER (True: taken). From the dialog's peer or `sip.allow` only."""
+        c = self.calls.get(response.call_id or "")
+        cseq = response.headers.get_first("cseq") or ""
+        number, _, method = cseq.partition(" ")
+        if c is None or c.refer is None or method.strip().upper() != "REFER":
             return False
+        if addr[0] != c.dialog.peer_ip and not in_networks(addr[0], self.trusted):
+            return True  # a stranger's answer: dropped
+        if number.strip() == str(c.refer.cseq):
+            c.refer.answered(response.status_code, response.reason_phrase)
+        return True
+
+    def _on_notify(self, door: _Door, c: SipCall, request: SipRequest) -> None:
+        """A NOTIFY in the call's dialog: only for the REFER we sent and still wait on (RFC 3515), else 481."""
+        pending = c.refer
+        if c.call is None or pending is None or not pending.matches_event(request.headers.get_first("event")):
+            self.core.metrics.errors.labels(code=P.DIALOG_MISMATCH).inc()
+            self._reply(door, request, *_dialog_refusal(dialogs.NO_SUCH_DIALOG))
+            return
         status = wire.sipfrag_status(request.text if request.body else "")
         self._reply(door, request, 200, "OK")
-        if status is not None:
-            code, reason = status
-            state = "trying" if code < 200 else ("succeeded" if code < 300 else "failed")
-            self._spawn(c.call.notify({"type": "call.transfer", "state": state, "status": code, "reason": reason}))
-        return True
+        terminated = "terminated" in (request.headers.get_first("subscription-state") or "").lower()
+        if status is None:
+            if terminated:
+                c.refer = None
+            return
+        code, reason = status
+        if code >= 200 or terminated:
+            c.refer = None
+        state = "trying" if code < 200 else ("succeeded" if code < 300 else "failed")
+        self._spawn(c.call.notify({"type": "call.transfer", "state": state, "status": code, "reason": reason}))
 
     # ------------------------------------------------------------ ending
     async def hang_up(self, c: SipCall, reason: str) -> None:
@@ -814,6 +991,8 @@ class SipServer:
         c.ended = True
         if c.ack_timer is not None:
             c.ack_timer.cancel()
+        if c.refer is not None:
+            c.refer.answered(487, "Request Terminated")  # the REFER's transaction stops resending
         self._forget(c)
         await self._close_rtp(c)
         if c.call is not None:
@@ -824,6 +1003,10 @@ class SipServer:
             del self.calls[c.sip_call_id]
         if c.door.uas._calls.get(c.sip_call_id) is c.incoming:
             del c.door.uas._calls[c.sip_call_id]  # the stack keeps a dialog we ended ourselves until told
+        c.door.uas._remove_invite_transaction(c.incoming.invite)
+        if c.peer_slot is not None:
+            self.core.peers.close(c.peer_slot)
+            c.peer_slot = None
 
     @staticmethod
     async def _close_rtp(c: SipCall) -> None:
@@ -840,9 +1023,22 @@ def _rtp_port(c: SipCall) -> int:
     return c.rtp._rtp_transport._transport.get_extra_info("sockname")[1]
 
 
-def _same_dialog(incoming: IncomingCall, request: SipRequest) -> bool:
-    from_addr = request.from_addr
-    return from_addr is not None and from_addr.tag == incoming.dialog.remote_tag
+def _call_ids(invite: SipRequest) -> list[str] | None:
+    """The call's ids: X-Call-Id when the trunk or PBX sets one, and the SIP Call-ID."""
+    ids = [invite.get_header("x-call-id"), invite.call_id]
+    try:
+        return [normalize_call_id(i) for i in ids if i]
+    except P.ProtocolError:
+        return None
+
+
+def _sends(offer: AudioOffer) -> bool:
+    """Whether the caller wants our audio: not on hold by direction, nor by the old `c=0.0.0.0`."""
+    return offer.direction in ("sendrecv", "recvonly") and offer.address[0] != "0.0.0.0"
+
+
+def _dialog_refusal(verdict: dialogs.Verdict) -> tuple[int, str, dict[str, str]]:
+    return verdict.status, verdict.reason, wire.refusal_headers(verdict.code)
 
 
 def install(core: CallCore, host: LegHost) -> SipServer | None:

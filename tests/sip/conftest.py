@@ -9,7 +9,13 @@ from tests.telephony.conftest import FAST, merge, started_gateways
 SIP_FAST = merge(
     FAST,
     {
-        "sip": {"port": 0, "host": "127.0.0.1", "rtp_ports": "30000-39999", "ack_timeout_s": 1.5},
+        "sip": {
+            "port": 0,
+            "host": "127.0.0.1",
+            "allow": ["127.0.0.1"],  # strangers in the attack tests call from other 127.x addresses
+            "rtp_ports": "30000-39999",
+            "ack_timeout_s": 1.5,
+        },
         "telephony": {"unknown_call_timeout_s": 10},
     },
 )

@@ -95,8 +95,19 @@ async def test_options_keepalive_is_answered(sip_gateway, callers):
 )
 def test_config_refuses_what_cannot_work_in_one_line(section, words):
     with pytest.raises(ConfigError) as err:
-        load_config(None, {"sip": {"port": 5060, **section}})
+        load_config(None, {"sip": {"port": 5060, "allow": ["203.0.113.0/24"], **section}})
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_sip_port_open_to_anyone_is_refused_unless_said_so(caplog):
+    """Closed by default: neither sip.allow nor sip.auth refuses to start, naming both; ["0.0.0.0/0"] is how
+    "anyone" is said (and warned about at start, test_attacks)."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"sip": {"port": 5060}})
+    message = str(err.value)
+    assert "sip.allow" in message and "sip.auth" in message and "\n" not in message
+    assert load_config(None, {"sip": {"port": 5060, "allow": ["0.0.0.0/0"]}}).sip.allow == ["0.0.0.0/0"]
+    assert load_config(None, {"sip": {"allow": []}}).sip.port is None  # no SIP port: nothing to close
 
 
 @pytest.mark.parametrize(

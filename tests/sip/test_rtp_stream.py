@@ -1,5 +1,6 @@
 """The RTP voxgate sends, read packet by packet by a caller on a plain UDP socket: 20 ms G.711 packets with
-continuous sequence numbers and timestamps, the marker bit at each talkspurt, symmetric RTP, RTCP sender reports."""
+continuous sequence numbers and timestamps, the marker bit at each talkspurt, strict RTP (a NAT's port is learned
+in the first packets, a stranger is never heard nor answered), RTCP sender reports."""
 
 from __future__ import annotations
 
@@ -66,21 +67,132 @@ async def test_rtp_is_continuous_with_a_marker_at_each_talkspurt(sip_gateway, ca
             break
 
 
-async def test_symmetric_rtp_sends_where_the_callers_rtp_comes_from(sip_gateway, caller):
+def rtp_packet(seq: int, ssrc: int = 1234, payload: bytes = bytes([0xFF]) * 160) -> bytes:
+    return struct.pack("!BBHII", 0x80, 0, seq, seq * 160, ssrc) + payload
+
+
+def dropped(gw, reason: str) -> float:
+    return gw.metrics.rtp_dropped.labels(reason=reason)._value.get()
+
+
+async def test_behind_nat_the_first_packets_move_the_media_to_the_callers_real_port(sip_gateway, caller):
+    """NAT keeps the caller's IP and rewrites its port: RTP from the signalling IP but another port, in the first
+    packets, is where the call's audio goes from then on (the learning window of strict RTP)."""
     gw = await sip_gateway()
     call_id = f"nat-{uuid.uuid4().hex}"
     await caller.call(sip_port(gw), call_id)
     _, server_rtp = await caller.recv(caller.rtp)  # to the SDP's address at first
     behind_nat = UdpCaller._bind()  # the caller's RTP really leaves from another port (a NAT rewrote it)
     try:
-        silence = bytes([0xFF]) * 160
         for seq in range(5):
-            behind_nat.sendto(struct.pack("!BBHII", 0x80, 0, seq, seq * 160, 1234) + silence, server_rtp)
+            behind_nat.sendto(rtp_packet(seq), server_rtp)
             await asyncio.sleep(0.02)
-        data, _ = await caller.recv(behind_nat, timeout=2)  # voxgate latched onto the source address
+        data, _ = await caller.recv(behind_nat, timeout=2)  # voxgate learned the NAT's port
         assert rtp_header(data)[1] == 0
     finally:
         behind_nat.close()
+
+
+async def test_strict_rtp_a_stranger_gets_nothing_feeds_nothing_and_keeps_no_call_alive(sip_gateway, caller):
+    """RTP bleed (CVE-2017-14099's class): packets from another address to a call's RTP port must not turn the
+    agent's audio towards it, reach the call's inbound path, or keep a call whose caller went silent alive."""
+    gw = await sip_gateway(sip={"rtp_timeout_s": 1.5})
+    call_id = f"bleed-{uuid.uuid4().hex}"
+    await caller.call(sip_port(gw), call_id)
+    _, server_rtp = await caller.recv(caller.rtp)
+    stranger = UdpCaller._bind(0, "127.0.0.66")
+    (c,) = gw.legs["gateway.legs.sip"].calls.values()
+    pushed = []
+    c.call.inbound.push = lambda samples: pushed.append(samples)  # what reaches VAD, STT and the recording
+    try:
+        loud = bytes([0x00]) * 160  # μ-law full scale: speech, were it let in
+        began = asyncio.get_running_loop().time()
+        seq = 0
+        while not gw.legs["gateway.legs.sip"].calls == {} and seq < 150:  # 3 s of the stranger's RTP, every 20 ms
+            stranger.sendto(rtp_packet(seq, ssrc=666, payload=loud), server_rtp)
+            seq += 1
+            await asyncio.sleep(0.02)
+        with pytest.raises(TimeoutError):
+            await caller.recv(stranger, timeout=0.3)  # not one packet of the call's audio went to the stranger
+        assert not pushed, "the stranger's audio reached the call's inbound path"
+        assert dropped(gw, "stranger") >= 20
+        # the caller itself never sent RTP: the call ends at rtp_timeout_s, the stranger's packets notwithstanding
+        assert gw.legs["gateway.legs.sip"].calls == {}
+        assert asyncio.get_running_loop().time() - began < 3.0
+    finally:
+        stranger.close()
+
+
+async def test_strict_rtp_after_learning_another_port_of_the_callers_ip_is_dropped(sip_gateway, caller):
+    gw = await sip_gateway()
+    await caller.call(sip_port(gw), f"late-{uuid.uuid4().hex}")
+    _, server_rtp = await caller.recv(caller.rtp)
+    for seq in range(8):  # the caller's own RTP, from the SDP's port: the learning window closes
+        caller.rtp.sendto(rtp_packet(seq), server_rtp)
+        await asyncio.sleep(0.02)
+    late = UdpCaller._bind()
+    try:
+        for seq in range(8, 20):
+            late.sendto(rtp_packet(seq), server_rtp)
+            await asyncio.sleep(0.02)
+        with pytest.raises(TimeoutError):
+            await caller.recv(late, timeout=0.3)
+        assert dropped(gw, "after_learning") >= 10
+        await caller.recv(caller.rtp)  # the call's audio still goes to the caller
+    finally:
+        late.close()
+
+
+async def test_rtp_ports_are_drawn_at_random(sip_gateway):
+    """aiortp handed ports out in order from the start of the range: the next call's port was guessable."""
+    gw = await sip_gateway()
+    ports = []
+    for _ in range(4):
+        c = UdpCaller()
+        try:
+            answer = await c.call(sip_port(gw), f"port-{uuid.uuid4().hex}")
+        finally:
+            c.close()
+        ports.append(int(answer.split("m=audio ", 1)[1].split()[0]))
+    assert all(30000 <= p <= 39999 and p % 2 == 0 for p in ports)
+    assert ports != list(range(ports[0], ports[0] + 8, 2)), ports
+
+
+async def test_no_rtp_before_the_ack_and_none_towards_an_address_an_invite_names(sip_gateway, caller):
+    """INVITEs naming a victim's address in c= and never ACKed made voxgate send RTP there (a reflection
+    amplifier): nothing is sent before the ACK (or the caller's first RTP), and Timer H ends the call."""
+    from tests.sip.udp_caller import ack, invite
+
+    gw = await sip_gateway(sip={"ack_timeout_s": 1.0})
+    victim = UdpCaller()
+    try:
+        call_id = f"reflect-{uuid.uuid4().hex}"
+        caller.sip.sendto(
+            invite(call_id, caller.sip.getsockname()[1], victim.rtp.getsockname()[1]), ("127.0.0.1", sip_port(gw))
+        )
+        while True:
+            data, _ = await caller.recv(caller.sip)
+            if data.startswith(b"SIP/2.0 200"):
+                break
+        with pytest.raises(TimeoutError):
+            await caller.recv(victim.rtp, timeout=0.6)  # answered, not ACKed: not one packet
+        while True:  # Timer H (sip.ack_timeout_s): our BYE
+            data, _ = await caller.recv(caller.sip, timeout=3)
+            if data.startswith(b"BYE "):
+                break
+        assert gw.legs["gateway.legs.sip"].calls == {}
+        # and an ACKed call's audio starts at the ACK
+        answer = await caller.final_response(sip_port(gw), f"acked-{uuid.uuid4().hex}")
+        tag = answer.split("\r\nTo: ", 1)[1].split("tag=", 1)[1].split("\r\n")[0]
+        with pytest.raises(TimeoutError):
+            await caller.recv(caller.rtp, timeout=0.3)
+        caller.sip.sendto(
+            ack(answer.split("Call-ID: ", 1)[1].split("\r\n")[0], caller.sip.getsockname()[1], tag),
+            ("127.0.0.1", sip_port(gw)),
+        )
+        await caller.recv(caller.rtp, timeout=2)
+    finally:
+        victim.close()
 
 
 async def test_a_caller_whose_rtp_stops_is_hung_up(sip_gateway, caller):

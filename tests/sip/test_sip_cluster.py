@@ -25,7 +25,7 @@ def config(redis_url: str, sip_port: int) -> dict:
         "simulated": {"first_packet_ms": 10, "capacity_x": 500, "ms_per_char": 20, "stream_rtf": 0.05},
         "playout": {"prebuffer_ms": 40},
         "telephony": {"unknown_call_timeout_s": 10},
-        "sip": {"port": sip_port, "host": "127.0.0.1", "rtp_ports": "45000-45999"},
+        "sip": {"port": sip_port, "host": "127.0.0.1", "allow": ["127.0.0.1"], "rtp_ports": "45000-45999"},
         "cluster": {"redis_url": redis_url, "claim_ttl_s": 3.0, "secret_env": CLUSTER_SECRET_ENV},
     }
 
