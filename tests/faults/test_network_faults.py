@@ -208,3 +208,79 @@ async def test_caller_audio_faster_than_real_time_is_capped_and_the_call_goes_on
     )
     assert dropped > 10 * 16000, "audio past real time + max_inbound_ahead_ms must be dropped"
     await c.close()
+
+
+_SIP_FLOOD = """
+import socket, sys, time
+sip_port, count = int(sys.argv[1]), int(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+local = s.getsockname()[1]
+sdp = "v=0\\r\\no=f 1 1 IN IP4 127.0.0.1\\r\\ns=-\\r\\nc=IN IP4 127.0.0.1\\r\\nt=0 0\\r\\nm=audio 40000 RTP/AVP 0\\r\\n"
+t0 = time.monotonic()
+for i in range(count):
+    s.sendto((
+        f"INVITE sip:agent@127.0.0.1 SIP/2.0\\r\\nVia: SIP/2.0/UDP 127.0.0.1:{local};branch=z9hG4bKflood{i}\\r\\n"
+        f"From: <sip:f@127.0.0.1>;tag=f{i}\\r\\nTo: <sip:agent@127.0.0.1>\\r\\nCall-ID: flood-{i}\\r\\nCSeq: 1 INVITE\\r\\n"
+        f"Content-Type: application/sdp\\r\\nContent-Length: {len(sdp)}\\r\\n\\r\\n{sdp}"
+    ).encode(), ("127.0.0.1", sip_port))
+    if i % 200 == 199:
+        time.sleep(0.05)  # ~3000 a second: a runaway PBX, not a kernel-buffer test
+print(time.monotonic() - t0)
+"""
+
+
+async def test_a_sip_invite_flood_from_an_allowed_address_beside_a_bystander_call(start_gateway):
+    """SIP over UDP: an allowed source (a looping PBX, a trunk account gone rogue) floods INVITEs. It gets at most
+    sip.invites_per_source_per_s admitted, the rest 503; a call from another allowed source, placed while the
+    flood runs, is answered and hears its turn without an audible gap."""
+    pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
+    from tests.sip.conftest import sip_port
+    from tests.sip.udp_caller import UdpCaller
+    from tests.telephony.clients import Control
+
+    gw = await start_gateway(
+        {
+            "sip": {
+                "port": 0,
+                "host": "127.0.0.1",
+                "allow": ["127.0.0.1", "127.0.0.2"],
+                "rtp_ports": "30000-39999",
+                "ack_timeout_s": 30,
+            },
+            "telephony": {"unknown_call_timeout_s": 30},
+        }
+    )
+    machine = []
+    for attempt in range(3):
+        since = time.monotonic()
+        flood = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _SIP_FLOOD, str(sip_port(gw)), "3000", stdout=asyncio.subprocess.PIPE
+        )
+        await asyncio.sleep(0.2)  # the flood is on
+        bystander = UdpCaller("127.0.0.2")
+        try:
+            call_id = f"bystander-{attempt}"
+            await bystander.call(sip_port(gw), call_id)
+            control = await Control.connect(gw)
+            await control.attach(call_id)
+            await control.send({"type": "text", "turn_id": "t", "text": TURN, "final": True})
+            done = await control.expect("turn.done", turn_id="t", timeout=30)
+            await control.send({"type": "session.end"})
+        finally:
+            bystander.close()
+        out, _ = await flood.communicate()
+        assert flood.returncode == 0
+        assert done["played_text"] == TURN
+        if done["gaps"]["audible"] == 0:
+            break
+        stalls = [cause for seen, cause in gw.clock.stalls if seen >= since]
+        ours = [cause.describe() for cause in stalls if not cause.machine]
+        assert stalls and not ours, f"an audible gap during the flood; the clock's stalls: {ours or 'none'}"
+        machine += [cause.describe() for cause in stalls]
+    else:
+        pytest.fail(f"the box starved the gateway in three floods running: {machine}")
+    refused = gw.metrics.connections_refused.labels(reason="sip_invites_per_source_per_s")._value.get()
+    admitted = sum(1 for c in gw.legs["gateway.legs.sip"].calls if c.startswith("flood-"))
+    took = float(out)  # what the kernel's buffer did not drop was answered 503 (Retry-After), bar a bucketful a second
+    assert refused > 0 and admitted <= 20 * (attempt + 1) * (took + 2), (refused, admitted)
