@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from tests.sip.conftest import sip_port
-from tests.sip.udp_caller import UdpCaller, in_dialog, invite, offer
+from tests.sip.udp_caller import UdpCaller, in_dialog, invite
 from tests.telephony.clients import Control
 
 pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
