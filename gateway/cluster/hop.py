@@ -4,6 +4,8 @@ A hop is a short signed value (the `X-Voxgate-Hop` header, or the payload of an 
 
     v2;<node>;<unix seconds>;<nonce>;<call id>;<hmac>
 
+(the call id, which may itself hold a `;`, is what lies between the fourth `;` and the last one)
+
 The HMAC-SHA256 (key: the plane's secret from `cluster.secret_env`) covers the version, the node, the
 stamp, the nonce, the call id and what the hop opens: the request's method and its full path with the query
 (`AUDIOSOCKET` and `audiosocket` for the TCP door). The owner accepts a hop once: a fresh stamp, a good
@@ -54,10 +56,11 @@ def sign(secret: bytes, node: str, method: str, target: str, call_id: str, now: 
 def verify(secret: bytes, value: str, method: str, target: str, now: float | None = None) -> Hop:
     """The hop's sender and call when `value` was signed with `secret` for this method and target and is fresh;
     raises HopRefused saying why otherwise. The nonce is not spent here."""
-    parts = value.split(";")
-    if len(parts) != 6 or parts[0] != VERSION:
+    parts = value.split(";", 4)  # the call id is the one field that may hold a ";" (a SIP Call-ID may)
+    if len(parts) != 5 or parts[0] != VERSION or ";" not in parts[4]:
         raise HopRefused(f"not a {VERSION} hop (a node of another version, or a forged header)")
-    _, node, stamp, nonce, call_id, mac = parts
+    _, node, stamp, nonce, rest = parts
+    call_id, _, mac = rest.rpartition(";")
     try:
         age = (time.time() if now is None else now) - int(stamp)
     except ValueError:

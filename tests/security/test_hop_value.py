@@ -41,3 +41,14 @@ def test_a_hop_is_fresh_for_thirty_seconds_and_each_has_its_own_nonce():
     for junk in ("", "gw-1;1700000000;" + "0" * 64, "v2;a;b;c;d;e", "v2;;;;;"):
         with pytest.raises(hop.HopRefused):
             hop.verify(SECRET, junk, "GET", "/x")
+
+
+def test_a_call_id_with_a_semicolon_hops_like_any_other():
+    """Call ids may hold a `;` (a SIP Call-ID may): the hop's field split refused every forward of such a call as
+    a signature mismatch, logged as nodes holding different secrets."""
+    call_id = "a84b4c76e66710;part=2@pc33.example.com"
+    value = hop.sign(SECRET, "gw-1", "GET", "/v1/control", call_id, now=1000)
+    checked = hop.verify(SECRET, value, "GET", "/v1/control", now=1001)
+    assert (checked.node, checked.call_id) == ("gw-1", call_id)
+    with pytest.raises(hop.HopRefused, match="signature"):  # and it still binds the whole id
+        hop.verify(SECRET, value.replace("part=2", "part=3"), "GET", "/v1/control", now=1001)
