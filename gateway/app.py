@@ -367,6 +367,8 @@ def serve_main(args) -> int:
     cluster = {key: getattr(args, key, None) for key in ("advertise_url", "node_id") if getattr(args, key, None)}
     if cluster:
         overrides["cluster"] = cluster
+    if getattr(args, "sip_public_ip", None):  # Kubernetes: --sip-public-ip $(HOST_IP), the node's address
+        overrides["sip"] = {"public_ip": args.sip_public_ip}
     if getattr(args, "isolate_engine", False):
         overrides["engine"]["isolate"] = True
     try:

@@ -24,6 +24,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--vocoder", choices=VOCODERS, help="override engine.vocoder (auto: the fastest available, logged)")
     p.add_argument("--advertise-url", help="override cluster.advertise_url (how other nodes reach this one)")
     p.add_argument("--node-id", help="override cluster.node_id")
+    p.add_argument("--sip-public-ip", help="override sip.public_ip (the address SDP and Contact carry)")
     p.add_argument(
         "--isolate-engine",
         action="store_true",

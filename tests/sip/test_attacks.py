@@ -310,3 +310,42 @@ async def test_refer_is_resent_until_answered_and_a_refusal_is_reported_as_faile
     send(caller, gw, answer.encode())
     event = await control.expect("call.transfer", timeout=5)
     assert event["state"] == "failed" and event["status"] == 403
+
+
+# ------------------------------------------------------------------ the right addresses
+
+
+async def test_with_a_wildcard_host_sdp_and_contact_carry_the_address_the_caller_reaches(sip_gateway, callers):
+    """sip.host 0.0.0.0 without public_ip wrote `Contact: <sip:...@0.0.0.0>`: a trunk could not reach us."""
+    gw = await sip_gateway(sip={"host": "0.0.0.0"})
+    answer = await callers().call(sip_port(gw), f"wild-{uuid.uuid4().hex}")
+    contact = header(answer, "Contact")
+    assert "0.0.0.0" not in answer and "127.0.0.1:" in contact, contact
+    assert "c=IN IP4 127.0.0.1" in answer
+
+
+async def test_with_a_wildcard_host_a_peer_off_loopback_is_never_given_a_loopback_address(sip_gateway):
+    """The old SDP said c=127.0.0.1 to every peer of a 0.0.0.0 gateway: a real trunk's RTP went nowhere."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet leaves, connect only picks a route
+            address = probe.getsockname()[0]
+        except OSError:
+            address = "127.0.0.1"
+    if address.startswith("127."):
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    gw = await sip_gateway(sip={"host": "0.0.0.0", "allow": [address]})
+    caller = UdpCaller(address)
+    try:
+        caller.sip.sendto(
+            invite(f"lan-{uuid.uuid4().hex}", caller.sip.getsockname()[1], caller.rtp.getsockname()[1], host=address),
+            (address, sip_port(gw)),
+        )
+        answer = await response(caller)
+    finally:
+        caller.close()
+    sdp_answer, contact = answer.split("\r\n\r\n", 1)[1], header(answer, "Contact")
+    assert answer.startswith("SIP/2.0 200") and f"c=IN IP4 {address}" in sdp_answer and "127.0.0.1" not in sdp_answer
+    assert f"{address}:" in contact, contact

@@ -56,6 +56,10 @@ def test_sip_gateways_run_on_the_host_network_one_per_labelled_node(tmp_path):
     ports = {(p["containerPort"], p["protocol"]) for p in container["ports"]}
     assert {(5060, "UDP"), (5060, "TCP"), (8080, "TCP"), (9092, "TCP")} <= ports
     assert container["args"][:3] == ["serve", "--config", "/etc/voxgate/gateway-sip.yaml"]
+    # sip.host is 0.0.0.0: SDP and Contact carry the node's address, from the downward API
+    assert container["args"][-1] == "--sip-public-ip=$(HOST_IP)"
+    host_ip = next(e for e in container["env"] if e["name"] == "HOST_IP")
+    assert host_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
     config_map = next(
         d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("voxgate-config")
     )
