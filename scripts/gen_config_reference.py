@@ -38,7 +38,7 @@ impossible values stop the start with the file and the key named, e.g.
 `configs/x.yaml: server.port: must be 0..65535 (got 70000)`. A few keys have
 command-line overrides (`voxgate serve --help`: `--host`, `--port`,
 `--model-dir`, `--vocoder`, `--engine-endpoint`, `--isolate-engine`,
-`--node-id`, `--advertise-url`).
+`--node-id`, `--advertise-url`, `--sip-public-ip`).
 
 Shipped configs:
 
