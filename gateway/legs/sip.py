@@ -564,13 +564,15 @@ class SipServer:
 
     def _admitted(self, door: _Door, msg: SipRequest, addr: tuple[str, int]) -> bool:
         """A new INVITE: refused here, statelessly, or handed to the stack (which then calls `_on_invite`)."""
-        refusal = self._refusal(door, msg, addr[0])
+        refusal = self._refusal(msg, addr[0])
         if refusal is None:
             return True
         code, why, headers = refusal
         status, reason = REFUSAL_STATUS.get(code, (500, "Server Internal Error"))
         self.core.metrics.errors.labels(code=code).inc()
-        log.info("sip: INVITE %s from %s refused with %d (%s): %s", msg.call_id, addr[0], status, code, why)
+        # a flood is counted, not logged line by line (voxgate_connections_refused_total)
+        level = logging.DEBUG if code == P.RATE_LIMITED else logging.INFO
+        log.log(level, "sip: INVITE %s from %s refused with %d (%s): %s", msg.call_id, addr[0], status, code, why)
         self._reply(
             door,
             msg,
@@ -580,7 +582,7 @@ class SipServer:
         )
         return False
 
-    def _refusal(self, door: _Door, msg: SipRequest, source: str) -> tuple[str, str, dict[str, str]] | None:
+    def _refusal(self, msg: SipRequest, source: str) -> tuple[str, str, dict[str, str]] | None:
         if self.allow and not in_networks(source, self.allow):
             self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
             return P.SIP_FORBIDDEN, "the source address is not in sip.allow", {}
