@@ -367,3 +367,9 @@ async def test_with_a_wildcard_host_a_peer_off_loopback_is_never_given_a_loopbac
     sdp_answer, contact = answer.split("\r\n\r\n", 1)[1], header(answer, "Contact")
     assert answer.startswith("SIP/2.0 200") and f"c=IN IP4 {address}" in sdp_answer and "127.0.0.1" not in sdp_answer
     assert f"{address}:" in contact, contact
+
+
+async def test_allow_anyone_is_said_explicitly_and_warned_about_at_start(sip_gateway, callers, caplog):
+    gw = await sip_gateway(sip={"allow": ["0.0.0.0/0"]})
+    assert any(r.levelname == "WARNING" and "0.0.0.0/0" in r.getMessage() for r in caplog.records)
+    await callers("127.0.0.9").call(sip_port(gw), f"anyone-{uuid.uuid4().hex}")  # and anyone may call
