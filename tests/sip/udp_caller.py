@@ -80,13 +80,21 @@ class UdpCaller:
         return await asyncio.wait_for(asyncio.get_running_loop().sock_recvfrom(sock, 65535), timeout)
 
     async def final_response(self, port: int, call_id: str, codec_pt: int = 0, extra: str = "") -> str:
-        """INVITE; the first final (>= 200) response, as text."""
-        self.sip.sendto(
-            invite(call_id, self.sip.getsockname()[1], self.rtp.getsockname()[1], codec_pt, extra, self.host),
-            ("127.0.0.1", port),
-        )
+        """INVITE; the first final (>= 200) response, as text. Sent again as a phone does (RFC 3261 Timer A: after
+        0.5 s, doubling) until an answer comes: a datagram may be lost (a loaded gateway's full socket buffer)."""
+        request = invite(call_id, self.sip.getsockname()[1], self.rtp.getsockname()[1], codec_pt, extra, self.host)
+        self.sip.sendto(request, ("127.0.0.1", port))
+        resend, heard = 0.5, False
         while True:
-            data, _ = await self.recv(self.sip)
+            try:
+                data, _ = await self.recv(self.sip, timeout=5.0 if heard else resend)
+            except TimeoutError:
+                if heard or resend > 4.0:
+                    raise
+                self.sip.sendto(request, ("127.0.0.1", port))
+                resend *= 2
+                continue
+            heard = heard or data.startswith(b"SIP/2.0 ")
             if data.startswith(b"SIP/2.0 ") and int(data[8:11]) >= 200:
                 return data.decode()
 
