@@ -45,20 +45,16 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
         IncomingCall,
         Registration,
         SipDigestAuth,
-        SipMessage,
         SipRequest,
         SipResponse,
         SipTransport,
         SipUAC,
         SipUAS,
-        TcpSipTransport,
-        UdpSipTransport,
-        parse_via,
-        stringify_via,
     )
     from aiosipua.sdp import SdpMessage, negotiate_sdp
-    from aiosipua.transport import _read_sip_message, _UdpProtocol
     from aiosipua.utils import generate_tag
+
+    from gateway.sip.transports import TcpSip, UdpSip
 except ImportError as exc:  # pragma: no cover - exercised only where the extra is missing
     _MISSING: ImportError | None = exc
 else:
@@ -85,18 +81,6 @@ from gateway.wire import sip as wire
 
 log = logging.getLogger("voxgate.sip")
 
-
-class _MalformedWithoutTraceback(logging.Filter):
-    """A datagram that does not parse as SIP is the sender's problem: one line, not a traceback in our log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if str(record.msg).startswith("Failed to parse SIP message"):
-            record.exc_info = None
-            record.exc_text = None
-        return True
-
-
-logging.getLogger("aiosipua.transport").addFilter(_MalformedWithoutTraceback())
 
 USER_AGENT = "voxgate"
 FRAME_PTIME_MS = 20
@@ -125,107 +109,6 @@ REFUSAL_STATUS = {
 }
 NO_DTMF_PAYLOAD_TYPE = 128  # outside RTP's 7 bits: no packet is taken for a telephone-event the offer did not bind
 RETRY_AFTER_S = "1"  # a rate-limited INVITE's Retry-After
-
-
-if _MISSING is None:
-
-    class _UdpIntake(_UdpProtocol):
-        def connection_made(self, transport) -> None:
-            # aiosipua asserts a DatagramTransport, which Python 3.11's selector transport is not (fixed in 3.12)
-            self._owner._udp_transport = transport
-
-    class _UdpSip(UdpSipTransport):
-        async def start(self) -> None:
-            loop = asyncio.get_running_loop()
-            self._udp_transport, _ = await loop.create_datagram_endpoint(
-                lambda: _UdpIntake(self), local_addr=self.local_addr
-            )
-
-    class _TcpSip(TcpSipTransport):
-        """SIP over TCP. aiosipua answers by the top Via's host and port, which over TCP is the caller's
-        listening port, not the connection: every request is stamped with the connection's address
-        (`received`, `rport`), so its answers go back on the connection it came on (RFC 3261 §18.2.2).
-        With `sip.allow` set, only those addresses may connect at all (a connection is held open for the
-        whole call, so strangers do not get to hold any); connections count against the per-IP caps
-        (`server.limits`) like every other door, and one that carries no call and sends nothing for
-        `sip.tcp_idle_s` is closed (aiosipua keeps every connection until the peer closes it)."""
-
-        def __init__(self, local_addr, peers, allow, metrics, idle_s: float, carries_call):
-            super().__init__(local_addr=local_addr)
-            self.peers, self.allow, self.metrics = peers, allow, metrics
-            self.idle_s, self.carries_call = idle_s, carries_call
-
-        async def _handle_connection(self, reader, writer) -> None:
-            peer = writer.get_extra_info("peername")
-            address = peer[0] if isinstance(peer, tuple) and peer else None
-            if self.allow and not in_networks(address, self.allow):
-                self.metrics.connections_refused.labels(reason="sip_allow").inc()
-                writer.transport.abort()
-                return
-            refused = self.peers.open(address)
-            if refused is not None:
-                self.metrics.connections_refused.labels(reason=refused).inc()
-                writer.transport.abort()
-                return
-            try:
-                await self._read_messages(reader, writer)
-            finally:
-                self.peers.close(address)
-
-        async def _read_messages(self, reader, writer) -> None:
-            """aiosipua's read loop, with the idle limit: no read waits longer than `idle_s` while the
-            connection carries no call of ours."""
-            peer = writer.get_extra_info("peername")
-            addr = (str(peer[0]), int(peer[1])) if peer else ("0.0.0.0", 0)
-            self._connections[addr] = (reader, writer)
-            try:
-                while True:
-                    try:
-                        async with asyncio.timeout(None if self.carries_call(addr) else self.idle_s):
-                            data = await _read_sip_message(reader)
-                    except TimeoutError:
-                        if self.carries_call(addr):  # a call began on it while the read waited
-                            continue
-                        self.metrics.connections_refused.labels(reason="sip_tcp_idle").inc()
-                        log.info("sip: TCP connection from %s idle %.0f s without a call; closed", addr[0], self.idle_s)
-                        break
-                    if data is None:
-                        break
-                    self._dispatch(data, addr)
-            except (asyncio.IncompleteReadError, ConnectionError, ValueError):
-                pass
-            finally:
-                self._connections.pop(addr, None)
-                writer.close()
-                try:
-                    async with asyncio.timeout(5):
-                        await writer.wait_closed()
-                except (ConnectionError, TimeoutError):
-                    pass
-
-        def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
-            try:
-                msg = SipMessage.parse(data)
-            except Exception:
-                log.info("sip: a message over TCP from %s does not parse; dropped", addr[0])
-                return
-            if isinstance(msg, SipRequest):
-                _answer_on_this_connection(msg, addr)
-            try:
-                self.on_message(msg, addr)
-            except Exception:
-                log.exception("sip: handling a message from %s failed", addr[0])
-
-
-def _answer_on_this_connection(request, addr: tuple[str, int]) -> None:
-    vias = request.headers.get("via")
-    if not vias:
-        return
-    top = parse_via(vias[0])
-    top.params["received"], top.params["rport"] = addr[0], str(addr[1])
-    request.headers.remove("Via")
-    for v in [stringify_via(top), *vias[1:]]:
-        request.headers.append("Via", v)
 
 
 @dataclass
@@ -352,13 +235,13 @@ class SipServer:
     async def start(self, host: str, port: int) -> int:
         """UDP and TCP on one port number (`port` 0: a free one, the same for both)."""
         for attempt in range(20 if port == 0 else 1):
-            udp = _UdpSip(local_addr=(host, port))
+            udp = UdpSip(local_addr=(host, port))
             uac = SipUAC(udp)  # REGISTER (and the answers to it) goes through it
             udp_door = _Door("UDP", udp, SipUAS(udp, user_agent=USER_AGENT, uac=uac))
             await self._open(udp_door)
             bound = udp._udp_transport.get_extra_info("sockname")[1]
             udp.local_addr = (host, bound)  # port 0 (tests): Via and Contact name the port really bound
-            tcp = _TcpSip(
+            tcp = TcpSip(
                 (host, bound),
                 self.core.peers,
                 self.allow,

@@ -1,0 +1,133 @@
+"""The SIP leg's two doors on one port: aiosipua's UDP and TCP transports, fixed where they fall short.
+
+* UDP: Python 3.11's selector transport is not the DatagramTransport aiosipua asserts.
+* TCP: answers go back on the connection the request came in on (stamped `received`/`rport`, RFC 3261
+  §18.2.2), only `sip.allow`'s addresses may connect, connections count against the per-IP caps
+  (`server.limits`), and one that carries no call and sends nothing for `sip.tcp_idle_s` is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiosipua import SipMessage, SipRequest, TcpSipTransport, UdpSipTransport, parse_via, stringify_via
+from aiosipua.transport import _read_sip_message, _UdpProtocol
+
+from gateway.security.peers import in_networks
+
+log = logging.getLogger("voxgate.sip")
+
+
+class _MalformedWithoutTraceback(logging.Filter):
+    """A datagram that does not parse as SIP is the sender's problem: one line, not a traceback in our log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Failed to parse SIP message"):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+logging.getLogger("aiosipua.transport").addFilter(_MalformedWithoutTraceback())
+
+
+class UdpIntake(_UdpProtocol):
+    def connection_made(self, transport) -> None:
+        # aiosipua asserts a DatagramTransport, which Python 3.11's selector transport is not (fixed in 3.12)
+        self._owner._udp_transport = transport
+
+
+class UdpSip(UdpSipTransport):
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._udp_transport, _ = await loop.create_datagram_endpoint(
+            lambda: UdpIntake(self), local_addr=self.local_addr
+        )
+
+
+class TcpSip(TcpSipTransport):
+    """SIP over TCP. aiosipua answers by the top Via's host and port, which over TCP is the caller's
+    listening port, not the connection: every request is stamped with the connection's address
+    (`received`, `rport`), so its answers go back on the connection it came on (RFC 3261 §18.2.2).
+    With `sip.allow` set, only those addresses may connect at all (a connection is held open for the
+    whole call, so strangers do not get to hold any); connections count against the per-IP caps
+    (`server.limits`) like every other door, and one that carries no call and sends nothing for
+    `sip.tcp_idle_s` is closed (aiosipua keeps every connection until the peer closes it)."""
+
+    def __init__(self, local_addr, peers, allow, metrics, idle_s: float, carries_call):
+        super().__init__(local_addr=local_addr)
+        self.peers, self.allow, self.metrics = peers, allow, metrics
+        self.idle_s, self.carries_call = idle_s, carries_call
+
+    async def _handle_connection(self, reader, writer) -> None:
+        peer = writer.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, tuple) and peer else None
+        if self.allow and not in_networks(address, self.allow):
+            self.metrics.connections_refused.labels(reason="sip_allow").inc()
+            writer.transport.abort()
+            return
+        refused = self.peers.open(address)
+        if refused is not None:
+            self.metrics.connections_refused.labels(reason=refused).inc()
+            writer.transport.abort()
+            return
+        try:
+            await self._read_messages(reader, writer)
+        finally:
+            self.peers.close(address)
+
+    async def _read_messages(self, reader, writer) -> None:
+        """aiosipua's read loop, with the idle limit: no read waits longer than `idle_s` while the
+        connection carries no call of ours."""
+        peer = writer.get_extra_info("peername")
+        addr = (str(peer[0]), int(peer[1])) if peer else ("0.0.0.0", 0)
+        self._connections[addr] = (reader, writer)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(None if self.carries_call(addr) else self.idle_s):
+                        data = await _read_sip_message(reader)
+                except TimeoutError:
+                    if self.carries_call(addr):  # a call began on it while the read waited
+                        continue
+                    self.metrics.connections_refused.labels(reason="sip_tcp_idle").inc()
+                    log.info("sip: TCP connection from %s idle %.0f s without a call; closed", addr[0], self.idle_s)
+                    break
+                if data is None:
+                    break
+                self._dispatch(data, addr)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            self._connections.pop(addr, None)
+            writer.close()
+            try:
+                async with asyncio.timeout(5):
+                    await writer.wait_closed()
+            except (ConnectionError, TimeoutError):
+                pass
+
+    def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
+        try:
+            msg = SipMessage.parse(data)
+        except Exception:
+            log.info("sip: a message over TCP from %s does not parse; dropped", addr[0])
+            return
+        if isinstance(msg, SipRequest):
+            _answer_on_this_connection(msg, addr)
+        try:
+            self.on_message(msg, addr)
+        except Exception:
+            log.exception("sip: handling a message from %s failed", addr[0])
+
+
+def _answer_on_this_connection(request, addr: tuple[str, int]) -> None:
+    vias = request.headers.get("via")
+    if not vias:
+        return
+    top = parse_via(vias[0])
+    top.params["received"], top.params["rport"] = addr[0], str(addr[1])
+    request.headers.remove("Via")
+    for v in [stringify_via(top), *vias[1:]]:
+        request.headers.append("Via", v)
