@@ -82,3 +82,28 @@ async def test_sigterm_lets_the_turn_finish_then_closes_with_1001(served):
     assert proc.wait(timeout=30) == 0
     out = proc.stdout.read()
     assert f"127.0.0.1:{port}" in out  # the URL is printed for the user
+
+
+def _serve_refused(tmp_path, config: str, *args: str) -> str:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(config)
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_a_sip_port_open_to_anyone_does_not_start_and_says_which_settings_close_it(tmp_path):
+    line = _serve_refused(tmp_path, "sip:\n  port: 5060\n").strip().splitlines()[-1]
+    assert "sip.allow" in line and "sip.auth" in line and "0.0.0.0/0" in line
+
+
+def test_sip_public_ip_comes_from_the_command_line(tmp_path):
+    """Kubernetes passes the node's address (--sip-public-ip=$(HOST_IP)); it is checked like the file's."""
+    out = _serve_refused(tmp_path, "sip:\n  port: 5060\n  allow: [10.0.0.1]\n", "--sip-public-ip", "node.example")
+    assert "sip.public_ip: must be an IP address" in out and "node.example" in out
