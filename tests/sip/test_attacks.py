@@ -175,6 +175,21 @@ async def test_a_notify_for_no_refer_of_ours_is_481_and_tells_the_agent_nothing(
     await no_event(control, "call.transfer", timeout=0.5)
 
 
+async def test_a_cancel_from_a_stranger_does_not_end_a_ringing_call(sip_gateway, callers):
+    gw = await sip_gateway(sip={"answer_delay_ms": 400})
+    caller, stranger = callers(), callers(STRANGER)
+    call_id = f"cancel-{uuid.uuid4().hex}"
+    request = invite(call_id, caller.sip.getsockname()[1], caller.rtp.getsockname()[1])
+    send(caller, gw, request)
+    await asyncio.sleep(0.1)
+    branch = header(request.decode(), "Via").split("branch=")[1]  # what a stranger on the path saw
+    cancel = in_dialog("CANCEL", call_id, stranger.sip.getsockname()[1], "", host=STRANGER, branch=branch)
+    send(stranger, gw, cancel)
+    refused = await response(stranger)
+    assert refused.startswith("SIP/2.0 403") and header(refused, "X-Voxgate-Reason") == "not_dialog_peer"
+    assert (await response(caller)).startswith("SIP/2.0 200")  # not 487: the call was not cancelled
+
+
 # ------------------------------------------------------------------ SDP checked before answering
 
 AUDIO = "m=audio {port} RTP/AVP 0 101\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:101 telephone-event/8000\r\n"
@@ -373,3 +388,53 @@ async def test_allow_anyone_is_said_explicitly_and_warned_about_at_start(sip_gat
     gw = await sip_gateway(sip={"allow": ["0.0.0.0/0"]})
     assert any(r.levelname == "WARNING" and "0.0.0.0/0" in r.getMessage() for r in caplog.records)
     await callers("127.0.0.9").call(sip_port(gw), f"anyone-{uuid.uuid4().hex}")  # and anyone may call
+
+
+async def _transfer_under_way(gw, caller: UdpCaller, call_id: str) -> tuple[Control, str]:
+    """A call whose agent asked for a transfer: the control socket, and the REFER as the caller got it."""
+    await caller.call(sip_port(gw), call_id)
+    control = await Control.connect(gw)
+    await control.attach(call_id)
+    await control.send({"type": "call.transfer", "to": "sip:sales@pbx.example.com"})
+    await control.expect("call.transfer", timeout=5, state="requested")
+    while True:
+        data, _ = await caller.recv(caller.sip, timeout=3)
+        if data.startswith(b"REFER "):
+            return control, data.decode()
+
+
+async def test_a_notify_is_taken_only_with_our_refers_event_id(sip_gateway, callers):
+    gw = await sip_gateway(sip={"transfer_targets": ["sip:*@pbx.example.com"]})
+    caller = callers()
+    call_id = f"event-{uuid.uuid4().hex}"
+    control, refer = await _transfer_under_way(gw, caller, call_id)
+    cseq = header(refer, "CSeq").split()[0]
+    tag = header(refer, "From").split("tag=")[1]
+    send(caller, gw, ("SIP/2.0 202 Accepted\r\n" + "".join(
+        f"{name}: {header(refer, name)}\r\n" for name in ("Via", "From", "To", "Call-ID", "CSeq")
+    ) + "Content-Length: 0\r\n\r\n").encode())  # fmt: skip
+
+    def notify(event: str, n: int) -> bytes:
+        return in_dialog(
+            "NOTIFY", call_id, caller.sip.getsockname()[1], tag, cseq=n,
+            headers=f"Event: {event}\r\nSubscription-State: terminated\r\nContent-Type: message/sipfrag\r\n",
+            body="SIP/2.0 200 OK\r\n",
+        )  # fmt: skip
+
+    send(caller, gw, notify(f"refer;id={int(cseq) + 7}", 2))  # another REFER's
+    refused = await response(caller)
+    assert refused.startswith("SIP/2.0 481") and header(refused, "X-Voxgate-Reason") == "dialog_mismatch"
+    send(caller, gw, notify(f"refer;id={cseq}", 3))
+    assert (await response(caller)).startswith("SIP/2.0 200")
+    done = await control.expect("call.transfer", timeout=5)
+    assert done["state"] == "succeeded" and done["status"] == 200
+
+
+async def test_a_refer_nobody_answers_fails_after_timer_f(sip_gateway, callers, monkeypatch):
+    from gateway.sip import transfer
+
+    monkeypatch.setattr(transfer, "TIMER_F_S", 1.5)
+    gw = await sip_gateway(sip={"transfer_targets": ["sip:*@pbx.example.com"]})
+    control, _ = await _transfer_under_way(gw, callers(), f"silent-{uuid.uuid4().hex}")
+    failed = await control.expect("call.transfer", timeout=5)
+    assert failed["state"] == "failed" and failed["status"] == 408

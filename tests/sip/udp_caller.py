@@ -52,11 +52,15 @@ def in_dialog(
     cseq: int = 1,
     headers: str = "",
     body: str = "",
+    branch: str | None = None,
 ) -> bytes:
-    """A request in the caller's dialog (ACK, BYE, INFO, NOTIFY...), as the caller (or a stranger) would send it."""
+    """A request in the caller's dialog (ACK, BYE, INFO, NOTIFY...), as the caller (or a stranger) would send it;
+    `to_tag` "" for one without our tag (CANCEL, which names its INVITE by the Via `branch`)."""
+    branch = branch or f"z9hG4bK{method.lower()}{call_id[:6]}{cseq}"
+    to = f"<sip:agent@127.0.0.1>;tag={to_tag}" if to_tag else "<sip:agent@127.0.0.1>"
     return (
-        f"{method} sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {host}:{sip_local};branch=z9hG4bK{method.lower()}{call_id[:6]}{cseq}\r\n"
-        f"From: <sip:t@{host}>;tag={from_tag}\r\nTo: <sip:agent@127.0.0.1>;tag={to_tag}\r\nCall-ID: {call_id}\r\n"
+        f"{method} sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {host}:{sip_local};branch={branch}\r\n"
+        f"From: <sip:t@{host}>;tag={from_tag}\r\nTo: {to}\r\nCall-ID: {call_id}\r\n"
         f"CSeq: {cseq} {method}\r\n{headers}Content-Length: {len(body)}\r\n\r\n{body}"
     ).encode()
 
