@@ -849,6 +849,7 @@ class SipServer:
             return
         status = wire.sipfrag_status(request.text if request.body else "")
         self._reply(door, request, 200, "OK")
+        pending.answered(202, "Accepted")  # a NOTIFY may overtake the 202: the REFER was taken, stop resending it
         terminated = "terminated" in (request.headers.get_first("subscription-state") or "").lower()
         if status is None:
             if terminated:
