@@ -297,6 +297,21 @@ async def test_an_invite_flood_from_an_allowed_source_is_rate_limited_and_a_byst
     await bystander.call(sip_port(gw), f"bystander-{uuid.uuid4().hex}")  # another source's call: 200 OK
 
 
+async def test_the_per_ip_caps_count_sip_calls_over_udp_and_free_the_slot_when_a_call_ends(sip_gateway, callers):
+    """server.limits applied to SIP over TCP only: over UDP one address could hold every session."""
+    gw = await sip_gateway(server={"limits": {"max_connections_per_ip": 1}})
+    first = callers()
+    call_id = f"slot-{uuid.uuid4().hex}"
+    tag = to_tag(await first.call(sip_port(gw), call_id))
+    refused = await callers().final_response(sip_port(gw), f"second-{uuid.uuid4().hex}")
+    assert refused.startswith("SIP/2.0 503") and header(refused, "X-Voxgate-Reason") == "rate_limited"
+    assert gw.metrics.connections_refused.labels(reason="max_connections_per_ip")._value.get() == 1
+    send(first, gw, in_dialog("BYE", call_id, first.sip.getsockname()[1], tag, cseq=2))
+    assert (await response(first)).startswith("SIP/2.0 200")
+    await asyncio.sleep(0.1)
+    await callers().call(sip_port(gw), f"third-{uuid.uuid4().hex}")  # the slot came back with the BYE
+
+
 # ------------------------------------------------------------------ transfers
 
 
