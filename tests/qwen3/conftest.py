@@ -41,3 +41,15 @@ def official_dirs(official, tmp_path_factory):
         return made[(variant, kind)]
 
     return get
+
+
+@pytest.fixture
+def cuda_semantics():
+    """SDPA answering as CUDA does (layout, refusals; judged at bfloat16, the GPU's dtype) and host<->device
+    traffic counted on the engine's watched threads, for one test: (CudaSdpa, Transfers)."""
+    import torch
+
+    from tts.qwen3.cuda_semantics import cuda_semantics as on
+
+    with on(torch.bfloat16) as pair:
+        yield pair

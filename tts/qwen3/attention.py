@@ -42,15 +42,16 @@ def _backend(name: str):
 
 
 @contextmanager
-def pinned_sdpa(name: str | None):
-    """Run the block with one SDPA backend (None: torch's choice)."""
+def pinned_sdpa(name: str | tuple[str, ...] | None):
+    """Run the block with one SDPA backend, or only those of a tuple (None: torch's choice)."""
     if name is None:
         with nullcontext():
             yield
         return
     from torch.nn.attention import sdpa_kernel
 
-    with sdpa_kernel([_backend(name)]):
+    names = (name,) if isinstance(name, str) else name
+    with sdpa_kernel([_backend(n) for n in names if _backend(n) is not None]):
         yield
 
 
@@ -81,7 +82,50 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     rows = q.reshape(b, hk, group * t, d)  # row j*T + i of KV head k: query head k*G + j at position i
     rows_mask = mask.expand(b, 1, group, length) if t == 1 else mask.repeat(1, 1, group, 1)
     out = F.scaled_dot_product_attention(rows, keys, values, attn_mask=rows_mask)
-    return out.view(b, hq, t, d)
+    return out.reshape(b, hq, t, d)  # fused CUDA kernels return [B, M, H, K] storage: a view would raise
+
+
+def prefill_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask=None) -> torch.Tensor:
+    """A prefill: q [B, Hq, T, D] at positions 0..T-1 over keys/values [B, Hk, T, D] -> [B, Hq, T, D].
+
+    Causal without a mask (right padding only writes columns past a prompt's end, which decoding overwrites
+    before reading them): flash attention takes it with grouped-query heads at bf16, where a mask would
+    leave the memory-efficient kernel (which builds no plan) or cuDNN (a plan per new shape in traffic)."""
+    return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=q.shape[1] != keys.shape[1])
+
+
+# What the batch pins its prefill to on CUDA: cuDNN left out (a plan per new (rows, length) shape, hundreds of
+# ms each in traffic), so flash, first in torch's order, takes it. Not flash alone: `sdpa_kernel` flags are
+# process-wide, and the vocoder lane's masked attention may run during a prefill; flash would refuse it.
+PREFILL_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+def prefill_backend(shape, dtype, device) -> tuple[tuple[str, ...] | None, str]:
+    """The backends to pin the talker's prefill to on `device` -> (names or None: torch's choice, why).
+    Flash is tried alone on a small call of the talker's head layout; only "No available kernel" counts
+    as its refusal (torch's choice then)."""
+    if torch.device(device).type != "cuda":
+        return None, "CPU: torch's own kernels"
+    g = torch.Generator(device="cpu").manual_seed(2)
+    q = torch.randn(1, shape.num_attention_heads, 16, shape.head_dim, generator=g).to(device, dtype)
+    k, v = (torch.randn(1, shape.num_key_value_heads, 16, shape.head_dim, generator=g).to(device, dtype) for _ in "kv")
+    try:
+        with pinned_sdpa(PREFILL_BACKENDS[0]):
+            prefill_attention(q, k, v)
+    except RuntimeError as e:
+        if not refused(e):
+            raise
+        return None, f"{PREFILL_BACKENDS[0]} refuses the prefill ({first_line(e)}): torch's choice"
+    return PREFILL_BACKENDS, "causal, no mask: flash"
+
+
+def refused(e: BaseException) -> bool:
+    """An SDPA backend's refusal of a call (torch raises "No available kernel"), not a bug in the call."""
+    return isinstance(e, RuntimeError) and "No available kernel" in str(e)
+
+
+def first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [""])[0][:200]
 
 
 # the aten op each SDPA backend runs as (what the profiler names), and marks of their CUDA kernels
@@ -134,7 +178,8 @@ def kernels_that_ran(fn) -> dict:
 def time_backend(
     name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, repeats: int = 20
 ) -> float | None:
-    """Mean seconds per call of one backend on these inputs, or None when it cannot run them."""
+    """Mean seconds per call of one backend on these inputs, or None when it refuses them ("No available
+    kernel"). Any other error is a bug in the call, not a refusal: it propagates."""
     if _backend(name) is None:
         return None
     try:
@@ -149,8 +194,10 @@ def time_backend(
             if q.device.type == "cuda":
                 torch.cuda.synchronize()
             return (time.perf_counter() - t0) / repeats
-    except RuntimeError:  # "No available kernel" for this shape / dtype / mask
-        return None
+    except RuntimeError as e:
+        if refused(e):  # "No available kernel" for this shape / dtype / mask
+            return None
+        raise
 
 
 def decode_inputs(
@@ -181,7 +228,8 @@ def choose(
     shape, batches, kv_lens, dtype, device, repeats: int = 20, cache=None, deadline: float | None = None
 ) -> tuple[dict, dict]:
     """For each (batch, kv_len): the fastest backend that runs `decode_attention` on the shapes of `shape`
-    (a DecoderShape). Returns ({(b, L): name}, {(b, L): {name: ms or None}}). CPU: empty (torch's own).
+    (a DecoderShape). Returns ({(b, L): name}, {(b, L): {name: ms, None (refused) or "error: ..."}}): an
+    error that is not a refusal is not read as "kernel unusable"; it is named. CPU: empty (torch's own).
 
     `cache`: the (k, v) cache tensors of one talker layer, whose views are timed (default: a pair
     allocated here, [max batch, Hk, max kv_len, D]). `deadline` (time.monotonic()): shapes not timed by
@@ -213,9 +261,13 @@ def choose(
             )
             ms = {}
             for name in BACKEND_NAMES:
-                t = time_backend(name, q, k, v, mask, repeats)
+                try:
+                    t = time_backend(name, q, k, v, mask, repeats)
+                except RuntimeError as e:  # not a refusal: a bug in the call, named in the table
+                    ms[name] = f"error: {first_line(e)}"
+                    continue
                 ms[name] = None if t is None else round(t * 1e3, 4)
-            runnable = {n: t for n, t in ms.items() if t is not None}
+            runnable = {n: t for n, t in ms.items() if isinstance(t, float)}
             picked[(b, kv_len)] = min(runnable, key=runnable.get) if runnable else None
             timings[(b, kv_len)] = ms
     return picked, timings

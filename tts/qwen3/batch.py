@@ -32,12 +32,14 @@ import logging
 
 import torch
 
+from tts.qwen3.attention import refused, talker_pinned
 from tts.qwen3.gate import CaptureGate
 from tts.qwen3.generate import TalkerSampling, decode_frame, prefill, prepare_caches
 from tts.qwen3.model import Qwen3TTSModel
 from tts.qwen3.prompt import Prompt
 from tts.qwen3.sampling import SamplingRows, eos_mask
 from tts.qwen3.staging import Staged
+from tts.qwen3.transfers import host_buffer
 
 log = logging.getLogger("voxgate.qwen3")
 
@@ -102,7 +104,7 @@ class TalkerBatch:
         self.pred_rows = SamplingRows.filled(b, dev, general=general)
         self.out = torch.zeros(b, self.groups + 1, dtype=torch.long, device=dev)  # codes + next codebook-0 token
         cuda = dev.type == "cuda"
-        self.host_out = torch.zeros(b, self.groups + 1, dtype=torch.long, pin_memory=cuda)
+        self.host_out = host_buffer(torch.zeros(b, self.groups + 1, dtype=torch.long, pin_memory=cuda))
         self._out_ready = None  # CUDA event after the host copy of the last step
         self.generator = generator
         self.buckets = tuple(sorted({x for x in buckets if x < max_batch} | {max_batch}))
@@ -117,6 +119,7 @@ class TalkerBatch:
         self._pool = None
         self._stream = None  # CUDA: the stream warm-up and capture run on, and replays go to
         self.sdpa_backends: dict = {}  # (batch bucket, kv bucket) -> backend pinned at capture (CUDA)
+        self.prefill_backend = None  # the prefill's pinned backends (CUDA: attention.prefill_backend)
         self.last_kv_len = 0
         self.stage_marks = None  # eager tracing: called with a stage name after each stage
         self.last_launch_s = 0.0  # time spent issuing the last step (the rest of `step` is the host sync)
@@ -194,7 +197,8 @@ class TalkerBatch:
         self.cb0.seen.index_fill_(0, idx, False)
         self.cb0.generated.index_fill_(0, idx, 0)
         self.eos_at.index_fill_(0, idx, 0)
-        hidden, logits = prefill(self.model.talker, embeds, length_t, rows=idx)
+        with talker_pinned(self.model.talker, self.prefill_backend):
+            hidden, logits = prefill(self.model.talker, embeds, length_t, rows=idx)
         sub = TalkerSampling(
             self.cb0.rows.index(idx),
             self.cb0.seen[idx],
@@ -388,8 +392,6 @@ class TalkerBatch:
         # Warm up on the capture stream (allocator, kernels, SDPA plans), then capture on that same
         # stream. Capturing runs the step once for slots 0..n-1: snapshot and restore the state the step
         # mutates so capture has no effect.
-        from tts.qwen3.attention import talker_pinned
-
         if self._stream is None:
             self._stream = torch.cuda.Stream()
         saved = [t.clone() for t in self._mutable()]
@@ -415,8 +417,6 @@ class TalkerBatch:
         chosen for this shape (tts.qwen3.attention); returns the backend to capture under. One that
         refuses the step's real tensors is dropped for torch's own choice here, before the capture,
         where a refusal could not be undone. The step's state changes: the caller restores it."""
-        from tts.qwen3.attention import talker_pinned
-
         backend = self.sdpa_backends.get((n, kv_len))
         if backend is not None:
             try:
@@ -425,6 +425,8 @@ class TalkerBatch:
                         self._step_rows(n, kv_len, wide)
                 return backend
             except RuntimeError as e:  # "No available kernel" for these views / this mask
+                if not refused(e):
+                    raise  # a bug in the step, not the backend's refusal
                 log.warning(
                     "SDPA %s refuses the step at batch %d, kv_len %d (%s): torch's choice instead",
                     backend,

@@ -225,6 +225,11 @@ class Qwen3Engine(Engine):
             )
             self._batch.sdpa_backends = picked
             log.info("SDPA backend per (batch, kv_len): %s", picked)
+        if cuda and s.pin_sdpa:
+            from tts.qwen3.attention import prefill_backend
+
+            self._batch.prefill_backend, why = prefill_backend(self._ckpt.config.talker, self._batch.dtype, s.device)
+            log.info("SDPA backend of the prefill: %s (%s)", self._batch.prefill_backend, why)
         if self._batch.use_cuda_graphs and self._ckpt.config.tts_model_type == "base":
             # streaming-text prompts (Base): graphs read the text track by address, so it is sized once, for
             # the longest text a request can read (one row per frame), before any capture

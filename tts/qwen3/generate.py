@@ -34,11 +34,12 @@ def prefill(
     """Right-padded prompts [B, T, D] with real lengths [B] -> hidden, logits at each last real position.
 
     Padding writes cache columns past a prompt's end; decoding overwrites them before they are read.
-    Attention reads the T columns being written only (a fresh sequence has nothing before them).
+    Attention reads the T columns being written only (a fresh sequence has nothing before them), causally
+    and without a mask: every row starts at position 0.
     """
     b, t, _ = embeds.shape
     input_pos = torch.arange(t, device=embeds.device).expand(b, t)
-    return talker(embeds, input_pos, rows, last=lengths - 1, kv_len=t)
+    return talker(embeds, input_pos, rows, last=lengths - 1, kv_len=t, causal=True)
 
 
 def predict_codes(

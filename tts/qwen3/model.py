@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tts.qwen3.attention import decode_attention, pinned_sdpa
+from tts.qwen3.attention import decode_attention, pinned_sdpa, prefill_attention
 from tts.qwen3.config import CodePredictorConfig, DecoderShape, ModelConfig, TalkerConfig
 from tts.qwen3.kv_cache import KVCache
 from tts.qwen3.norm import rms_norm
@@ -114,11 +114,10 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, keys, values, is_causal=t > 1, enable_gqa=gqa)
             return self.o_proj.forward(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
         keys, values = self.kv_cache.update(rows, input_pos, k.transpose(1, 2), v, kv_len)
-        if self.sdpa_backend is None:  # torch's choice; GQA folded into query rows, so a fused kernel can take it
-            out = decode_attention(q, keys, values, mask)
-        else:
-            with pinned_sdpa(self.sdpa_backend):
-                out = decode_attention(q, keys, values, mask)
+        # decode: GQA folded into query rows, so a fused kernel takes the mask; prefill: causal, no mask
+        attend = prefill_attention if mask is None else decode_attention
+        with pinned_sdpa(self.sdpa_backend):  # None: torch's choice
+            out = attend(q, keys, values, mask)
         return self.o_proj.forward(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 
@@ -188,6 +187,7 @@ class Decoder(nn.Module):
         input_pos: torch.Tensor | int,
         rows: torch.Tensor | None = None,
         kv_len: int | None = None,
+        causal: bool = False,
     ) -> torch.Tensor:
         """x [B, T, hidden] at positions input_pos [B, T] -> normed hidden states [B, T, hidden].
 
@@ -195,6 +195,8 @@ class Decoder(nn.Module):
         the code predictor's case, which then needs no mask and no gather.
         `kv_len` (tensor positions only): attention reads cache columns 0..kv_len-1 only, which must
         cover every position a live row attends to (the caller's bucket of the longest live length).
+        `causal` (tensor positions): every row at 0..T-1 and kv_len == T (a prefill): attention is causal
+        without a mask, which flash attention takes (a mask rules it out).
         """
         if isinstance(input_pos, int):
             t = x.shape[1]
@@ -205,8 +207,11 @@ class Decoder(nn.Module):
             mask = None
         else:
             cos, sin = self.rope_cos[input_pos].unsqueeze(1), self.rope_sin[input_pos].unsqueeze(1)  # [B, 1, T, D]
-            cols = self.cols if kv_len is None else self.cols[:kv_len]
-            mask = cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1)  # [B, 1, T, L]
+            if causal:
+                mask = None
+            else:
+                cols = self.cols if kv_len is None else self.cols[:kv_len]
+                mask = cols.view(1, 1, 1, -1) <= input_pos.unsqueeze(1).unsqueeze(-1)  # [B, 1, T, L]
         for layer in self.layers:
             x = layer.forward(x, cos, sin, mask, input_pos, rows, kv_len)
         return self.norm.forward(x)
@@ -288,9 +293,10 @@ class Talker(nn.Module):
         rows: torch.Tensor | None = None,
         last: torch.Tensor | None = None,
         kv_len: int | None = None,
+        causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """embeds [B, T, D] -> (hidden [B, D], codebook-0 logits [B, V]) at index `last` [B] (default: T-1)."""
-        h = self.model(embeds, input_pos, rows, kv_len)
+        h = self.model(embeds, input_pos, rows, kv_len, causal)
         if last is None:
             h = h[:, -1]
         else:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tts.qwen3.staging import to_device
+
 from tts.qwen3.config import ModelConfig
 from tts.qwen3.model import Talker
 from tts.qwen3.tokenizer import TextTokenizer
@@ -165,7 +167,7 @@ def voice_head(
         instruct = None  # the official 0.6B path drops instructions
 
     def ids(seq: list[int]) -> torch.Tensor:
-        return torch.tensor(seq, dtype=torch.long, device=device)
+        return to_device(seq, device, torch.long)  # pinned, non-blocking: a pageable copy would wait
 
     bos_e, eos_e, pad_e = talker.embed_text(
         ids([config.tts_bos_token_id, config.tts_eos_token_id, config.tts_pad_token_id])
@@ -229,7 +231,7 @@ def build_prompt(
     parts, bos_codec, pad_e, eos_e = list(head.parts), head.bos_codec, head.pad, head.eos
 
     def ids(seq: list[int]) -> torch.Tensor:
-        return torch.tensor(seq, dtype=torch.long, device=device)
+        return to_device(seq, device, torch.long)  # pinned, non-blocking: a pageable copy would wait
 
     if clone is not None and clone.icl:
         return _icl_prompt(talker, config, parts, clone, body, pad_e, eos_e, bos_codec, streaming_text, ids)

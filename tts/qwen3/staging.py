@@ -5,12 +5,16 @@ time (the scalar travels as a CPU 0-dim tensor), and `torch.tensor(list, device=
 pageable memory. Admission gathers every value it writes here instead, in a pinned host tensor
 (float64: exact for the slots, lengths and token ids it carries), copies it once with
 `non_blocking=True`, and scatters it on the device. The caching host allocator keeps the pinned block
-until that copy has finished, so a fresh host tensor per batch of values is safe to let go.
+until that copy has finished, so a fresh host tensor per batch of values is safe to let go. A request's
+other host values (token ids, codes, row indices) go the same way (`to_device`). The host tensors are
+named as host buffers, so the CUDA-semantics harness counts each send (tts.qwen3.cuda_semantics).
 """
 
 from __future__ import annotations
 
 import torch
+
+from tts.qwen3.transfers import host_buffer
 
 
 class Staged:
@@ -27,12 +31,15 @@ class Staged:
     def send(self, device) -> torch.Tensor:
         """One non-blocking copy of everything added (pinned on CUDA) -> a float64 vector on `device`."""
         device = torch.device(device)
-        host = torch.tensor(self._values, dtype=torch.float64, pin_memory=device.type == "cuda")
+        host = host_buffer(torch.tensor(self._values, dtype=torch.float64, pin_memory=device.type == "cuda"))
         return host.to(device, non_blocking=True)
 
 
-def to_device(values, device) -> torch.Tensor:
-    """One list of host values as a float64 vector on `device`, in one non-blocking copy."""
-    s = Staged()
-    s.add(values)
-    return s.send(device)
+def to_device(values, device, dtype=torch.float64) -> torch.Tensor:
+    """Host values (a list, nested lists or an array) as a `dtype` tensor on `device`, in one non-blocking
+    copy from pinned memory (token ids, codes, row indices: what a request sends)."""
+    device = torch.device(device)
+    host = torch.as_tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        host = host.pin_memory()
+    return host_buffer(host).to(device, non_blocking=True)

@@ -20,6 +20,7 @@ import numpy as np
 from tts.engine import EngineError, SynthesisRequest
 from tts.qwen3.jobs import Job
 from tts.qwen3.scheduler import EosAt, Move, Release, SaveRow, Scheduler, SetActive, StepResult, WriteText
+from tts.qwen3.staging import to_device
 
 log = logging.getLogger("voxgate.qwen3")
 
@@ -133,9 +134,7 @@ class StepLoop:
                 import torch
 
                 with torch.inference_mode():
-                    rows = self.ckpt.model.talker.embed_text(
-                        torch.tensor(op.ids, dtype=torch.long, device=batch.device)
-                    )
+                    rows = self.ckpt.model.talker.embed_text(to_device(op.ids, batch.device, torch.long))
                 batch.write_text(op.slot, op.start, rows)
             elif isinstance(op, EosAt):
                 batch.set_eos_at(op.slot, op.row)
@@ -220,7 +219,7 @@ class StepLoop:
         first = track[:n_c] + [cfg.tts_pad_token_id] * max(0, n_c - len(track))
         dev = feed.head.device
         with torch.inference_mode():
-            emb = talker.embed_text(torch.tensor(first + track[n_c:], dtype=torch.long, device=dev))
+            emb = talker.embed_text(to_device(first + track[n_c:], dev, torch.long))
         prefill = torch.cat([feed.head, emb[:n_c] + feed.codec])
         feed.rows_written = len(track) - n_c if len(track) > n_c else 0
         feed.eos_written = feed.finished
@@ -253,7 +252,7 @@ class StepLoop:
         from tts.qwen3.prompt import Prompt
 
         p, talker = job.prompt, self.ckpt.model.talker
-        codes = torch.from_numpy(np.stack(job.codes)).to(p.prefill.device)
+        codes = to_device(np.stack(job.codes), p.prefill.device, torch.long)
         n, n_text = codes.shape[0], p.trailing_text.shape[0]
         text = torch.stack([p.trailing_text[i] if i < n_text else p.pad for i in range(n)])
         with torch.inference_mode():
@@ -272,7 +271,7 @@ class StepLoop:
         dev = talker.codec_head.weight.device
         g = torch.Generator(device=dev).manual_seed(len(text))
         ids = torch.randint(0, cfg.talker.text_vocab_size, (n + 12,), generator=g, device=dev)
-        pad = talker.embed_text(torch.tensor([cfg.tts_pad_token_id], device=dev))[0]
+        pad = talker.embed_text(to_device([cfg.tts_pad_token_id], dev, torch.long))[0]
         return Prompt(
             prefill=talker.embed_text(ids), trailing_text=pad.new_zeros((0, pad.shape[0])), pad=pad, text_tokens=n
         )

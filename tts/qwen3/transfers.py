@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numbers
 import traceback
+import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -81,7 +82,7 @@ def _where() -> str:
     """The innermost frame outside torch and this module: the line that made the call."""
     for frame in reversed(traceback.extract_stack()):
         f = frame.filename
-        if "/torch/" not in f and not f.endswith("transfers.py"):
+        if "/torch/" not in f and not f.endswith(("transfers.py", "cuda_semantics.py", "staging.py")):
             return f"{f.rsplit('/', 2)[-2]}/{f.rsplit('/', 1)[-1]}:{frame.lineno}"
     return "?"
 
@@ -130,3 +131,18 @@ class HostDeviceCalls(TorchFunctionMode):
         if what is not None:
             self.hits.append(f"{what} at {_where()}")
         return func(*args, **kwargs)
+
+
+_host_buffers: "weakref.WeakValueDictionary[int, torch.Tensor]" = weakref.WeakValueDictionary()
+
+
+def host_buffer(t: torch.Tensor) -> torch.Tensor:
+    """Name `t` as host memory the engine reads on purpose (a pinned output buffer): counters of
+    host<->device traffic (tts.qwen3.cuda_semantics) count copies into it as planned, reads of it as
+    none. Returns `t`."""
+    _host_buffers[_storage(t)] = t
+    return t
+
+
+def is_host_buffer(t: torch.Tensor) -> bool:
+    return _storage(t) in _host_buffers

@@ -190,6 +190,7 @@ class VocoderLane:
         import torch
 
         from tts.qwen3.syncs import wait_for
+        from tts.qwen3.transfers import host_buffer
 
         codec = self.vocoder
         cuda = codec.device.type == "cuda"
@@ -198,7 +199,7 @@ class VocoderLane:
             if cuda:
                 src = src.pin_memory().to(codec.device, non_blocking=True)
             wav = codec.decode_step(src, state).float()
-            host = torch.empty(wav.shape, dtype=torch.float32, pin_memory=cuda)
+            host = host_buffer(torch.empty(wav.shape, dtype=torch.float32, pin_memory=cuda))
             host.copy_(wav, non_blocking=cuda)
         event = None
         if cuda:

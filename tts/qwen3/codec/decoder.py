@@ -121,7 +121,7 @@ class CodecDecoder(nn.Module):
         b, t, _ = codes.shape
         if t == 0:
             return torch.zeros(b, 0, device=self.device)
-        codes = codes.to(self.device, torch.long)
+        codes = codes.to(self.device, torch.long, non_blocking=True)  # on the device already: no copy
         wav, buffers = self.step(codes, state.frames, list(state.buffers))
         # In place: a state's tensors keep their storage across steps (CUDA graphs, slot views).
         for kept, new in zip(state.buffers, buffers):

@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from tts.qwen3.codec.config import CodecError
+from tts.qwen3.staging import to_device
 
 Rows = Sequence[int] | torch.Tensor
 
@@ -42,7 +43,9 @@ class StreamingCodecState:
             raise CodecError("bad_codes", f"codes have {codes.shape[0]} rows, the state {self.batch_size}")
 
     def _index(self, rows: Rows) -> torch.Tensor:
-        return torch.as_tensor(rows, dtype=torch.long).to(self.device)
+        if isinstance(rows, torch.Tensor):
+            return rows.to(self.device, torch.long, non_blocking=True)
+        return to_device(rows, self.device, torch.long)  # pinned and non-blocking: a lane reset does not wait
 
     def select(self, rows: Rows) -> "StreamingCodecState":
         """A new state holding copies of the given rows, in that order."""

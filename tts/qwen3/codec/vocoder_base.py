@@ -77,7 +77,7 @@ class Vocoder:
         b, t, _ = codes.shape
         if t == 0:
             return torch.zeros(b, 0, device=self.device)
-        codes = codes.to(self.device, torch.long)
+        codes = codes.to(self.device, torch.long, non_blocking=True)  # on the device already: no copy
         if b > self.max_batch:  # more rows than the backend was built for: in pieces (rows are independent)
             parts = []
             for s in range(0, b, self.max_batch):
