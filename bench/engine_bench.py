@@ -524,6 +524,37 @@ async def _bench(args) -> dict:
     return result
 
 
+def _under_cuda_semantics(args) -> dict:
+    """--cuda-semantics: the bench with SDPA answering as CUDA's kernels do (their output layout and refusals,
+    judged at bfloat16) and the request path's host<->device traffic counted (tts.qwen3.cuda_semantics);
+    which kernel each call site took and the traffic are printed and kept in the result."""
+    import torch
+
+    from tts.qwen3.cuda_semantics import cuda_semantics
+
+    if torch.cuda.is_available() and args.device != "cpu":
+        raise SystemExit("--cuda-semantics stands CUDA's rules in on CPU: use it with --device cpu")
+    args.device = "cpu"
+    if not getattr(args, "vocoder", None):  # CPU's default, ONNX Runtime, reads host arrays by design
+        args.vocoder = "torch"
+    with cuda_semantics(torch.bfloat16) as (sdpa, moves):
+        result = asyncio.run(_bench(args))
+    hits, sent, planned = moves.take()
+    result["cuda_semantics"] = {
+        **sdpa.summary(),
+        "transfers": {"synchronous_or_reads": hits[:50], "staged_sends_by_file": dict(sent), "planned": planned},
+    }
+    for site, kernels in sorted(sdpa.sites().items()):
+        print(f"cuda semantics: {site}: " + ", ".join(f"{k} x{n}" for k, n in kernels.items()))
+    print(
+        f"cuda semantics: {len(hits)} synchronous copies or device reads in the watched threads"
+        + (f" (first: {hits[0]})" if hits else "")
+        + f"; staged sends {dict(sent)}; planned copies {planned}"
+        + ("; MATH only at " + ", ".join(sdpa.math_only()) if sdpa.math_only() else "")
+    )
+    return result
+
+
 def bench_main(args) -> int:
     if args.model_dir and not os.path.isdir(args.model_dir):
         print(f"voxgate bench: no_model_dir: {args.model_dir} is not a directory", file=sys.stderr)
@@ -545,6 +576,8 @@ def bench_main(args) -> int:
         from bench.remote_bench import remote_bench
 
         result = asyncio.run(remote_bench(args))
+    elif getattr(args, "cuda_semantics", False):
+        result = _under_cuda_semantics(args)
     else:
         result = asyncio.run(_bench(args))
     if args.json_output:

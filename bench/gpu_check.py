@@ -23,11 +23,17 @@ installed. Released shapes with random weights (no checkpoint, no internet), 1.7
 (e) Poisson arrivals holding 64/128/256/384 streams, stopping at the first level that fails (a stream
     falling behind real time, or first audio p95 over 250 ms).
 
-Budget: `--budget` seconds in all (default 270: machine start plus two full runs fit a 15-minute loan),
-split per model and phase by `budget_plan`, model construction included; each phase checks what it has
-left before its expensive part (an engine of 384 slots, a graph capture, a batch of timings) and
-records `skipped` with the reason instead of overrunning. The TensorRT vocoder's engine build takes
-minutes: it runs only with `--tensorrt`, as a phase of its own with its own budget line.
+Budget: `--budget` seconds in all (default 240, counted from the driver's start, imports included; the
+script's hard kill is 45 s later), split per model and phase by `budget_plan`, model construction included;
+each phase checks what it has left before its expensive part (an engine of 384 slots with its SDPA
+timings and its talker and vocoder captures, a graph capture, a profiled step, a batch of timings) and
+records `skipped` with the reason instead of overrunning. The 0.6B model runs only once the 1.7B rows are
+done, on what is left. The TensorRT vocoder's engine build and the ONNX export of the vocoder take
+minutes: they run only with `--tensorrt` / `--onnx`, as phases of their own with their own budget lines.
+
+`--smoke --cuda-semantics` runs the smoke with SDPA answering as CUDA does (tts.qwen3.cuda_semantics:
+the fused kernels' output layout and refusals, judged at bfloat16) and records which kernel each call
+site could take (`cuda_semantics` in the JSON).
 """
 
 from __future__ import annotations
@@ -41,18 +47,25 @@ import statistics
 import sys
 import time
 
-DEFAULT_BUDGET_S = 270.0
-MODEL_SHARE = {"1.7b": 0.6, "0.6b": 0.4}
+_STARTED = time.monotonic()  # the budget counts from here: imports and start-up are spent time too
+DEFAULT_BUDGET_S = 240.0
+HARD_KILL_MARGIN_S = 45  # scripts/gpu_check.sh kills the driver this long after its budget (a hang only)
+MODEL_SHARE = {"1.7b": 0.75, "0.6b": 0.25}
+SECOND_MODEL_MIN_S = 40.0  # the 0.6B model runs on what the 1.7B left, when at least this much
 # of each model's share: construction first, then the phases in order
 PHASE_SHARE = {"load": 0.06, "a_env": 0.05, "b_graphs": 0.17, "c_timings": 0.17, "d_syncs": 0.09, "e_poisson": 0.46}
 TENSORRT_BUDGET_S = 240.0  # --tensorrt: the vocoder engine build and its timings, on top of --budget
+ONNX_BUDGET_S = 150.0  # --onnx: the vocoder's ONNX export (minutes at the released size) and its timings
 # first guesses (s) of the expensive parts on a GPU, replaced by what this run measures
 GUESS = {"capture_s": 1.0, "step_s": 0.05}
+VOCODER_CAPTURE_S = 0.3  # one torch-vocoder graph (batch bucket x packet) captured at engine load
+PROFILER_S = 3.0  # the profiler's start-up, first time in a process (CUPTI)
+SDPA_SHAPE_S = 0.1  # choose(): every backend timed on one (batch, length) shape at engine load
 
 
-def budget_plan(budget_s: float, sizes=("1.7b", "0.6b"), tensorrt: bool = False) -> dict:
+def budget_plan(budget_s: float, sizes=("1.7b", "0.6b"), tensorrt: bool = False, onnx: bool = False) -> dict:
     """{model: {part: seconds}}: the run's budget split by MODEL_SHARE (renormalised over `sizes`) and
-    PHASE_SHARE; with `tensorrt` a "tensorrt" line of TENSORRT_BUDGET_S."""
+    PHASE_SHARE; with `tensorrt` / `onnx` a line of TENSORRT_BUDGET_S / ONNX_BUDGET_S on top."""
     total = sum(MODEL_SHARE.get(s, 0.5) for s in sizes)
     plan = {}
     for size in sizes:
@@ -60,13 +73,15 @@ def budget_plan(budget_s: float, sizes=("1.7b", "0.6b"), tensorrt: bool = False)
         plan[size] = {part: round(model_s * share, 1) for part, share in PHASE_SHARE.items()}
     if tensorrt:
         plan["tensorrt"] = {"f_tensorrt": TENSORRT_BUDGET_S}
+    if onnx:
+        plan["onnxruntime"] = {"f_onnxruntime": ONNX_BUDGET_S}
     return plan
 
 
 class Budget:
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, start: float | None = None):
         self.seconds = seconds
-        self.end = time.monotonic() + seconds
+        self.end = (time.monotonic() if start is None else start) + seconds
 
     def left(self) -> float:
         return self.end - time.monotonic()
@@ -134,7 +149,10 @@ def phase_env(ctx, budget: Budget) -> dict:
     out["sdpa"] = [{"batch": b, "kv_len": L, "picked": picked[(b, L)], "ms": timings[(b, L)]} for b, L in picked]
     out["sdpa_note"] = None if ctx.cuda else "CPU: torch's own kernels, nothing to pin"
     ctx.sdpa = picked
-    out["lean_predictor"] = _lean_check(ctx)
+    try:  # its failure loses its own row only, not the SDPA table above
+        out["lean_predictor"] = _lean_check(ctx)
+    except Exception as e:  # noqa: BLE001
+        out["lean_predictor"] = {"error": f"{type(e).__name__}: {e}"}
     return out
 
 
@@ -200,6 +218,35 @@ def _release_all(batch, n: int) -> None:
         batch.release(s)
 
 
+def logits_agree(ref, got, tolerance: float, k: int = 5) -> dict:
+    """Codebook-0 logits [B, V] of two runs of the same step: the largest difference relative to the largest
+    |logit|, and whether each row's top-k set is the same up to near-ties (entries that swap across the k-th
+    place within `tolerance`). Random bf16 weights put near-ties everywhere: a greedy argmax alone would call
+    kernel rounding a mismatch, where a wrong mask, bucket or stale graph is off by O(1)."""
+
+    scale = max(float(ref.abs().max()), 1e-12)
+    rel = float((ref - got).abs().max()) / scale
+    k = min(k, ref.shape[-1])
+    top_ref, top_got = ref.topk(k, dim=-1), got.topk(k, dim=-1)
+    swapped = 0
+    for r in range(ref.shape[0]):
+        differ = set(top_ref.indices[r].tolist()) ^ set(top_got.indices[r].tolist())
+        if not differ:
+            continue
+        kth = float(top_ref.values[r, -1])
+        near = all(abs(float(ref[r, i]) - kth) <= tolerance * scale for i in differ)
+        swapped += 1 if near else 0
+        if not near:
+            return {"max_rel_logit_diff": rel, "topk_equal": False, "topk_near_ties": swapped}
+    return {"max_rel_logit_diff": rel, "topk_equal": True, "topk_near_ties": swapped, "k": k}
+
+
+def _first_divergence(c0, c1) -> int:
+    """The first step whose codes differ in any row (codes [steps, B, G]), or the number of steps."""
+    differ = (c0 != c1).any(-1).any(-1).nonzero()
+    return int(differ[0]) if len(differ) else c0.shape[0]
+
+
 def phase_graphs(ctx, budget: Budget) -> dict:
     """Graphs vs eager over `ctx.steps` greedy frames per batch bucket; then for every serving length
     bucket the pinned/captured step against torch's own eager step, and which SDPA kernel ran."""
@@ -218,37 +265,57 @@ def phase_graphs(ctx, budget: Budget) -> dict:
             batch.use_cuda_graphs = mode == "graphs"
             batch.kv_buckets = (ctx.serving_seq,) if mode == "eager, full columns" else ctx.serving_kv_lens
             batch.admit(list(range(b)), prompts, [GREEDY_T] * b, [GREEDY_P] * b)
-            codes, hidden = [], []
+            codes, hidden, logits = [], [], []
             captures, t0 = batch.captures, time.monotonic()
             for _ in range(ctx.steps):
                 codes.append(batch.step(b)[:, : batch.groups].clone())
                 hidden.append(batch.hidden[:b].float().cpu())
+                with torch.inference_mode():
+                    logits.append(ctx.model.talker.codec_head(batch.hidden[:b]).float().cpu())
             _learn(ctx, batch, captures, t0, ctx.steps)
-            runs[mode] = (torch.stack(codes), torch.stack(hidden))
+            runs[mode] = (torch.stack(codes), torch.stack(hidden), logits)
             _release_all(batch, b)
-        (c0, h0), (c1, h1) = runs.values()
-        rows.append(
-            {
-                "batch": b,
-                "steps": ctx.steps,
-                "compared": list(runs),
-                "codes_equal": bool(torch.equal(c0, c1)),
-                "frames_differing": int((c0 != c1).any(-1).sum()),
-                "max_hidden_diff": float((h0 - h1).abs().max()),
-            }
+        (c0, h0, l0), (c1, h1, l1) = runs.values()
+        # steps before the first differing frame had the same inputs in both runs: their logits must agree;
+        # after it the runs are on different paths (a near-tie flipped on random bf16 weights)
+        first = _first_divergence(c0, c1)
+        tol = LOGIT_TOLERANCE.get(ctx.dtype_name, 1e-4)
+        agree = [logits_agree(a, g, tol) for a, g in zip(l0[:first], l1[:first])]
+        row = {
+            "batch": b,
+            "steps": ctx.steps,
+            "compared": list(runs),
+            "codes_equal": bool(torch.equal(c0, c1)),
+            "frames_differing": int((c0 != c1).any(-1).sum()),
+            "first_differing_step": None if first == ctx.steps else first,
+            "max_hidden_diff": float((h0 - h1).abs().max()),
+            "max_rel_logit_diff_before": max((a["max_rel_logit_diff"] for a in agree), default=None),
+            "tolerance": tol,
+        }
+        row["ok"] = row["codes_equal"] or (
+            first > 0 and all(a["topk_equal"] and a["max_rel_logit_diff"] <= tol for a in agree)
         )
+        rows.append(row)
     batch.use_cuda_graphs, batch.kv_buckets = ctx.cuda, ctx.serving_kv_lens
+    lens = ctx.serving_kv_lens
     for b in ctx.compare_batches:
-        for kv_len in ctx.serving_kv_lens:
-            need = ctx.capture_s + 4 * ctx.step_s
+        # the whole-vocabulary sampling layout has graphs of its own: at the shortest and longest lengths
+        for kv_len, wide in [(L, False) for L in lens] + [(L, True) for L in sorted({lens[0], lens[-1]})]:
+            need = ctx.capture_s + 4 * ctx.step_s + (PROFILER_S if not ctx.profiled else 0.0)
             if not budget.affords(need):
                 buckets.append(
-                    {"batch": b, "kv_len": kv_len, "skipped": f"time budget spent ({budget.left():.0f} s left)"}
+                    {
+                        "batch": b,
+                        "kv_len": kv_len,
+                        "wide": wide,
+                        "skipped": f"time budget spent ({budget.left():.0f} s left, needs ~{need:.0f} s)",
+                    }
                 )
                 continue
-            buckets.append(_pinned_vs_eager(ctx, batch, b, kv_len))
+            buckets.append(_pinned_vs_eager(ctx, batch, b, kv_len, wide))
     compared = [x for x in buckets if "ok" in x]
-    predictor = _predictor_kernels(ctx, batch, min(ctx.compare_batches)) if budget.affords(ctx.step_s) else None
+    need = ctx.step_s + (PROFILER_S if not ctx.profiled else 0.0)
+    predictor = _predictor_kernels(ctx, batch, min(ctx.compare_batches)) if budget.affords(need) else None
     out = {
         "rows": rows,
         "buckets": buckets,
@@ -263,8 +330,15 @@ def phase_graphs(ctx, budget: Budget) -> dict:
     bad = [x for x in compared if not x["ok"]]
     if bad:
         out["failed"] = "pinned/captured logits differ from eager at " + ", ".join(
-            f"batch {x['batch']} kv {x['kv_len']} ({x['max_rel_logit_diff']:.2e})" for x in bad
+            f"batch {x['batch']} kv {x['kv_len']}{' wide' if x['wide'] else ''} ({x['max_rel_logit_diff']:.2e}"
+            f"{'' if x['topk_equal'] else ', top-k sets differ'})"
+            for x in bad
         )
+    bad_rows = [x for x in rows if "ok" in x and not x["ok"]]
+    if bad_rows:
+        out["failed"] = "; ".join(
+            filter(None, [out.get("failed"), "graphs and eager diverge before a near-tie at batch "])
+        ) + ", ".join(str(x["batch"]) for x in bad_rows)
     return out
 
 
@@ -297,6 +371,7 @@ def _predictor_kernels(ctx, batch, b: int) -> list[str]:
     with torch.inference_mode():
         rows = batch.pred_rows.slice(b)
         ran = kernels_that_ran(lambda: predict_codes(talker, batch.hidden[:b], batch.code0[:b], rows))
+    ctx.profiled = True
     if ran["math"]:
         print(f"!! gpu_check: the code predictor's attention ran on SDPA MATH at batch {b}", flush=True)
     return ran["backends"]
@@ -313,7 +388,7 @@ def _learn(ctx, batch, captures_before: int, t0: float, steps: int) -> None:
         ctx.step_s_seen = ctx.step_s
 
 
-def _pinned_vs_eager(ctx, batch, b: int, kv_len: int) -> dict:
+def _pinned_vs_eager(ctx, batch, b: int, kv_len: int, wide: bool = False) -> dict:
     """One step of `b` rows whose live lengths spread up to `kv_len`: eager with torch's own kernels (the
     reference) against the step serving runs (CUDA: the graph captured under the pinned backend; CPU: MATH
     pinned, a stand-in), same state before each; logits of codebook 0 compared. Then the talker's decode
@@ -336,12 +411,12 @@ def _pinned_vs_eager(ctx, batch, b: int, kv_len: int) -> dict:
             t.copy_(v)
 
     with torch.inference_mode():
-        batch._step_rows(b, kv_len)
+        batch._step_rows(b, kv_len, wide)
         ref, ref_tok = talker.codec_head(batch.hidden[:b]).float(), batch.code0[:b].clone()
         restore()
         if ctx.cuda:
             captures, t0 = batch.captures, time.monotonic()
-            graph = batch._graphs.get((b, kv_len, False)) or batch._capture_gated(b, kv_len, False)
+            graph = batch._graphs.get((b, kv_len, wide)) or batch._capture_gated(b, kv_len, wide)
             _learn(ctx, batch, captures, t0, 0)
             stream = batch._stream
             stream.wait_stream(torch.cuda.current_stream())
@@ -352,7 +427,7 @@ def _pinned_vs_eager(ctx, batch, b: int, kv_len: int) -> dict:
         else:
             backend, served = "MATH", "eager, MATH pinned"
             with talker_pinned(talker, backend):
-                batch._step_rows(b, kv_len)
+                batch._step_rows(b, kv_len, wide)
         got, got_tok = talker.codec_head(batch.hidden[:b]).float(), batch.code0[:b].clone()
         restore()
         codes = batch.out[:b, : batch.groups].clone()
@@ -360,23 +435,25 @@ def _pinned_vs_eager(ctx, batch, b: int, kv_len: int) -> dict:
         serving_pin = backend if ctx.cuda else None  # CPU serving pins nothing (MATH above is a stand-in)
         with talker_pinned(talker, serving_pin):
             ran = kernels_that_ran(lambda: talker_step(talker, codes, text, batch.pos[:b], kv_len=kv_len))
+        ctx.profiled = True
         restore()
     _release_all(batch, b)
-    diff = float((ref - got).abs().max())
-    rel = diff / max(float(ref.abs().max()), 1e-12)
+    tol = LOGIT_TOLERANCE.get(ctx.dtype_name, 1e-4)
+    agree = logits_agree(ref.cpu(), got.cpu(), tol)
     row = {
         "batch": b,
         "kv_len": kv_len,
+        "wide": wide,
         "served": served,
         "pinned": backend,
-        "max_logit_diff": diff,
-        "max_rel_logit_diff": rel,
-        "tolerance": LOGIT_TOLERANCE.get(ctx.dtype_name, 1e-4),
-        "tokens_equal": bool(torch.equal(ref_tok, got_tok)),
+        "max_logit_diff": float((ref - got).abs().max()),
+        **agree,
+        "tolerance": tol,
+        "tokens_equal": bool(torch.equal(ref_tok, got_tok)),  # information: a near-tie may flip a token
         "sdpa_ran": ran["backends"],
         "kernels": ran["kernels"],
     }
-    row["ok"] = rel <= row["tolerance"]
+    row["ok"] = agree["max_rel_logit_diff"] <= tol and agree["topk_equal"]
     if ran["math"]:
         print(
             f"!! gpu_check: the talker's decode attention ran on SDPA MATH at batch {b}, kv {kv_len} "
@@ -390,7 +467,6 @@ def phase_timings(ctx, budget: Budget) -> dict:
     """Step ms at a short and a long cache length: before every repetition each row's position is set back
     so the step reads the length bucket its row names (a step advances positions; left alone they would
     drift into the next bucket and capture a new graph inside the timed loop)."""
-    import torch
 
     out: dict = {"step_ms": [], "prefill_ms": [], "vocoder": []}
     batch = _serving_batch(ctx)  # phase (b)'s, with the graphs it captured
@@ -443,12 +519,25 @@ def phase_timings(ctx, budget: Budget) -> dict:
             )
         _release_all(batch, b)
     del batch
-    ctx.batch = None  # the KV cache of every slot at every serving length: freed before the engines
-    if ctx.cuda:
-        torch.cuda.empty_cache()
+    release_caches(ctx)  # the KV cache of every slot at every serving length: freed before the engines
     run, out["vocoder_not_exercised"] = vocoder_backends(ctx)
     out["vocoder"] = _vocoder_timings(ctx, budget, run)
     return out
+
+
+def release_caches(ctx) -> None:
+    """Drop the serving batch and the model's static caches (the batch's KV cache lives on in the layers, and
+    the code predictor's lean plan views it): the engines of (d) and (e) allocate their own."""
+    import torch
+
+    ctx.batch = None
+    talker = ctx.model.talker
+    for dec in (talker.model, talker.code_predictor.model):
+        for layer in dec.layers:
+            layer.self_attn.kv_cache = None
+    talker.code_predictor.__dict__.pop("_lean", None)
+    if ctx.cuda:
+        torch.cuda.empty_cache()
 
 
 def vocoder_backends(ctx) -> tuple[tuple[str, ...], dict]:
@@ -461,10 +550,14 @@ def vocoder_backends(ctx) -> tuple[tuple[str, ...], dict]:
     else:
         why_not["torch-graphs"] = "CPU: no CUDA graphs"
     ort = onnxruntime_available(ctx.device)
-    if ctx.cuda and ort is None:
-        run.append("onnxruntime")
+    if ort is not None:
+        why_not["onnxruntime"] = ort
+    elif not ctx.cuda:
+        why_not["onnxruntime"] = "CPU smoke: the GPU run times it where onnxruntime-gpu is installed"
+    elif not ctx.onnx:
+        why_not["onnxruntime"] = "its ONNX export takes minutes: --onnx runs it with a budget line of its own"
     else:
-        why_not["onnxruntime"] = ort or "CPU smoke: the GPU run times it where onnxruntime-gpu is installed"
+        why_not["onnxruntime"] = "timed in phase f_onnxruntime (its own budget)"
     trt = tensorrt_available(ctx.device)
     if trt is not None:
         why_not["tensorrt"] = trt
@@ -526,8 +619,9 @@ def _vocoder_timings(ctx, budget: Budget, backends) -> list[dict]:
     return rows
 
 
-def phase_tensorrt(ctx, budget: Budget) -> dict:
-    """--tensorrt only: the TensorRT vocoder's engine build and timings, on a budget line of its own."""
+def phase_vocoder_extra(ctx, budget: Budget, backend: str) -> dict:
+    """--tensorrt / --onnx only: that vocoder's engine build or export and its timings, on a budget line of
+    its own."""
     from bench.gpu_vocoder import run as vocoder_run
 
     return {
@@ -535,7 +629,7 @@ def phase_tensorrt(ctx, budget: Budget) -> dict:
             budget_s=max(5.0, budget.left() - 2),
             batches=ctx.voc_batches,
             packets=(1, 4),
-            backends=("tensorrt",),
+            backends=(backend,),
             device="cuda" if ctx.cuda else "cpu",
             shape="released" if not ctx.smoke else "tiny",
         )
@@ -553,10 +647,17 @@ def _engine_captures(ctx, max_batch: int) -> int:
 
 
 def _engine_load_s(ctx, max_batch: int) -> float:
-    """Estimated seconds to load an engine: its SDPA timings (~0.1 s a shape, half a capture's shapes) and
-    its captures at the capture time measured so far."""
+    """Estimated seconds to load an engine: its SDPA timings (`choose`, one per (batch, length) shape: half
+    its talker captures), its talker captures at the capture time measured so far, and its torch vocoder's
+    captures (one per batch bucket x packet length)."""
+    from tts.qwen3.jobs import EngineSettings
+
     captures = _engine_captures(ctx, max_batch)
-    return 5.0 + captures * (ctx.capture_s + 0.05)
+    vocoder = 0
+    if ctx.cuda:
+        buckets = len({1 << i for i in range(max_batch.bit_length()) if 1 << i < max_batch} | {max_batch})
+        vocoder = buckets * len({1, *EngineSettings().packet_ramp})
+    return 5.0 + captures * ctx.capture_s + captures / 2 * SDPA_SHAPE_S + vocoder * VOCODER_CAPTURE_S
 
 
 def _engine(ctx, max_batch: int, watch: bool = False):
@@ -709,7 +810,7 @@ class Ctx:
     pass
 
 
-def _context(size: str, smoke: bool, tensorrt: bool = False):
+def _context(size: str, smoke: bool, tensorrt: bool = False, onnx: bool = False):
     import torch
 
     from tts.qwen3.batch import kv_buckets
@@ -717,8 +818,9 @@ def _context(size: str, smoke: bool, tensorrt: bool = False):
     from tts.qwen3.engine import EngineSettings
 
     ctx = Ctx()
-    ctx.size, ctx.smoke, ctx.tensorrt = size, smoke, tensorrt
+    ctx.size, ctx.smoke, ctx.tensorrt, ctx.onnx = size, smoke, tensorrt, onnx
     ctx.cuda = torch.cuda.is_available() and not smoke
+    torch.manual_seed(0)  # graphs sample from the device's default generator: the same draws each run
     ctx.device = torch.device("cuda" if ctx.cuda else "cpu")
     ctx.device_name = torch.cuda.get_device_name(0) if ctx.cuda else f"cpu ({os.cpu_count()} cores)"
     ctx.dtype_name = "bfloat16" if ctx.cuda else "float32"
@@ -740,7 +842,7 @@ def _context(size: str, smoke: bool, tensorrt: bool = False):
     ctx.serving_kv_lens = kv_buckets(ctx.serving_seq, ctx.serving_kv)
     ctx.capture_s, ctx.step_s = GUESS["capture_s"], GUESS["step_s"]  # replaced by what this run measures
     ctx.capture_s_seen = ctx.step_s_seen = 0.0
-    ctx.sdpa, ctx.batch = {}, None
+    ctx.sdpa, ctx.batch, ctx.profiled = {}, None, False
     return ctx
 
 
@@ -780,11 +882,11 @@ def _summary(key: str, r: dict) -> str:
             f"{r.get('lean_predictor', {}).get('codes_equal')}"
         )
     if key == "b_graphs":
-        g = [x for x in r["rows"] if "codes_equal" in x]
+        g = [x for x in r["rows"] if "ok" in x]
         p = [x for x in r["buckets"] if "ok" in x]
         loud = f"; !! MATH ran at {r['math_ran']}" if r["math_ran"] else ""
         return (
-            f"graphs=eager {sum(x['codes_equal'] for x in g)}/{len(g)}, pinned=eager {sum(x['ok'] for x in p)}/"
+            f"graphs=eager {sum(x['ok'] for x in g)}/{len(g)}, pinned=eager {sum(x['ok'] for x in p)}/"
             f"{len(p)} length buckets, SDPA ran: {', '.join(r['sdpa_ran']) or '-'}{loud}"
         )
     if key == "c_timings":
@@ -813,13 +915,17 @@ def run(
     smoke: bool = False,
     sizes=("1.7b", "0.6b"),
     tensorrt: bool = False,
+    onnx: bool = False,
+    cuda_semantics: bool = False,
+    started: float | None = None,
 ) -> dict:
+    """`started` (time.monotonic()): when the budget began (main: the driver's start, imports included)."""
     import torch
 
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "gpu_check.json")
-    plan = budget_plan(budget_s, sizes, tensorrt)
-    gpu_plan = budget_plan(DEFAULT_BUDGET_S, sizes, tensorrt)  # what the default GPU run gives each part
+    plan = budget_plan(budget_s, sizes, tensorrt, onnx)
+    gpu_plan = budget_plan(DEFAULT_BUDGET_S, sizes, tensorrt, onnx)  # what the default GPU run gives each part
     result: dict = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "smoke": smoke,
@@ -833,18 +939,49 @@ def run(
         with open(path, "w") as f:
             json.dump(result, f, indent=2, default=str)
 
+    if cuda_semantics and not smoke:
+        result["error"] = "--cuda-semantics stands CUDA's rules in on CPU: it goes with --smoke"
+        write()
+        return result
     if smoke:
         _smoke_shapes()
     elif not torch.cuda.is_available():
         result["error"] = "no CUDA device (use --smoke to check the driver's logic on CPU)"
         write()
         return result
+    semantics = None
+    if cuda_semantics:
+        from tts.qwen3.cuda_semantics import CudaSdpa
+
+        semantics = CudaSdpa(torch.bfloat16).install()  # judged at the GPU's dtype
+    try:
+        _run_models(result, write, plan, gpu_plan, Budget(budget_s, started), smoke, sizes, tensorrt, onnx)
+    finally:
+        if semantics is not None:
+            semantics.uninstall()
+            result["cuda_semantics"] = semantics.summary()
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    write()
+    return result
+
+
+def _run_models(result, write, plan, gpu_plan, total: Budget, smoke, sizes, tensorrt, onnx) -> None:
+    import torch
+
+    extras = [("f_tensorrt", "tensorrt")] if tensorrt else []
+    extras += [("f_onnxruntime", "onnxruntime")] if onnx else []
     print(f"{'model':<6}{'phase':<12}{'budget':>8}{'GPU':>8}{'used s':>8}  {'status':<8}summary", flush=True)
-    total = Budget(budget_s)
-    for size in sizes:
+    for i, size in enumerate(sizes):
         parts = plan[size]
-        model_budget = Budget(min(total.left(), sum(parts.values())))
         res = result["models"][size] = {"phase_budget_s": {}, "gpu_phase_budget_s": gpu_plan[size]}
+        # the first model has its share; a later one runs on what is left, when enough is
+        left = total.left() - sum(sum(plan[s].values()) for s in sizes[i + 1 :]) if i == 0 else total.left()
+        if i > 0 and left < SECOND_MODEL_MIN_S:
+            res["skipped"] = f"time budget spent ({left:.0f} s left, {size} needs at least {SECOND_MODEL_MIN_S:.0f} s)"
+            _print_row(size, "load", left, gpu_plan[size]["load"], 0.0, "skipped", res["skipped"])
+            write()
+            continue
+        model_budget = Budget(max(0.0, left))
         t0 = time.monotonic()
         if model_budget.left() < parts["load"]:
             res["skipped"] = f"time budget spent ({model_budget.left():.0f} s left)"
@@ -852,7 +989,7 @@ def run(
             write()
             continue
         try:
-            ctx = _context(size, smoke, tensorrt)
+            ctx = _context(size, smoke, tensorrt and i == 0, onnx and i == 0)
         except Exception as e:  # noqa: BLE001 - e.g. out of memory: record it, go on to the next model
             res["error"] = f"{type(e).__name__}: {e}"
             _print_row(
@@ -877,39 +1014,26 @@ def run(
 
                 res[key] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
             res[key + "_s"] = round(time.monotonic() - t_phase, 1)
-            if key == "c_timings" and ctx.batch is not None:  # the engines of (d) and (e) need its memory
-                ctx.batch = None
-                if ctx.cuda:
-                    torch.cuda.empty_cache()
+            if key == "c_timings":  # the engines of (d) and (e) need its memory, whatever (c) left
+                release_caches(ctx)
             write()
             _print_row(
                 size, key, b.seconds, gpu_plan[size][key], res[key + "_s"], _status(res[key]), _summary(key, res[key])
             )
-        if tensorrt:
-            b = Budget(plan["tensorrt"]["f_tensorrt"])
+        for key, backend in extras:  # once per run: the vocoder is the same for both sizes
+            b = Budget(plan[backend][key])
             t_phase = time.monotonic()
             try:
-                res["f_tensorrt"] = phase_tensorrt(ctx, b)
+                res[key] = phase_vocoder_extra(ctx, b, backend)
             except Exception as e:  # noqa: BLE001
-                res["f_tensorrt"] = {"error": f"{type(e).__name__}: {e}"}
-            res["f_tensorrt_s"] = round(time.monotonic() - t_phase, 1)
+                res[key] = {"error": f"{type(e).__name__}: {e}"}
+            res[key + "_s"] = round(time.monotonic() - t_phase, 1)
             write()
-            _print_row(
-                size,
-                "f_tensorrt",
-                b.seconds,
-                gpu_plan["tensorrt"]["f_tensorrt"],
-                res["f_tensorrt_s"],
-                _status(res["f_tensorrt"]),
-                "",
-            )
-            tensorrt = False  # one TensorRT engine build per run: the vocoder is the same for both sizes
+            _print_row(size, key, b.seconds, gpu_plan[backend][key], res[key + "_s"], _status(res[key]), "")
+        extras = []
         del ctx
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    write()
-    return result
 
 
 def failures(result: dict) -> list[str]:
@@ -936,8 +1060,8 @@ def table(result: dict) -> str:
             lines.append(f"{size:<6} {r.get('error') or r.get('skipped')}")
             continue
         gb = r.get("b_graphs", {})
-        g = [x for x in gb.get("rows", []) if "codes_equal" in x]
-        eq = f"{sum(x['codes_equal'] for x in g)}/{len(g)}" if g else "-"
+        g = [x for x in gb.get("rows", []) if "ok" in x]
+        eq = f"{sum(x['ok'] for x in g)}/{len(g)}" if g else "-"
         p = [x for x in gb.get("buckets", []) if "ok" in x]
         peq = f"{sum(x['ok'] for x in p)}/{len(p)}" if p else "-"
         ran = ",".join(x.replace("_ATTENTION", "") for x in gb.get("sdpa_ran", [])) or "-"
@@ -984,8 +1108,27 @@ def main(argv=None) -> int:
         action="store_true",
         help=f"also build and time the TensorRT vocoder ({TENSORRT_BUDGET_S:.0f} s more, its own line)",
     )
+    ap.add_argument(
+        "--onnx",
+        action="store_true",
+        help=f"also export and time the ONNX Runtime vocoder ({ONNX_BUDGET_S:.0f} s more, its own line)",
+    )
+    ap.add_argument(
+        "--cuda-semantics",
+        action="store_true",
+        help="with --smoke: SDPA answers in CUDA's layouts and refuses what CUDA refuses (tts.qwen3.cuda_semantics)",
+    )
     args = ap.parse_args(argv)
-    result = run(args.out, args.budget, args.smoke, tuple(args.sizes.split(",")), args.tensorrt)
+    result = run(
+        args.out,
+        args.budget,
+        args.smoke,
+        tuple(args.sizes.split(",")),
+        args.tensorrt,
+        args.onnx,
+        args.cuda_semantics,
+        started=_STARTED,
+    )
     if "error" in result:
         print(f"gpu_check: {result['error']}", file=sys.stderr)
         return 2

@@ -224,6 +224,11 @@ def _add_bench(sub) -> None:
     p.add_argument("--trace")
     p.add_argument("--reference", action="store_true", help="also time the official qwen-tts on the same checkpoint")
     p.add_argument(
+        "--cuda-semantics",
+        action="store_true",
+        help="CPU: SDPA answers in CUDA's layouts and refuses what CUDA refuses (tts.qwen3.cuda_semantics)",
+    )
+    p.add_argument(
         "--reference-threads", default="1,2", help="torch threads tried for the official run; its best counts"
     )
     p.add_argument("--arrivals", choices=["poisson", "burst"], help="realistic arrivals instead of --concurrency")

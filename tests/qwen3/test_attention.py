@@ -61,6 +61,7 @@ class _SdpaCalls(TorchFunctionMode):
                     "gqa": kwargs.get("enable_gqa", False),
                     "mask": kwargs.get("attn_mask"),
                     "causal": kwargs.get("is_causal", False),
+                    "head_dim": q.shape[-1],
                 }
             )
         return func(*args, **kwargs)
@@ -85,17 +86,22 @@ def _admitted(ckpt, n=2):
     return batch
 
 
-def test_the_talkers_decode_attention_is_a_call_a_fused_cuda_kernel_takes(ckpt):
-    """Every masked SDPA call of admission and of a step (the talker's) has as many query heads as KV heads
-    (no enable_gqa: the memory-efficient kernel refuses GQA) and a boolean mask; the tiny model has GQA."""
+def test_the_talkers_attention_is_a_call_a_fused_cuda_kernel_takes(ckpt):
+    """Every masked SDPA call of a step (the talker's decode) has as many query heads as KV heads (no
+    enable_gqa: the memory-efficient kernel refuses GQA) and a boolean mask; the tiny model has GQA. The
+    prefill's calls are causal without a mask (flash takes them, GQA included; a mask rules flash out)."""
     cfg = ckpt.config.talker
     assert cfg.num_attention_heads > cfg.num_key_value_heads
-    with _SdpaCalls() as watch:
+    assert cfg.head_dim != cfg.code_predictor.head_dim  # tells the talker's calls from the predictor's
+    with _SdpaCalls() as admission:
         batch = _admitted(ckpt)
-        with torch.inference_mode():
-            batch._step_rows(2, 64)
-    talker = [c for c in watch.calls if c["mask"] is not None]
-    assert len(talker) == 2 * cfg.num_hidden_layers  # prefill and the step, every layer
+    with _SdpaCalls() as step, torch.inference_mode():
+        batch._step_rows(2, 64)
+    prefill = [c for c in admission.calls if c["head_dim"] == cfg.head_dim]
+    assert len(prefill) == cfg.num_hidden_layers
+    assert all(c["causal"] and c["mask"] is None and c["q_heads"] == cfg.num_attention_heads for c in prefill)
+    talker = [c for c in step.calls if c["mask"] is not None]
+    assert len(talker) == cfg.num_hidden_layers  # the step, every layer
     for c in talker:
         assert not c["gqa"] and c["q_heads"] == c["kv_heads"] == cfg.num_key_value_heads, c
         assert c["mask"].dtype == torch.bool

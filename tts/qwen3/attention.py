@@ -153,8 +153,16 @@ def _attention_kernel(name: str) -> bool:
 def kernels_that_ran(fn) -> dict:
     """Run `fn` under the profiler -> which SDPA backend(s) ran: {"backends": [...] (from the aten ops),
     "kernels": [CUDA kernel names that look like attention], "kernel_backends": [...], "math": bool}.
-    Eager calls only (a graph replay dispatches no aten op)."""
+    Eager calls only (a graph replay dispatches no aten op). Under the CUDA-semantics stand-in
+    (tts.qwen3.cuda_semantics.CudaSdpa, on CPU) the kernels it says CUDA would have taken."""
     from torch.profiler import ProfilerActivity, profile
+
+    standin = getattr(F.scaled_dot_product_attention, "calls", None)
+    if standin is not None:
+        before = dict(standin)
+        fn()
+        took = sorted({kernel for key, n in standin.items() if n > before.get(key, 0) for kernel in [key[1]]})
+        return {"backends": took, "kernels": [], "kernel_backends": took, "math": "MATH" in took}
 
     cuda = torch.cuda.is_available()
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
