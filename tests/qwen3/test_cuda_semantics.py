@@ -125,6 +125,70 @@ def test_the_engine_serves_under_cuda_semantics(ckpt, cuda_semantics, monkeypatc
     assert sent.keys() == {"qwen3/prompt.py", "qwen3/batch.py", "codec/state.py"}, sent
 
 
+def test_turn_text_preemption_and_resume_move_data_only_through_staged_copies(ckpt, cuda_semantics):
+    """A turn fed word by word (its text rows written as it runs), two long streams, a cancel and an urgent
+    request that preempts one of them (its prompt and frames re-prefilled when it resumes), on 2 slots, the
+    event loop's calls counted too: no synchronous copy or device read anywhere; the turn's text and the
+    resumed codes are staged sends of the step loop. Fails on the old code with the turn text's and the
+    resume's `torch.tensor(..., device=...)` / `.to(device)` and the vocoder rows' index copies."""
+    import time
+
+    sdpa, moves = cuda_semantics
+    s = EngineSettings(
+        device="cpu",
+        dtype="float32",
+        max_batch=2,
+        max_seq_len=256,
+        frames_base=40,
+        frames_per_token=1.0,
+        preempt_slack_s=0.5,
+        ignore_eos=True,
+        watch_syncs=True,
+        vocoder="torch",
+    )
+    eng = Qwen3Engine(s, checkpoint=ckpt)
+    greedy = SamplingSettings(greedy=True)
+
+    async def collect(stream):
+        return [c async for c in stream]
+
+    async def main():
+        await eng.start()
+        try:
+            with moves.count():  # the event loop's own calls
+                turn = eng.open_turn(SynthesisRequest(text="Hello", voice="vivian", language="en", sampling=greedy))
+                first = asyncio.ensure_future(collect(turn))
+                for piece in (" there,", " my", " friend."):
+                    await asyncio.sleep(0.05)
+                    turn.append(piece)
+                turn.finish()
+                far = [
+                    eng.synthesize(
+                        SynthesisRequest(
+                            text="A longer answer that runs a while.", sampling=greedy, deadline=time.monotonic() + 30
+                        )
+                    )
+                    for _ in range(2)
+                ]
+                await far[0].__aiter__().__anext__()
+                gone = eng.synthesize(SynthesisRequest(text="Cancelled soon.", sampling=greedy))
+                gone.cancel()
+                urgent = eng.synthesize(SynthesisRequest(text="Now.", sampling=greedy, deadline=time.monotonic()))
+                await asyncio.wait_for(asyncio.gather(first, collect(urgent)), 120)
+                for stream in far:
+                    stream.cancel()
+        finally:
+            await eng.close()
+
+    asyncio.run(main())
+    assert eng.counters["preempted"] >= 1 and eng.counters["cancelled"] >= 1  # the scenario ran its course
+    hits, sent, planned = moves.take()
+    assert hits == []
+    assert sent["qwen3/step_loop.py"] >= 2, sent  # the turn's text rows and the resumed codes, staged
+    assert set(sent) <= {"qwen3/prompt.py", "qwen3/batch.py", "codec/state.py", "qwen3/step_loop.py"}, sent
+    assert sdpa.math_only() == [] and not sdpa.refused
+
+
 # ------------------------------------------------------------------ CUDA graphs
 def _prompts(ckpt, texts):
     return [

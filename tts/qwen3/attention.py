@@ -102,8 +102,8 @@ PREFILL_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 
 def prefill_backend(shape, dtype, device) -> tuple[tuple[str, ...] | None, str]:
     """The backends to pin the talker's prefill to on `device` -> (names or None: torch's choice, why).
-    Flash is tried alone on a small call of the talker's head layout; only "No available kernel" counts
-    as its refusal (torch's choice then)."""
+    Flash is tried alone on a small call of the talker's head layout; only a refusal (`refused`) leaves
+    torch's choice; any other error propagates."""
     if torch.device(device).type != "cuda":
         return None, "CPU: torch's own kernels"
     g = torch.Generator(device="cpu").manual_seed(2)
@@ -120,8 +120,9 @@ def prefill_backend(shape, dtype, device) -> tuple[tuple[str, ...] | None, str]:
 
 
 def refused(e: BaseException) -> bool:
-    """An SDPA backend's refusal of a call (torch raises "No available kernel"), not a bug in the call."""
-    return isinstance(e, RuntimeError) and "No available kernel" in str(e)
+    """An SDPA backend's refusal of a call, not a bug in the call: CUDA's "No available kernel", or the CPU's
+    "No viable backend" when the pinned backends are none it has."""
+    return isinstance(e, RuntimeError) and ("No available kernel" in str(e) or "No viable backend" in str(e))
 
 
 def first_line(e: BaseException) -> str:
