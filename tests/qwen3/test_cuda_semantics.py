@@ -71,6 +71,29 @@ def test_decode_attention_takes_a_fused_kernel_in_its_layout():
     assert sdpa.math_only() == [] and sdpa.sites() == {"attention.py:decode_attention": {"EFFICIENT_ATTENTION": 1}}
 
 
+def test_an_error_that_is_not_a_refusal_is_not_read_as_one(ckpt, monkeypatch):
+    """Timing a backend and the capture's warm-up take only a refusal ("No available kernel") as "this kernel
+    cannot run it": any other error (the `.view` on a fused kernel's layout was one) propagates, and the
+    pinned backend is not silently dropped. The old code caught every RuntimeError as a refusal."""
+    import tts.qwen3.model as model
+    from tts.qwen3 import attention
+
+    def broken(q, k, v, mask):
+        raise RuntimeError("view size is not compatible with input tensor's size and stride")
+
+    q, k, v, mask = attention.decode_inputs(1, 64, 4, 2, 16, torch.float32, "cpu")
+    monkeypatch.setattr(attention, "decode_attention", broken)
+    with pytest.raises(RuntimeError, match="view size"):
+        attention.time_backend("MATH", q, k, v, mask)
+    batch = TalkerBatch(ckpt.model, 2, 128, use_cuda_graphs=False, kv_step=64)
+    batch.admit([0], _prompts(ckpt, ("Hello.",)), [GREEDY], [PRED])
+    batch.sdpa_backends = {(1, 64): "MATH"}
+    monkeypatch.setattr(model, "decode_attention", broken)
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="view size"):
+        batch._warm_up(1, 64, False)
+    assert batch.sdpa_backends[(1, 64)] == "MATH"  # not recorded as unusable
+
+
 # ------------------------------------------------------------------ the engine, served
 def _run(ckpt, texts, **kw):
     eng = Qwen3Engine(
