@@ -283,6 +283,14 @@ def _fresh(func, args, kwargs, out) -> bool:
     return not any(isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in inputs for o in outs)
 
 
+_capturing: list = []  # the stand-in graphs capturing now (a wait inside a capture is forbidden on CUDA)
+
+
+def _no_wait_in_capture(what: str) -> None:
+    if _capturing:
+        _capturing[-1].forbidden.append(f"capture: {what}")
+
+
 @dataclass
 class GraphStandIn:
     """Stands for torch.cuda.CUDAGraph on CPU: the captured block's ops, replayed on the same tensors."""
@@ -290,12 +298,12 @@ class GraphStandIn:
     trace: list = field(default_factory=list)
     forbidden: list = field(default_factory=list)
     replays: int = 0
-    addresses: dict = field(default_factory=dict)
-    owner: object = None  # tensors by name at capture (see cuda_graphs_on_cpu's `addresses`)
+    addresses: dict = field(default_factory=dict)  # tensors by name -> address at capture
+    addresses_now: object = None  # a callable -> the same names' addresses now (cuda_graphs_on_cpu's `addresses`)
 
     def replay(self) -> None:
-        if self.owner is not None:
-            now = self.owner()
+        if self.addresses_now is not None:
+            now = self.addresses_now()
             for name, ptr in self.addresses.items():
                 if name in now and now[name] != ptr:
                     self.forbidden.append(f"replay: {name} moved since capture (the graph reads its old address)")
@@ -303,20 +311,19 @@ class GraphStandIn:
         with _disable_current_modes(), torch.inference_mode():  # a replay dispatches no op on CUDA
             for op in self.trace:
                 res = op.func(*op.args, **op.kwargs)
-                if op.fresh:
-                    _copy_into(op.out, res)
-
-    def capture_begin(self, *a, **k):  # API parity; the context manager below does the work
-        pass
+                if op.fresh and not _copy_into(op.out, res):
+                    self.forbidden.append(f"replay: {op.func} gave another shape than at capture (data-dependent)")
 
 
-def _copy_into(dst, src) -> None:
+def _copy_into(dst, src) -> bool:
+    """Refill a fresh output of the trace with this replay's values; False when the shapes differ."""
     if isinstance(dst, torch.Tensor):
-        if dst.shape == src.shape:
-            dst.copy_(src)
+        if dst.shape != src.shape:
+            return False
+        dst.copy_(src)
     elif isinstance(dst, (tuple, list)):
-        for d, s in zip(dst, src):
-            _copy_into(d, s)
+        return all([_copy_into(d, s) for d, s in zip(dst, src)])
+    return True
 
 
 class _Stream:
@@ -327,10 +334,7 @@ class _Stream:
         pass
 
     def synchronize(self) -> None:
-        pass
-
-    def record_event(self, event=None):
-        return event or _Event()
+        _no_wait_in_capture("stream.synchronize()")
 
 
 class _Event:
@@ -338,7 +342,7 @@ class _Event:
         pass
 
     def synchronize(self) -> None:
-        pass
+        _no_wait_in_capture("event.synchronize()")
 
     def query(self) -> bool:
         return True
@@ -371,49 +375,32 @@ def cuda_graphs_on_cpu(addresses=None):
     GraphReport of every graph captured."""
     report = GraphReport()
     cuda = torch.cuda
-    saved = {n: getattr(cuda, n) for n in ("CUDAGraph", "graph", "graph_pool_handle", "Stream", "current_stream")}
-    saved.update({n: getattr(cuda, n) for n in ("stream", "Event", "synchronize")})
+    names = ("CUDAGraph", "graph", "graph_pool_handle", "Stream", "current_stream", "stream", "Event", "synchronize")
+    saved = {n: getattr(cuda, n) for n in names}
 
     @contextmanager
     def graph(g, pool=None, stream=None, capture_error_mode=None):
-        tally = syncs.SyncTally()
-        calls = HostDeviceCalls()
+        tally, calls = syncs.SyncTally(), HostDeviceCalls()
         if addresses is not None:
-            g.owner = addresses
-            g.addresses = addresses()
-        with ExitStack() as stack:
-            stack.enter_context(calls)
-            stack.enter_context(syncs.HostSyncWatch(tally))
-            stack.enter_context(_Recorder(g))
-            yield
+            g.addresses_now, g.addresses = addresses, addresses()
+        _capturing.append(g)
+        try:
+            with calls, syncs.HostSyncWatch(tally), _Recorder(g):
+                yield
+        finally:
+            _capturing.pop()
         g.forbidden.extend(f"capture: {h}" for h in tally.hits + calls.hits)
         report.graphs.append(g)
 
     main = _Stream()
-
-    def synchronize(device=None):  # harmless outside a capture; inside one, CUDA refuses it
-        if _capturing:
-            _capturing[-1].forbidden.append("capture: torch.cuda.synchronize()")
-
-    _capturing: list = []
-
-    @contextmanager
-    def graph_tracking(g, pool=None, stream=None, capture_error_mode=None):
-        _capturing.append(g)
-        try:
-            with graph(g, pool, stream, capture_error_mode):
-                yield
-        finally:
-            _capturing.pop()
-
     cuda.CUDAGraph = GraphStandIn
-    cuda.graph = graph_tracking
+    cuda.graph = graph
     cuda.graph_pool_handle = lambda: ("pool",)
     cuda.Stream = lambda *a, **k: _Stream()
     cuda.current_stream = lambda device=None: main
     cuda.stream = lambda s: ExitStack()
     cuda.Event = lambda *a, **k: _Event()
-    cuda.synchronize = synchronize
+    cuda.synchronize = lambda device=None: _no_wait_in_capture("torch.cuda.synchronize()")
     try:
         yield report
     finally:

@@ -32,7 +32,7 @@ class Staged:
         """One non-blocking copy of everything added (pinned on CUDA) -> a float64 vector on `device`."""
         device = torch.device(device)
         host = host_buffer(torch.tensor(self._values, dtype=torch.float64, pin_memory=device.type == "cuda"))
-        return host.to(device, non_blocking=True)
+        return host.to(device, non_blocking=True, copy=True)  # copy: on CPU too, device values are not the host's
 
 
 def to_device(values, device, dtype=torch.float64) -> torch.Tensor:
@@ -42,4 +42,4 @@ def to_device(values, device, dtype=torch.float64) -> torch.Tensor:
     host = torch.as_tensor(values, dtype=dtype)
     if device.type == "cuda":
         host = host.pin_memory()
-    return host_buffer(host).to(device, non_blocking=True)
+    return host_buffer(host).to(device, non_blocking=True, copy=True)
