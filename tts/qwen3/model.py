@@ -63,7 +63,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, s.rms_norm_eps)
         self.kv_cache: KVCache | None = None
-        self.sdpa_backend: str | None = None  # the talker's pinned SDPA backend while a graph captures (attention.py)
+        self.sdpa_backend: str | tuple[str, ...] | None = None  # pinned backend(s): a capture, a prefill (attention.py)
         # Set by fuse() (Qwen3TTSModel.fuse_projections, before the first forward): one matmul for q, k
         # and v, one norm for q and k heads; forward uses only these. Buffers (not saved), so `.to()`
         # moves them along.
