@@ -144,6 +144,11 @@ class EngineConfig:
     task_type: str | None = (
         None  # openai-speech on vLLM-Omni Qwen3-TTS: CustomVoice | VoiceDesign | Base (default: the server's)
     )
+    tcp_connect_timeout_s: float = 1.0  # openai-speech: a request's TCP connect; beyond it, another server
+    # openai-speech: request sent → first audio byte; beyond it the chunk tries another server and this one is
+    # out (suspect) until a short speech request gets its first audio byte in time
+    first_byte_timeout_s: float = 2.0
+    stream_stall_timeout_s: float = 2.0  # openai-speech: no byte mid-chunk for this long ends it with engine_error
 
     def validate(self, check) -> None:
         check(self.kind in ENGINE_KINDS, "kind", "must be " + ", ".join(ENGINE_KINDS[:-1]) + " or " + ENGINE_KINDS[-1])
@@ -187,6 +192,8 @@ class EngineConfig:
         check(self.connect_timeout_s >= 0, "connect_timeout_s", "must be >= 0")
         check(self.isolate_start_timeout_s > 0, "isolate_start_timeout_s", "must be > 0")
         check(self.stall_timeout_s > 0, "stall_timeout_s", "must be > 0")
+        for name in ("tcp_connect_timeout_s", "first_byte_timeout_s", "stream_stall_timeout_s"):
+            check(getattr(self, name) > 0, name, "must be > 0")
         check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", "must be float32, bfloat16 or float16")
         check(self.max_batch >= 1, "max_batch", "must be >= 1")
         check(self.max_queued >= 1, "max_queued", "must be >= 1")

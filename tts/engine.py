@@ -154,6 +154,11 @@ class SynthesisStream:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._done = False
         self.cancelled = False
+        self.cancel_error: BaseException | None = None  # why the consumer cancelled, when it said (its watchdog)
+        self._unread = 0  # samples delivered that the iterator has not handed out yet
+        self._room: asyncio.Future | None = None  # an engine waiting in `_wait_for_room`
+        self._room_limit = 0
+        self._forwarded = False
         self.submitted_at = time.monotonic()
         self.first_audio_at: float | None = None
 
@@ -168,6 +173,9 @@ class SynthesisStream:
                 return
             if isinstance(item, BaseException):
                 raise item
+            self._unread -= len(item.pcm)
+            if self._room is not None and self._unread <= self._room_limit:
+                self._wake_engine()
             yield item
 
     def cancel(self, error: BaseException | None = None) -> None:
@@ -176,6 +184,7 @@ class SynthesisStream:
         if self.cancelled or self._done:
             return
         self.cancelled = True
+        self.cancel_error = error
         self._engine._cancel(self)
         if error is not None:
             self._queue.put_nowait(error)
@@ -193,16 +202,30 @@ class SynthesisStream:
         """Hand every item to `sink(item)` instead of the iterator: each `PcmChunk`, an exception when the
         stream fails, then `None` at its end. The engine service reads thousands of streams this way without a
         task each; a forwarded stream is not iterated."""
+        self._forwarded = True
         pending, self._queue = self._queue, _Sink(sink)
         while not pending.empty():
             self._queue.put_nowait(pending.get_nowait())
 
     # -- engine side ---------------------------------------------------
+    async def _wait_for_room(self, limit: int) -> None:
+        """Returns once at most `limit` samples wait unread: an engine that reads its audio from a socket pauses
+        here, and the sender meets TCP backpressure instead of this queue growing. At once when forwarded."""
+        while self._unread > limit and not self._done and not self._forwarded:
+            self._room, self._room_limit = asyncio.get_running_loop().create_future(), limit
+            await self._room
+
+    def _wake_engine(self) -> None:
+        room, self._room = self._room, None
+        if room is not None and not room.done():
+            room.set_result(None)
+
     def _deliver(self, chunk: PcmChunk) -> None:
         if self._done:
             return
         if self.first_audio_at is None and len(chunk.pcm):
             self.first_audio_at = time.monotonic()
+        self._unread += len(chunk.pcm)
         self._queue.put_nowait(chunk)
         if chunk.is_last:
             self._finish()
@@ -217,6 +240,7 @@ class SynthesisStream:
         if not self._done:
             self._done = True
             self._queue.put_nowait(_END)
+            self._wake_engine()
 
 
 class TurnStream(SynthesisStream):

@@ -41,6 +41,9 @@ class EngineChoice:
     sample_rate: int = 24_000  # what the servers stream
     task_type: str | None = None  # vLLM-Omni's Qwen3-TTS task_type (CustomVoice | VoiceDesign | Base)
     voices_required: list[str] = field(default_factory=list)  # voice names to find in the servers' voice lists
+    tcp_connect_timeout_s: float = 1.0  # a request's TCP connect
+    first_byte_timeout_s: float = 2.0  # request sent to its first audio byte
+    stream_stall_timeout_s: float = 2.0  # after the first byte, no byte for this long
 
 
 def resolve_engine_kind(kind: str, model_dir: str | None) -> str:
@@ -127,6 +130,9 @@ def build_engine(choice: EngineChoice) -> Engine:
                 task_type=choice.task_type,
                 voices_required=list(choice.voices_required),
                 connect_timeout_s=choice.connect_timeout_s,
+                tcp_connect_timeout_s=choice.tcp_connect_timeout_s,
+                first_byte_timeout_s=choice.first_byte_timeout_s,
+                stream_stall_timeout_s=choice.stream_stall_timeout_s,
             )
         )
     raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")

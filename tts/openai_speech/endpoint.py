@@ -2,7 +2,10 @@
 doing now (requests in flight), and its counters (time to first byte, errors by code) for /metrics and /readyz.
 
 An endpoint that fails (no answer, a stream cut mid-chunk, a 5xx) is taken out; the engine's probe loop asks
-its health route every `probe_interval_s` and puts it back when it answers.
+its health route every `probe_interval_s` and puts it back when it answers. One that answers too slowly (no audio
+byte within the first-byte timeout, a stream that stalls, a chunk the session's watchdog gave up on) is *suspect*:
+its health route may well answer while its speech hangs, so only a speech probe (a short request whose first audio
+byte comes in time) puts it back. Speech probes back off from `probe_interval_s` to `SUSPECT_BACKOFF_MAX_S`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import time
 from urllib.parse import urlsplit
 
 TTFB_WINDOW = 512  # recent first-byte times kept for the p50 on /readyz
+SUSPECT_BACKOFF_MAX_S = 30.0  # a suspect endpoint's speech probes: the longest wait between two
 
 
 def check_base_url(url: str) -> str:
@@ -47,10 +51,28 @@ class Endpoint:
         self.errors: collections.Counter[str] = collections.Counter()
         self.downs = 0
         self.last_change = time.monotonic()
+        self.suspect = False  # out until a speech probe gets its first audio byte in time
+        self.speech_probe_at = 0.0  # monotonic: when the next speech probe of a suspect endpoint is due
+        self.speech_probe_wait = 0.0  # the back-off before the probe after that
 
     def mark_up(self) -> None:
+        self.suspect = False
         if not self.up:
             self.up, self.why_down, self.last_change = True, None, time.monotonic()
+
+    def mark_suspect(self, why: str, first_probe_in: float) -> None:
+        """Out of rotation until a speech probe passes; the first one is due in `first_probe_in` seconds."""
+        if not self.suspect:
+            self.speech_probe_wait = first_probe_in
+            self.speech_probe_at = time.monotonic() + first_probe_in
+        self.suspect = True
+        self.mark_down(f"suspect: {why}")
+
+    def speech_probe_failed(self, why: str) -> None:
+        """The suspect endpoint's speech probe failed too: the next one waits twice as long (at most 30 s)."""
+        self.speech_probe_wait = min(SUSPECT_BACKOFF_MAX_S, max(self.speech_probe_wait, 0.5) * 2)
+        self.speech_probe_at = time.monotonic() + self.speech_probe_wait
+        self.why_down = f"suspect: {why}"
 
     def mark_down(self, why: str) -> None:
         if self.up:
@@ -73,6 +95,7 @@ class Endpoint:
         return {
             "endpoint": self.base,
             "up": self.up,
+            "suspect": self.suspect,
             "why_down": self.why_down,
             "flavour": self.flavour,
             "in_flight": self.in_flight,

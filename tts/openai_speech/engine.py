@@ -8,8 +8,13 @@ disconnect and stops generating.
 Placement: a session's chunks stay on one endpoint while it serves (the session is the first part of the
 request's tag, `session/turn/chunk`); otherwise the serving endpoint with the fewest requests in flight. Before
 the first audio byte a request may move: an endpoint that does not answer is taken out (and probed back), one
-that answers 429/503 is busy; when every endpoint was tried the chunk fails with `overloaded` (some were busy)
-or `engine_unavailable` (none answered). After the first byte nothing moves: a cut stream is `engine_error`.
+whose first audio byte does not come within `first_byte_timeout_s` is suspect (out until a speech probe passes),
+one that answers 429/503 is busy; when every endpoint was tried the chunk fails with `overloaded` (some were busy)
+or `engine_unavailable` (none answered). After the first byte nothing moves: a cut stream, a stream silent for
+`stream_stall_timeout_s`, a body that is not raw PCM or a chunk far longer than its text are `engine_error`.
+
+Bounded: a stream's audio waits unread for at most `AHEAD_S` seconds; beyond that the body is not read (the
+server meets TCP backpressure), and error bodies are read to a few KiB only.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tts.engine import Engine, EngineError, PcmChunk, SynthesisRequest, SynthesisStream, TurnStream, VoiceClone
-from tts.openai_speech.answers import error_text, stated_rate
+from tts.openai_speech.answers import SHOWN_BYTES, error_text, not_pcm, stated_rate
 from tts.openai_speech.endpoint import Endpoint
 from tts.openai_speech.packets import PacketCutter
 from tts.openai_speech.request_body import DEFAULT_VOICE, speech_body, voice_names
@@ -32,6 +37,12 @@ from tts.openai_speech.request_body import DEFAULT_VOICE, speech_body, voice_nam
 log = logging.getLogger("voxgate.openai_speech_engine")
 
 AFFINITY_LIMIT = 65_536
+AHEAD_S = 3.0  # audio a stream may hold unread before its body is no longer read
+# a chunk's audio may last at most this long: no real voice takes 1 s per character; a server that streams on
+# for ever (a model that never samples end-of-speech, a runaway loop) is cut there
+CHUNK_MAX_BASE_S = 30.0
+CHUNK_MAX_S_PER_CHAR = 1.0
+PROBE_TEXT = "Hello."  # a suspect server's speech probe
 TURN_MODE_REASON = (
     "speech servers take a whole text per request (POST /audio/speech) and no streaming text "
     "input yet, which turn mode needs; use sentence mode"
@@ -48,8 +59,10 @@ class SpeechServerSettings:
         None  # Qwen3-TTS on vLLM-Omni: CustomVoice | VoiceDesign | Base (None: the server's default)
     )
     voices_required: list[str] = field(default_factory=list)  # voice names the config speaks with; checked at start
-    connect_timeout_s: float = 5.0  # start waits this long for a first endpoint; also the TCP connect timeout
-    read_timeout_s: float = 30.0  # no byte from a stream for this long: the endpoint is taken out
+    connect_timeout_s: float = 5.0  # start waits this long for a first endpoint; health probes' limit
+    tcp_connect_timeout_s: float = 1.0  # a request's TCP connect: beyond it the chunk tries another endpoint
+    first_byte_timeout_s: float = 2.0  # request sent to first audio byte: beyond it, another endpoint; this suspect
+    stream_stall_timeout_s: float = 2.0  # after the first byte, no byte for this long ends the chunk (engine_error)
     probe_interval_s: float = 1.0  # how often an endpoint that is out is asked whether it is back
     packet_ms: int = 80  # the playout's packet: audio is handed on in whole packets (the last one may be short)
 
@@ -90,7 +103,13 @@ class OpenAISpeechEngine(Engine):
             "unavailable": 0,
             "cut_mid_chunk": 0,
             "cancelled": 0,
+            "first_byte_timeouts": 0,
+            "stalled": 0,
+            "not_audio": 0,
+            "too_long": 0,
+            "watchdog": 0,
         }
+        self._serving: dict[int, Endpoint] = {}  # id(stream) → the endpoint its request is on now
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -100,9 +119,8 @@ class OpenAISpeechEngine(Engine):
         self._http = aiohttp.ClientSession(
             connector=connector,
             headers=self._headers(),
-            timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=self.settings.connect_timeout_s, sock_read=self.settings.read_timeout_s
-            ),
+            # reads are timed here (first byte, stall); the connect by aiohttp
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.tcp_connect_timeout_s),
         )
         deadline = time.monotonic() + self.settings.connect_timeout_s
         while True:
@@ -155,13 +173,24 @@ class OpenAISpeechEngine(Engine):
     # ------------------------------------------------------------ health probes
     async def _probe_loop(self) -> None:
         checks = 0
-        while True:
-            await asyncio.sleep(self.settings.probe_interval_s)
-            checks += 1
-            # endpoints that are out, every interval; the serving ones every fifth (a server that died quietly)
-            due = [e for e in self.endpoints if not e.up or checks % 5 == 0]
-            if due:
-                await asyncio.gather(*(self._probe(e) for e in due), return_exceptions=True)
+        speech_probes: dict[Endpoint, asyncio.Task] = {}
+        try:
+            while True:
+                await asyncio.sleep(self.settings.probe_interval_s)
+                checks += 1
+                now = time.monotonic()
+                for e in self.endpoints:  # suspect ones: a speech probe when due, beside the health probes
+                    if e.suspect and now >= e.speech_probe_at and e not in speech_probes:
+                        task = asyncio.get_running_loop().create_task(self._speech_probe(e))
+                        speech_probes[e] = task
+                        task.add_done_callback(lambda _t, e=e: speech_probes.pop(e, None))
+                # endpoints that are out, every interval; the serving ones every fifth (a server that died quietly)
+                due = [e for e in self.endpoints if not e.suspect and (not e.up or checks % 5 == 0)]
+                if due:
+                    await asyncio.gather(*(self._probe(e) for e in due), return_exceptions=True)
+        finally:
+            for task in list(speech_probes.values()):
+                task.cancel()
 
     async def _probe(self, e: Endpoint) -> None:
         import aiohttp
@@ -173,6 +202,8 @@ class OpenAISpeechEngine(Engine):
             async with self._http.get(e.health_url, timeout=timeout) as resp:
                 text = await resp.text()
                 if resp.status == 200:
+                    if e.suspect:
+                        return  # its health route answering says nothing of its speech: a speech probe decides
                     if not e.up:
                         log.info("speech server %s serves (%s)", e.base, e.flavour)
                     e.mark_up()
@@ -183,6 +214,37 @@ class OpenAISpeechEngine(Engine):
             e.mark_down(f"no answer ({type(exc).__name__}: {exc})" if str(exc) else f"no answer ({type(exc).__name__})")
             if was_up:
                 log.warning("speech server %s is out: %s", e.base, e.why_down)
+
+    async def _speech_probe(self, e: Endpoint) -> None:
+        """A suspect endpoint's way back: a short speech request whose first audio byte comes within the
+        first-byte timeout. The request is closed at that byte (the server stops generating)."""
+        import aiohttp
+
+        voice = next((v for v in self.settings.voices_required if v != DEFAULT_VOICE), DEFAULT_VOICE)
+        request = SynthesisRequest(text=PROBE_TEXT, voice=voice, tag="speech-probe")
+        body = self._body(e, request)
+        limit = self.settings.first_byte_timeout_s
+        why = None
+        try:
+            async with asyncio.timeout(limit):
+                async with self._http.post(f"{e.base}/audio/speech", json=body) as resp:
+                    if resp.status >= 400:
+                        why = f"its speech probe was answered {resp.status}: {await error_text(resp)}"
+                    elif not_pcm(resp.headers):
+                        why = f"its speech probe was answered with {not_pcm(resp.headers)}, not audio/pcm"
+                    elif not await resp.content.readany():
+                        why = "its speech probe was answered with no audio"
+                    resp.close()  # the first byte is all the probe needs
+        except TimeoutError:
+            why = f"its speech probe got no audio byte in {limit:g} s (engine.first_byte_timeout_s)"
+        except (aiohttp.ClientError, OSError) as exc:
+            why = f"its speech probe got no answer ({type(exc).__name__}: {exc})"
+        if why is None:
+            log.info("speech server %s passed a speech probe: back in rotation", e.base)
+            e.mark_up()
+        else:
+            e.speech_probe_failed(why)
+            log.info("speech server %s stays out: %s (next probe in %.0f s)", e.base, why, e.speech_probe_wait)
 
     async def _discover(self, e: Endpoint, timeout) -> None:
         """What the server is (its /models), its voices, and which route tells its health."""
@@ -239,7 +301,19 @@ class OpenAISpeechEngine(Engine):
         task = self._tasks.pop(id(stream), None)
         if task is not None and not task.done():
             self.counters["cancelled"] += 1
+            e = self._serving.get(id(stream))
+            if stream.cancel_error is not None and e is not None:
+                # the consumer gave up on the chunk (the session's stall watchdog): the server's failure, not a
+                # barge-in, so its next chunks go elsewhere
+                self.counters["watchdog"] += 1
+                e.errors["engine_error"] += 1
+                self._suspect(e, f"a chunk it served was given up ({stream.cancel_error})")
             task.cancel()  # closes the HTTP connection: the server sees the disconnect
+
+    def _suspect(self, e: Endpoint, why: str) -> None:
+        if not e.suspect:
+            log.warning("speech server %s is suspect: %s; out until a speech probe passes", e.base, why)
+        e.mark_suspect(why, self.settings.probe_interval_s)
 
     def _choose(self, key: str, tried: set) -> Endpoint | None:
         candidates = [e for e in self.endpoints if e.up and e not in tried]
@@ -288,13 +362,8 @@ class OpenAISpeechEngine(Engine):
             if why_busy is not None:
                 busy.append(f"{e.base}: {why_busy}")
 
-    async def _stream_from(self, e: Endpoint, stream: SynthesisStream) -> str | None:
-        """Stream one chunk from `e`. Returns None when the stream ended here (audio, or a failure delivered), or
-        why `e` was busy; raises nothing. An endpoint that does not answer is taken out (the caller tries another)."""
-        import aiohttp
-
-        request = stream.request
-        body = speech_body(
+    def _body(self, e: Endpoint, request: SynthesisRequest) -> dict:
+        return speech_body(
             request,
             flavour=e.flavour,
             model=self.settings.model,
@@ -302,38 +371,38 @@ class OpenAISpeechEngine(Engine):
             task_type=self.settings.task_type,
             clone=self._clones.get(request.voice),
         )
+
+    async def _stream_from(self, e: Endpoint, stream: SynthesisStream) -> str | None:
+        """Stream one chunk from `e`. Returns None when the stream ended here (audio, or a failure delivered) or
+        `e` is out (the caller tries another), or why `e` was busy; raises nothing."""
+        import aiohttp
+
         e.in_flight += 1
         e.requests += 1
+        self._serving[id(stream)] = e
         attempt = _Attempt(time.monotonic())
         resp = None
+        limit = self.settings.first_byte_timeout_s
         try:
-            resp = await self._http.post(f"{e.base}/audio/speech", json=body)
-            if resp.status in (429, 503):
-                e.errors["overloaded"] += 1
-                return f"{resp.status} {await error_text(resp)}"
-            if resp.status in (502, 504):
-                raise aiohttp.ClientConnectionError(f"{resp.status} {await error_text(resp)}")
-            if resp.status >= 400:
-                e.errors["engine_error"] += 1
-                stream._fail(
-                    EngineError(
-                        "engine_error",
-                        f"speech server {e.base} refused the request ({resp.status}): {await error_text(resp)}",
-                    )
-                )
+            try:
+                async with asyncio.timeout(limit):  # everything up to the first audio byte
+                    resp = await self._http.post(f"{e.base}/audio/speech", json=self._body(e, stream.request))
+                    if resp.status in (429, 503):
+                        e.errors["overloaded"] += 1
+                        return f"{resp.status} {await error_text(resp)}"
+                    if resp.status in (502, 504):
+                        raise aiohttp.ClientConnectionError(f"{resp.status} {await error_text(resp)}")
+                    if not await self._playable(e, resp, stream):
+                        return None
+                    first = await resp.content.readany()
+            except aiohttp.ClientError:
+                raise  # no answer (its connect timeout included): handled below
+            except TimeoutError:
+                self.counters["first_byte_timeouts"] += 1
+                e.errors["engine_unavailable"] += 1
+                self._suspect(e, f"no audio byte {limit:g} s after a request (engine.first_byte_timeout_s)")
                 return None
-            rate = stated_rate(resp.headers)
-            if rate is not None and rate != self.sample_rate:
-                e.errors["engine_error"] += 1
-                stream._fail(
-                    EngineError(
-                        "engine_error",
-                        f"speech server {e.base} streams {rate} Hz, but engine.sample_rate "
-                        f"is {self.sample_rate}: set engine.sample_rate: {rate}",
-                    )
-                )
-                return None
-            await self._relay(e, resp, stream, attempt)
+            await self._relay(e, resp, stream, attempt, first)
             return None
         except asyncio.CancelledError:
             raise
@@ -346,7 +415,7 @@ class OpenAISpeechEngine(Engine):
                 log.warning(
                     "speech server %s cut %s mid-chunk (%s); it is out until it answers again",
                     e.base,
-                    request.tag or "a request",
+                    stream.request.tag or "a request",
                     what,
                 )
                 stream._fail(EngineError("engine_error", f"speech server {e.base} cut the stream mid-chunk ({what})"))
@@ -357,27 +426,93 @@ class OpenAISpeechEngine(Engine):
             return None
         finally:
             e.in_flight -= 1
+            self._serving.pop(id(stream), None)
             if resp is not None:
                 if stream.done and not stream.cancelled and resp.content.at_eof():
                     resp.release()  # read to the end: the connection goes back to the pool
                 else:
-                    resp.close()  # cancelled or failed: close the connection so the server sees it
+                    resp.close()  # cancelled, failed or cut short: close the connection so the server sees it
 
-    async def _relay(self, e: Endpoint, resp, stream: SynthesisStream, attempt: "_Attempt") -> None:
-        """The body's s16le bytes as float32 packets of whole `packet_ms` (the last one may be short)."""
+    async def _playable(self, e: Endpoint, resp, stream: SynthesisStream) -> bool:
+        """Whether a 2xx answer's body is the raw PCM asked for, at our rate; else the chunk fails with
+        `engine_error` (a refusal quoted; a body that is not audio never plays, its type and first bytes logged)."""
+        problem = None
+        if resp.status >= 400:
+            problem = f"refused the request ({resp.status}): {await error_text(resp)}"
+        elif (wrong := not_pcm(resp.headers)) is not None:
+            head = await resp.content.read(SHOWN_BYTES)
+            self.counters["not_audio"] += 1
+            log.warning(
+                "speech server %s answered %s with Content-Type %r, not audio/pcm (first bytes %r): not played",
+                e.base,
+                stream.request.tag or "a request",
+                wrong,
+                head,
+            )
+            self._suspect(e, f"it answered {wrong!r}, not audio/pcm")
+            problem = f"answered {wrong!r}, not audio/pcm: not played"
+        elif (rate := stated_rate(resp.headers)) is not None and rate != self.sample_rate:
+            problem = f"streams {rate} Hz, but engine.sample_rate is {self.sample_rate}: set engine.sample_rate: {rate}"
+        if problem is None:
+            return True
+        e.errors["engine_error"] += 1
+        stream._fail(EngineError("engine_error", f"speech server {e.base} {problem}"))
+        return False
+
+    async def _relay(self, e: Endpoint, resp, stream: SynthesisStream, attempt: "_Attempt", data: bytes) -> None:
+        """The body's s16le bytes (`data` is its first piece) as float32 packets of whole `packet_ms` (the last
+        one may be short); reading pauses while the stream holds `AHEAD_S` unread; a stall or a body far longer
+        than the text ends the chunk with `engine_error`."""
         cutter = PacketCutter(self._packet)
         delivered = 0  # samples handed on; the chunks' frame index counts 80 ms codec frames
         codec_frame = self.sample_rate * 2 // 25
-        async for data in resp.content.iter_any():
-            if not data:
-                continue
+        ahead = int(AHEAD_S * self.sample_rate)
+        most_s = CHUNK_MAX_BASE_S + CHUNK_MAX_S_PER_CHAR * len(stream.request.text)
+        most = int(most_s * self.sample_rate)
+        stall = self.settings.stream_stall_timeout_s
+        received = 0
+        while data:
             if not attempt.got_bytes:
                 attempt.got_bytes = True
                 e.record_ttfb(time.monotonic() - attempt.sent_at)
+            received += len(data) // 2
+            too_long = received > most
+            if too_long:  # what fits under the cap plays; the rest is never read
+                data = data[: max(0, len(data) - (received - most) * 2)]
             packets = cutter.feed(data)
             if packets is not None:
                 self._deliver(stream, packets, delivered // codec_frame, False)
                 delivered += len(packets)
+            if too_long:
+                self.counters["too_long"] += 1
+                e.errors["engine_error"] += 1
+                log.warning("speech server %s streamed over %.0f s for %s: cut", e.base, most_s, stream.request.tag)
+                stream._fail(
+                    EngineError(
+                        "engine_error",
+                        f"speech server {e.base} streamed over {most_s:.0f} s of audio for "
+                        f"{len(stream.request.text)} characters of text: cut there",
+                    )
+                )
+                return
+            await stream._wait_for_room(ahead)  # the consumer is behind: the server waits (TCP backpressure)
+            if stream.done:
+                return
+            try:
+                async with asyncio.timeout(stall):
+                    data = await resp.content.readany()
+            except TimeoutError:
+                self.counters["stalled"] += 1
+                e.errors["engine_error"] += 1
+                self._suspect(e, f"a stream sent nothing for {stall:g} s mid-chunk")
+                stream._fail(
+                    EngineError(
+                        "engine_error",
+                        f"speech server {e.base} sent nothing for {stall:g} s mid-chunk "
+                        "(engine.stream_stall_timeout_s)",
+                    )
+                )
+                return
         self._deliver(stream, cutter.flush(), delivered // codec_frame, True)
 
     def _deliver(self, stream: SynthesisStream, pcm: np.ndarray, frame: int, last: bool) -> None:
