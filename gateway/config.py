@@ -148,7 +148,7 @@ class EngineConfig:
     # openai-speech: request sent → first audio byte; beyond it the chunk tries another server and this one is
     # out (suspect) until a short speech request gets its first audio byte in time
     first_byte_timeout_s: float = 2.0
-    stream_stall_timeout_s: float = 2.0  # openai-speech: no byte mid-chunk for this long ends it with engine_error
+    stream_stall_timeout_s: float = 5.0  # openai-speech: no byte mid-chunk for this long ends it with engine_error
 
     def validate(self, check) -> None:
         check(self.kind in ENGINE_KINDS, "kind", "must be " + ", ".join(ENGINE_KINDS[:-1]) + " or " + ENGINE_KINDS[-1])

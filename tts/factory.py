@@ -43,7 +43,7 @@ class EngineChoice:
     voices_required: list[str] = field(default_factory=list)  # voice names to find in the servers' voice lists
     tcp_connect_timeout_s: float = 1.0  # a request's TCP connect
     first_byte_timeout_s: float = 2.0  # request sent to its first audio byte
-    stream_stall_timeout_s: float = 2.0  # after the first byte, no byte for this long
+    stream_stall_timeout_s: float = 5.0  # after the first byte, no byte for this long
 
 
 def resolve_engine_kind(kind: str, model_dir: str | None) -> str:

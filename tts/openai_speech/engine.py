@@ -62,7 +62,7 @@ class SpeechServerSettings:
     connect_timeout_s: float = 5.0  # start waits this long for a first endpoint; health probes' limit
     tcp_connect_timeout_s: float = 1.0  # a request's TCP connect: beyond it the chunk tries another endpoint
     first_byte_timeout_s: float = 2.0  # request sent to first audio byte: beyond it, another endpoint; this suspect
-    stream_stall_timeout_s: float = 2.0  # after the first byte, no byte for this long ends the chunk (engine_error)
+    stream_stall_timeout_s: float = 5.0  # after the first byte, no byte for this long ends the chunk (engine_error)
     probe_interval_s: float = 1.0  # how often an endpoint that is out is asked whether it is back
     packet_ms: int = 80  # the playout's packet: audio is handed on in whole packets (the last one may be short)
 

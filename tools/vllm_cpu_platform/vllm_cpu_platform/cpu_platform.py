@@ -5,7 +5,7 @@ from vllm.logger import init_logger
 from vllm.platforms.cpu import CpuPlatform
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-from vllm_cpu_platform.kernels import register_torch_ops
+from vllm_cpu_platform.kernels import no_packed_gemm, register_torch_ops
 
 logger = init_logger(__name__)
 
@@ -21,6 +21,7 @@ class TorchCpuPlatform(CpuPlatform):
     def import_kernels(cls) -> None:
         # No vllm._C here: register the few ops vLLM calls by name instead.
         register_torch_ops()
+        no_packed_gemm()
 
     @classmethod
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None) -> str:

@@ -102,6 +102,15 @@ def register_torch_ops() -> None:
         globals()["_cache_ops_lib"] = lib
 
 
+def no_packed_gemm() -> None:
+    """On a CPU with AMX, vLLM packs the weights of bf16 GEMMs for its sgl kernels
+    (`torch.ops._C.convert_weight_packed`), which only a CPU source build has: those
+    layers take torch's own linear here, as on a CPU without AMX."""
+    from vllm.model_executor.layers import utils
+
+    utils.check_cpu_sgl_kernel = lambda n, k, dtype: False
+
+
 def _unavailable(name: str):
     def kernel(*args, **kwargs):
         raise NotImplementedError(f"{name} needs a CPU build of torchvision")
