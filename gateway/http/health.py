@@ -30,7 +30,8 @@ def routes(core: CallCore) -> list[web.RouteDef]:
         endpoint_stats = getattr(core.engine, "endpoint_stats", None)
         if endpoint_stats is not None:  # openai-speech: which speech servers are up, and why the others are not
             body["endpoints"] = [
-                {k: e[k] for k in ("endpoint", "up", "why_down", "in_flight", "ttfb_p50_ms")} for e in endpoint_stats()
+                {k: e[k] for k in ("endpoint", "up", "suspect", "why_down", "in_flight", "ttfb_p50_ms")}
+                for e in endpoint_stats()
             ]
         if plane is not None:  # which node, and why the plane cannot take calls here (Redis down, draining)
             body["cluster"] = {"node_id": plane.node_id, "calls": len(core.calls), "problem": cluster_problem}

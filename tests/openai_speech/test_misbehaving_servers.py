@@ -71,7 +71,8 @@ async def test_a_hung_server_costs_the_call_the_first_byte_timeout_then_is_out_u
     print(f"\n{mode}: first audio {silence * 1000:.0f} ms after the text (ttfa_ms {start['ttfa_ms']})")
     ready = await readyz(gw)
     out = {e["endpoint"]: e for e in ready["endpoints"]}
-    assert out[hung_base]["up"] is False and "first_byte_timeout_s" in out[hung_base]["why_down"]
+    assert out[hung_base]["up"] is False and out[hung_base]["suspect"] is True
+    assert "first_byte_timeout_s" in out[hung_base]["why_down"]
     assert out[healthy_base]["up"] is True and ready["ready"] is True
     assert gw.engine.stats()["first_byte_timeouts"] >= 1 and gw.engine.stats()["retried"] >= 1
     # the waiting requests were closed, not left hanging on the server (a speech probe may be open a while)
