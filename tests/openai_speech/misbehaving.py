@@ -8,6 +8,7 @@ Modes of `POST /v1/audio/speech` (switched at run time with `POST /control {"mod
 * `stall`: answers with half a second of audio, then nothing;
 * `html`: answers `200 text/html` with an error page (what a proxy in front of a dead server sends);
 * `runaway`: streams audio as fast as the socket takes it, for ever;
+* `error_flood`: answers `500` with an error text that never ends;
 * `ok`: half a second of audio, then the end, like a healthy server.
 
 `GET /stats` says how many speech requests came, how many bytes of audio were written (a reader that stops
@@ -26,7 +27,7 @@ from aiohttp import web
 RATE = 24_000
 TONE = (np.sin(np.arange(RATE // 2) * 2 * np.pi * 220 / RATE) * 8000).astype("<i2").tobytes()  # 0.5 s, 220 Hz
 HTML = b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1>" + b" " * 50_000 + b"</html>"
-MODES = ("silent", "headers", "stall", "html", "runaway", "ok")
+MODES = ("silent", "headers", "stall", "html", "runaway", "error_flood", "ok")
 
 
 async def _until_gone(request: web.Request) -> None:
@@ -57,6 +58,11 @@ class Misbehaving:
             return web.Response()  # to nobody: the connection is gone
         if mode == "html":
             return web.Response(body=HTML, content_type="text/html")
+        if mode == "error_flood":
+            resp = web.StreamResponse(status=500, headers={"Content-Type": "text/plain"})
+            await resp.prepare(request)
+            while True:
+                await resp.write(b"internal error, and again: " * 1000)
         resp = web.StreamResponse(headers={"Content-Type": "audio/pcm"})
         await resp.prepare(request)
         if mode == "headers":

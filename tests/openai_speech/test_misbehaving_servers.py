@@ -159,6 +159,24 @@ async def test_a_body_that_is_not_audio_never_plays_and_its_type_and_first_bytes
     await c.ws.close()
 
 
+async def test_an_error_answer_that_never_ends_is_read_to_a_few_kib_and_quoted(misbehaving):
+    _, base = await misbehaving("error_flood")
+    engine = OpenAISpeechEngine(SpeechServerSettings(endpoints=[base], connect_timeout_s=2))
+    await engine.start()
+    try:
+        with pytest.raises(EngineError) as err:  # not a wait for the end of a body that has none
+            await asyncio.wait_for(_drain(engine.synthesize(SynthesisRequest(text="Hi.", tag="s/t/0"))), 10)
+        assert err.value.code == "engine_error" and "refused the request (500): internal error" in err.value.message
+        assert len(err.value.message) < 600
+    finally:
+        await engine.close()
+
+
+async def _drain(stream) -> None:
+    async for _ in stream:
+        pass
+
+
 def rss_mb() -> float:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
