@@ -4,14 +4,14 @@
 #   scripts/vllm_omni_check.sh            # venv (once), tiny checkpoint, server, tests, bench
 #   scripts/vllm_omni_check.sh --no-bench # what .ci/run runs as its vLLM-Omni stage
 #
-# 1. scripts/install_vllm_omni.sh: a venv of its own (VLLM_VENV, default .venv-vllm) and the tiny checkpoint;
+# 1. scripts/install_vllm_omni.sh: a venv of its own and the tiny checkpoint, both kept in ~/.cache/voxgate;
 # 2. `vllm serve CHECKPOINT --omni` with the plugin's deploy config, on 127.0.0.1:$VLLM_OMNI_PORT;
 # 3. tests/openai_speech/test_vllm_omni.py with VOXGATE_VLLM_OMNI_URL, and bench.speech_rate.
 # Everything heavy runs under `nice -n 19`. The server is stopped on exit. Each step's seconds are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-VENV=${VLLM_VENV:-$ROOT/.venv-vllm}
+VENV=${VLLM_VENV:-$(scripts/install_vllm_omni.sh --venv-path)}
 PORT=${VLLM_OMNI_PORT:-8091}
 MODEL_DIR=${VLLM_OMNI_MODEL_DIR:-$HOME/.cache/voxgate/vllm-omni-tiny-custom_voice}
 LOG=${VLLM_OMNI_LOG:-/tmp/vllm-omni-check.log}
