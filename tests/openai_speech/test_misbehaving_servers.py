@@ -265,3 +265,11 @@ async def test_a_call_against_a_runaway_server_hears_a_bounded_chunk_and_the_gat
     done = await c.until("turn.done", timeout=10)
     assert done["interrupted"] is True
     await c.ws.close()
+
+
+@pytest.mark.parametrize("name", ["tcp_connect_timeout_s", "first_byte_timeout_s", "stream_stall_timeout_s"])
+def test_a_time_limit_that_is_not_positive_is_refused_naming_it(name):
+    from gateway.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=rf"engine\.{name}: must be > 0"):
+        load_config(None, {"engine": {"kind": "openai-speech", "endpoints": ["http://127.0.0.1:1/v1"], name: 0}})
