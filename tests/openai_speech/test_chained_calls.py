@@ -124,6 +124,7 @@ async def test_openai_route_chained_to_another_voxgate(speech_servers, chained_g
         {
             "endpoint": up.base,
             "up": True,
+            "suspect": False,
             "why_down": None,
             "in_flight": 0,
             "ttfb_p50_ms": ready["endpoints"][0]["ttfb_p50_ms"],
