@@ -112,6 +112,7 @@ REQUIRED: list[Need] = [
     ),
     path(".venv-plugins", ".venv-plugins/.voxgate-stamp", "scripts/install_plugin_deps.sh", "tests/plugins"),
     module("qwen_tts", "scripts/install_reference.sh (official qwen-tts 0.1.1)", "tests/qwen3 parity", "qwen-tts"),
+    module("qwen_asr", "scripts/install_reference.sh (official qwen-asr 0.0.6)", "tests/aligner parity", "qwen-asr"),
 ]
 
 
