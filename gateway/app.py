@@ -94,6 +94,7 @@ def engine_choice(config: Config) -> EngineChoice:
         max_queued=e.max_queued,
         vocoder=e.vocoder,
         vocoder_cache=e.vocoder_cache,
+        aligner_dir=e.aligner_dir,
         voice_cache_dir=voice_cache,
         simulated=simulated,
         endpoints=list(e.endpoints),

@@ -127,6 +127,9 @@ class EngineConfig:
     max_queued: int = 1024
     vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (auto: the fastest available, logged)
     vocoder_cache: str | None = None  # ONNX exports + TensorRT engines (default ~/.cache/voxgate/vocoder)
+    # qwen3, sentence mode: a local Qwen3-ForcedAligner checkpoint; each chunk's words timed on its audio (source
+    # aligner) in the engine's process. Never downloaded. Unset: words placed by the estimate
+    aligner_dir: str | None = None
     stall_timeout_s: float = 10.0  # a text chunk with no audio from the engine for this long fails with engine_error
     # cloned voices' x-vectors and reference codes (default: server.voices_dir/cache, else ~/.cache/voxgate/voices)
     voice_cache: str | None = None
@@ -152,6 +155,11 @@ class EngineConfig:
 
     def validate(self, check) -> None:
         check(self.kind in ENGINE_KINDS, "kind", "must be " + ", ".join(ENGINE_KINDS[:-1]) + " or " + ENGINE_KINDS[-1])
+        check(
+            not self.aligner_dir or self.kind in ("auto", "qwen3"),
+            "aligner_dir",
+            "is for the Qwen3 engine (kind: qwen3 or auto)",
+        )
         check(
             self.kind in ("remote", "openai-speech") or not self.endpoints,
             "endpoints",

@@ -30,6 +30,7 @@ class EngineChoice:
     max_queued: int = 1024
     vocoder: str = "auto"  # qwen3: auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
     vocoder_cache: str | None = None  # qwen3: ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
+    aligner_dir: str | None = None  # qwen3: a Qwen3-ForcedAligner checkpoint (word timings per request)
     voice_cache_dir: str | None = None  # qwen3 Base: cloned voices' parts on disk (x-vector, reference codes)
     simulated: dict = field(default_factory=dict)  # tts.simulated.SimulatedSettings fields
     endpoints: list[str] = field(default_factory=list)  # remote: engine processes (tcp://HOST:PORT | ipc://PATH)
@@ -99,6 +100,7 @@ def build_engine(choice: EngineChoice) -> Engine:
                 max_queued=choice.max_queued,
                 vocoder=choice.vocoder,
                 vocoder_cache=choice.vocoder_cache,
+                aligner_dir=choice.aligner_dir,
                 voice_cache_dir=choice.voice_cache_dir,
             )
         )

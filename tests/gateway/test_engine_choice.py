@@ -30,3 +30,9 @@ def test_qwen3_without_a_model_dir_names_the_setting(monkeypatch):
 
     with pytest.raises(ValueError, match="engine.model_dir"):
         Gateway(load_config(None, {"engine": {"kind": "qwen3"}}))
+
+
+def test_engine_aligner_dir_reaches_the_qwen3_engine():
+    pytest.importorskip("torch")
+    cfg = load_config(None, {"engine": {"kind": "qwen3", "model_dir": "/models/qwen3", "aligner_dir": "/models/fa"}})
+    assert build_engine(engine_choice(cfg)).settings.aligner_dir == "/models/fa"

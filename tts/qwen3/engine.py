@@ -125,7 +125,7 @@ class Qwen3Engine(Engine):
     def from_config(cls, cfg) -> "Qwen3Engine":
         """From gateway.config.EngineConfig-like attributes (model_dir, dtype, device, max_batch, max_queued)."""
         s = EngineSettings(model_dir=getattr(cfg, "model_dir", None))
-        for name in ("device", "dtype", "max_batch", "max_queued", "vocoder", "vocoder_cache"):
+        for name in ("device", "dtype", "max_batch", "max_queued", "vocoder", "vocoder_cache", "aligner_dir"):
             if getattr(cfg, name, None) is not None:
                 setattr(s, name, getattr(cfg, name))
         return cls(s)
@@ -244,6 +244,10 @@ class Qwen3Engine(Engine):
         )
         if s.pipeline and cuda:
             self.lane.stream = torch.cuda.Stream()
+        if s.aligner_dir and self.lane.vocoder is not None:  # word timings per request (tts/aligner/lane.py)
+            from tts.aligner.lane import load_word_lane
+
+            self.lane.words = load_word_lane(s.aligner_dir, s.device, s.dtype, self._post, self.sample_rate)
 
     @property
     def vocoder_name(self) -> str | None:
@@ -292,6 +296,8 @@ class Qwen3Engine(Engine):
         self.scheduler.close()
         await asyncio.get_running_loop().run_in_executor(None, self.step_loop.join)
         self.lane.shutdown()
+        if self.lane.words is not None:
+            self.lane.words.shutdown()
         for job in self.scheduler.drain_all():
             job.stream._fail(EngineError("internal", "engine closed"))
 

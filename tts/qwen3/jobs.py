@@ -50,6 +50,7 @@ class EngineSettings:
     vocoder: str = "auto"  # auto | torch | onnxruntime | tensorrt (tts.qwen3.codec.vocoder)
     vocoder_cache: str | None = None  # ONNX exports and TensorRT engines (default ~/.cache/voxgate/vocoder)
     default_speaker: str | None = None
+    aligner_dir: str | None = None  # a Qwen3-ForcedAligner checkpoint: word timings per request (tts.aligner)
     voice_cache_dir: str | None = None  # Base: cloned voices' parts (x-vector, reference codes) on disk
     seed: int = 0
     pipeline: bool = True  # vocoder on its own lane (thread; CUDA stream), overlapping the talker steps

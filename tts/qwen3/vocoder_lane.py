@@ -39,6 +39,7 @@ class VocoderLane:
         self.serial_rows = 0  # resolved at load (`_serial_step`)
         self.serial_mode: bool | None = None
         self.chooser = ModeChooser()
+        self.words = None  # tts.aligner.lane.WordLane with engine.aligner_dir (sentence mode: words per request)
 
     def start(self) -> None:
         if self.settings.pipeline and self.pool is None:
@@ -230,16 +231,25 @@ class VocoderLane:
             self.diag.timings["vocoder"] += time.perf_counter() - t0
         it = iter(pcms)
         deliveries = []
+        aligning = []  # requests whose words the aligner adds in a final chunk of their own
         for job, _, frames, last in tasks:
             pcm = next(it) if frames else np.zeros(0, dtype=np.float32)
             if job.cancelled:
+                if self.words is not None:
+                    self.words.drop(job)
                 continue
             text_end = job.turn.text_end(job.delivered + len(frames)) if job.turn is not None else None
-            deliveries.append((job.stream, PcmChunk(pcm, job.delivered, last, text_end)))
+            if self.words is not None and job.turn is None:
+                self.words.add(job, pcm)
+                if last:
+                    aligning.append(job)
+            deliveries.append((job.stream, PcmChunk(pcm, job.delivered, last and job not in aligning, text_end)))
             job.delivered += len(frames)
             self.scheduler.delivered(job, len(frames), last)
         if deliveries:  # one callback per vocoder call: the engine service sends one message per step for it
             self.post(_deliver_all, deliveries)
+        if aligning:  # after the audio's callback, so each stream's words come after its audio
+            self.words.finish(aligning)
 
 
 def _deliver_all(deliveries: list) -> None:
