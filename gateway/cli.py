@@ -244,6 +244,11 @@ def _add_bench(sub) -> None:
         default=250.0,
         help="poisson: a level passes with first audio p95 under this and every stream keeping up",
     )
+    p.add_argument(
+        "--aligner-dir",
+        help="time word timings: each --concurrency level (default 1,16) with the Qwen3-ForcedAligner at DIR off "
+        "and on, and the aligner alone (random:0.6b: the released shapes, random weights)",
+    )
     p.add_argument("--serial", action="store_true", help="no vocoder lane (vocoder and talker take turns)")
     p.add_argument(
         "--serial-vocoder-rows",
@@ -329,6 +334,10 @@ def _run_bench(args) -> int:
     if bad:
         print(f"voxgate bench: bad_args: {bad}", file=sys.stderr)
         return 2
+    if args.aligner_dir:
+        from bench.aligner_bench import aligner_bench_main
+
+        return aligner_bench_main(args)
     if args.turn_mode:
         from bench.turn_bench import turn_bench_main
 

@@ -145,3 +145,50 @@ def make_tiny_aligner(model_dir: str, seed: int = 0, std: float = 0.2) -> Aligne
             state[name] = torch.empty(p.shape).normal_(0.0, std, generator=gen)
     save_file(state, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
     return config
+
+
+def released_config_json(ids: dict[str, int]) -> dict:
+    """The released Qwen3-ForcedAligner-0.6B's shapes (benches: its cost with random weights), with the tiny
+    tokenizer's special-token ids (the vocabulary keeps its released size)."""
+    raw = tiny_config_json(ids, vocab_size=151936, classify_num=5000)
+    raw["thinker_config"]["audio_config"].update(
+        encoder_layers=24,
+        encoder_attention_heads=16,
+        encoder_ffn_dim=4096,
+        d_model=1024,
+        output_dim=1024,
+        downsample_hidden_size=480,
+        n_window_infer=800,
+    )
+    raw["thinker_config"]["text_config"].update(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        rope_scaling={"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": True},
+    )
+    return raw
+
+
+def random_released_aligner(device: str = "cpu", dtype: str = "float32", seed: int = 0):
+    """A ForcedAligner in the released shapes with random weights, made in memory (no checkpoint written)."""
+    import tempfile
+
+    from tts.aligner.aligner import ForcedAligner
+    from tts.qwen3.tokenizer import TextTokenizer
+    from tts.qwen3.weights import parse_dtype
+
+    with tempfile.TemporaryDirectory() as d:
+        ids = _write_tokenizer(d)
+        tokenizer = TextTokenizer.from_dir(d)
+    config = AlignerConfig.from_json(released_config_json(ids))
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AlignerModel(config).to(parse_dtype(dtype))
+    for name, p in model.named_parameters():
+        if not ("norm" in name and name.endswith("weight")):
+            torch.nn.init.normal_(p, 0.0, 0.02)
+    model.thinker.fuse()
+    return ForcedAligner(model.eval().requires_grad_(False), tokenizer, torch.device(device), parse_dtype(dtype))
