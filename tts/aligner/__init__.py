@@ -8,6 +8,7 @@ Ported from the official `qwen-asr` package (Apache-2.0), which only the parity 
 * words.py    - the text's words, the prompt's timestamp slots, and the official monotonic fix-up
 * aligner.py  - loading a checkpoint directory and aligning a batch of (audio, text) pairs
 * tiny.py     - a tiny random checkpoint in the official layout (tests, CPU runs)
+* lane.py     - the aligner beside the Qwen3 engine (`engine.aligner_dir`): each request's words
 """
 
 from tts.aligner.aligner import AlignedWord, ForcedAligner
