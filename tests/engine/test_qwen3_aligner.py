@@ -39,7 +39,8 @@ async def _run(eng, texts):
         async def collect(stream):
             return [c async for c in stream]
 
-        return await asyncio.gather(*[collect(eng.synthesize(_req(t))) for t in texts])
+        # bounded: a stream that never ends (its words lost) fails the test instead of hanging it
+        return await asyncio.wait_for(asyncio.gather(*[collect(eng.synthesize(_req(t))) for t in texts]), 60)
     finally:
         await eng.close()
 
@@ -74,3 +75,19 @@ async def test_an_aligner_dir_that_is_no_aligner_is_a_clear_engine_error(ckpt, t
     with pytest.raises(EngineError) as e:
         await eng.start()
     assert e.value.code == "aligner_unavailable" and "config.json" in str(e.value)
+
+
+async def test_a_failing_aligner_ends_the_streams_without_words(ckpt, aligner_dir, monkeypatch, caplog):
+    """The aligner raising (a fault injected into its one entry point) costs the requests their words, not their
+    audio or their end: the session's estimate stands."""
+    from tts.aligner.aligner import ForcedAligner
+
+    def broken(self, clips):
+        raise RuntimeError("injected aligner fault")
+
+    monkeypatch.setattr(ForcedAligner, "align", broken)
+    results = await _run(_engine(ckpt, aligner_dir=aligner_dir), TEXTS[:2])
+    for chunks in results:
+        assert chunks[-1].is_last and chunks[-1].words is None
+        assert sum(len(c.pcm) for c in chunks) > 0
+    assert "aligner failed on" in caplog.text
