@@ -509,7 +509,7 @@ class SipRegistration:
     server: str = ""  # the registrar: sip:provider.example.com[:port] (or host[:port]); 5060 by default
     user: str = ""  # the account: the address of record is sip:USER@HOST
     password_env: str | None = None  # env var holding the password for digest auth (never in the file)
-    expires: int = 600
+    expires: int = 600  # seconds the registration is asked for; refreshed before it runs out
 
     def validate(self, check) -> None:
         check(sip_registrar(self.server) is not None, "server", "must be sip:HOST[:PORT] or HOST[:PORT]")
@@ -525,6 +525,79 @@ class SipRegistration:
                 "password_env",
                 f"names {self.password_env!r}, but that environment variable is empty or unset",
             )
+
+
+SIP_DIGEST_ALGORITHMS = ("SHA-256", "MD5")  # gateway/sip/digest.py's HASHES, strongest first
+SIP_AUTH_COMBINE = ("either", "both")
+
+
+@dataclass
+class SipAuthUser:
+    """One account that may authenticate inbound INVITEs (`sip.auth.users`)."""
+
+    user: str = ""  # the user name the trunk or PBX authenticates with
+    password_env: str = ""  # env var holding the password (never in the file)
+
+    def validate(self, check) -> None:
+        check(
+            bool(self.user) and self.user.isprintable() and not any(c in self.user for c in ' "\\'),
+            "user",
+            "must be a user name without spaces, quotes or backslashes",
+        )
+        check(
+            bool(self.password_env) and bool(os.environ.get(self.password_env)),
+            "password_env",
+            f"names {self.password_env!r}, but that environment variable is empty or unset",
+        )
+
+
+@dataclass
+class SipAuthConfig:
+    """Digest authentication of inbound INVITEs (gateway/sip/inbound_auth.py, docs/sip.md#authentication)."""
+
+    realm: str = ""  # the realm challenges name (e.g. voxgate.example.com); the trunk's credentials are for it
+    users: list[SipAuthUser] = field(default_factory=list)  # each {user, password_env}
+    # digest algorithms challenged with, strongest first; a client answers one of them (some, like SIPp, only the
+    # first, so list only MD5 for such a client)
+    algorithms: list[str] = field(default_factory=lambda: list(SIP_DIGEST_ALGORITHMS))
+    # how sip.allow and credentials combine: `either` (a source in sip.allow is not challenged, any other must
+    # authenticate) or `both` (only sources in sip.allow, and they must authenticate too)
+    combine: str = "either"
+    nonce_ttl_s: float = 300.0  # a challenge's nonce is good this long; an older one gets a new challenge (stale)
+    # env var holding a secret (16+ characters) shared by every node, so a nonce one node issued verifies on another;
+    # unset: a random secret per process
+    nonce_secret_env: str | None = None
+    max_failures: int = 5  # failed attempts from one source before it is refused unchecked for block_s
+    block_s: float = 60.0  # how long a source that reached max_failures is refused (403 auth_failed, no challenge)
+
+    def validate(self, check) -> None:
+        check(
+            bool(self.realm) and self.realm.isprintable() and not any(c in self.realm for c in '"\\'),
+            "realm",
+            "must be set, without quotes or backslashes (e.g. voxgate.example.com)",
+        )
+        check(bool(self.users), "users", "must list at least one {user, password_env}")
+        names = [u.user for u in self.users]
+        check(len(set(names)) == len(names), "users", "lists a user name twice")
+        check(
+            bool(self.algorithms)
+            and all(a in SIP_DIGEST_ALGORITHMS for a in self.algorithms)
+            and len(set(self.algorithms)) == len(self.algorithms),
+            "algorithms",
+            f"must list some of {', '.join(SIP_DIGEST_ALGORITHMS)}, each once",
+        )
+        check(self.combine in SIP_AUTH_COMBINE, "combine", f"must be one of {', '.join(SIP_AUTH_COMBINE)}")
+        check(10 <= self.nonce_ttl_s <= 3600, "nonce_ttl_s", "must be 10..3600")
+        if self.nonce_secret_env is not None:
+            check(
+                len(os.environ.get(self.nonce_secret_env, "")) >= 16,
+                "nonce_secret_env",
+                f"names {self.nonce_secret_env!r}, which must hold at least 16 characters",
+            )
+        check(self.max_failures >= 1, "max_failures", "must be >= 1")
+        check(self.block_s > 0, "block_s", "must be > 0")
+        for i, user in enumerate(self.users):  # list items are not walked by _validate_tree
+            user.validate(lambda ok, key, message, i=i: check(ok, "users", f"[{i}].{key} {message}"))
 
 
 SIP_CODECS = ("PCMU", "PCMA")
@@ -559,6 +632,9 @@ class SipConfig:
     # globs over the whole target URI that call.transfer may REFER to (e.g. "tel:+4420*", "sip:*@pbx.example.com");
     # empty: every transfer is refused (transfer_not_allowed), as an LLM-driven agent could be talked into any target
     transfer_targets: list[str] = field(default_factory=list)
+    # digest authentication of inbound INVITEs: {realm, users: [{user, password_env}], algorithms, combine, ...};
+    # unset: sip.allow alone decides (docs/sip.md#authentication)
+    auth: SipAuthConfig | None = None
     greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence
     tls: bool = False  # SIP over TLS: not supported by the SIP stack (refused at start)
     srtp: bool = False  # SRTP (SDES): not supported by the RTP stack (refused at start)
@@ -604,10 +680,17 @@ class SipConfig:
         )
         if self.port is not None:
             check(
-                bool(self.allow) or bool(getattr(self, "auth", None)),  # sip.auth: the SIP trunks issue adds it
+                bool(self.allow) or self.auth is not None,
                 "allow",
                 "is empty and sip.auth is not set: a SIP port open to anyone is refused. List your trunk's or PBX's "
                 'addresses in sip.allow (["0.0.0.0/0"] for anyone), or require credentials with sip.auth',
+            )
+        if self.auth is not None and self.auth.combine == "both":
+            check(
+                bool(self.allow),
+                "allow",
+                "is empty but sip.auth.combine is both (sip.allow and credentials): no source could call. "
+                "List the trunk's addresses in sip.allow, or set sip.auth.combine: either",
             )
         for i, registration in enumerate(self.register):  # list items are not walked by _validate_tree
             registration.validate(lambda ok, key, message, i=i: check(ok, "register", f"[{i}].{key} {message}"))

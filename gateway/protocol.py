@@ -52,6 +52,7 @@ METHOD_NOT_ALLOWED = (
 )
 BAD_REQUEST = "bad_request"  # any other HTTP 4xx aiohttp itself refuses with (e.g. a plain GET on a WebSocket route)
 SIP_FORBIDDEN = "forbidden"  # SIP: an INVITE from an address outside sip.allow (403, in X-Voxgate-Reason)
+SIP_AUTH_FAILED = "auth_failed"  # SIP: digest credentials refused, or a source blocked after repeated failures (403)
 RTP_PORTS_EXHAUSTED = "rtp_ports_exhausted"  # SIP: no free RTP port pair in sip.rtp_ports (503)
 DIALOG_MISMATCH = "dialog_mismatch"  # SIP: an in-dialog request whose tags match no dialog of ours (481)
 NOT_DIALOG_PEER = "not_dialog_peer"  # SIP: a request for a dialog from neither its peer nor sip.allow (403)

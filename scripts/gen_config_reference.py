@@ -150,6 +150,16 @@ def section(title: str, cls: type, tree, comments, out: list[str]) -> None:
                 f"| `{f.name}` | section | see [`{title}.{f.name}`](#{(title + '.' + f.name).replace('.', '')}) | {cell(notes.get(f.name, ''))} |"
             )
             continue
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):  # an optional section (`X | None`) or a list of
+            sub = f"{title}.{f.name}" + ("[]" if typing.get_origin(hint) is list else "")
+            nested.append((sub, inner[0]))
+            anchor = sub.replace(".", "").replace("[]", "")
+            out.append(
+                f"| `{f.name}` | `{cell(type_name(f.type))}` | {default_text(f)}; see [`{sub}`](#{anchor}) | "
+                f"{cell(notes.get(f.name, ''))} |"
+            )
+            continue
         out.append(f"| `{f.name}` | `{cell(type_name(f.type))}` | {default_text(f)} | {cell(notes.get(f.name, ''))} |")
     for name, sub in nested:
         section(name, sub, tree, comments, out)

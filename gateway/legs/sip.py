@@ -4,7 +4,9 @@ Signalling is aiosipua's user agent server (transactions, dialogs, 2xx retransmi
 media is one aiortp RTP session per call (one UDP socket pair and aiortp's RTCP timer task, no thread, no
 pacer: the shared clock sends each 20 ms frame). This module adapts both to the call registry, as the AudioSocket leg does:
 
-* INVITE from an address outside `sip.allow` -> 403; more than `sip.invites_per_source_per_s` from one
+* INVITE from an address outside `sip.allow` -> 403, unless `sip.auth` lets credentials stand in for it; with
+  `sip.auth`, an INVITE without credentials -> 401 with digest challenges, with refused ones -> 403
+  (gateway/sip/inbound_auth.py); more than `sip.invites_per_source_per_s` from one
   source, or over the per-IP caps (`server.limits`) -> 503; at capacity or draining -> 503; a call id already
   in use -> 486; an SDP offer voxgate cannot answer truthfully -> 488 (gateway/sip/sdp_check.py). These are
   answered before the SIP stack sees the INVITE: a refused INVITE leaves no state. Every refusal carries
@@ -69,7 +71,7 @@ from gateway.core import CallCore
 from gateway.core.calls import TELEPHONY_PCM, Call, normalize_call_id
 from gateway.legs.host import LegHost
 from gateway.security.peers import in_networks, parse_networks
-from gateway.sip import dialogs
+from gateway.sip import dialogs, inbound_auth
 from gateway.sip import transfer as sip_transfer
 from gateway.sip.addresses import WILDCARDS, media_address
 from gateway.sip.media_guard import MediaGuard
@@ -92,6 +94,7 @@ RTCP_INTERVAL_S = 5.0  # RFC 3550's minimum; aiortp spreads each report over 0.5
 # A refusal's SIP status per voxgate code; anything else is a 500.
 REFUSAL_STATUS = {
     P.SIP_FORBIDDEN: (403, "Forbidden"),
+    P.SIP_AUTH_FAILED: (403, "Forbidden"),
     P.AT_CAPACITY: (503, "Service Unavailable"),
     P.SHUTTING_DOWN: (503, "Service Unavailable"),
     P.CLUSTER_UNAVAILABLE: (503, "Service Unavailable"),
@@ -109,6 +112,7 @@ REFUSAL_STATUS = {
 }
 NO_DTMF_PAYLOAD_TYPE = 128  # outside RTP's 7 bits: no packet is taken for a telephone-event the offer did not bind
 RETRY_AFTER_S = "1"  # a rate-limited INVITE's Retry-After
+CHALLENGED = "challenged"  # `_refusal`'s code for a 401 digest challenge (not an error, not in REFUSAL_STATUS)
 
 
 @dataclass
@@ -216,6 +220,7 @@ class SipServer:
         self.core = core
         self.config = core.config.sip
         self.allow = parse_networks(self.config.allow)
+        self.admission = inbound_auth.InboundAuth(self.allow, self.config.auth)
         self.trusted = dialogs.trusted_networks(self.allow)  # who may speak for any dialog besides its peer
         self.invite_rate = InviteRate(self.config.invites_per_source_per_s)
         self.ports = RandomPortAllocator(sip_port_range(self.config.rtp_ports))
@@ -244,7 +249,7 @@ class SipServer:
             tcp = TcpSip(
                 (host, bound),
                 self.core.peers,
-                self.allow,
+                [] if self.admission.open_to_any_source else self.allow,  # credentials may admit any source
                 self.core.metrics,
                 self.config.tcp_idle_s,
                 self._carries_call,
@@ -263,6 +268,14 @@ class SipServer:
                 door.uas.advertised_addr = (self.config.public_ip, self.port)
             self.uac.advertised_addr = (self.config.public_ip, self.port)
         log.info("SIP listening on %s:%d (UDP and TCP; RTP %s)", host, self.port, self.config.rtp_ports)
+        if self.config.auth is not None:
+            auth = self.config.auth
+            log.info(
+                "sip.auth: INVITEs %s authenticate with digest (realm %r, %s)",
+                "from outside sip.allow must" if auth.combine == "either" else "from sip.allow must also",
+                auth.realm,
+                ", ".join(auth.algorithms),
+            )
         if any(n.prefixlen == 0 for n in self.allow):
             log.warning(
                 "sip.allow %s lets any address on the network start calls (and take sessions and RTP ports): "
@@ -451,10 +464,15 @@ class SipServer:
         if refusal is None:
             return True
         code, why, headers = refusal
+        if code == CHALLENGED:  # the usual first answer to a trunk that authenticates: not an error
+            log.debug("sip: INVITE %s from %s challenged (%s)", msg.call_id, addr[0], why)
+            self._reply(door, msg, 401, "Unauthorized", headers)
+            return False
         status, reason = REFUSAL_STATUS.get(code, (500, "Server Internal Error"))
         self.core.metrics.errors.labels(code=code).inc()
-        # a flood is counted, not logged line by line (voxgate_connections_refused_total)
-        level = logging.DEBUG if code == P.RATE_LIMITED else logging.INFO
+        # a flood is counted, not logged line by line (voxgate_connections_refused_total); failed credentials are
+        # logged once per burst and source by gateway/sip/auth_failures.py
+        level = logging.DEBUG if code in (P.RATE_LIMITED, P.SIP_AUTH_FAILED) else logging.INFO
         log.log(level, "sip: INVITE %s from %s refused with %d (%s): %s", msg.call_id, addr[0], status, code, why)
         self._reply(
             door,
@@ -465,10 +483,11 @@ class SipServer:
         )
         return False
 
-    def _refusal(self, msg: SipRequest, source: str) -> tuple[str, str, dict[str, str]] | None:
-        if self.allow and not in_networks(source, self.allow):
+    def _refusal(self, msg: SipRequest, source: str) -> tuple[str, str, dict] | None:
+        screened = self.admission.screen(source)
+        if screened is not None:
             self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
-            return P.SIP_FORBIDDEN, "the source address is not in sip.allow", {}
+            return P.SIP_FORBIDDEN, screened.reason, {}
         if not self.invite_rate.admit(source):
             self.core.metrics.connections_refused.labels(reason=INVITE_RATE_REASON).inc()
             return (
@@ -476,6 +495,13 @@ class SipServer:
                 f"more than sip.invites_per_source_per_s ({self.config.invites_per_source_per_s:g}) new INVITEs",
                 {"Retry-After": RETRY_AFTER_S},
             )
+        credentials = msg.headers.get("authorization") + msg.headers.get("proxy-authorization")
+        decision = self.admission.decide(source, "INVITE", credentials)
+        if decision.kind == inbound_auth.CHALLENGE:
+            return CHALLENGED, decision.reason, {"WWW-Authenticate": decision.challenges}
+        if decision.kind == inbound_auth.REFUSED:
+            self.core.metrics.connections_refused.labels(reason="sip_auth").inc()
+            return P.SIP_AUTH_FAILED, f"digest authentication refused ({decision.reason})", {}
         if not self.core.accepting or self.core.draining:
             return P.SHUTTING_DOWN, "the gateway is not accepting calls", {}
         if self.core.registry.full():
@@ -493,10 +519,9 @@ class SipServer:
             return P.BAD_MESSAGE, "Call-ID or X-Call-Id is not a usable call id (1..128 printable characters)", {}
         return None
 
-    def _reply(
-        self, door: _Door, request: SipRequest, status: int, reason: str, headers: dict[str, str] | None = None
-    ) -> None:
-        """A response outside the stack (refusals before a call exists, in-dialog refusals, INFO, NOTIFY)."""
+    def _reply(self, door: _Door, request: SipRequest, status: int, reason: str, headers: dict | None = None) -> None:
+        """A response outside the stack (refusals before a call exists, in-dialog refusals, INFO, NOTIFY).
+        A header whose value is a list is sent once per item (e.g. one WWW-Authenticate per digest algorithm)."""
         resp = SipResponse(status_code=status, reason_phrase=reason)
         for v in request.headers.get("via"):
             resp.headers.append("Via", v)
@@ -509,7 +534,11 @@ class SipServer:
             resp.headers.set_single("To", to if ";tag=" in to else f"{to};tag={generate_tag()}")
         resp.headers.set_single("User-Agent", USER_AGENT)
         for name, value in (headers or {}).items():
-            resp.headers.set_single(name, value)
+            if isinstance(value, list):
+                for item in value:
+                    resp.headers.append(name, item)
+            else:
+                resp.headers.set_single(name, value)
         try:
             door.transport.send_reply(resp)
         except (ValueError, RuntimeError):
