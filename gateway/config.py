@@ -635,6 +635,9 @@ class SipConfig:
     # digest authentication of inbound INVITEs: {realm, users: [{user, password_env}], algorithms, combine, ...};
     # unset: sip.allow alone decides (docs/sip.md#authentication)
     auth: SipAuthConfig | None = None
+    # INVITE headers copied into call.attached's `sip.headers` for the agent (e.g. ["X-Customer-Id"]); From, To,
+    # P-Asserted-Identity and Diversion are always read; Authorization and Proxy-Authorization are never passed
+    pass_headers: list[str] = field(default_factory=list)
     greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence
     tls: bool = False  # SIP over TLS: not supported by the SIP stack (refused at start)
     srtp: bool = False  # SRTP (SDES): not supported by the RTP stack (refused at start)
@@ -685,6 +688,12 @@ class SipConfig:
                 "is empty and sip.auth is not set: a SIP port open to anyone is refused. List your trunk's or PBX's "
                 'addresses in sip.allow (["0.0.0.0/0"] for anyone), or require credentials with sip.auth',
             )
+        from gateway.sip.identity import pass_header_names
+
+        try:
+            pass_header_names(self.pass_headers)
+        except ValueError as exc:
+            check(False, "pass_headers", str(exc).removeprefix("sip.pass_headers: "))
         if self.auth is not None and self.auth.combine == "both":
             check(
                 bool(self.allow),

@@ -76,7 +76,9 @@ class Agent:
     def __init__(self, session, model: ChatModel, system_prompt: str | None = None):
         self.session = session
         self.model = model
-        self.conversation = Conversation(system_prompt=system_prompt)
+        self.conversation = Conversation(
+            system_prompt=system_prompt, call_details=dict(getattr(session, "call_details", {}))
+        )
         session.observers.append(self.observe)
         self._ids = itertools.count(1)
         self._task: asyncio.Task | None = None

@@ -170,9 +170,14 @@ class Conversation:
     system_prompt: str | None = None
     max_messages: int = 50  # oldest turns drop out first; the system prompt stays
     history: list[dict] = field(default_factory=list)
+    call_details: dict = field(default_factory=dict)  # the media leg's facts (SIP: {"sip": {...}}); kept too
 
     def messages(self) -> list[dict]:
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        if self.call_details:
+            # the caller's own headers among them: data to read, not instructions to follow
+            facts = json.dumps(self.call_details, ensure_ascii=False, separators=(",", ":"))
+            head.append({"role": "system", "content": f"Call details from signalling (caller-supplied data): {facts}"})
         return head + [dict(m) for m in self.history]
 
     def add_user(self, text: str) -> None:

@@ -53,6 +53,7 @@ class Call:
     media_kind: str | None = None  # twilio | audiosocket
     media_state: str = "waiting"  # waiting | connected | ended
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    details: dict = field(default_factory=dict)  # the media leg's facts for the agent (SIP: {"sip": {...}})
     barge_in: object = None  # the agent's call.attach.barge_in (gateway.config.BargeInConfig), else the config's
 
     async def notify(self, event: dict) -> None:
@@ -149,10 +150,11 @@ class CallRegistry:
                 "mode": call.session.mode,
                 **({"mode_note": call.session.mode_note} if call.session.mode_note else {}),
                 **({"word_timings": True} if call.session.word_timings else {}),
+                **call.details,
             }
         )
         if call.media_state == "connected":
-            call.session.emit({"type": "call.media", "state": "connected", "leg": call.media_kind})
+            call.session.emit({"type": "call.media", "state": "connected", "leg": call.media_kind, **call.details})
         await call.session.flush_events()
         return call
 
@@ -182,8 +184,10 @@ class CallRegistry:
         language: str | None = None,
         output: OutputFormat = TELEPHONY_PCM,
         inbound_rate: int = TELEPHONY_PCM.sample_rate,
+        details: dict | None = None,
     ) -> Call:
         """A media leg started: join the call one of `ids` names, or start one. The caller flushes events.
+        `details` (e.g. SIP's {"sip": {...}}) go into `call.attached` and `call.media` (connected) for the agent.
 
         `output` and `inbound_rate` apply to a call this leg starts (a wideband wire plays and hears at its
         own rate); a call the agent attached to first keeps 8 kHz, so a leg reads `call.session.output`."""
@@ -208,9 +212,10 @@ class CallRegistry:
             if self.core.cluster is not None:  # the media leg's own ids (callSid, streamSid) are this call's too
                 self.core.cluster.keep(ids)
         call.media, call.media_kind, call.media_state = leg, kind, "connected"
+        call.details = call.session.call_details = dict(details or {})
         call.session.attach_media(leg)
         self.core.play(call.session)
-        call.session.emit({"type": "call.media", "state": "connected", "leg": kind})
+        call.session.emit({"type": "call.media", "state": "connected", "leg": kind, **call.details})
         self._listen(call)
         log.info("call %s: %s media connected (session %s)", call.call_id, kind, call.session.session_id)
         return call

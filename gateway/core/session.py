@@ -128,6 +128,7 @@ class Session:
         self.text_leg: TextLeg | None = None
         self.media_leg: MediaLeg | None = None
         self.inbound = None  # the caller's audio (gateway.core.inbound.InboundAudio) on telephony legs
+        self.call_details: dict = {}  # what the media leg knows of the call (SIP: {"sip": {...}}), for the agent
         self.created_at = time.monotonic()
         log_dir = config.server.log_dir
         # headless: no media leg; the audio goes to one consumer unpaced (gateway/core/headless.py).

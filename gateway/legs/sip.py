@@ -74,6 +74,7 @@ from gateway.security.peers import in_networks, parse_networks
 from gateway.sip import dialogs, inbound_auth
 from gateway.sip import transfer as sip_transfer
 from gateway.sip.addresses import WILDCARDS, media_address
+from gateway.sip.identity import call_identity, pass_header_names
 from gateway.sip.media_guard import MediaGuard
 from gateway.sip.rate import REASON as INVITE_RATE_REASON
 from gateway.sip.rate import InviteRate
@@ -221,6 +222,7 @@ class SipServer:
         self.config = core.config.sip
         self.allow = parse_networks(self.config.allow)
         self.admission = inbound_auth.InboundAuth(self.allow, self.config.auth)
+        self.pass_headers = pass_header_names(self.config.pass_headers)
         self.trusted = dialogs.trusted_networks(self.allow)  # who may speak for any dialog besides its peer
         self.invite_rate = InviteRate(self.config.invites_per_source_per_s)
         self.ports = RandomPortAllocator(sip_port_range(self.config.rtp_ports))
@@ -614,7 +616,9 @@ class SipServer:
                 return
             c.leg = SipLeg(c, self.core.metrics)
             try:
-                c.call = self.core.calls.connect_media(_call_ids(incoming.invite), c.leg, "sip")
+                c.call = self.core.calls.connect_media(
+                    _call_ids(incoming.invite), c.leg, "sip", details={"sip": self._identity(incoming.invite)}
+                )
             except P.ProtocolError as exc:
                 await self._close_rtp(c)
                 self._forget(c)
@@ -650,6 +654,11 @@ class SipServer:
                 self._forget(c)
                 self._refuse(incoming, P.INTERNAL, "answering the call failed")
             await self.hang_up(c, P.INTERNAL)
+
+    def _identity(self, invite: SipRequest) -> dict:
+        """Who calls whom, for the agent (gateway/sip/identity.py): only `sip.pass_headers` among the rest."""
+        pairs = [(name, value) for name, values in invite.headers.items() for value in values]
+        return call_identity("inbound", invite.uri, pairs, self.pass_headers)
 
     async def _claimed_here(self, c: SipCall) -> bool:
         """Cluster mode: the call's ids are claimed for this node (its RTP never leaves it). A call another node
