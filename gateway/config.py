@@ -600,6 +600,34 @@ class SipAuthConfig:
             user.validate(lambda ok, key, message, i=i: check(ok, "users", f"[{i}].{key} {message}"))
 
 
+SIP_TRANSPORTS = ("udp", "tcp", "tls")
+
+
+@dataclass
+class SipTlsConfig:
+    """SIP over TLS (TLS 1.2 or newer, Python's ssl): its own port; docs/sip.md#tls."""
+
+    port: int = 5061  # the TLS listener's port (0: a free one)
+    cert_file: str = ""  # PEM certificate chain the listener presents (the trunk checks it against the name it dials)
+    key_file: str = ""  # PEM private key of cert_file
+    ca_file: str | None = None  # PEM CA certificates that client certificates are checked against
+    require_client_cert: bool = False  # mutual TLS: refuse a connection without a client certificate ca_file verifies
+
+    def validate(self, check) -> None:
+        check(0 <= self.port <= 65535, "port", "must be 0..65535")
+        check(os.path.isfile(self.cert_file), "cert_file", "must name a readable PEM certificate file")
+        check(os.path.isfile(self.key_file), "key_file", "must name a readable PEM private key file")
+        if self.ca_file is not None:
+            check(os.path.isfile(self.ca_file), "ca_file", "must name a readable PEM file of CA certificates")
+        check(not self.require_client_cert or self.ca_file is not None, "require_client_cert", "needs ca_file")
+        from gateway.sip.tls import server_context
+
+        try:
+            server_context(self)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            check(False, "cert_file", f"and key_file do not load as a certificate and its key ({exc})")
+
+
 SIP_CODECS = ("PCMU", "PCMA")
 
 
@@ -639,14 +667,29 @@ class SipConfig:
     # P-Asserted-Identity and Diversion are always read; Authorization and Proxy-Authorization are never passed
     pass_headers: list[str] = field(default_factory=list)
     greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence
-    tls: bool = False  # SIP over TLS: not supported by the SIP stack (refused at start)
+    # SIP over TLS: {port, cert_file, key_file, ca_file, require_client_cert}; unset: no TLS listener
+    tls: SipTlsConfig | None = None
+    # which listeners open: udp and tcp on `port`, tls on tls.port (when sip.tls is set); [tls] switches plain SIP off
+    transports: list[str] = field(default_factory=lambda: list(SIP_TRANSPORTS))
     srtp: bool = False  # SRTP (SDES): not supported by the RTP stack (refused at start)
 
     def validate(self, check) -> None:
         check(
-            not self.tls,
-            "tls",
-            "SIP over TLS is not supported (the SIP stack has no TLS transport): terminate TLS in an SBC in front of voxgate",
+            bool(self.transports)
+            and all(t in SIP_TRANSPORTS for t in self.transports)
+            and len(set(self.transports)) == len(self.transports),
+            "transports",
+            f"must list some of {', '.join(SIP_TRANSPORTS)}, each once",
+        )
+        check(
+            "udp" in self.transports or "tcp" in self.transports or self.tls is not None,
+            "transports",
+            "lists only tls but sip.tls is not set: no listener would open",
+        )
+        check(
+            not self.register or "udp" in self.transports,
+            "register",
+            "needs udp in sip.transports (registrations go out over UDP)",
         )
         check(
             not self.srtp,

@@ -1,4 +1,5 @@
-"""Direct SIP: a trunk or a PBX sends INVITEs to `sip.port` (UDP or TCP); each answered call is a media leg with RTP.
+"""Direct SIP: a trunk or a PBX sends INVITEs to `sip.port` (UDP, TCP) or `sip.tls.port` (TLS); each answered call is
+a media leg with RTP.
 
 Signalling is aiosipua's user agent server (transactions, dialogs, 2xx retransmission, CANCEL, OPTIONS),
 media is one aiortp RTP session per call (one UDP socket pair and aiortp's RTCP timer task, no thread, no
@@ -56,7 +57,8 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
     from aiosipua.sdp import SdpMessage, negotiate_sdp
     from aiosipua.utils import generate_tag
 
-    from gateway.sip.transports import TcpSip, UdpSip
+    from gateway.sip.tls import server_context
+    from gateway.sip.transports import TcpSip, TlsSip, UdpSip
 except ImportError as exc:  # pragma: no cover - exercised only where the extra is missing
     _MISSING: ImportError | None = exc
 else:
@@ -231,7 +233,8 @@ class SipServer:
         self.calls: dict[str, SipCall] = {}  # SIP Call-ID -> call
         self.host: str | None = None
         self.port: int | None = None
-        self.doors: list[_Door] = []  # UDP first (registrations go out on it), then TCP
+        self.tls_port: int | None = None
+        self.doors: list[_Door] = []  # UDP (registrations go out on it), TCP, TLS: as sip.transports lists them
         self.uac: SipUAC | None = None
         self._tasks: set[asyncio.Task] = set()
         self.registrations: list[Registration] = []
@@ -240,36 +243,26 @@ class SipServer:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str, port: int) -> int:
-        """UDP and TCP on one port number (`port` 0: a free one, the same for both)."""
-        for attempt in range(20 if port == 0 else 1):
-            udp = UdpSip(local_addr=(host, port))
-            uac = SipUAC(udp)  # REGISTER (and the answers to it) goes through it
-            udp_door = _Door("UDP", udp, SipUAS(udp, user_agent=USER_AGENT, uac=uac))
-            await self._open(udp_door)
-            bound = udp._udp_transport.get_extra_info("sockname")[1]
-            udp.local_addr = (host, bound)  # port 0 (tests): Via and Contact name the port really bound
-            tcp = TcpSip(
-                (host, bound),
-                self.core.peers,
-                [] if self.admission.open_to_any_source else self.allow,  # credentials may admit any source
-                self.core.metrics,
-                self.config.tcp_idle_s,
-                self._carries_call,
-            )
-            try:
-                await self._open(_Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT)))
-                break
-            except OSError:  # the number UDP got is taken for TCP: another one (a fixed sip.port fails here)
-                self.doors.remove(udp_door)
-                await udp_door.uas.stop()
-                if attempt == 19 or port != 0:
-                    raise
-        self.uac, self.host, self.port = uac, host, bound
+        """UDP and TCP on one port number (`port` 0: a free one, the same for both), as `sip.transports` lists
+        them; TLS on `sip.tls.port`. Returns the plain port (the TLS one when plain SIP is off)."""
+        self.host = host
+        plain = [t.upper() for t in ("udp", "tcp") if t in self.config.transports]
+        if plain:
+            self.port = await self._open_plain(host, port, plain)
+        if self.config.tls is not None and "tls" in self.config.transports:
+            self.tls_port = await self._open_tls(host, self.config.tls.port)
+            self.port = self.port if self.port is not None else self.tls_port
         if self.config.public_ip:
             for door in self.doors:
-                door.uas.advertised_addr = (self.config.public_ip, self.port)
-            self.uac.advertised_addr = (self.config.public_ip, self.port)
-        log.info("SIP listening on %s:%d (UDP and TCP; RTP %s)", host, self.port, self.config.rtp_ports)
+                door.uas.advertised_addr = (self.config.public_ip, door.transport.local_addr[1])
+            if self.uac is not None:
+                self.uac.advertised_addr = (self.config.public_ip, self.port)
+        log.info(
+            "SIP listening on %s (%s; RTP %s)",
+            host,
+            ", ".join(f"{d.name} {d.transport.local_addr[1]}" for d in self.doors),
+            self.config.rtp_ports,
+        )
         if self.config.auth is not None:
             auth = self.config.auth
             log.info(
@@ -287,6 +280,45 @@ class SipServer:
         await self._register()
         self._watch = asyncio.get_running_loop().create_task(self._watch_rtp())
         return self.port
+
+    async def _open_plain(self, host: str, port: int, names: list[str]) -> int:
+        """UDP and/or TCP on one port number; with `port` 0, a number free for both."""
+        for attempt in range(20 if port == 0 else 1):
+            opened: list[_Door] = []
+            try:
+                for name in names:
+                    door = self._plain_door(name, host, opened[0].transport.local_addr[1] if opened else port)
+                    await self._open(door)
+                    opened.append(door)
+                    door.transport.local_addr = (host, _bound_port(door))  # port 0: Via and Contact name the real one
+                return opened[0].transport.local_addr[1]
+            except OSError:  # the number UDP got is taken for TCP: another one (a fixed sip.port fails here)
+                for door in opened:
+                    self.doors.remove(door)
+                    await door.uas.stop()
+                if attempt == 19 or port != 0:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _plain_door(self, name: str, host: str, port: int) -> _Door:
+        if name == "UDP":
+            udp = UdpSip(local_addr=(host, port))
+            self.uac = SipUAC(udp)  # REGISTER (and the answers to it) goes through it
+            return _Door("UDP", udp, SipUAS(udp, user_agent=USER_AGENT, uac=self.uac))
+        tcp = TcpSip((host, port), *self._stream_rules())
+        return _Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT))
+
+    async def _open_tls(self, host: str, port: int) -> int:
+        tls = TlsSip((host, port), *self._stream_rules(), context=server_context(self.config.tls))
+        door = _Door("TLS", tls, SipUAS(tls, user_agent=USER_AGENT))
+        await self._open(door)
+        tls.local_addr = (host, _bound_port(door))
+        return tls.local_addr[1]
+
+    def _stream_rules(self) -> tuple:
+        """TcpSip's and TlsSip's rules: who may connect (credentials may admit any source), per-IP caps, idle close."""
+        allow = [] if self.admission.open_to_any_source else self.allow
+        return self.core.peers, allow, self.core.metrics, self.config.tcp_idle_s, self._carries_call
 
     async def _watch_rtp(self) -> None:
         """One task for every call: a caller whose RTP stopped (its phone or network went away without a BYE) is
@@ -321,7 +353,7 @@ class SipServer:
 
     def _carries_call(self, addr: tuple[str, int]) -> bool:
         """Whether a call of ours came in on the TCP connection from `addr` (it may send nothing until its BYE)."""
-        return any(c.door.name == "TCP" and tuple(c.incoming.source_addr) == addr for c in self.calls.values())
+        return any(c.door.name != "UDP" and tuple(c.incoming.source_addr) == addr for c in self.calls.values())
 
     def _door_of(self, incoming: IncomingCall) -> _Door:
         return next(d for d in self.doors if d.transport is incoming.transport)
@@ -630,7 +662,7 @@ class SipServer:
             c.heard_at = loop.time()
             c.media_opened = asyncio.Event()
             if self.config.public_ip is None and self.host in WILDCARDS:  # Contact: the address the peer reaches
-                incoming.advertised_addr = (self._media_ip(c), self.port)
+                incoming.advertised_addr = (self._media_ip(c), c.door.transport.local_addr[1])
             incoming.accept(self._sdp_answer(c, offer))
             c.sending = _sends(offer)
             c.ack_timer = loop.call_later(self.config.ack_timeout_s, self._ack_deadline, c)
@@ -856,7 +888,7 @@ class SipServer:
             if not c.ended:
                 c.door.transport.send(request, c.incoming.source_addr)
 
-        status, reason = await sip_transfer.client_transaction(send, pending, reliable=c.door.name == "TCP")
+        status, reason = await sip_transfer.client_transaction(send, pending, reliable=c.door.name != "UDP")
         if status < 300 or c.ended:
             return  # accepted: the NOTIFYs tell the rest
         if c.refer is pending:
@@ -940,6 +972,13 @@ class SipServer:
                 await rtp.close()
             except Exception:
                 log.debug("closing RTP failed", exc_info=True)
+
+
+def _bound_port(door: _Door) -> int:
+    """The port a door's socket really bound (asked for 0 in tests)."""
+    t = door.transport
+    sock = t._udp_transport.get_extra_info("sockname") if door.name == "UDP" else t._server.sockets[0].getsockname()
+    return sock[1]
 
 
 def _rtp_port(c: SipCall) -> int:

@@ -1,4 +1,5 @@
-"""The SIP leg's two doors on one port: aiosipua's UDP and TCP transports, fixed where they fall short.
+"""The SIP leg's doors: aiosipua's UDP and TCP transports on one port, fixed where they fall short, and TLS
+(which aiosipua lacks) on its own port as TCP with Python's ssl.
 
 * UDP: Python 3.11's selector transport is not the DatagramTransport aiosipua asserts.
 * TCP: answers go back on the connection the request came in on (stamped `received`/`rport`, RFC 3261
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 
 from aiosipua import SipMessage, SipRequest, TcpSipTransport, UdpSipTransport, parse_via, stringify_via
 from aiosipua.transport import _read_sip_message, _UdpProtocol
 
 from gateway.security.peers import in_networks
+from gateway.sip.tls import contact_over_tls
 
 log = logging.getLogger("voxgate.sip")
 
@@ -131,3 +134,34 @@ def _answer_on_this_connection(request, addr: tuple[str, int]) -> None:
     request.headers.remove("Via")
     for v in [stringify_via(top), *vias[1:]]:
         request.headers.append("Via", v)
+
+
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects and never finishes its handshake holds nothing longer
+
+
+class TlsSip(TcpSip):
+    """SIP over TLS: TcpSip's rules (answers on the connection, sip.allow, per-IP caps, idle close) over a TLS
+    listener. Our Contact says `transport=tls`, so the peer's in-dialog requests come back over TLS."""
+
+    def __init__(self, *args, context: ssl.SSLContext, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.context = context
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle_connection,
+            host=self.local_addr[0],
+            port=self.local_addr[1],
+            ssl=self.context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+        )
+
+    def send(self, message, addr) -> None:
+        _mark_contact(message)
+        super().send(message, addr)
+
+
+def _mark_contact(message) -> None:
+    contact = message.headers.get_first("contact")
+    if contact:
+        message.headers.set_single("Contact", contact_over_tls(contact))

@@ -50,10 +50,15 @@ class Baresip:
 
     @classmethod
     async def start(
-        cls, folder: Path, source_wav: Path, modules: tuple[str, ...] = (), account_params: str = ""
+        cls,
+        folder: Path,
+        source_wav: Path,
+        modules: tuple[str, ...] = (),
+        account_params: str = "",
+        config: str = "",
     ) -> "Baresip":
         """`modules`: more of baresip's modules (e.g. srtp.so); `account_params`: more of the account's
-        parameters (e.g. `;mediaenc=srtp-mand`)."""
+        parameters (e.g. `;mediaenc=srtp-mand`); `config`: more config lines (e.g. `sip_cafile …`)."""
         binary = require("baresip")
         folder.mkdir(parents=True, exist_ok=True)
         sip_port, ctrl_port, rtp = free_udp_port(2), free_udp_port(), free_udp_port(4)
@@ -67,6 +72,7 @@ class Baresip:
                 rtp_last=rtp + 7,
             )
             + "".join(f"module {m}\n" for m in modules)
+            + config
         )
         (folder / "accounts").write_text(f"<sip:tester@127.0.0.1>;regint=0{account_params}\n")
         log = open(folder / "baresip.log", "wb")

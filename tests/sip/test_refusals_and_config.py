@@ -80,7 +80,11 @@ async def test_options_keepalive_is_answered(sip_gateway, callers):
 @pytest.mark.parametrize(
     "section, words",
     [
-        ({"tls": True}, "SIP over TLS is not supported"),
+        ({"tls": {"cert_file": "/no/such.pem", "key_file": "/no/such.key"}}, "sip.tls.cert_file: must name a readable"),
+        ({"tls": {"cert_file": __file__, "key_file": __file__}}, "do not load as a certificate and its key"),
+        ({"transports": ["tls"]}, "lists only tls but sip.tls is not set"),
+        ({"transports": ["sctp"]}, "must list some of udp, tcp, tls"),
+        ({"transports": ["tcp"], "register": [{"server": "sip:p.example", "user": "u"}]}, "needs udp"),
         ({"srtp": True}, "SRTP is not supported"),
         ({"rtp_ports": "20000"}, "rtp_ports"),
         ({"codecs": ["opus"]}, "codecs"),
