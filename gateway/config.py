@@ -629,6 +629,7 @@ class SipTlsConfig:
 
 
 SIP_CODECS = ("PCMU", "PCMA")
+SIP_SRTP_MODES = ("off", "optional", "required")
 
 
 @dataclass
@@ -671,7 +672,9 @@ class SipConfig:
     tls: SipTlsConfig | None = None
     # which listeners open: udp and tcp on `port`, tls on tls.port (when sip.tls is set); [tls] switches plain SIP off
     transports: list[str] = field(default_factory=lambda: list(SIP_TRANSPORTS))
-    srtp: bool = False  # SRTP (SDES): not supported by the RTP stack (refused at start)
+    # SRTP (SDES, RFC 4568) for calls over TLS: off | optional (either offer) | required (a plain RTP offer gets
+    # 488); optional and required need sip.tls, as SDES keys travel in the SDP. Calls over UDP/TCP never get SRTP
+    srtp: str = "off"
 
     def validate(self, check) -> None:
         check(
@@ -691,10 +694,11 @@ class SipConfig:
             "register",
             "needs udp in sip.transports (registrations go out over UDP)",
         )
+        check(self.srtp in SIP_SRTP_MODES, "srtp", f"must be one of {', '.join(SIP_SRTP_MODES)}")
         check(
-            not self.srtp,
+            self.srtp == "off" or self.tls is not None,
             "srtp",
-            "SRTP is not supported (the RTP stack has no SRTP): use plain RTP on a private network or an SBC",
+            "needs sip.tls: SDES keys travel in the SDP, which anyone on the path reads over plain SIP",
         )
         if self.port is not None:
             check(0 <= self.port <= 65535, "port", "must be 0..65535")
@@ -940,7 +944,7 @@ def _coerce(tp, value: Any, source: str, path: str):
     return value
 
 
-_OFF_SWITCHES = ("barge_in.mode", "stt.kind")  # string settings whose value may be written as a bare `off`
+_OFF_SWITCHES = ("barge_in.mode", "stt.kind", "sip.srtp")  # string settings whose value may be written as a bare `off`
 
 
 def _validate_tree(obj, source: str, path: str) -> None:

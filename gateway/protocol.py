@@ -60,7 +60,10 @@ BAD_SDP = "bad_sdp"  # SIP: an SDP offer that does not parse (488)
 SDP_ADDRESS = "sdp_address"  # SIP: the offer's c= is not an IPv4 literal (a name would be resolved per packet) (488)
 SDP_PORT = "sdp_port"  # SIP: the offer's audio port is not an even number 2..65534 (488)
 AUDIO_DECLINED = "audio_declined"  # SIP: the offer declines audio (m=audio 0) (488)
-SRTP_UNSUPPORTED = "srtp_unsupported"  # SIP: an RTP/SAVP (SRTP) offer: never answered as SRTP without keys (488)
+SRTP_UNSUPPORTED = (
+    "srtp_unsupported"  # SIP: an SRTP offer voxgate cannot take (sip.srtp off, over plain SIP, no usable key) (488)
+)
+SRTP_REQUIRED = "srtp_required"  # SIP: a plain RTP offer while sip.srtp is required (488)
 TRANSFER_NOT_ALLOWED = "transfer_not_allowed"  # call.transfer to a target sip.transfer_targets does not match
 
 # WebSocket close codes the gateway uses (RFC 6455 §7.4 and the IANA registry).

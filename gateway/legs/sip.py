@@ -57,6 +57,8 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
     from aiosipua.sdp import SdpMessage, negotiate_sdp
     from aiosipua.utils import generate_tag
 
+    from gateway.sip import sdes
+    from gateway.sip.srtp import SrtpSession, protect_sends
     from gateway.sip.tls import server_context
     from gateway.sip.transports import TcpSip, TlsSip, UdpSip
 except ImportError as exc:  # pragma: no cover - exercised only where the extra is missing
@@ -111,6 +113,7 @@ REFUSAL_STATUS = {
     P.SDP_PORT: (488, "Not Acceptable Here"),
     P.AUDIO_DECLINED: (488, "Not Acceptable Here"),
     P.SRTP_UNSUPPORTED: (488, "Not Acceptable Here"),
+    P.SRTP_REQUIRED: (488, "Not Acceptable Here"),
     P.BAD_MESSAGE: (400, "Bad Request"),
 }
 NO_DTMF_PAYLOAD_TYPE = 128  # outside RTP's 7 bits: no packet is taken for a telephone-event the offer did not bind
@@ -200,6 +203,8 @@ class SipCall:
     media_opened: asyncio.Event | None = None
     reoffer: AudioOffer | None = None  # a re-INVITE's offer, checked before the stack saw it
     refer: sip_transfer.PendingRefer | None = None  # our REFER, until its subscription ends
+    keys: tuple | None = None  # SDES (our crypto line, the caller's) for an SRTP call (gateway/sip/sdes.py)
+    srtp: SrtpSession | None = None  # the call's SRTP once its RTP session exists
     peer_slot: str | None = None  # the source address whose per-IP slot (server.limits) this UDP call holds
 
     def open_media(self) -> None:
@@ -483,9 +488,13 @@ class SipServer:
             self._on_notify(door, c, msg)
             return False
         elif method == "INVITE" and msg.body:  # a re-INVITE's offer is checked before the stack parses it
-            checked = check_offer(msg.text, self.payload_types)
+            checked = check_offer(msg.text, self.payload_types, srtp=c.keys is not None)
             if isinstance(checked, Refusal):
                 self._reply(door, msg, *self._sdp_refusal(checked, c.sip_call_id))
+                return False
+            if (checked.proto.upper() != "RTP/AVP") != (c.keys is not None):  # SRTP is kept, or never begun
+                refusal = Refusal(P.SRTP_UNSUPPORTED, "a re-INVITE may not switch between RTP and SRTP")
+                self._reply(door, msg, *self._sdp_refusal(refusal, c.sip_call_id))
                 return False
             c.reoffer = checked
         elif method == "INVITE":
@@ -494,7 +503,7 @@ class SipServer:
 
     def _admitted(self, door: _Door, msg: SipRequest, addr: tuple[str, int]) -> bool:
         """A new INVITE: refused here, statelessly, or handed to the stack (which then calls `_on_invite`)."""
-        refusal = self._refusal(msg, addr[0])
+        refusal = self._refusal(door, msg, addr[0])
         if refusal is None:
             return True
         code, why, headers = refusal
@@ -517,7 +526,7 @@ class SipServer:
         )
         return False
 
-    def _refusal(self, msg: SipRequest, source: str) -> tuple[str, str, dict] | None:
+    def _refusal(self, door: _Door, msg: SipRequest, source: str) -> tuple[str, str, dict] | None:
         screened = self.admission.screen(source)
         if screened is not None:
             self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
@@ -546,9 +555,13 @@ class SipServer:
             )
         if not msg.body or (msg.content_type or "").split(";")[0].strip().lower() != "application/sdp":
             return P.UNSUPPORTED_FORMAT, "the INVITE carries no SDP offer (late offers are not supported)", {}
-        checked = check_offer(msg.text, self.payload_types)
+        checked = check_offer(msg.text, self.payload_types, srtp=self.config.srtp != "off")
         if isinstance(checked, Refusal):
             return checked.code, checked.message, {}
+        try:
+            self._srtp_keys(door, checked)
+        except sdes.SdesError as exc:
+            return P.SRTP_REQUIRED if exc.code == "srtp_required" else P.SRTP_UNSUPPORTED, str(exc), {}
         if _call_ids(msg) is None:
             return P.BAD_MESSAGE, "Call-ID or X-Call-Id is not a usable call id (1..128 printable characters)", {}
         return None
@@ -578,6 +591,10 @@ class SipServer:
         except (ValueError, RuntimeError):
             pass  # no Via to answer to, or the TCP connection is gone: nothing can be said
 
+    def _srtp_keys(self, door: _Door, offer: AudioOffer) -> tuple | None:
+        """(our crypto line, the caller's) when the call is to be SRTP, None for plain RTP; SdesError: 488."""
+        return sdes.answer_over(door.name == "TLS", self.config.srtp, offer.proto, list(offer.crypto))
+
     def _sdp_refusal(self, refusal: Refusal, call_id: str) -> tuple[int, str, dict[str, str]]:
         self.core.metrics.errors.labels(code=refusal.code).inc()
         log.info("sip: re-INVITE for call %s refused (%s): %s", call_id, refusal.code, refusal.message)
@@ -601,8 +618,9 @@ class SipServer:
     def _on_invite(self, incoming: IncomingCall) -> None:
         """An INVITE `_admitted` let through, now held by the stack."""
         door = self._door_of(incoming)
-        offer = check_offer(incoming.invite.text, self.payload_types)  # passed in `_admitted`
+        offer = check_offer(incoming.invite.text, self.payload_types, srtp=self.config.srtp != "off")  # `_admitted`
         c = SipCall(self, incoming, door, offer, codec=wire.CODEC_OF_PAYLOAD_TYPE[offer.payload_type])
+        c.keys = self._srtp_keys(door, offer)  # passed in `_admitted` too: fresh keys of ours for this call
         self.calls[incoming.call_id] = c
         if door.name == "UDP":  # over TCP the connection holds the per-IP slot (_TcpSip)
             source = incoming.source_addr[0]
@@ -640,6 +658,9 @@ class SipServer:
                 self._forget(c)
                 self._refuse(incoming, P.RTP_PORTS_EXHAUSTED, f"no free RTP port pair in {self.config.rtp_ports}")
                 return
+            if c.keys is not None:
+                c.srtp = SrtpSession(*c.keys)
+                protect_sends(c.rtp, c.srtp)
             if self._gone(c):  # cancelled while the sockets were bound
                 await self._close_rtp(c)
                 return
@@ -727,6 +748,8 @@ class SipServer:
             session_name=USER_AGENT,
         )
         answer.audio.attributes["ptime"] = [str(FRAME_PTIME_MS)]  # we send 20 ms packets, whatever ptime was offered
+        if c.keys is not None:  # RTP/SAVP (the offer's proto) with our key: we encrypt with it, the caller with its own
+            answer.audio.attributes["crypto"] = [c.keys[0].to_sdp()]
         return answer
 
     def _media_ip(self, c: SipCall) -> str:
@@ -752,6 +775,11 @@ class SipServer:
 
     def _on_rtp(self, c: SipCall, data: bytes, addr: tuple[str, int]) -> None:
         rtp = c.rtp
+        if c.srtp is not None:  # authenticated before anything else: a packet without the key teaches the guard nothing
+            data = c.srtp.unprotect(data)
+            if data is None:
+                self._drop(f"srtp_{c.srtp.last_drop}")
+                return
         why = c.guard.admit(addr, rtp._loop.time())
         if why is not None:
             self._drop(why)
@@ -762,6 +790,11 @@ class SipServer:
         rtp._handle_rtp(data, addr)
 
     def _on_rtcp(self, c: SipCall, data: bytes, addr: tuple[str, int]) -> None:
+        if c.srtp is not None:
+            data = c.srtp.unprotect_rtcp(data)
+            if data is None:
+                self._drop(f"srtp_{c.srtp.last_drop}")
+                return
         why = c.guard.admit_rtcp(addr)
         if why is not None:
             self._drop(why)

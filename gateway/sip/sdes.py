@@ -174,3 +174,11 @@ def answered(ours: list[Crypto], values: list[str]) -> tuple[Crypto, Crypto]:
         if (local.tag, local.suite) == (remote.tag, remote.suite):
             return local, remote
     raise SdesError("answer_mismatch", f"the answer's a=crypto tag {remote.tag} {remote.suite} was not offered")
+
+
+def answer_over(over_tls: bool, mode: str, proto: str, offered: list[str]) -> tuple[Crypto, Crypto] | None:
+    """`answer_offer` for a call that came over TLS or not: keys in an SDP over plain SIP are anyone's to read, so
+    an SRTP offer there is refused whatever `mode` says, and `required` still refuses a plain one."""
+    if not over_tls and proto.upper() in SECURE_PROTOS:
+        raise SdesError("srtp_needs_tls", "an SRTP offer over plain SIP (its keys travel in clear text): use TLS")
+    return answer_offer(mode, proto, offered)

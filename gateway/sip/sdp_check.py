@@ -37,6 +37,8 @@ class AudioOffer:
     payload_type: int  # the first offered codec voxgate speaks (the caller's preference, RFC 3264)
     dtmf_payload_type: int | None  # the offer's telephone-event/8000, None when it has none
     direction: str  # sendrecv | sendonly | recvonly | inactive
+    proto: str = "RTP/AVP"  # RTP/AVP, or RTP/SAVP(F) when SRTP may be taken (check_offer's `srtp`)
+    crypto: tuple[str, ...] = ()  # the audio stream's a=crypto values (SDES keys), for gateway/sip/sdes.py
 
 
 @dataclass
@@ -45,8 +47,9 @@ class Refusal:
     message: str
 
 
-def check_offer(text: str, payload_types: list[int]) -> AudioOffer | Refusal:
-    """Check the SDP `text` against the payload types voxgate may answer with (in voxgate's order of taste)."""
+def check_offer(text: str, payload_types: list[int], srtp: bool = False) -> AudioOffer | Refusal:
+    """Check the SDP `text` against the payload types voxgate may answer with (in voxgate's order of taste).
+    `srtp`: an RTP/SAVP offer may be answered (sip.srtp is not off; gateway/sip/sdes.py decides on its keys)."""
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("m="):
@@ -69,9 +72,10 @@ def check_offer(text: str, payload_types: list[int]) -> AudioOffer | Refusal:
         return Refusal(P.UNSUPPORTED_FORMAT, "the SDP offer has no audio stream")
     if audio.port == 0:
         return Refusal(P.AUDIO_DECLINED, "the offer declines audio (m=audio 0)")
-    if "SAVP" in audio.proto.upper():
-        return Refusal(P.SRTP_UNSUPPORTED, f"the offer wants SRTP ({audio.proto}); voxgate speaks plain RTP/AVP")
-    if audio.proto.upper() != "RTP/AVP":
+    secure = audio.proto.upper() in ("RTP/SAVP", "RTP/SAVPF")
+    if "SAVP" in audio.proto.upper() and not (srtp and secure):
+        return Refusal(P.SRTP_UNSUPPORTED, f"the offer wants SRTP ({audio.proto}); sip.srtp is off")
+    if audio.proto.upper() != "RTP/AVP" and not secure:
         return Refusal(P.UNSUPPORTED_FORMAT, f"transport profile {audio.proto!r}: voxgate speaks RTP/AVP")
     if not (2 <= audio.port <= 65534 and audio.port % 2 == 0):
         return Refusal(P.SDP_PORT, f"audio port {audio.port}: RTP needs an even port 2..65534")
@@ -92,7 +96,8 @@ def check_offer(text: str, payload_types: list[int]) -> AudioOffer | Refusal:
         ),
         None,
     )
-    return AudioOffer(sdp, (connection.address, audio.port), chosen, dtmf, audio.direction)
+    crypto = tuple(audio.attributes.get("crypto", ())) if secure else ()
+    return AudioOffer(sdp, (connection.address, audio.port), chosen, dtmf, audio.direction, audio.proto, crypto)
 
 
 def _g711(codec) -> bool:

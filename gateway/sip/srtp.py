@@ -41,6 +41,7 @@ class SrtpSession:
             pylibsrtp.Policy(remote.master_key, pylibsrtp.Policy.SSRC_ANY_INBOUND, srtp_profile=profile)
         )
         self.dropped: Counter[str] = Counter()
+        self.last_drop: str | None = None  # why the last packet `unprotect` returned None for was dropped
 
     def protect(self, rtp: bytes) -> bytes:
         return self._tx.protect(rtp)
@@ -60,7 +61,18 @@ class SrtpSession:
         try:
             return unprotect(packet)
         except pylibsrtp.Error as e:
-            self.dropped[_DROP_REASONS.get(str(e), "malformed")] += 1
+            self.last_drop = _DROP_REASONS.get(str(e), "malformed")
         except ValueError:  # longer than libsrtp's buffer
-            self.dropped["malformed"] += 1
+            self.last_drop = "malformed"
+        self.dropped[self.last_drop] += 1
         return None
+
+
+def protect_sends(rtp_session, srtp: SrtpSession) -> None:
+    """Every RTP and RTCP packet aiortp's session sends leaves protected (its transports' one way out)."""
+    for transport, protect in (
+        (rtp_session._rtp_transport, srtp.protect),
+        (rtp_session._rtcp_transport, srtp.protect_rtcp),
+    ):
+        plain_send = transport.send
+        transport.send = lambda data, addr=None, send=plain_send, protect=protect: send(protect(data), addr)
