@@ -16,7 +16,7 @@ from gateway.sip import sdes
 from gateway.sip.srtp import SrtpSession
 from tests.sip.baresip import Baresip, write_wav
 from tests.sip.certs import self_signed
-from tests.telephony.clients import Control
+from tests.sip.tls_calls import assert_heard_speech, dial_tls_and_say, hang_up_and_hear
 
 pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
 pytest.importorskip("pylibsrtp", reason="pylibsrtp is not installed (the sip extra)")
@@ -53,22 +53,10 @@ async def test_baresip_srtp_over_tls_hears_the_agent_and_wrong_keys_are_dropped(
         telephony={"record_inbound_dir": str(tmp_path / "inbound")},
         barge_in={"mode": "off"},  # the caller talks all along; the agent's turn plays out
     )
-    leg = gw.legs["gateway.legs.sip"]
     ua = await baresip(tmp_path, srtp=True)
     try:
-        await ua.command("dial", f"sip:agent@127.0.0.1:{leg.tls_port};transport=tls")
-        await ua.event("CALL_ESTABLISHED", timeout=15)
-        for _ in range(100):
-            if gw.calls.ids():
-                break
-            await asyncio.sleep(0.02)
-        (c,) = leg.calls.values()
+        control, c, done = await dial_tls_and_say(gw, ua, "Hello over SRTP, this is a test.")
         assert c.srtp is not None and c.offer.proto == "RTP/SAVP"
-        control = await Control.connect(gw)
-        await control.attach(gw.calls.ids()[0])
-        await control.send({"type": "text", "turn_id": "t1", "text": "Hello over SRTP, this is a test.", "final": True})
-        done = await control.expect("turn.done", turn_id="t1", timeout=15)
-        assert done["interrupted"] is False and done["played_ms"] > 500
         # baresip's RTP all authenticates (libre also sends a plain RTCP APP "PING", which is dropped as malformed)
         assert c.srtp.dropped["auth"] == 0 and c.srtp.dropped["replay"] == 0
         # SRTP packets under a key nobody offered, to the call's RTP port: dropped before the call sees them
@@ -83,20 +71,10 @@ async def test_baresip_srtp_over_tls_hears_the_agent_and_wrong_keys_are_dropped(
                     break
                 await asyncio.sleep(0.02)
         assert dropped(gw, "srtp_auth") == 20 and c.srtp.dropped["auth"] == 20
-        await ua.command("hangup")
-        ended = await control.expect("call.media", timeout=5, state="ended")
-        assert ended["reason"] == "hangup"
-        await ua.event("CALL_CLOSED", timeout=5)
-        await asyncio.sleep(0.3)  # sndfile closes its WAV when the audio stream goes
-        pcm, rate = ua.heard()
+        pcm, rate = await hang_up_and_hear(ua, control)
     finally:
         await ua.stop()
-    frame = rate // 50
-    levels = np.abs(pcm[: len(pcm) // frame * frame].reshape(-1, frame).astype(np.int32)).max(axis=1)
-    loud = np.flatnonzero(levels > 500)
-    assert len(loud), "baresip heard only silence (or could not decrypt)"
-    heard_ms = (loud[-1] - loud[0] + 1) * 20
-    assert abs(heard_ms - done["played_ms"]) <= 200, f"heard {heard_ms} ms, the gateway played {done['played_ms']}"
+    assert_heard_speech(pcm, rate, done["played_ms"])
     # and we decrypted baresip's: the caller's tone is in the inbound recording
     (wav,) = (tmp_path / "inbound").glob("*.wav")
     with wave.open(str(wav)) as w:
@@ -104,38 +82,27 @@ async def test_baresip_srtp_over_tls_hears_the_agent_and_wrong_keys_are_dropped(
     assert len(inbound) >= 1600 and np.abs(inbound.astype(np.int32)).max() > 1000
 
 
-async def wait_refused(gw, code: str) -> None:
-    for _ in range(200):
-        if refused(gw, code) >= 1:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no INVITE refused with {code}")
-
-
-async def test_a_plain_offer_to_srtp_required_gets_488(sip_gateway, tmp_path):
-    gw = await sip_gateway(sip=srtp_config(tmp_path, "required"))
+@pytest.mark.parametrize(
+    "mode, srtp_offer, door, code",
+    [
+        ("required", False, "tls", "srtp_required"),  # a plain RTP offer to srtp: required
+        ("optional", True, "udp", "srtp_unsupported"),  # SRTP over plain SIP: its keys would travel in clear text
+    ],
+)
+async def test_refused_offers_get_488(sip_gateway, tmp_path, mode, srtp_offer, door, code):
+    gw = await sip_gateway(sip=srtp_config(tmp_path, mode))
     leg = gw.legs["gateway.legs.sip"]
-    ua = await baresip(tmp_path, srtp=False)
+    ua = await baresip(tmp_path, srtp=srtp_offer)
+    target = f"{leg.tls_port};transport=tls" if door == "tls" else str(leg.port)
     try:
-        await ua.command("dial", f"sip:agent@127.0.0.1:{leg.tls_port};transport=tls")
+        await ua.command("dial", f"sip:agent@127.0.0.1:{target}")
         closed = await ua.event("CALL_CLOSED", timeout=15)
         assert "488" in closed.get("param", ""), closed
-        await wait_refused(gw, "srtp_required")
-        assert len(gw.calls) == 0
-    finally:
-        await ua.stop()
-
-
-async def test_an_srtp_offer_over_plain_sip_gets_488(sip_gateway, tmp_path):
-    gw = await sip_gateway(sip=srtp_config(tmp_path, "optional"))
-    leg = gw.legs["gateway.legs.sip"]
-    ua = await baresip(tmp_path, srtp=True)
-    try:
-        await ua.command("dial", f"sip:agent@127.0.0.1:{leg.port}")  # UDP: its keys would travel in clear text
-        closed = await ua.event("CALL_CLOSED", timeout=15)
-        assert "488" in closed.get("param", ""), closed
-        await wait_refused(gw, "srtp_unsupported")
-        assert len(gw.calls) == 0
+        for _ in range(200):
+            if refused(gw, code) >= 1:
+                break
+            await asyncio.sleep(0.05)
+        assert refused(gw, code) == 1 and len(gw.calls) == 0
     finally:
         await ua.stop()
 

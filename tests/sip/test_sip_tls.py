@@ -11,7 +11,7 @@ import pytest
 
 from tests.sip.baresip import Baresip, write_wav
 from tests.sip.certs import self_signed
-from tests.telephony.clients import Control
+from tests.sip.tls_calls import assert_heard_speech, dial_tls_and_say, hang_up_and_hear
 
 pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
 
@@ -30,34 +30,12 @@ async def test_baresip_over_tls_hears_the_agent(sip_gateway, tmp_path):
         tmp_path / "baresip", tmp_path / "caller.wav", config=f"sip_cafile {tmp_path / 'certs' / 'cert.pem'}\n"
     )
     try:
-        await ua.command("dial", f"sip:agent@127.0.0.1:{leg.tls_port};transport=tls")
-        await ua.event("CALL_ESTABLISHED", timeout=15)
-        for _ in range(100):
-            if gw.calls.ids():
-                break
-            await asyncio.sleep(0.02)
-        (c,) = leg.calls.values()
+        control, c, done = await dial_tls_and_say(gw, ua, "Hello over TLS, this is a test.")
         assert c.door.name == "TLS"
-        control = await Control.connect(gw)
-        await control.attach(gw.calls.ids()[0])
-        await control.send({"type": "text", "turn_id": "t1", "text": "Hello over TLS, this is a test.", "final": True})
-        done = await control.expect("turn.done", turn_id="t1", timeout=15)
-        assert done["interrupted"] is False and done["played_ms"] > 500
-        await asyncio.sleep(0.3)
-        await ua.command("hangup")  # BYE: over the TLS connection, as our Contact says transport=tls
-        ended = await control.expect("call.media", timeout=5, state="ended")
-        assert ended["reason"] == "hangup"
-        await ua.event("CALL_CLOSED", timeout=5)
-        await asyncio.sleep(0.3)  # sndfile closes its WAV when the audio stream goes
-        pcm, rate = ua.heard()
+        pcm, rate = await hang_up_and_hear(ua, control)  # its BYE came over TLS, as our Contact says transport=tls
     finally:
         await ua.stop()
-    frame = rate // 50
-    levels = np.abs(pcm[: len(pcm) // frame * frame].reshape(-1, frame).astype(np.int32)).max(axis=1)
-    loud = np.flatnonzero(levels > 500)
-    assert len(loud), "baresip heard only silence"
-    heard_ms = (loud[-1] - loud[0] + 1) * 20
-    assert abs(heard_ms - done["played_ms"]) <= 200, f"heard {heard_ms} ms, the gateway played {done['played_ms']}"
+    assert_heard_speech(pcm, rate, done["played_ms"])
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # TLS 1.0/1.1 named on purpose: they are refused
