@@ -667,6 +667,10 @@ class SipConfig:
     # INVITE headers copied into call.attached's `sip.headers` for the agent (e.g. ["X-Customer-Id"]); From, To,
     # P-Asserted-Identity and Diversion are always read; Authorization and Proxy-Authorization are never passed
     pass_headers: list[str] = field(default_factory=list)
+    # session timers (RFC 4028) for callers whose INVITE asks for them (Session-Expires): the interval we ask for,
+    # and the smallest we accept (a smaller Session-Expires gets 422 with this Min-SE); 90 is RFC 4028's floor
+    session_expires_s: int = 1800
+    min_se_s: int = 90
     greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence
     # SIP over TLS: {port, cert_file, key_file, ca_file, require_client_cert}; unset: no TLS listener
     tls: SipTlsConfig | None = None
@@ -693,6 +697,11 @@ class SipConfig:
             not self.register or "udp" in self.transports,
             "register",
             "needs udp in sip.transports (registrations go out over UDP)",
+        )
+        check(
+            90 <= self.min_se_s <= self.session_expires_s <= 86400,
+            "min_se_s",
+            "and session_expires_s must satisfy 90 <= min_se_s <= session_expires_s <= 86400",
         )
         check(self.srtp in SIP_SRTP_MODES, "srtp", f"must be one of {', '.join(SIP_SRTP_MODES)}")
         check(

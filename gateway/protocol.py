@@ -63,6 +63,7 @@ AUDIO_DECLINED = "audio_declined"  # SIP: the offer declines audio (m=audio 0) (
 SRTP_UNSUPPORTED = (
     "srtp_unsupported"  # SIP: an SRTP offer voxgate cannot take (sip.srtp off, over plain SIP, no usable key) (488)
 )
+SESSION_INTERVAL_TOO_SMALL = "session_interval_too_small"  # SIP: Session-Expires below sip.min_se_s (422, Min-SE)
 SRTP_REQUIRED = "srtp_required"  # SIP: a plain RTP offer while sip.srtp is required (488)
 TRANSFER_NOT_ALLOWED = "transfer_not_allowed"  # call.transfer to a target sip.transfer_targets does not match
 

@@ -57,7 +57,7 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
     from aiosipua.sdp import SdpMessage, negotiate_sdp
     from aiosipua.utils import generate_tag
 
-    from gateway.sip import sdes
+    from gateway.sip import sdes, session_timer
     from gateway.sip.srtp import SrtpSession, protect_sends
     from gateway.sip.tls import server_context
     from gateway.sip.transports import TcpSip, TlsSip, UdpSip
@@ -114,6 +114,7 @@ REFUSAL_STATUS = {
     P.AUDIO_DECLINED: (488, "Not Acceptable Here"),
     P.SRTP_UNSUPPORTED: (488, "Not Acceptable Here"),
     P.SRTP_REQUIRED: (488, "Not Acceptable Here"),
+    P.SESSION_INTERVAL_TOO_SMALL: (422, "Session Interval Too Small"),
     P.BAD_MESSAGE: (400, "Bad Request"),
 }
 NO_DTMF_PAYLOAD_TYPE = 128  # outside RTP's 7 bits: no packet is taken for a telephone-event the offer did not bind
@@ -230,6 +231,7 @@ class SipServer:
         self.allow = parse_networks(self.config.allow)
         self.admission = inbound_auth.InboundAuth(self.allow, self.config.auth)
         self.pass_headers = pass_header_names(self.config.pass_headers)
+        self.timers = session_timer.SessionTimerPolicy(self.config.session_expires_s, self.config.min_se_s)
         self.trusted = dialogs.trusted_networks(self.allow)  # who may speak for any dialog besides its peer
         self.invite_rate = InviteRate(self.config.invites_per_source_per_s)
         self.ports = RandomPortAllocator(sip_port_range(self.config.rtp_ports))
@@ -350,6 +352,8 @@ class SipServer:
         uas.on_bye = self._on_bye
         uas.on_cancel = self._on_cancel
         uas.on_ack_timeout = lambda incoming: self._end_soon(incoming.call_id, "no_ack", send_bye=False)
+        # the caller's session refreshes stopped (RFC 4028 §10): aiosipua sent the BYE
+        uas.on_session_expired = lambda incoming: self._end_soon(incoming.call_id, "session_expired", send_bye=False)
         await uas.start()
         # our intake runs first (allow list, ACK, INFO, NOTIFY), then the stack's
         door.intake = door.transport.on_message
@@ -562,6 +566,10 @@ class SipServer:
             self._srtp_keys(door, checked)
         except sdes.SdesError as exc:
             return P.SRTP_REQUIRED if exc.code == "srtp_required" else P.SRTP_UNSUPPORTED, str(exc), {}
+        timer = self.timers.answer(_header_pairs(msg))
+        if isinstance(timer, session_timer.Refusal):
+            code = P.SESSION_INTERVAL_TOO_SMALL if timer.status == 422 else P.BAD_MESSAGE
+            return code, f"session timer: {timer.reason}", timer.headers
         if _call_ids(msg) is None:
             return P.BAD_MESSAGE, "Call-ID or X-Call-Id is not a usable call id (1..128 printable characters)", {}
         return None
@@ -621,6 +629,10 @@ class SipServer:
         offer = check_offer(incoming.invite.text, self.payload_types, srtp=self.config.srtp != "off")  # `_admitted`
         c = SipCall(self, incoming, door, offer, codec=wire.CODEC_OF_PAYLOAD_TYPE[offer.payload_type])
         c.keys = self._srtp_keys(door, offer)  # passed in `_admitted` too: fresh keys of ours for this call
+        pairs = _header_pairs(incoming.invite)
+        timer = session_timer.engaged(self.timers.answer(pairs), pairs)  # the answer passed in `_admitted`
+        if timer is not None:  # aiosipua's accept writes Session-Expires; its timer refreshes or watches from the ACK
+            incoming.session_interval, incoming.session_refresher_us = timer.interval, timer.we_refresh
         self.calls[incoming.call_id] = c
         if door.name == "UDP":  # over TCP the connection holds the per-IP slot (_TcpSip)
             source = incoming.source_addr[0]
@@ -710,8 +722,7 @@ class SipServer:
 
     def _identity(self, invite: SipRequest) -> dict:
         """Who calls whom, for the agent (gateway/sip/identity.py): only `sip.pass_headers` among the rest."""
-        pairs = [(name, value) for name, values in invite.headers.items() for value in values]
-        return call_identity("inbound", invite.uri, pairs, self.pass_headers)
+        return call_identity("inbound", invite.uri, _header_pairs(invite), self.pass_headers)
 
     async def _claimed_here(self, c: SipCall) -> bool:
         """Cluster mode: the call's ids are claimed for this node (its RTP never leaves it). A call another node
@@ -1005,6 +1016,11 @@ class SipServer:
                 await rtp.close()
             except Exception:
                 log.debug("closing RTP failed", exc_info=True)
+
+
+def _header_pairs(request: SipRequest) -> list[tuple[str, str]]:
+    """A request's headers as (name, value) pairs, repeats kept."""
+    return [(name, value) for name, values in request.headers.items() for value in values]
 
 
 def _bound_port(door: _Door) -> int:

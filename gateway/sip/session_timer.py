@@ -129,6 +129,22 @@ class SessionTimerPolicy:
         return Agreement(interval, we_refresh, "UPDATE" if _allows_update(h.get("allow")) else "INVITE")
 
 
+def engaged(answer: Answer, request: Headers) -> Agreement | None:
+    """The timer an inbound call runs, from `SessionTimerPolicy.answer`: None when the INVITE asked for none (no
+    Session-Expires: RFC 4028 §9 lets the UAS add one, we do not impose refreshes on a caller that did not ask).
+    aiosipua refreshes with UPDATE only: where we would have to re-INVITE, a caller that supports timers refreshes
+    itself, and one that does not gets no timer."""
+    if answer.agreement is None or "session-expires" not in _read(request):
+        return None
+    agreement = answer.agreement
+    if agreement.we_refresh and agreement.refresh_with != "UPDATE":
+        h = _read(request)
+        if "timer" not in _tokens(h.get("supported", "")) | _tokens(h.get("require", "")):
+            return None
+        return Agreement(agreement.interval, False, agreement.refresh_with)
+    return agreement
+
+
 def _read(headers: Headers) -> dict[str, str]:
     """Headers by lower-case name (compact forms expanded); repeated ones joined with commas."""
     out: dict[str, str] = {}

@@ -79,3 +79,23 @@ def test_outbound_offer_422_retry_and_the_callees_answer():
 def test_policy_bounds(expires, min_se):
     with pytest.raises(ValueError, match="session timers"):
         SessionTimerPolicy(session_expires=expires, min_se=min_se)
+
+
+@pytest.mark.parametrize(
+    "headers, expected",
+    [
+        ([], None),  # the caller asked for no timer: none imposed
+        ([("Supported", "timer")], None),
+        ([("Session-Expires", "600;refresher=uac"), ("Supported", "timer")], (600, False)),
+        # we would refresh, and the caller allows UPDATE: we do (aiosipua refreshes with UPDATE)
+        ([("Session-Expires", "600;refresher=uas"), ("Supported", "timer"), ("Allow", "INVITE, UPDATE")], (600, True)),
+        # we would have to re-INVITE: a caller that supports timers refreshes itself; one that does not gets none
+        ([("Session-Expires", "600;refresher=uas"), ("Supported", "timer"), ("Allow", "INVITE, BYE")], (600, False)),
+        ([("Session-Expires", "600"), ("Allow", "INVITE, BYE")], None),
+    ],
+)
+def test_engaged_runs_only_timers_the_caller_asked_for_and_we_can_keep(headers, expected):
+    from gateway.sip.session_timer import engaged
+
+    agreement = engaged(SessionTimerPolicy().answer(headers), headers)
+    assert (agreement and (agreement.interval, agreement.we_refresh)) == expected

@@ -1,0 +1,37 @@
+"""Session timers (RFC 4028) on inbound calls, with SIPp as the caller: a Session-Expires below sip.min_se_s gets
+422 with our Min-SE; a caller that asks for a 90 s timer and refreshes itself gets it in the 200 OK, and when its
+refresh never comes the call is ended with BYE after 60 s (the test waits for it)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.sip.conftest import sip_port
+from tests.sip.sipp import run_sipp
+from tests.telephony.clients import Control
+
+pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
+
+
+async def test_a_session_interval_below_min_se_gets_422(sip_gateway, tmp_path):
+    gw = await sip_gateway()
+    run = await run_sipp(tmp_path, sip_port(gw), "session_too_small.xml", timeout_s=10)
+    run.assert_ok()  # 422 with Min-SE: 90 and X-Voxgate-Reason: session_interval_too_small
+    assert len(gw.calls) == 0
+    assert gw.metrics.errors.labels(code="session_interval_too_small")._value.get() == 1
+
+
+async def test_a_call_whose_refreshes_stop_is_ended_with_bye(sip_gateway, tmp_path):
+    gw = await sip_gateway(sip={"rtp_timeout_s": 300})  # SIPp sends no RTP: only the session timer may end it
+    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "session_expires.xml", timeout_s=90))
+    for _ in range(200):
+        if gw.calls.ids():
+            break
+        await asyncio.sleep(0.05)
+    control = await Control.connect(gw)
+    await control.attach(gw.calls.ids()[0])
+    ended = await control.expect("call.media", state="ended", timeout=80)
+    assert ended["reason"] == "session_expired"
+    (await sipp).assert_ok()  # the 200 OK carried Session-Expires: 90;refresher=uac and Require: timer; BYE came
