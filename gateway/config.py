@@ -232,9 +232,11 @@ class SimulatedConfig:
 class PlayoutConfig:
     prebuffer_ms: float = 60.0
     frame_ms: int = 20
+    max_ahead_ms: float = 4000.0  # a paced call reads no more engine audio while this much waits to play
 
     def validate(self, check) -> None:
         check(0 <= self.prebuffer_ms <= 5000, "prebuffer_ms", "must be 0..5000")
+        check(500 <= self.max_ahead_ms <= 60_000, "max_ahead_ms", "must be 500..60000")
         check(self.frame_ms == 20, "frame_ms", "only 20 ms frames are supported")
 
 

@@ -198,6 +198,11 @@ class SynthesisStream:
     def done(self) -> bool:
         return self._done
 
+    @property
+    def unread_samples(self) -> int:
+        """Audio delivered that the consumer has not read yet (a consumer pacing its reads keeps it waiting)."""
+        return self._unread
+
     def forward(self, sink) -> None:
         """Hand every item to `sink(item)` instead of the iterator: each `PcmChunk`, an exception when the
         stream fails, then `None` at its end. The engine service reads thousands of streams this way without a

@@ -12,6 +12,12 @@ Two in flight: while chunk k plays, chunk k+1 is synthesised; chunk k+2 is
 submitted only once k is fully synthesised. Audio of a later in-flight chunk
 is held back until the earlier one is complete, so the playout always
 receives each turn's audio in order.
+
+Paced calls (the shared clock or the leg's pull drains the playout) read an
+engine's stream no further than `playout.max_ahead_ms` ahead of what plays:
+the rest waits in the stream, and an engine that reads its audio from a socket
+stops reading it (backpressure reaches the upstream server). Unpaced and
+headless sessions read as fast as the engine speaks.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ log = logging.getLogger("voxgate.session")
 _WORD = re.compile(r"\S+")
 
 MAX_IN_FLIGHT = 2
+PACE_SLACK_S = 0.1  # a paced read resumes this far under the bound: a wake-up per 100 ms of audio, not a packet
 SILENCE_LEVEL = 1e-3  # |sample| at or below this is silence (about -60 dBFS): where a chunk's speech ends
 MODES = ("sentence", "turn")
 ENDED_TURNS_REMEMBERED = 256  # ended turn ids whose late text gets `turn_closed` (an agent's tokens in flight)
@@ -89,6 +96,8 @@ class _Job:
     watchdog: asyncio.TimerHandle | None = None
     out_samples: int = 0  # output samples this job's audio has made (pushed or held)
     speech_end: int = 0  # output samples up to the last audible one (the estimate leaves trailing silence out)
+    pacing: bool = False  # waiting for the playout to drain (a paced call): not a stall
+    promoted: asyncio.Future | None = None  # a later chunk whose held audio is at its cap waits to become the head
 
 
 class Session:
@@ -131,6 +140,8 @@ class Session:
         self.call_details: dict = {}  # what the media leg knows of the call (SIP: {"sip": {...}}), for the agent
         self.created_at = time.monotonic()
         log_dir = config.server.log_dir
+        # Paced: output samples the playout (and held audio) may hold before the engine's stream is read no further.
+        self._max_ahead = None if unpaced or headless else int(config.playout.max_ahead_ms * output.sample_rate / 1000)
         # headless: no media leg; the audio goes to one consumer unpaced (gateway/core/headless.py).
         # unpaced: a live call whose audio leaves as made (output.pacing "none", gateway/core/unpaced.py).
         if unpaced:
@@ -407,9 +418,15 @@ class Session:
         self.metrics.chunks.inc()
 
     def _next_deadline(self) -> float:
-        """When the playout would run dry without the next chunk's audio."""
+        """When the playout would run dry without the next chunk's audio (a paced call's unread audio counts)."""
         held = sum(sum(len(p) for p in job.held) for job in self._inflight)
-        return time.monotonic() + (self.playout.buffered_ms / 1000.0) + held / self.output.sample_rate
+        unread = sum(job.stream.unread_samples for job in self._inflight if job.stream is not None)
+        return (
+            time.monotonic()
+            + (self.playout.buffered_ms / 1000.0)
+            + held / self.output.sample_rate
+            + unread / self.engine.sample_rate
+        )
 
     async def _run_job(self, job: _Job) -> None:
         """Prepare one text chunk, submit it, and feed its audio to the playout in order."""
@@ -432,6 +449,8 @@ class Session:
                 if chunk.text_end is not None and job.turn.words is not None:
                     job.turn.text_marks.append((job.out_samples, chunk.text_end))
                     self._send_turn_words(job.turn)
+                if self._max_ahead is not None:
+                    await self._pace(job)
             self._deliver(job, job.resampler.flush())
         except asyncio.CancelledError:
             return
@@ -454,6 +473,31 @@ class Session:
         self._advance()
         await self.flush_events()
 
+    async def _pace(self, job: _Job) -> None:
+        """A paced call reads no more of the engine's stream while `playout.max_ahead_ms` waits to play.
+
+        The head chunk counts the playout and the held audio; a later chunk also stops once its own held audio
+        reaches half the bound, so the head always has room (its end is what releases the held audio) and the
+        total stays within the bound and a packet. Waits are timers sized to the excess, cancelled with the job
+        (barge-in); the stall watchdog does not count them."""
+        rate = self.output.sample_rate
+        limit = self._max_ahead
+        while job in self._inflight:
+            excess = self.ahead_samples - limit
+            own = sum(len(p) for p in job.held)
+            if job is not self._inflight[0] and own >= limit // 2:
+                job.pacing = True
+                job.promoted = asyncio.get_running_loop().create_future()
+                await job.promoted  # `_advance` makes it the head and pushes its held audio
+                continue
+            if excess <= 0:
+                break
+            job.pacing = True
+            await asyncio.sleep(excess / rate + PACE_SLACK_S)
+        if job.pacing:
+            job.pacing = False
+            job.fed_at = asyncio.get_running_loop().time()
+
     def _watch_stall(self, job: _Job) -> None:
         """A hung engine must not hang the turn: no audio for `engine.stall_timeout_s` fails the chunk.
 
@@ -471,6 +515,8 @@ class Session:
         loop, stall = asyncio.get_running_loop(), self.config.engine.stall_timeout_s
         if job.turn.words is not None and not job.turn.final:
             job.fed_at = loop.time()  # turn mode: a stream waiting for the agent's text is paused, not stalled
+        if job.pacing:
+            job.fed_at = loop.time()  # we stopped reading it: the engine is not late
         if loop.time() - job.fed_at >= stall:
             job.stream.cancel(
                 EngineError(P.ENGINE_ERROR, f"no audio from the engine for {stall:g} s (engine.stall_timeout_s)")
@@ -525,6 +571,8 @@ class Session:
                 for pcm in head.held:
                     self._push(head, pcm)
                 head.held.clear()
+                if head.promoted is not None and not head.promoted.done():
+                    head.promoted.set_result(None)
         self._pump()
 
     def _send_words(self, turn: _Turn, index: int) -> None:
@@ -892,6 +940,12 @@ class Session:
             callback()
         if self.on_closed:
             self.on_closed(self)
+
+    @property
+    def ahead_samples(self) -> int:
+        """Output samples made and not yet played: the playout's and those held for a later chunk."""
+        held = sum(sum(len(p) for p in job.held) for job in self._inflight)
+        return int(self.playout.buffered_ms * self.output.sample_rate / 1000) + held
 
     @property
     def active_turns(self) -> int:

@@ -1,7 +1,8 @@
 """openai-speech against servers that hang, lie or flood (tests/openai_speech/misbehaving.py, real HTTP on
 loopback): a hung server costs a call about the first-byte timeout and is out (suspect) until a speech probe
 passes; a watchdog's give-up counts against the server; a stream that stalls mid-chunk ends it; a body that is not
-audio never plays; a runaway stream is read no faster than it is consumed and ends at the chunk's cap."""
+audio never plays; a runaway stream is read no faster than it is consumed and ends at the chunk's cap; a paced call
+reads it no further than playout.max_ahead_ms ahead of what plays."""
 
 from __future__ import annotations
 
@@ -244,13 +245,13 @@ async def test_a_runaway_server_is_read_no_faster_than_consumed_and_its_chunk_en
         await engine.close()
 
 
-async def test_a_call_against_a_runaway_server_hears_a_bounded_chunk_and_the_gateways_memory_stays_flat(
+async def test_an_unpaced_call_against_a_runaway_server_hears_a_bounded_chunk_and_the_gateways_memory_stays_flat(
     runaway, chained_gateway
 ):
     await wait_up(runaway)
     gw = await chained_gateway([f"{runaway}/v1"])
     c = await Client.connect(gw)
-    await c.start()
+    await c.start(output={"pacing": "none"})  # audio as fast as the client reads: the cap, not the clock, ends it
     rss = [rss_mb()]
     await c.send({"type": "text", "turn_id": "t1", "text": "Hello.", "final": True})
     error = await c.until("error", timeout=15)
@@ -261,9 +262,55 @@ async def test_a_call_against_a_runaway_server_hears_a_bounded_chunk_and_the_gat
     print(f"\nrunaway call: gateway RSS {' → '.join(f'{r:.0f}' for r in rss)} MB, sent {await sent_bytes(runaway)} B")
     assert max(rss) - rss[0] < 40  # one capped chunk (36 s of float32 at 24 kHz and its copies), not a flood
     assert gw.engine.stats()["too_long"] == 1
+    done = await c.until("turn.done", timeout=10)  # sent as fast as it came: the turn ends with the capped chunk
+    assert done["interrupted"] is False and 35_000 < done["played_ms"] <= 36_000
+    await c.ws.close()
+
+
+async def server_stats(root: str) -> dict:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{root}/stats") as resp:
+            return await resp.json()
+
+
+async def test_a_paced_call_reads_a_runaway_server_no_further_than_max_ahead_of_what_plays(runaway, chained_gateway):
+    """The clock plays the call; the session stops reading the engine's streams at playout.max_ahead_ms (4 s) ahead
+    of what plays, so the engine stops reading the socket and the upstream is held. Two chunks: the second's held
+    audio counts too, and its long wait to become the head is not a stall (engine.stall_timeout_s 2 s here)."""
+    await wait_up(runaway)
+    gw = await chained_gateway([f"{runaway}/v1"], {"engine": {"stall_timeout_s": 2}})
+    c = await Client.connect(gw)
+    await c.start()
+    await c.send({"type": "text", "turn_id": "t1", "text": "Hello there. And a second sentence.", "final": True})
+    await c.until("audio.start", timeout=10)
+    session = next(iter(gw.core.registry.sessions.values()))
+    bound = gw.config.playout.max_ahead_ms * session.output.sample_rate / 1000
+    packet = session.output.sample_rate * 80 // 1000  # the engine's packet_ms
+    ahead, sent = [], []
+    for i in range(60):  # 6 s of the call
+        await asyncio.sleep(0.1)
+        ahead.append(session.ahead_samples)
+        if i in (19, 59):
+            sent.append((await server_stats(runaway))["audio_bytes"])
+    rate = session.output.sample_rate
+    print(f"\npaced runaway call: ahead of the playout at most {max(ahead) / rate:.2f} s (bound {bound / rate:g} s), ")
+    print(f"upstream sent {sent[0] / 1e6:.2f} → {sent[1] / 1e6:.2f} MB over the last 4 s")
+    assert max(ahead) <= bound + packet
+    assert min(ahead[10:]) > bound / 2  # read on as it plays: the playout never runs short
+    assert sent[1] - sent[0] < 1_000_000  # held at real time (~0.2 MB in 4 s), not at loopback speed
+    assert not c.of_type("error") and not c.of_type("underrun")  # no cap reached, no watchdog, no gap
+    stats = gw.engine.stats()
+    assert stats["too_long"] == 0 and stats["watchdog"] == 0 and stats["cancelled"] == 0
+    assert (await server_stats(runaway))["open"] == 2  # both chunks' requests held open, neither given up
     await c.send({"type": "interrupt"})
     done = await c.until("turn.done", timeout=10)
-    assert done["interrupted"] is True
+    assert done["interrupted"] is True and done["gaps"] == {"micro": 0, "audible": 0}
+    assert not session._inflight and session.ahead_samples == 0  # everything emptied with the interrupt
+    for _ in range(100):  # the engine's requests were cancelled: the server sees both connections close
+        if (await server_stats(runaway))["open"] == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert (await server_stats(runaway))["open"] == 0
     await c.ws.close()
 
 

@@ -480,9 +480,11 @@ class OpenAISpeechEngine(Engine):
             if too_long:  # what fits under the cap plays; the rest is never read
                 data = data[: max(0, len(data) - (received - most) * 2)]
             packets = cutter.feed(data)
-            if packets is not None:
-                self._deliver(stream, packets, delivered // codec_frame, False)
-                delivered += len(packets)
+            # one chunk a packet, however much one read brought (on loopback a read holds seconds of audio): a
+            # consumer that paces its reads (a paced call) then overshoots its bound by a packet at most
+            for start in range(0, len(packets) if packets is not None else 0, self._packet):
+                self._deliver(stream, packets[start : start + self._packet], delivered // codec_frame, False)
+                delivered += min(self._packet, len(packets) - start)
             if too_long:
                 self.counters["too_long"] += 1
                 e.errors["engine_error"] += 1
