@@ -419,14 +419,8 @@ class Session:
 
     def _next_deadline(self) -> float:
         """When the playout would run dry without the next chunk's audio (a paced call's unread audio counts)."""
-        held = sum(sum(len(p) for p in job.held) for job in self._inflight)
         unread = sum(job.stream.unread_samples for job in self._inflight if job.stream is not None)
-        return (
-            time.monotonic()
-            + (self.playout.buffered_ms / 1000.0)
-            + held / self.output.sample_rate
-            + unread / self.engine.sample_rate
-        )
+        return time.monotonic() + self.ahead_samples / self.output.sample_rate + unread / self.engine.sample_rate
 
     async def _run_job(self, job: _Job) -> None:
         """Prepare one text chunk, submit it, and feed its audio to the playout in order."""
@@ -476,16 +470,19 @@ class Session:
     async def _pace(self, job: _Job) -> None:
         """A paced call reads no more of the engine's stream while `playout.max_ahead_ms` waits to play.
 
-        The head chunk counts the playout and the held audio; a later chunk also stops once its own held audio
-        reaches half the bound, so the head always has room (its end is what releases the held audio) and the
-        total stays within the bound and a packet. Waits are timers sized to the excess, cancelled with the job
-        (barge-in); the stall watchdog does not count them."""
+        The audio ahead counts the playout's and the held audio of a later chunk. That chunk also stops once its
+        own held audio reaches half the bound, and the head may always fill the playout to half the bound: the
+        head's end is what releases the held audio, so it must never wait on it. The total stays within the
+        bound and a packet (two where a packet overshoots the held half). Waits are timers sized to the excess,
+        cancelled with the job (barge-in); the stall watchdog does not count them."""
         rate = self.output.sample_rate
         limit = self._max_ahead
         while job in self._inflight:
             excess = self.ahead_samples - limit
             own = sum(len(p) for p in job.held)
-            if job is not self._inflight[0] and own >= limit // 2:
+            if job is self._inflight[0]:
+                excess = min(excess, int(self.playout.buffered_ms * rate / 1000) - limit // 2)
+            elif own >= limit // 2:
                 job.pacing = True
                 job.promoted = asyncio.get_running_loop().create_future()
                 await job.promoted  # `_advance` makes it the head and pushes its held audio
