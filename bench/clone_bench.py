@@ -72,7 +72,7 @@ async def _ttfa(engine, voice: str) -> tuple[float, dict]:
             stream.cancel()
             break
     return first, {
-        "prefill_positions": int(job.prompt.prefill.shape[0]),
+        "prefill_positions": job.prompt_len,
         "prefill_ms": round((engine.timings["prefill"] - p0) * 1e3, 1),
     }
 

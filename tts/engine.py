@@ -143,8 +143,8 @@ class _Sink:
 class SynthesisStream:
     """Async iterator over a request's `PcmChunk`s.
 
-    The engine side calls `_deliver` / `_fail` (from the event loop; worker
-    threads go through `loop.call_soon_threadsafe`). The consumer iterates
+    The engine side calls `deliver` (from the event loop; worker threads go
+    through `loop.call_soon_threadsafe`). The consumer iterates
     and may `cancel()`; the engine frees the request's slot at its next step.
     """
 
@@ -225,21 +225,27 @@ class SynthesisStream:
         if room is not None and not room.done():
             room.set_result(None)
 
-    def _deliver(self, chunk: PcmChunk) -> None:
+    def deliver(self, item: PcmChunk | BaseException) -> None:
+        """The engine's one way to its caller (on the event loop): a chunk (the stream ends after its last one),
+        or the error that ends the stream. Anything after the end, or after a cancel, is dropped."""
         if self._done:
             return
-        if self.first_audio_at is None and len(chunk.pcm):
+        if isinstance(item, BaseException):
+            self._queue.put_nowait(item)
+            self._finish()
+            return
+        if self.first_audio_at is None and len(item.pcm):
             self.first_audio_at = time.monotonic()
-        self._unread += len(chunk.pcm)
-        self._queue.put_nowait(chunk)
-        if chunk.is_last:
+        self._unread += len(item.pcm)
+        self._queue.put_nowait(item)
+        if item.is_last:
             self._finish()
 
+    def _deliver(self, chunk: PcmChunk) -> None:  # the older engines' spelling of `deliver`
+        self.deliver(chunk)
+
     def _fail(self, error: BaseException) -> None:
-        if self._done:
-            return
-        self._queue.put_nowait(error)
-        self._finish()
+        self.deliver(error)
 
     def _finish(self) -> None:
         if not self._done:

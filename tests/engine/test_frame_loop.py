@@ -289,9 +289,9 @@ async def test_a_burst_is_admitted_over_several_steps_within_the_prefill_budget(
     sizes = []
     real = eng.step_loop.admit
 
-    def admit(jobs, free):
-        sizes.append(len(jobs))
-        return real(jobs, free)
+    def admit(admissions):
+        sizes.append(len(admissions))
+        return real(admissions)
 
     eng.step_loop.admit = admit
     try:

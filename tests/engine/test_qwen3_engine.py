@@ -245,9 +245,9 @@ async def test_urgent_requests_arriving_together_all_get_a_slot_in_one_step(ckpt
     admitted: list[list[int]] = []
     admit = eng.step_loop.admit
 
-    def recording_admit(jobs, free):
-        admitted.append([j.request.request_id for j in jobs])
-        return admit(jobs, free)
+    def recording_admit(admissions):
+        admitted.append([a.request.request_id for a in admissions])
+        return admit(admissions)
 
     eng.step_loop.admit = recording_admit
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-import weakref
 
 import numpy as np
 
@@ -25,30 +24,31 @@ MIN_SECONDS = 0.02
 
 
 class WordLane:
-    def __init__(self, aligner: ForcedAligner, post, sample_rate: int):
+    def __init__(self, aligner: ForcedAligner, deliver, sample_rate: int):
         self.aligner = aligner
-        self.post = post  # runs a callable on the event loop
+        self.deliver = deliver  # the engine's (stream, chunk) pairs to their callers (Qwen3Engine.deliver)
         self.rate = sample_rate
-        self.audio: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # job -> its PCM so far
+        self.audio: dict[int, list] = {}  # request id -> its PCM so far (dropped when it ends or leaves)
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aligner")
         self.lock = threading.Lock()
         self.waiting: list[tuple] = []  # (stream, pcm, text, frame_index) ready to align
 
-    def add(self, job, pcm: np.ndarray) -> None:
-        """On the vocoder lane: one more piece of the request's audio."""
+    def add(self, rid: int, pcm: np.ndarray) -> None:
+        """On the vocoder lane: one more piece of request `rid`'s audio."""
         if len(pcm):
-            self.audio.setdefault(job, []).append(pcm)
+            self.audio.setdefault(rid, []).append(pcm)
 
-    def drop(self, job) -> None:
-        self.audio.pop(job, None)
+    def drop(self, rid: int) -> None:
+        self.audio.pop(rid, None)
 
-    def finish(self, jobs: list) -> None:
-        """On the vocoder lane, after their audio was posted: align these requests, then end their streams."""
+    def finish(self, ended: list) -> None:
+        """On the vocoder lane, after their audio was delivered: align these requests ((rid, stream, frames)),
+        then end their streams."""
         with self.lock:
-            for job in jobs:
-                pieces = self.audio.pop(job, [])
+            for rid, stream, frames in ended:
+                pieces = self.audio.pop(rid, [])
                 pcm = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-                self.waiting.append((job.stream, pcm, job.request.text, job.delivered))
+                self.waiting.append((stream, pcm, stream.request.text, frames))
         self.pool.submit(self._align_waiting)
 
     def shutdown(self) -> None:
@@ -69,21 +69,15 @@ class WordLane:
                 words[i] = WordTimings(timed, "aligner")
         except Exception:  # noqa: BLE001 - the streams end without words; the estimate stands
             log.exception("aligner failed on %d requests", len(usable))
-        self.post(
-            _end_all,
+        self.deliver(
             [
                 (stream, PcmChunk(np.zeros(0, np.float32), frame, True, words=w))
                 for (stream, _, _, frame), w in zip(batch, words)
-            ],
+            ]
         )
 
 
-def _end_all(endings: list) -> None:
-    for stream, chunk in endings:
-        stream._deliver(chunk)
-
-
-def load_word_lane(aligner_dir: str, device: str, dtype: str, post, sample_rate: int) -> WordLane:
+def load_word_lane(aligner_dir: str, device: str, dtype: str, deliver, sample_rate: int) -> WordLane:
     """The aligner from its directory on the engine's device (float32 on a CPU, the engine's dtype elsewhere);
     a directory that is not an aligner checkpoint is an EngineError `aligner_unavailable`."""
     from tts.engine import EngineError
@@ -94,4 +88,4 @@ def load_word_lane(aligner_dir: str, device: str, dtype: str, post, sample_rate:
     except ConfigError as e:
         raise EngineError("aligner_unavailable", f"engine.aligner_dir: {e.message}") from None
     log.info("aligner: %s on %s (word timings per request)", aligner_dir, device)
-    return WordLane(aligner, post, sample_rate)
+    return WordLane(aligner, deliver, sample_rate)

@@ -75,12 +75,14 @@ class Qwen3Engine(Engine):
         # host_syncs (counters): what made the host wait for the device, counted by watching the ops that ran
         # (worker and vocoder lane, the vocoder's PCM copy included) when `watch_syncs` is on; None otherwise.
         self.scheduler = Scheduler(settings, cuda=settings.device.startswith("cuda"))
-        self.lane = VocoderLane(settings, self.scheduler, self.diagnostics, self._post)
-        self.step_loop = StepLoop(settings, self.scheduler, self.lane, self.diagnostics, self._post)
+        self.lane = VocoderLane(settings, self.scheduler, self.diagnostics, self.deliver)
+        self.step_loop = StepLoop(settings, self.scheduler, self.lane, self.diagnostics, self.deliver)
 
-    def _post(self, fn, *args) -> None:
-        """Run `fn(*args)` on the event loop (from the worker or the lane)."""
-        self._loop.call_soon_threadsafe(fn, *args)
+    def deliver(self, items: list) -> None:
+        """Every way a request's audio or failure reaches its caller: `(stream, PcmChunk | error)` pairs from
+        the worker or the lane, handed to the streams on the event loop in one callback, in order."""
+        if items:
+            self._loop.call_soon_threadsafe(_deliver_all, items)
 
     # ------------------------------------------------------------ the parts' state, as the engine's
     counters = property(lambda self: self.scheduler.counters)
@@ -169,7 +171,6 @@ class Qwen3Engine(Engine):
             # ops are too small for more threads: 2 threads ran c=1 15-30 % slower than 1 on two cores)
             torch.set_num_threads(s.cpu_threads or max(1, cores // 2 if s.pipeline else cores))
         self.cpu_threads = torch.get_num_threads()
-        self.lane.serial_rows = s.serial_vocoder_rows if s.serial_vocoder_rows >= 0 else (0 if cuda else 1)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         mem0 = torch.cuda.memory_allocated() if cuda else 0
@@ -190,13 +191,13 @@ class Qwen3Engine(Engine):
             cuda=cuda,
         )
         self.step_loop.attach(self._ckpt, self._batch, self._clones)
-        self.lane.batch = self._batch
+        vocoder = None
         if self._ckpt.codec is not None:
             from tts.qwen3.codec import CodecError
             from tts.qwen3.codec.vocoder import build_vocoder
 
             try:
-                self.lane.vocoder = build_vocoder(
+                vocoder = build_vocoder(
                     s.vocoder,
                     self._ckpt.codec,
                     max_batch=s.max_batch,
@@ -206,9 +207,8 @@ class Qwen3Engine(Engine):
                 )
             except CodecError as e:
                 raise EngineError("vocoder_unavailable", e.message) from None
-            log.info("vocoder: %s serving (engine.vocoder %s)", self._vocoder.name, s.vocoder)
-            # codec state for every slot now, not on the first admission
-            self.lane.state = self._vocoder.new_state(s.max_batch)
+            log.info("vocoder: %s serving (engine.vocoder %s)", vocoder.name, s.vocoder)
+        self.lane.load(vocoder, self._batch, s.max_batch, cuda=cuda)
         mem_codec = torch.cuda.memory_allocated() if cuda else 0
         if cuda and s.pin_sdpa and self._batch.use_cuda_graphs:
             from tts.qwen3.attention import choose
@@ -242,12 +242,10 @@ class Qwen3Engine(Engine):
             "qwen3 engine memory: %s",
             {k: (f"{v / 2**20:.0f} MiB" if isinstance(v, int) else v) for k, v in self.memory.items()},
         )
-        if s.pipeline and cuda:
-            self.lane.stream = torch.cuda.Stream()
         if s.aligner_dir and self.lane.vocoder is not None:  # word timings per request (tts/aligner/lane.py)
             from tts.aligner.lane import load_word_lane
 
-            self.lane.words = load_word_lane(s.aligner_dir, s.device, s.dtype, self._post, self.sample_rate)
+            self.lane.align_words(load_word_lane(s.aligner_dir, s.device, s.dtype, self.deliver, self.sample_rate))
 
     @property
     def vocoder_name(self) -> str | None:
@@ -266,7 +264,7 @@ class Qwen3Engine(Engine):
         report = {
             "weights": nbytes(model.parameters()) + (nbytes(codec.parameters()) if codec is not None else 0),
             "kv_cache": kv,
-            "codec_state": nbytes(self.lane.state.buffers) if self.lane.state is not None else 0,
+            "codec_state": self.lane.state_bytes,
             "graphs": graphs,
         }
         if torch.device(self.settings.device).type == "cuda":
@@ -296,10 +294,7 @@ class Qwen3Engine(Engine):
         self.scheduler.close()
         await asyncio.get_running_loop().run_in_executor(None, self.step_loop.join)
         self.lane.shutdown()
-        if self.lane.words is not None:
-            self.lane.words.shutdown()
-        for job in self.scheduler.drain_all():
-            job.stream._fail(EngineError("internal", "engine closed"))
+        _deliver_all([(stream, EngineError("internal", "engine closed")) for stream in self.scheduler.drain_all()])
 
     # ------------------------------------------------------------ API
     def synthesize(self, request: SynthesisRequest) -> SynthesisStream:
@@ -334,7 +329,7 @@ class Qwen3Engine(Engine):
         stream = TurnStream(request, self)
         turn = TurnFeed(self._ckpt.tokenizer)
         if request.text:
-            turn.inbox.append(request.text)
+            turn.inbox += turn.tokenize(request.text)
         self._enqueue(stream, request, turn)
         return stream
 
@@ -413,3 +408,9 @@ class Qwen3Engine(Engine):
 
     def watch_syncs(self, on: bool = True) -> None:
         self.step_loop.watch_syncs(on)
+
+
+def _deliver_all(items: list) -> None:
+    """On the event loop: each stream's chunk or error (one callback per vocoder call or failure)."""
+    for stream, item in items:
+        stream.deliver(item)

@@ -69,31 +69,36 @@ class EngineSettings:
 
 @dataclass(eq=False)  # jobs compare by identity
 class Job:
+    """One request as the scheduler keeps it: host state only, read and written under the scheduler's lock
+    and never handed out (the other parts know a request by its `rid`; their own state for it is theirs)."""
+
     stream: SynthesisStream
     request: SynthesisRequest
-    seq: int
+    seq: int  # the request id (`rid`) too: unique per engine, in arrival order
     deadline: float
     cancelled: bool = False
     slot: int | None = None
     cap: int = 0
     generated: int = 0
-    vocoded: int = 0  # frames decoded to PCM
-    delivered: int = 0  # frames handed to the stream
+    vocoded: int = 0  # frames handed to the vocoder lane (the next chunk's first frame index)
     packets: int = 0
     generating: bool = True
     pending: list = field(default_factory=list)  # codes not yet vocoded
-    pcm: list = field(default_factory=list)  # PCM not yet delivered
     codes: list = field(default_factory=list)  # every frame so far (to resume after preemption)
     admitted_at: float = 0.0
-    prompt: object = None  # tts.qwen3.prompt.Prompt, kept to resume
-    prompt_len: int = 0  # its positions (the scheduler reads this, never the prompt's tensors)
+    prompted: bool = False  # the step loop built its prompt (kept there, to resume)
+    prompt_len: int = 0  # its positions (the scheduler knows a prompt by these and its text tokens)
+    text_tokens: int = 0
     next_code0: int = -1  # the codebook-0 token already sampled for the next frame
-    codec_state: object = None  # future of the stream's vocoder state row while it has no slot
     preempted: int = 0
     finished: bool = False  # its last chunk was handed to the vocoder lane
     est_len: int | None = None  # prompt positions, estimated for the prefill budget
     turn: object = None  # tts.qwen3.turn_feed.TurnFeed: turn mode (the text track grows while it runs)
     paused: bool = False  # turn mode: its slot is held, its row does not step (no text for the next frame)
+
+    @property
+    def rid(self) -> int:
+        return self.seq
 
     @property
     def priority(self) -> float:

@@ -6,20 +6,24 @@ re-prefilling its frames), turn-mode pauses, and compaction of the slots so the 
 live streams. It does no device work and imports no torch: what the device must do follows from its
 decisions as `Op`s, which the step loop (tts.qwen3.step_loop) carries out after the lock is released.
 
-The contract with the step loop (the executor), once per iteration on the worker thread:
+The contract with the step loop (the executor), once per iteration on the worker thread. What crosses it
+is plain frozen data keyed by request id (`rid`): the scheduler's `Job`s never leave it, and the step loop
+and the vocoder lane keep their own per-request state (prompts, voice heads, saved vocoder rows):
 
-    plan = scheduler.schedule()            # StepPlan: ops to run in order, then jobs to admit
-    ... the step loop runs plan.ops, builds the admitted jobs' prompts, then
-    scheduler.admitted(jobs, slots)        # they hold their slots
-    ops = scheduler.after_prefill(jobs)    # turn rows for them
+    plan = scheduler.schedule()            # StepPlan: ops to run in order, then the Admissions
+    ... the step loop runs plan.ops, builds each admission's prompt and reports it:
+    scheduler.prompt_built(rid, positions, text_tokens)   # its frame cap (or `text_too_long`)
+    slots = scheduler.admitted(rids)       # they hold these slots
+    ops = scheduler.after_prefill(rids)    # turn rows for them
     rows = scheduler.rows()                # the step's batch rows (0: no step)
     ops = scheduler.update(StepResult)     # the step's codes: frames, ends, turn segments
-    work = scheduler.vocoder_work()        # who hands frames to the vocoder lane
+    work = scheduler.vocoder_work()        # VocoderTasks for the vocoder lane
 
 The event loop calls `enqueue`, `turn_text`, `turn_finish`, `cancel`, `update_deadline`, `stats`; the
 vocoder lane `delivered`, `fail`, `count`. Every method that reads or changes the shared state takes
-`lock` itself (`cap_for` reads only its job, which the worker alone changes between admissions); torch
-never runs while it is held (tests/engine/test_engine_lock.py), so the event loop never waits on a device.
+`lock` itself; torch never runs while it is held (tests/engine/test_engine_lock.py), nor the tokenizer
+on a new request's text (its prompt-length estimate is made before the lock), so the event loop never
+waits on a device or on another request's text.
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from tts.engine import EngineError
+from tts.engine import EngineError, SynthesisRequest
 from tts.qwen3.jobs import FRAME_S, EngineSettings, Job, frame_cap, tokens_within
 
 
@@ -45,9 +49,9 @@ class Release:
 
 @dataclass(frozen=True)
 class SaveRow:
-    """`job` leaves `slot` for a while (preempted, or a turn's next segment): keep its vocoder row."""
+    """Request `rid` leaves `slot` for a while (preempted, or a turn's next segment): keep its vocoder row."""
 
-    job: Job
+    rid: int
     slot: int
 
 
@@ -84,14 +88,55 @@ class SetActive:
     on: bool
 
 
-Op = Release | SaveRow | Move | WriteText | EosAt | SetActive
+@dataclass(frozen=True)
+class Drop:
+    """Request `rid` is over (done, failed or cancelled): the step loop forgets its state for it."""
+
+    rid: int
 
 
-@dataclass
+Op = Release | SaveRow | Move | WriteText | EosAt | SetActive | Drop
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A preempted stream coming back: every frame so far and its next codebook-0 token."""
+
+    codes: np.ndarray  # [frames, groups], a copy made for this admission
+    next_code0: int
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A request to prefill this step. A new one's prompt is built from `request`; a resumed one re-prefills
+    its kept prompt and `resume`'s frames; a turn's segment from its voice head and this text `track` (the
+    rows so far: `text_tokens` text tokens, the first `n_codec` in the prefill)."""
+
+    rid: int
+    request: SynthesisRequest
+    resume: Resume | None = None
+    turn: bool = False
+    track: tuple = ()
+    text_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class StepPlan:
-    ops: list = field(default_factory=list)  # to run in order, before the admission
-    admit: list = field(default_factory=list)  # jobs to prefill this step (EDF order)
-    free: list = field(default_factory=list)  # free slots: the admitted jobs take the first ones
+    ops: tuple = ()  # to run in order, before the admission
+    admit: tuple = ()  # Admissions to prefill this step (EDF order)
+
+
+@dataclass(frozen=True)
+class VocoderTask:
+    """Frames of request `rid` (in `slot`'s vocoder row) to decode and hand to its caller as one chunk."""
+
+    rid: int
+    slot: int
+    frames: tuple  # the codes, one array per frame (empty: only the stream's end)
+    last: bool
+    frame_index: int  # the chunk's first frame within the request
+    text_end: int | None = None  # turn mode: the text spoken once this chunk has played
+    turn: bool = False  # a turn-mode request's
 
 
 @dataclass
@@ -101,10 +146,10 @@ class StepResult:
     host_syncs: int | None = None  # the sync watch's count so far (None: not watching)
 
 
-@dataclass
+@dataclass(frozen=True)
 class VocoderWork:
-    tasks: list  # (job, slot, frames, last) in EDF order
-    owners: dict  # slot -> id(job) of every held slot
+    tasks: tuple  # VocoderTasks in EDF order
+    owners: frozenset  # every held slot (a request owns it)
     held: int  # slots held this step (before the releases of the streams that ended)
 
 
@@ -116,7 +161,8 @@ class Scheduler:
         # an RLock underneath: who holds it is known (`held_by_me`), which the lock test checks
         self.lock = threading.Condition(threading.RLock())
         self.queue: list[Job] = []
-        self.jobs: dict[int, Job] = {}  # by stream id
+        self.jobs: dict[int, Job] = {}  # by stream id (the event loop's calls come with the stream)
+        self.by_rid: dict[int, Job] = {}
         self.slots: dict[int, Job] = {}  # slot -> job whose talker row is generating
         self.held: dict[int, Job] = {}  # slot -> job owning it (generating, paused, or vocoding its last frames)
         self.turns_open = 0  # turn-mode requests ever opened (turn bookkeeping runs only once there is one)
@@ -153,34 +199,50 @@ class Scheduler:
         return self.lock._is_owned()
 
     # ------------------------------------------------------------ event loop side
-    def enqueue(self, stream, request, turn=None) -> Job:
-        """Queue a new stream's job (a turn-mode stream with its TurnFeed), or refuse it with "overloaded"
-        when max_queued requests are already waiting."""
+    def enqueue(self, stream, request, turn=None) -> int:
+        """Queue a new stream's request (a turn-mode stream with its TurnFeed) and return its id, or refuse it
+        with "overloaded" when max_queued requests are already waiting."""
+        est = None if turn is not None else self._estimate(request)  # the tokenizer runs before the lock
         with self.lock:
             if len(self.queue) >= self.settings.max_queued:
                 raise EngineError("overloaded", f"engine queue is full ({self.settings.max_queued} requests waiting)")
-            job = Job(stream, request, next(self._seq), request.deadline)
+            job = Job(stream, request, next(self._seq), request.deadline, est_len=est)
             if turn is not None:
                 job.turn = turn
                 self.turns_open += 1
             self.queue.append(job)
-            self.jobs[id(stream)] = job
+            self.jobs[id(stream)] = self.by_rid[job.rid] = job
             self.lock.notify()
-            return job
+            return job.rid
+
+    def _estimate(self, request) -> int:
+        """Prompt positions of a new request, estimated for the prefill budget: role/control tokens + the
+        text's tokens (instruction included)."""
+        text = request.text + (request.instruct or "")
+        try:
+            return 16 + (len(self.tokenizer.encode(text)) if self.tokenizer is not None else len(text) // 4)
+        except Exception:  # noqa: BLE001 - an estimate only; the prompt build reports real errors
+            return 16 + len(text)
 
     def turn_text(self, stream, text: str) -> None:
-        with self.lock:
-            job = self.jobs.get(id(stream))
-            if job is not None and job.turn is not None:
-                job.turn.inbox.append(text)
-                self.lock.notify()
+        self._turn_tokens(stream, text)
 
     def turn_finish(self, stream) -> None:
+        self._turn_tokens(stream, None)
+
+    def _turn_tokens(self, stream, text: str | None) -> None:
+        """The event loop's text for a turn (None: its end), tokenised before the lock is taken (the loop thread
+        alone feeds a turn's tokenizer), then handed to the worker under it."""
         with self.lock:
             job = self.jobs.get(id(stream))
-            if job is not None and job.turn is not None:
-                job.turn.finish_asked = True
-                self.lock.notify()
+        feed = job.turn if job is not None else None
+        if feed is None:
+            return
+        tokens = feed.tokenize(text) if text is not None else feed.tokenize_end()
+        with self.lock:
+            feed.inbox += tokens
+            feed.finish_asked = feed.finish_asked or text is None
+            self.lock.notify()
 
     def cancel(self, stream) -> None:
         with self.lock:
@@ -233,28 +295,35 @@ class Scheduler:
     def wait_for_text(self, timeout: float = 0.05) -> None:
         """Only turns waiting for text hold the worker: sleep until text (or anything) arrives."""
         with self.lock:
-            if not any(j.pending or j.pcm for j in self.held.values()):
+            if not any(j.pending for j in self.held.values()):
                 self.lock.wait(timeout)
 
-    def turns_needing_heads(self) -> list[Job]:
-        """Queued turns whose first text arrived but whose voice head (a device build) is not made yet."""
+    def turns_needing_heads(self) -> list[tuple[int, SynthesisRequest]]:
+        """(rid, request) of the queued turns whose first text arrived but whose voice head (a device build)
+        is not made yet."""
         with self.lock:
             need = []
             for job in self.queue:
                 feed = job.turn
-                if feed is not None and not job.cancelled and not feed.has_head and job.prompt is None:
+                if feed is not None and not job.cancelled and not feed.has_head and not job.prompted:
                     feed.drain()
                     if feed.has_text():
-                        need.append(job)
+                        need.append((job.rid, job.request))
             return need
 
-    def head_built(self, job: Job, room: int) -> None:
-        """The turn's voice head is made: `room` positions of its slot are left for a segment's text and frames,
-        which sets how many text tokens a segment may take (its prompt and frame cap fit the slot)."""
+    def head_built(self, rid: int, head_len: int, n_codec: int, prefix: list[int], room: int) -> None:
+        """The turn's voice head is made (`head_len` positions, then `n_codec` codec-track positions under the
+        text `prefix`): `room` positions of its slot are left for a segment's text and frames, which sets how
+        many text tokens a segment may take (its prompt and frame cap fit the slot)."""
         s = self.settings
         with self.lock:
-            job.turn.limit = max(1, tokens_within(room, s.frames_base, s.frames_per_token))
-            job.turn.fill()
+            job = self.by_rid.get(rid)
+            if job is None:
+                return
+            feed = job.turn
+            feed.head_len, feed.n_codec, feed.prefix = head_len, n_codec, list(prefix)
+            feed.limit = max(1, tokens_within(room, s.frames_base, s.frames_per_token))
+            feed.fill()
 
     def schedule(self) -> StepPlan:
         """This step's plan: cancelled jobs leave, turns take their new text, the queue is sorted by when each
@@ -267,13 +336,32 @@ class Scheduler:
             self._preempt_for_deadlines()
             if self.settings.compact:
                 self._compact()
-            free = [s for s in range(self.settings.max_batch) if s not in self.held]
-            admit = self._take_admissions(len(free))
-            return StepPlan(self._take_ops(), admit, free)
+            free = sum(1 for s in range(self.settings.max_batch) if s not in self.held)
+            admit = [self._admission(job) for job in self._take_admissions(free)]
+            return StepPlan(tuple(self._take_ops()), tuple(admit))
 
-    def cap_for(self, job: Job) -> int:
-        """The frame count at which this job (its prompt just built) ends at the latest; refuses a text whose
-        prompt leaves no room in a slot."""
+    def _admission(self, job: Job) -> Admission:
+        if job.turn is not None:  # a segment's prompt: the text track so far (those rows are then written)
+            feed = job.turn
+            track = feed.track(self.tts_eos_id)
+            feed.rows_written = max(0, len(track) - feed.n_codec)
+            feed.eos_written = feed.finished
+            return Admission(job.rid, job.request, turn=True, track=tuple(track), text_tokens=len(feed.body))
+        if job.prompted:  # resuming after preemption: its prompt plus every frame so far
+            return Admission(job.rid, job.request, Resume(np.stack(job.codes), job.next_code0))
+        return Admission(job.rid, job.request)
+
+    def prompt_built(self, rid: int, positions: int, text_tokens: int) -> None:
+        """Request `rid`'s prompt is built: `positions` long, from `text_tokens` text tokens. Sets its frame cap;
+        refuses (EngineError `text_too_long`) a text whose prompt leaves no room in a slot."""
+        with self.lock:
+            job = self.by_rid[rid]
+            job.prompt_len, job.text_tokens = positions, text_tokens
+            job.cap = self._cap(job)
+            job.prompted = True
+
+    def _cap(self, job: Job) -> int:
+        """The frame count at which this job (its prompt built) ends at the latest."""
         s = self.settings
         room = min(s.max_frames, s.max_seq_len - job.prompt_len - 1)
         if job.turn is not None:  # a segment: its cap counts from the stream's frames before it
@@ -282,7 +370,7 @@ class Scheduler:
                 room = max(1, min(room, frame_cap(len(feed.body), s.frames_base, s.frames_per_token)))
             cap = feed.frame0 + room
         else:
-            cap = min(frame_cap(job.prompt.text_tokens, s.frames_base, s.frames_per_token), room)
+            cap = min(frame_cap(job.text_tokens, s.frames_base, s.frames_per_token), room)
         if cap < 1:
             raise EngineError(
                 "text_too_long",
@@ -290,17 +378,25 @@ class Scheduler:
             )
         return cap
 
-    def admitted(self, jobs: list[Job], slots: list[int]) -> None:
-        """The jobs hold these slots from now (their prefill follows)."""
+    def admitted(self, rids: list[int]) -> list[int]:
+        """These requests (prompts built) take the lowest free slots from now, in order; their prefill follows."""
         with self.lock:
-            for job, slot in zip(jobs, slots):
+            free = (s for s in range(self.settings.max_batch) if s not in self.held)
+            slots = []
+            now = time.monotonic()
+            for rid, slot in zip(rids, free):
+                job = self.by_rid[rid]
                 job.slot = slot
+                job.admitted_at = job.admitted_at or now
                 self.slots[slot] = self.held[slot] = job
-            self.counters["admitted"] += len(jobs)
+                slots.append(slot)
+            self.counters["admitted"] += len(slots)
+            return slots
 
-    def after_prefill(self, jobs: list[Job]) -> list:
+    def after_prefill(self, rids: list[int]) -> list:
         """Turns just prefilled: end-of-speech held until their `tts_eos`, paused at once if their text ran out."""
         with self.lock:
+            jobs = [self.by_rid[r] for r in rids if r in self.by_rid]
             turns = [j for j in jobs if j.turn is not None and j.slot is not None]
             for job in turns:
                 self._ops.append(EosAt(job.slot, job.turn.eos_row()))
@@ -348,7 +444,7 @@ class Scheduler:
         ramp = s.packet_ramp
         with self.lock:
             live = [j for j in self.held.values() if not j.cancelled and not j.finished]
-            owners = {slot: id(job) for slot, job in self.held.items() if not job.cancelled}
+            owners = frozenset(slot for slot, job in self.held.items() if not job.cancelled)
             held = len(self.held)
             # a turn paused for its text hands over what it has: the caller would hear a gap otherwise
             todo = sorted(
@@ -366,43 +462,55 @@ class Scheduler:
             tasks = []
             for job in todo + ending:
                 frames, job.pending = job.pending, []
+                first = job.vocoded
                 job.vocoded += len(frames)
                 job.packets += 1
                 last = not job.generating
                 job.finished = last
-                tasks.append((job, job.slot, frames, last))
-            for job, _, _, last in tasks:
+                text_end = job.turn.text_end(job.vocoded) if job.turn is not None else None
+                tasks.append(VocoderTask(job.rid, job.slot, tuple(frames), last, first, text_end, job.turn is not None))
                 if last:
                     self._release(job)
-            return VocoderWork(tasks, owners, held)
+            return VocoderWork(tuple(tasks), owners, held)
 
     # ------------------------------------------------------------ any thread
-    def delivered(self, job: Job, frames: int, last: bool) -> None:
-        """The vocoder lane handed `frames` frames of `job` to its stream (its last chunk when `last`)."""
+    def delivered(self, rid: int, frames: int, last: bool):
+        """The vocoder lane decoded `frames` frames of request `rid` (its last chunk when `last`). Returns the
+        caller's stream to hand the chunk to (Qwen3Engine.deliver), or None for a request that has left."""
         with self.lock:
+            job = self.by_rid.get(rid)
+            if job is None or job.cancelled:
+                return None
             self.counters["audio_s"] += frames * FRAME_S
             if last:
                 self._release(job)
                 self._forget(job, "completed")
+            return job.stream
 
-    def fail(self, job: Job) -> None:
-        """The job failed (its stream is told by the caller): it leaves the queue and its slot."""
+    def fail(self, rid: int):
+        """Request `rid` failed: it leaves the queue and its slot. Returns its caller's stream, for the failure
+        to be delivered (None when it had already left)."""
         with self.lock:
+            job = self.by_rid.get(rid)
+            if job is None:
+                return None
             if job in self.queue:
                 self.queue.remove(job)
             self._release(job)
             self._forget(job, "failed")
+            return job.stream
 
-    def held_jobs(self) -> list[Job]:
+    def held_rids(self) -> list[int]:
         with self.lock:
-            return list(self.held.values())
+            return [job.rid for job in self.held.values()]
 
-    def drain_all(self) -> list[Job]:
-        """The worker is dying: every job, for its stream to be failed."""
+    def drain_all(self) -> list:
+        """The worker is dying (or the engine closed): every request's stream, for it to be failed."""
         with self.lock:
-            jobs, self.queue = list(self.jobs.values()), []
+            streams, self.queue = [job.stream for job in self.jobs.values()], []
             self.jobs.clear()
-            return jobs
+            self.by_rid.clear()
+            return streams
 
     # ------------------------------------------------------------ under the lock
     def _take_ops(self) -> list:
@@ -414,7 +522,7 @@ class Scheduler:
         budget (the head always fits). A turn waits until its prefill's text is known."""
         if not n_free or not self.queue:
             return []
-        ready = [j for j in self.queue if j.turn is None or j.prompt is not None or self._turn_ready(j)]
+        ready = [j for j in self.queue if j.turn is None or j.prompted or self._turn_ready(j)]
         taken, used = 0, 0
         for job in ready[:n_free]:
             need = self._prompt_len_estimate(job)
@@ -433,16 +541,10 @@ class Scheduler:
         return feed.has_head and feed.can_prefill()
 
     def _prompt_len_estimate(self, job: Job) -> int:
-        if job.prompt is not None:  # resuming: prompt + its frames
+        if job.prompted and job.turn is None:  # resuming: prompt + its frames
             return job.prompt_len + len(job.codes)
         if job.turn is not None:
             return 16 + len(job.turn.body) + (job.turn.n_codec or 1)
-        if job.est_len is None:  # role/control tokens + the text's tokens (instruction included), once per job
-            text = job.request.text + (job.request.instruct or "")
-            try:
-                job.est_len = 16 + (len(self.tokenizer.encode(text)) if self.tokenizer is not None else len(text) // 4)
-            except Exception:  # noqa: BLE001 - an estimate only; the prompt build reports real errors
-                job.est_len = 16 + len(text)
         return job.est_len
 
     def _drop_cancelled(self) -> None:
@@ -474,7 +576,7 @@ class Scheduler:
             # streams with seconds buffered swap the slot (a re-prefill each) every time their priorities cross
             if victim.priority - now < slack or victim.priority - head.priority < slack:
                 return
-            self._ops.append(SaveRow(victim, victim.slot))  # after the lane's work in flight on that row
+            self._ops.append(SaveRow(victim.rid, victim.slot))  # after the lane's work in flight on that row
             self._release(victim)
             victim.slot = None
             victim.preempted += 1
@@ -520,8 +622,8 @@ class Scheduler:
                 feed.rows_written = rows
             if feed.finished and not feed.eos_written:
                 feed.eos_written = True
-            if feed.finished and job.cap != self.cap_for(job):
-                job.cap = self.cap_for(job)
+            if feed.finished and job.cap != self._cap(job):
+                job.cap = self._cap(job)
                 self._ops.append(EosAt(slot, feed.eos_row()))
             waiting = not feed.eos_written and job.generated - feed.frame0 >= feed.rows_written
             if waiting and not job.paused:
@@ -538,11 +640,11 @@ class Scheduler:
         """A cut turn's segment ended: the stream continues with a fresh prompt (re-queued, its vocoder row
         kept, as a preempted stream's is)."""
         job.turn.next_segment(job.generated)
-        self._ops += [Release(slot), SaveRow(job, slot)]
+        self._ops += [Release(slot), SaveRow(job.rid, slot)]
         del self.slots[slot]
         if self.held.get(slot) is job:
             del self.held[slot]
-        job.slot, job.prompt, job.paused = None, None, False
+        job.slot, job.prompted, job.paused = None, False, False
         self.counters["turn_segments"] = self.counters.get("turn_segments", 0) + 1
         self.queue.append(job)
 
@@ -557,3 +659,5 @@ class Scheduler:
     def _forget(self, job: Job, outcome: str) -> None:
         if self.jobs.pop(id(job.stream), None) is not None:
             self.counters[outcome] += 1
+        if self.by_rid.pop(job.rid, None) is not None:
+            self._ops.append(Drop(job.rid))

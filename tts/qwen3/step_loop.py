@@ -1,10 +1,12 @@
 """The Qwen3 engine's step loop (the executor): the worker thread, the device, the batch and its graphs.
 
 Each iteration asks the scheduler (tts.qwen3.scheduler) for a plan, carries out its device work (row
-releases, saved vocoder rows, compaction moves, turn text rows), builds the admitted jobs' prompts and
+releases, saved vocoder rows, compaction moves, turn text rows), builds the admissions' prompts and
 prefills them, runs one batched talker + code-predictor frame for every generating slot with ONE wait for
 the whole batch, reports the codes back (`Scheduler.update`) and hands the frames to the vocoder lane.
-Every torch call here runs with the scheduler's lock released. A request's failure fails that request
+Every torch call here runs with the scheduler's lock released. The loop knows a request by its id (`rid`)
+and keeps its own device state for it (`RequestState`: prompt, turn voice head, saved vocoder row) until
+the scheduler's `Drop`. A request's failure fails that request
 only; a step that raises fails what was in flight and the worker serves on; a worker that dies fails every
 stream (none waits forever).
 """
@@ -18,26 +20,54 @@ import time
 import numpy as np
 
 from tts.engine import EngineError, SynthesisRequest
-from tts.qwen3.jobs import Job
-from tts.qwen3.scheduler import EosAt, Move, Release, SaveRow, Scheduler, SetActive, StepResult, WriteText
+from tts.qwen3.scheduler import (
+    Admission,
+    Drop,
+    EosAt,
+    Move,
+    Release,
+    SaveRow,
+    Scheduler,
+    SetActive,
+    StepResult,
+    WriteText,
+)
 from tts.qwen3.staging import to_device
 
 log = logging.getLogger("voxgate.qwen3")
 
 
+class RequestState:
+    """The step loop's own state for one request (device tensors and futures; the worker thread alone)."""
+
+    __slots__ = ("prompt", "head", "codec", "pad", "saved_row")
+
+    def __init__(self):
+        self.prompt = None  # tts.qwen3.prompt.Prompt, kept to resume after preemption
+        self.head = self.codec = self.pad = None  # a turn's voice head, codec track and pad row
+        self.saved_row = None  # future of its vocoder state row while it has no slot (or a clone's primed row)
+
+
 class StepLoop:
-    def __init__(self, settings, scheduler: Scheduler, lane, diagnostics, post):
+    def __init__(self, settings, scheduler: Scheduler, lane, diagnostics, deliver):
         self.settings = settings
         self.scheduler = scheduler
         self.lane = lane  # tts.qwen3.vocoder_lane.VocoderLane
         self.diag = diagnostics
-        self.post = post  # runs a callable on the event loop
+        self.deliver = deliver  # Qwen3Engine.deliver: (stream, chunk or error) pairs to the callers
         self.ckpt = None  # tts.qwen3.checkpoint.Checkpoint
         self.batch = None  # tts.qwen3.batch.TalkerBatch
         self.clones = None  # tts.qwen3.cloned_voices.ClonedVoices (Base checkpoints)
         self.tally = None  # tts.qwen3.syncs.SyncTally while watching
         self.thread: threading.Thread | None = None
         self._stage_reset = None
+        self.requests: dict[int, RequestState] = {}  # by rid
+
+    def _state(self, rid: int) -> RequestState:
+        st = self.requests.get(rid)
+        if st is None:
+            st = self.requests[rid] = RequestState()
+        return st
 
     def attach(self, ckpt, batch, clones) -> None:
         self.ckpt, self.batch, self.clones = ckpt, batch, clones
@@ -58,7 +88,8 @@ class StepLoop:
         """Count host syncs by watching every op of the worker and the vocoder lane (from the next step)."""
         from tts.qwen3.syncs import SyncTally
 
-        self.tally = self.lane.tally = SyncTally() if on else None
+        self.tally = SyncTally() if on else None
+        self.lane.watch(self.tally)
         self.scheduler.set_counter("host_syncs", 0 if on else None)
 
     def run(self) -> None:
@@ -83,8 +114,9 @@ class StepLoop:
         except BaseException as exc:  # noqa: BLE001 - the worker is ending: no stream may wait on it forever
             self.diag.died = f"the engine worker stopped ({type(exc).__name__}: {exc})"
             log.error("%s; its requests fail and new ones are refused", self.diag.died)
-            for job in self.scheduler.drain_all():
-                self.post(job.stream._fail, EngineError("engine_error", self.diag.died))
+            error = EngineError("engine_error", self.diag.died)
+            self.deliver([(stream, error) for stream in self.scheduler.drain_all()])
+            self.requests.clear()
         finally:
             watch.__exit__(None, None, None)
             self.lane.join()
@@ -93,14 +125,14 @@ class StepLoop:
         """One step; returns the slots held while it ran (the vocoder lane's small-batch choice)."""
         sched = self.scheduler
         if sched.turns_open:
-            for job in sched.turns_needing_heads():
-                self._turn_head(job)
+            for rid, request in sched.turns_needing_heads():
+                self._turn_head(rid, request)
         plan = sched.schedule()
         held = 0
         try:
             self.apply(plan.ops)
             if plan.admit:
-                self.admit(plan.admit, plan.free)
+                self.admit(plan.admit)
             if self.diag.fault is not None:
                 self.diag.fault_point()
             rows = sched.rows()
@@ -123,13 +155,11 @@ class StepLoop:
         for op in ops:
             if isinstance(op, Release):
                 batch.release(op.slot)
-            elif isinstance(op, SaveRow):
-                if lane.state is not None:  # after the lane's work in flight on that row
-                    op.job.codec_state = lane.save_row(op.slot)
+            elif isinstance(op, SaveRow):  # after the lane's work in flight on that row
+                self._state(op.rid).saved_row = lane.save_row(op.slot)
             elif isinstance(op, Move):
                 batch.move(op.src, op.dst)
-                if lane.state is not None:
-                    lane.move_row(op.src, op.dst)
+                lane.move_row(op.src, op.dst)
             elif isinstance(op, WriteText):
                 import torch
 
@@ -140,17 +170,21 @@ class StepLoop:
                 batch.set_eos_at(op.slot, op.row)
             elif isinstance(op, SetActive):
                 batch.set_active(op.slot, op.on)
+            elif isinstance(op, Drop):
+                self.requests.pop(op.rid, None)
             else:
                 raise TypeError(f"unknown scheduler op {op!r}")
 
-    def fail(self, job: Job, error: EngineError) -> None:
-        self.post(job.stream._fail, error)
-        self.scheduler.fail(job)
+    def fail(self, rid: int, error: EngineError) -> None:
+        self.requests.pop(rid, None)
+        stream = self.scheduler.fail(rid)
+        if stream is not None:
+            self.deliver([(stream, error)])
 
     def _fail_all_active(self, error: Exception) -> None:
         err = error if isinstance(error, EngineError) else EngineError("internal", f"engine step failed: {error}")
-        for job in self.scheduler.held_jobs():
-            self.fail(job, err)
+        for rid in self.scheduler.held_rids():
+            self.fail(rid, err)
 
     # ------------------------------------------------------------ prompts
     def _voice(self, request: SynthesisRequest) -> dict:
@@ -167,70 +201,70 @@ class StepLoop:
         # Base: a cloned voice, in the official generate_voice_clone layout (streaming text)
         return {"clone": self.clones.get(request.voice), "streaming_text": True}
 
-    def _turn_head(self, job: Job) -> None:
+    def _turn_head(self, rid: int, req: SynthesisRequest) -> None:
         """A turn's voice head (and an in-context clone's reference frames), built once its first text came."""
         import torch
 
         from tts.qwen3.prompt import PromptError, voice_head
 
-        feed, req, talker = job.turn, job.request, self.ckpt.model.talker
+        talker, st = self.ckpt.model.talker, self._state(rid)
         try:
             voice = self._voice(req)
             voice.pop("streaming_text", None)
             cv = voice.pop("clone", None)
             clone = cv.clone if cv is not None else None
             if cv is not None and clone.icl and self.lane.vocoder is not None:
-                job.codec_state = self.lane.primed(cv)
+                st.saved_row = self.lane.primed(cv)
             head = voice_head(
                 talker, self.ckpt.config, self.ckpt.tokenizer, language=req.language, clone=clone, **voice
             )
         except PromptError as e:
-            self.fail(job, EngineError(e.code, e.message))
+            self.fail(rid, EngineError(e.code, e.message))
             return
         except EngineError as e:
-            self.fail(job, e)
+            self.fail(rid, e)
             return
         except Exception as e:  # noqa: BLE001 - one turn's bug fails that turn only
             log.exception("turn voice head failed")
-            self.fail(job, EngineError("internal", f"could not prepare the turn: {e}"))
+            self.fail(rid, EngineError("internal", f"could not prepare the turn: {e}"))
             return
+        prefix = []
         with torch.inference_mode():
-            feed.head = torch.cat(head.parts)
+            st.head = torch.cat(head.parts)
             if clone is not None and clone.icl:
-                feed.prefix = list(clone.ref_ids)
-                feed.codec = torch.cat([head.bos_codec, talker.embed_frame(clone.ref_codes.to(head.pad.device))])
+                prefix = list(clone.ref_ids)
+                st.codec = torch.cat([head.bos_codec, talker.embed_frame(clone.ref_codes.to(head.pad.device))])
             else:
-                feed.codec = head.bos_codec
-        feed.pad = head.pad
-        feed.head_len, feed.n_codec = int(feed.head.shape[0]), int(feed.codec.shape[0])
-        room = self.settings.max_seq_len - (feed.head_len + feed.n_codec) - 1
+                st.codec = head.bos_codec
+        st.pad = head.pad
+        head_len, n_codec = int(st.head.shape[0]), int(st.codec.shape[0])
+        room = self.settings.max_seq_len - (head_len + n_codec) - 1
         if self.batch.use_cuda_graphs:  # under graphs the text rows are sized once
             room = min(room, self.batch.trailing_capacity)
-        self.scheduler.head_built(job, room)
+        self.scheduler.head_built(rid, head_len, n_codec, prefix, room)
 
-    def _turn_prompt(self, job: Job):
+    def _turn_prompt(self, adm: Admission):
+        """A turn segment's prompt: its voice head, then the text track so far over the codec track."""
         import torch
 
         from tts.qwen3.prompt import Prompt
 
-        feed, cfg, talker = job.turn, self.ckpt.config, self.ckpt.model.talker
-        track = feed.track(cfg.tts_eos_token_id)
-        n_c = feed.n_codec
+        st, cfg, talker = self.requests[adm.rid], self.ckpt.config, self.ckpt.model.talker
+        track = list(adm.track)
+        n_c = int(st.codec.shape[0])
         first = track[:n_c] + [cfg.tts_pad_token_id] * max(0, n_c - len(track))
-        dev = feed.head.device
+        dev = st.head.device
         with torch.inference_mode():
             emb = talker.embed_text(to_device(first + track[n_c:], dev, torch.long))
-        prefill = torch.cat([feed.head, emb[:n_c] + feed.codec])
-        feed.rows_written = len(track) - n_c if len(track) > n_c else 0
-        feed.eos_written = feed.finished
-        return Prompt(prefill=prefill, trailing_text=emb[n_c:], pad=feed.pad, text_tokens=len(feed.body))
+        prefill = torch.cat([st.head, emb[:n_c] + st.codec])
+        return Prompt(prefill=prefill, trailing_text=emb[n_c:], pad=st.pad, text_tokens=adm.text_tokens)
 
-    def _prompt(self, job: Job):
+    def _prompt(self, adm: Admission):
         from tts.qwen3.prompt import PromptError, build_prompt
 
-        req = job.request
-        if job.turn is not None:
-            return self._turn_prompt(job)
+        req = adm.request
+        if adm.turn:
+            return self._turn_prompt(adm)
         try:
             if self.ckpt.tokenizer is None:  # random-weight benches: a prompt of the right length, no text
                 return self._bench_prompt(req.text)
@@ -239,20 +273,20 @@ class StepLoop:
             if cv is not None:
                 voice["clone"] = cv.clone
                 if cv.clone.icl and self.lane.vocoder is not None:  # the vocoder row continues after the reference
-                    job.codec_state = self.lane.primed(cv)
+                    self._state(adm.rid).saved_row = self.lane.primed(cv)
             return build_prompt(
                 self.ckpt.model.talker, self.ckpt.config, self.ckpt.tokenizer, req.text, language=req.language, **voice
             )
         except PromptError as e:
             raise EngineError(e.code, e.message) from None
 
-    def _resume_prompt(self, job: Job):
+    def _resume_prompt(self, p, codes: np.ndarray):
         import torch
 
         from tts.qwen3.prompt import Prompt
 
-        p, talker = job.prompt, self.ckpt.model.talker
-        codes = to_device(np.stack(job.codes), p.prefill.device, torch.long)
+        talker = self.ckpt.model.talker
+        codes = to_device(codes, p.prefill.device, torch.long)
         n, n_text = codes.shape[0], p.trailing_text.shape[0]
         text = torch.stack([p.trailing_text[i] if i < n_text else p.pad for i in range(n)])
         with torch.inference_mode():
@@ -294,48 +328,47 @@ class StepLoop:
         return talker, predictor
 
     # ------------------------------------------------------------ admission and the step
-    def admit(self, jobs: list[Job], free: list[int]) -> None:
-        """Prompts for the admitted jobs (a resumed one: its prompt and every frame so far), one batched prefill."""
+    def admit(self, admissions: tuple[Admission, ...]) -> None:
+        """Prompts for the admissions (a resumed one: its prompt and every frame so far), one batched prefill."""
         import torch
 
         t0 = time.perf_counter()
         ready, prompts, tset, pset, resumes = [], [], [], [], []
-        for job in jobs:
+        for adm in admissions:
             try:
-                if job.prompt is None:
-                    prompt = job.prompt = self._prompt(job)
-                    job.prompt_len = int(prompt.prefill.shape[0])
-                    job.cap = self.scheduler.cap_for(job)
+                if adm.resume is None:
+                    prompt = self._prompt(adm)
+                    self._state(adm.rid).prompt = prompt
+                    self.scheduler.prompt_built(adm.rid, int(prompt.prefill.shape[0]), prompt.text_tokens)
                     resume = None
                 else:  # resuming after preemption: the prompt plus every frame so far, in one prefill
-                    prompt = self._resume_prompt(job)
-                    resume = (job.next_code0, np.stack(job.codes))
-                ts, ps = self._sampling(job.request)
+                    prompt = self._resume_prompt(self.requests[adm.rid].prompt, adm.resume.codes)
+                    resume = (adm.resume.next_code0, adm.resume.codes)
+                ts, ps = self._sampling(adm.request)
             except EngineError as e:
-                self.fail(job, e)
+                self.fail(adm.rid, e)
                 continue
             except Exception as e:  # noqa: BLE001 - one request's bug fails that request only
                 log.exception("prompt failed")
-                self.fail(job, EngineError("internal", f"could not prepare the request: {e}"))
+                self.fail(adm.rid, EngineError("internal", f"could not prepare the request: {e}"))
                 continue
-            ready.append(job)
+            ready.append(adm.rid)
             resumes.append(resume)
             prompts.append(prompt)
             tset.append(ts)
             pset.append(ps)
         if not ready:
             return
-        slots = free[: len(ready)]
-        self.scheduler.admitted(ready, slots)
-        lane = self.lane
-        fresh = [slot for slot, r, job in zip(slots, resumes, ready) if r is None and job.codec_state is None]
-        for job, slot in zip(ready, slots):
-            job.admitted_at = job.admitted_at or time.monotonic()
-            if job.codec_state is not None:
-                lane.restore_row(slot, job.codec_state)
-                job.codec_state = None
-        if fresh and lane.state is not None:
-            lane.reset_rows(fresh)
+        slots = self.scheduler.admitted(ready)
+        lane, fresh = self.lane, []
+        for rid, slot, resume in zip(ready, slots, resumes):
+            st = self.requests[rid]
+            if st.saved_row is not None:  # preempted, a turn's next segment, or a clone's primed row
+                lane.restore_row(slot, st.saved_row)
+                st.saved_row = None
+            elif resume is None:
+                fresh.append(slot)
+        lane.reset_rows(fresh)
         self.batch.admit(slots, prompts, tset, pset, resumes)
         self.apply(self.scheduler.after_prefill(ready))
         diag = self.diag

@@ -1,9 +1,10 @@
 """Turn mode in the batched Qwen3 engine: one request's growing text track (host side).
 
-The loop thread appends text (`inbox`, `finish_asked`, under the scheduler's lock); the scheduler drains
-it through the turn tokenizer (tts.qwen3.turn_text) and tells the step loop which new text-track rows to
-write into the request's batch slot. Host state only (no torch): the step loop keeps the voice head's
-tensors here (`head`, `codec`, `pad`) but only it reads them.
+The loop thread tokenises each piece of text as it comes (`tokenize`, `tokenize_end`: the turn tokenizer,
+tts.qwen3.turn_text, outside any lock) and hands the ids over (`inbox`, `finish_asked`, under the scheduler's
+lock); the scheduler drains them into the current segment and tells the step loop which new text-track rows to
+write into the request's batch slot. Host state only (no torch), the scheduler's: the voice head's tensors
+are the step loop's own (it reports their lengths, `Scheduler.head_built`).
 
 The layout is tts.qwen3.turn's: a codec track C (`codec_bos`, then an in-context clone's
 reference frames), a text track T = prefix (the clone's transcript) + body + `tts_eos`; the prefill
@@ -26,7 +27,10 @@ class TurnFeed:
     def __init__(self, tokenizer, normalize=None):
         self._tok = tokenizer
         self.text = TurnText(tokenizer, normalize)
-        self.inbox: list[str] = []  # pieces from the loop thread, not yet tokenised
+        self.inbox: list[TextToken] = []  # ids tokenised on the loop thread, not yet taken by the scheduler
+        # id -> (its text ends a clause, it starts a word): what a segment cut reads, decoded on the loop thread
+        self.flags: dict[int, tuple[bool, bool]] = {}
+        self.restart: dict[tuple, list[int]] = {}  # a word's ids -> its ids without its leading space
         self.finish_asked = False
         self.text_done = False  # the tokenizer flushed: no more tokens will come
         self.carry: list[TextToken] = []  # released tokens the current segment does not (yet) take
@@ -39,13 +43,10 @@ class TurnFeed:
         self.frame0 = 0  # the stream's frames before this segment
         self.spoken_before = 0  # raw text offset the earlier segments spoke up to
         self.frame_raw: list[int] = []  # per frame of the stream: raw text offset its steps had consumed
-        # set by the step loop when the voice head is built (before that the turn cannot be admitted)
+        # set once the voice head is built (`Scheduler.head_built`; before that the turn cannot be admitted)
         self.prefix: list[int] = []
         self.n_codec: int | None = None  # codec-track positions of the prefill
         self.head_len = 0  # voice-head positions
-        self.codec = None  # torch.Tensor [n_c, D]
-        self.head = None  # torch.Tensor [L, D]
-        self.pad = None
         self.rows_written = 0  # trailing rows in the batch slot
         self.eos_written = False
 
@@ -53,13 +54,41 @@ class TurnFeed:
     def has_head(self) -> bool:
         return self.n_codec is not None
 
+    def tokenize(self, piece: str) -> list[TextToken]:
+        """Loop thread, no lock held: the ids `piece` makes stable (hand them over through `inbox`)."""
+        return self._known(self.text.append(piece))
+
+    def tokenize_end(self) -> list[TextToken]:
+        """Loop thread, no lock held: the last ids once the text is complete."""
+        return self._known(self.text.finish())
+
+    def _known(self, tokens: list[TextToken]) -> list[TextToken]:
+        for t in tokens:  # decoded here rather than under the lock
+            self._flags(t.id)
+        for end in {t.raw_end for t in tokens}:  # a word that may start a fresh segment, re-encoded without its space
+            self._restart([t for t in tokens if t.raw_end == end])
+        return tokens
+
+    def _restart(self, word: list[TextToken]) -> list[int] | None:
+        key = tuple(t.id for t in word)
+        ids = self.restart.get(key)
+        if ids is None:
+            text = self._tok.decode(list(key))
+            ids = self.restart[key] = self._tok.encode(text.lstrip()) if text[:1].isspace() and text.strip() else []
+        return ids or None
+
+    def _flags(self, token_id: int) -> tuple[bool, bool]:
+        f = self.flags.get(token_id)
+        if f is None:  # (under the lock only for the ids a cut re-encodes: the first word of a fresh segment)
+            text = self._tok.decode([token_id])
+            f = self.flags[token_id] = (text.rstrip().endswith(PUNCTUATION), text.startswith(" "))
+        return f
+
     def drain(self) -> None:
-        """Worker, under the lock: tokenise what arrived and hand it to the current segment."""
-        pieces, self.inbox = self.inbox, []
-        for piece in pieces:
-            self.carry += self.text.append(piece)
+        """Worker, under the lock: hand the ids that arrived to the current segment."""
+        tokens, self.inbox = self.inbox, []
+        self.carry += tokens
         if self.finish_asked and not self.text_done:
-            self.carry += self.text.finish()
             self.text_done = True
         if self.limit is not None:  # a segment takes text once its room is known (its voice head built)
             self._fill()
@@ -74,12 +103,7 @@ class TurnFeed:
         while self.carry and not self.finished:
             tok, n = self.carry[0], len(self.body)
             if self.limit is not None and (
-                n >= self.limit
-                or (
-                    n >= self.limit // 2
-                    and self._tok.decode(self.body[-1:]).rstrip().endswith(PUNCTUATION)
-                    and self._tok.decode([tok.id]).startswith(" ")
-                )
+                n >= self.limit or (n >= self.limit // 2 and self._flags(self.body[-1])[0] and self._flags(tok.id)[1])
             ):
                 self.finished = self.cut = True  # the rest goes to a fresh prompt
                 return
@@ -103,9 +127,9 @@ class TurnFeed:
         self.segments += 1
         if self.carry:
             first = [t for t in self.carry if t.raw_end == self.carry[0].raw_end]
-            text = self._tok.decode([t.id for t in first])
-            if text[:1].isspace() and text.strip():
-                self.carry[: len(first)] = [TextToken(i, first[0].raw_end) for i in self._tok.encode(text.lstrip())]
+            ids = self._restart(first)  # made on the loop thread when the word came
+            if ids is not None:
+                self.carry[: len(first)] = [TextToken(i, first[0].raw_end) for i in ids]
         self._fill()
 
     def track(self, eos_id: int) -> list[int]:

@@ -24,22 +24,47 @@ class VocoderLane:
     """The vocoder passes and the hand-over of PCM. Owns the lane (thread + CUDA stream), the vocoder and its
     per-slot state rows; every change to a row goes through `submit`, so it happens in order."""
 
-    def __init__(self, settings, scheduler, diagnostics, post):
+    def __init__(self, settings, scheduler, diagnostics, deliver):
         self.settings = settings
         self.scheduler = scheduler
         self.diag = diagnostics
-        self.post = post  # runs a callable on the event loop
+        self.deliver = deliver  # Qwen3Engine.deliver: (stream, chunk or error) pairs to the callers
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None  # the lane's thread (None: serial)
-        self.stream = None  # CUDA stream of the lane
+        self._stream = None  # CUDA stream of the lane (made by `load`)
         self.vocoder = None  # tts.qwen3.codec.vocoder.Vocoder (None: a checkpoint without codec)
-        self.state = None  # the codec's streaming state, one row per slot
+        self._state = None  # the codec's streaming state, one row per slot (the lane's alone)
         self.batch = None  # the talker batch: its capture gate, its code groups
         self.tally = None  # tts.qwen3.syncs.SyncTally while watching
         self.inflight: concurrent.futures.Future | None = None
         self.serial_rows = 0  # resolved at load (`_serial_step`)
         self.serial_mode: bool | None = None
         self.chooser = ModeChooser()
-        self.words = None  # tts.aligner.lane.WordLane with engine.aligner_dir (sentence mode: words per request)
+        self._words = None  # tts.aligner.lane.WordLane with engine.aligner_dir (sentence mode: words per request)
+
+    def load(self, vocoder, batch, max_batch: int, *, cuda: bool) -> None:
+        """The lane's vocoder (None: a checkpoint without codec), its state rows for every slot (made now, not at
+        the first admission) and, with the pipeline on CUDA, its own stream."""
+        self.vocoder, self.batch = vocoder, batch
+        s = self.settings
+        self.serial_rows = s.serial_vocoder_rows if s.serial_vocoder_rows >= 0 else (0 if cuda else 1)
+        self._state = vocoder.new_state(max_batch) if vocoder is not None else None
+        if cuda and self.settings.pipeline:
+            import torch
+
+            self._stream = torch.cuda.Stream()
+
+    def align_words(self, words) -> None:
+        """Word timings per request from this aligner lane (tts.aligner.lane.WordLane), the lane's from now on."""
+        self._words = words
+
+    def watch(self, tally) -> None:
+        """Count the lane's host syncs into `tally` (tts.qwen3.syncs.SyncTally; None: stop), from its next work."""
+        self.tally = tally
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the codec state rows (the memory report)."""
+        return sum(b.numel() * b.element_size() for b in self._state.buffers) if self._state is not None else 0
 
     def start(self) -> None:
         if self.settings.pipeline and self.pool is None:
@@ -49,6 +74,8 @@ class VocoderLane:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
+        if self._words is not None:
+            self._words.shutdown()
 
     # -- work on the lane, in order -------------------------------------------------------
     def submit(self, fn, *args) -> concurrent.futures.Future:
@@ -80,9 +107,9 @@ class VocoderLane:
 
         import torch
 
-        if self.stream is None:
+        if self._stream is None:
             return contextlib.nullcontext()
-        return torch.cuda.stream(self.stream)
+        return torch.cuda.stream(self._stream)
 
     def join(self) -> None:
         fut, self.inflight = self.inflight, None
@@ -97,24 +124,28 @@ class VocoderLane:
             cv.primed = self.submit(prime_vocoder, self.vocoder, cv.clone.ref_codes, max(self.settings.packet_ramp))
         return cv.primed
 
-    def save_row(self, slot: int) -> concurrent.futures.Future:
+    # Row changes: each is a no-op without a codec (no state rows).
+    def save_row(self, slot: int) -> concurrent.futures.Future | None:
         """The row's state as it stands after the lane's work so far (a stream leaving its slot for a while)."""
-        return self.submit(self.state.select, [slot])
+        return self.submit(self._state.select, [slot]) if self._state is not None else None
 
     def restore_row(self, slot: int, saved: concurrent.futures.Future) -> None:
-        self.submit(self._restore_row, slot, saved)
+        if self._state is not None:
+            self.submit(self._restore_row, slot, saved)
 
     def _restore_row(self, slot: int, saved: concurrent.futures.Future) -> None:
-        self.state.assign([slot], saved.result())
+        self._state.assign([slot], saved.result())
 
     def move_row(self, src: int, dst: int) -> None:
-        self.submit(self._move_row, src, dst)
+        if self._state is not None:
+            self.submit(self._move_row, src, dst)
 
     def _move_row(self, src: int, dst: int) -> None:
-        self.state.assign([dst], self.state.select([src]))
+        self._state.assign([dst], self._state.select([src]))
 
     def reset_rows(self, slots: list[int]) -> None:
-        self.submit(self.state.reset, slots)
+        if self._state is not None and slots:
+            self.submit(self._state.reset, slots)
 
     # -- one step's vocoder pass -----------------------------------------------------------
     def hand_over(self, work) -> None:
@@ -122,7 +153,7 @@ class VocoderLane:
         one in flight: a vocoder slower than the talker slows the loop rather than queueing work)."""
         if not work.tasks:
             return
-        if self.vocoder is None and any(f for _, _, f, _ in work.tasks):
+        if self.vocoder is None and any(t.frames for t in work.tasks):
             raise EngineError("internal", "this checkpoint has no codec decoder")
         serial = self._serial_step(work.held)
         fut = self.submit(self._decode_and_deliver, work.tasks, work.owners)
@@ -154,12 +185,12 @@ class VocoderLane:
         if self.serial_mode is not None and self.pool is not None and 0 < held <= self.serial_rows:
             self.chooser.note(self.serial_mode, seconds)
 
-    def _decode(self, entries: list[tuple[int, list]], owners: dict[int, int]) -> list[np.ndarray]:
+    def _decode(self, entries: list[tuple[int, tuple]], owners: frozenset) -> list[np.ndarray]:
         """On the lane: decode the frames of (slot, frames) entries (their state rows advance in place).
-        `owners`: slot -> id of the job holding it when the work was handed over."""
+        `owners`: the slots held when the work was handed over."""
         from tts.qwen3.codec import StreamingCodecState
 
-        vs, g = self.state, self.batch.groups
+        vs, g = self._state, self.batch.groups
         n = max(slot for slot, _ in entries) + 1
         chosen = {slot for slot, _ in entries}
         t = len(entries[0][1])
@@ -211,51 +242,48 @@ class VocoderLane:
         self.scheduler.count("vocoder_calls", host_syncs=tally.count if tally is not None else None)
         return host.numpy()
 
-    def _decode_and_deliver(self, tasks: list, owners: dict[int, int]) -> None:
-        """On the lane: decode, then hand each stream its chunk (and finish the ones that ended)."""
+    def _decode_and_deliver(self, tasks: tuple, owners: frozenset) -> None:
+        """On the lane: decode the `VocoderTask`s, then hand each caller its chunk (and finish the ones that
+        ended), all through one `deliver` call."""
         t0 = time.perf_counter()
-        entries = [(slot, frames) for _, slot, frames, _ in tasks if frames]
+        entries = [(t.slot, t.frames) for t in tasks if t.frames]
         pcms: list = []
         if entries:
             try:
                 pcms = self._decode(entries, owners)
             except Exception as e:  # noqa: BLE001 - fail the streams in this call, keep serving
                 log.exception("vocoder failed")
-                for job, _, frames, _ in tasks:
-                    if frames:
-                        self.post(job.stream._fail, EngineError("internal", f"vocoder failed: {e}"))
-                        self.scheduler.fail(job)
-                tasks = [t for t in tasks if not t[2]]
+                error = EngineError("internal", f"vocoder failed: {e}")
+                streams = [self.scheduler.fail(t.rid) for t in tasks if t.frames]
+                if self._words is not None:
+                    for t in tasks:
+                        self._words.drop(t.rid)
+                self.deliver([(stream, error) for stream in streams if stream is not None])
+                tasks = [t for t in tasks if not t.frames]
                 pcms = []
             self.diag.span("vocoder", t0, {"rows": len(entries)})
             self.diag.timings["vocoder"] += time.perf_counter() - t0
         it = iter(pcms)
         deliveries = []
-        aligning = []  # requests whose words the aligner adds in a final chunk of their own
-        for job, _, frames, last in tasks:
-            pcm = next(it) if frames else np.zeros(0, dtype=np.float32)
-            if job.cancelled:
-                if self.words is not None:
-                    self.words.drop(job)
+        aligning = []  # (rid, stream, frames) of requests whose words the aligner adds in a final chunk of their own
+        words = self._words
+        for t in tasks:
+            pcm = next(it) if t.frames else np.zeros(0, dtype=np.float32)
+            stream = self.scheduler.delivered(t.rid, len(t.frames), t.last)
+            if stream is None:  # cancelled or failed meanwhile
+                if words is not None:
+                    words.drop(t.rid)
                 continue
-            text_end = job.turn.text_end(job.delivered + len(frames)) if job.turn is not None else None
-            if self.words is not None and job.turn is None:
-                self.words.add(job, pcm)
-                if last:
-                    aligning.append(job)
-            deliveries.append((job.stream, PcmChunk(pcm, job.delivered, last and job not in aligning, text_end)))
-            job.delivered += len(frames)
-            self.scheduler.delivered(job, len(frames), last)
-        if deliveries:  # one callback per vocoder call: the engine service sends one message per step for it
-            self.post(_deliver_all, deliveries)
+            align = words is not None and not t.turn
+            if align:
+                words.add(t.rid, pcm)
+                if t.last:
+                    aligning.append((t.rid, stream, t.frame_index + len(t.frames)))
+            deliveries.append((stream, PcmChunk(pcm, t.frame_index, t.last and not align, t.text_end)))
+        # one callback per vocoder call: the engine service sends one message per step for it
+        self.deliver(deliveries)
         if aligning:  # after the audio's callback, so each stream's words come after its audio
-            self.words.finish(aligning)
-
-
-def _deliver_all(deliveries: list) -> None:
-    """On the event loop: every stream's chunk of one vocoder call."""
-    for stream, chunk in deliveries:
-        stream._deliver(chunk)
+            words.finish(aligning)
 
 
 class ModeChooser:
