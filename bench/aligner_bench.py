@@ -94,7 +94,7 @@ async def _bench(args) -> dict:
     await engine.start()
     aligner_dtype = "float32" if settings.device == "cpu" else settings.dtype
     aligner = load_aligner(args.aligner_dir, settings.device, aligner_dtype)
-    lane = WordLane(aligner, engine._post, engine.sample_rate)
+    lane = WordLane(aligner, engine.deliver, engine.sample_rate)
     src = args.model_dir or f"random {args.random_weights}"
     print(f"engine: {src} on {settings.device} {settings.dtype}; aligner: {args.aligner_dir} ({aligner_dtype})")
     result: dict = {"engine": src, "aligner": args.aligner_dir, "device": settings.device, "levels": []}
@@ -102,11 +102,11 @@ async def _bench(args) -> dict:
         await _level(engine, [TEXTS["short"]])  # warm-up
         for c in levels:
             texts = [list(TEXTS.values())[i % 3] for i in range(c)]
-            engine.lane.words = None
+            engine.lane.align_words(None)
             off, clips = await _level(engine, texts)
-            engine.lane.words = lane
+            engine.lane.align_words(lane)
             on, _ = await _level(engine, texts)
-            engine.lane.words = None
+            engine.lane.align_words(None)
             alone = _aligner_alone(aligner, clips)
             row = {"concurrency": c, "off": off, "on": on, "aligner": alone}
             result["levels"].append(row)
