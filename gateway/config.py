@@ -630,6 +630,50 @@ class SipTlsConfig:
             check(False, "cert_file", f"and key_file do not load as a certificate and its key ({exc})")
 
 
+SIP_TRUNK_TRANSPORTS = ("udp", "tcp")  # TLS trunks need the TLS client side (not yet)
+
+
+@dataclass
+class SipTrunk:
+    """A trunk outbound calls go out through (`POST /v1/calls`, docs/sip.md#outbound-calls)."""
+
+    name: str = ""  # what `POST /v1/calls` names as `trunk`
+    address: str = ""  # the trunk's SIP server, host[:port]; 5060 when no port is given
+    transport: str = "udp"  # udp | tcp
+    user: str | None = None  # digest user name, answered on 401/407; needs password_env
+    password_env: str | None = None  # env var holding the digest password (never in the file)
+    from_: str = ""  # key `from`: our address in From, e.g. "sip:+15550100@sip.trunk.example"; a call may override it
+    srtp: str = "off"  # off (SRTP needs a TLS trunk, which is not supported yet)
+
+    def validate(self, check) -> None:
+        check(bool(re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", self.name)), "name", "must be 1..64 of A-Z a-z 0-9 _ . -")
+        check(
+            sip_registrar(self.address) is not None and not self.address.startswith("sip"),
+            "address",
+            "must be HOST[:PORT] (e.g. sip.trunk.example:5060)",
+        )
+        check(
+            self.transport in SIP_TRUNK_TRANSPORTS,
+            "transport",
+            f"must be one of {', '.join(SIP_TRUNK_TRANSPORTS)} (TLS trunks are not supported yet)",
+        )
+        check(
+            self.user is None
+            or (bool(self.user) and self.user.isprintable() and not any(c in self.user for c in ' "\\@:')),
+            "user",
+            "must be a user name without spaces, quotes, backslashes, @ or :",
+        )
+        check((self.user is None) == (self.password_env is None), "password_env", "and user go together (digest)")
+        if self.password_env is not None:
+            check(
+                bool(os.environ.get(self.password_env)),
+                "password_env",
+                f"names {self.password_env!r}, but that environment variable is empty or unset",
+            )
+        check(sip_uri_ok(self.from_), "from", "must be a SIP URI with a user, e.g. sip:+15550100@sip.trunk.example")
+        check(self.srtp == "off", "srtp", "must be off: SRTP needs a TLS trunk, which is not supported yet")
+
+
 SIP_CODECS = ("PCMU", "PCMA")
 SIP_SRTP_MODES = ("off", "optional", "required")
 
@@ -681,6 +725,8 @@ class SipConfig:
     # SRTP (SDES, RFC 4568) for calls over TLS: off | optional (either offer) | required (a plain RTP offer gets
     # 488); optional and required need sip.tls, as SDES keys travel in the SDP. Calls over UDP/TCP never get SRTP
     srtp: str = "off"
+    # trunks outbound calls go out through: each {name, address, transport, user, password_env, from, srtp}
+    trunks: list[SipTrunk] = field(default_factory=list)
 
     def validate(self, check) -> None:
         check(
@@ -761,6 +807,15 @@ class SipConfig:
             )
         for i, registration in enumerate(self.register):  # list items are not walked by _validate_tree
             registration.validate(lambda ok, key, message, i=i: check(ok, "register", f"[{i}].{key} {message}"))
+        for i, trunk in enumerate(self.trunks):
+            trunk.validate(lambda ok, key, message, i=i: check(ok, "trunks", f"[{i}].{key} {message}"))
+        names = [t.name for t in self.trunks]
+        check(len(set(names)) == len(names), "trunks", "name the same trunk twice")
+        check(
+            all(t.transport in self.transports for t in self.trunks),
+            "trunks",
+            "use a transport sip.transports does not open (calls go out from its listener)",
+        )
 
 
 def _is_ip(text: str) -> bool:
@@ -779,6 +834,11 @@ def sip_registrar(text: str) -> tuple[str, int] | None:
     if m is None or (m.group(2) is not None and not 0 < int(m.group(2)) <= 65535):
         return None
     return m.group(1).strip("[]"), int(m.group(2) or 5060)
+
+
+def sip_uri_ok(text: str) -> bool:
+    """`sip:user@host[:port]` (or sips:), as a trunk's `from` must be."""
+    return re.fullmatch(r"sips?:[^@\s<>\"]+@[A-Za-z0-9.\-]+(?::\d{1,5})?", text or "") is not None
 
 
 def sip_port_range(text: str) -> tuple[int, int] | None:
@@ -903,7 +963,8 @@ def _build(cls, data: Any, source: str, path: str):
     if not isinstance(data, dict):
         raise ConfigError(f"{_where(source, path)}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    # a field named like a Python keyword (`from_`) is read from the key without its underscore (`from`)
+    fields = {f.name.rstrip("_"): f for f in dataclasses.fields(cls) if f.name != "source"}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         key = f"{path}.{unknown[0]}" if path else unknown[0]
@@ -911,7 +972,8 @@ def _build(cls, data: Any, source: str, path: str):
     kwargs = {}
     for name, value in data.items():
         key = f"{path}.{name}" if path else name
-        kwargs[name] = _coerce(hints[name], value, source, key)
+        attr = fields[name].name
+        kwargs[attr] = _coerce(hints[attr], value, source, key)
     return cls(**kwargs)
 
 
@@ -947,7 +1009,7 @@ def _coerce(tp, value: Any, source: str, path: str):
             raise ConfigError(f"{_where(source, path)}: expected a number, got {value!r}")
         return float(value)
     if tp is str:
-        if value is False and path in _OFF_SWITCHES:
+        if value is False and (path in _OFF_SWITCHES or re.fullmatch(r"sip\.trunks\[\d+\]\.srtp", path)):
             value = "off"  # YAML 1.1 reads a bare `off` as false
         if not isinstance(value, str):
             raise ConfigError(f"{_where(source, path)}: expected a string, got {value!r}")

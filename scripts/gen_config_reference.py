@@ -160,7 +160,8 @@ def section(title: str, cls: type, tree, comments, out: list[str]) -> None:
                 f"{cell(notes.get(f.name, ''))} |"
             )
             continue
-        out.append(f"| `{f.name}` | `{cell(type_name(f.type))}` | {default_text(f)} | {cell(notes.get(f.name, ''))} |")
+        key = f.name.rstrip("_")  # `from_` is read from the key `from` (gateway/config.py's _build)
+        out.append(f"| `{key}` | `{cell(type_name(f.type))}` | {default_text(f)} | {cell(notes.get(f.name, ''))} |")
     for name, sub in nested:
         section(name, sub, tree, comments, out)
 
