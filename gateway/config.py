@@ -630,7 +630,7 @@ class SipTlsConfig:
             check(False, "cert_file", f"and key_file do not load as a certificate and its key ({exc})")
 
 
-SIP_TRUNK_TRANSPORTS = ("udp", "tcp")  # TLS trunks need the TLS client side (not yet)
+SIP_TRUNK_TRANSPORTS = ("udp",)  # TCP and TLS trunks need a client connection of their own (not yet)
 
 
 @dataclass
@@ -639,7 +639,7 @@ class SipTrunk:
 
     name: str = ""  # what `POST /v1/calls` names as `trunk`
     address: str = ""  # the trunk's SIP server, host[:port]; 5060 when no port is given
-    transport: str = "udp"  # udp | tcp
+    transport: str = "udp"  # udp (TCP and TLS trunks are not supported yet)
     user: str | None = None  # digest user name, answered on 401/407; needs password_env
     password_env: str | None = None  # env var holding the digest password (never in the file)
     from_: str = ""  # key `from`: our address in From, e.g. "sip:+15550100@sip.trunk.example"; a call may override it
@@ -655,7 +655,7 @@ class SipTrunk:
         check(
             self.transport in SIP_TRUNK_TRANSPORTS,
             "transport",
-            f"must be one of {', '.join(SIP_TRUNK_TRANSPORTS)} (TLS trunks are not supported yet)",
+            f"must be {' or '.join(SIP_TRUNK_TRANSPORTS)} (TCP and TLS trunks are not supported yet)",
         )
         check(
             self.user is None

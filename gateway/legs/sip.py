@@ -58,6 +58,7 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
     from aiosipua.utils import generate_tag
 
     from gateway.sip import sdes, session_timer
+    from gateway.sip.dialing import Dialing
     from gateway.sip.srtp import SrtpSession, protect_sends
     from gateway.sip.tls import server_context
     from gateway.sip.transports import TcpSip, TlsSip, UdpSip
@@ -247,6 +248,7 @@ class SipServer:
         self.registrations: list[Registration] = []
         self._keepers: list[asyncio.Task] = []  # one per registration (_keep_registered)
         self._watch: asyncio.Task | None = None
+        self.dialing = Dialing(self)  # outbound calls: POST /v1/calls (gateway/sip/dialing.py)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str, port: int) -> int:
@@ -451,13 +453,16 @@ class SipServer:
         """Every message, before the SIP stack: new INVITEs are admitted or refused here (a refusal leaves no
         state), requests for our calls are checked against their dialog, answers to our REFER are taken."""
         if isinstance(msg, SipResponse):
-            if not self._on_response(msg, addr):
+            if not self.dialing.feed(msg) and not self._on_response(msg, addr):
                 door.intake(msg, addr)
             return
         method = msg.method.upper()
         c = self.calls.get(msg.call_id or "")
         if c is not None and method != "OPTIONS":
             if not self._in_dialog(door, c, msg, method, addr):
+                return
+            if self.dialing.owns(c):  # the stack knows nothing of an outbound call: its BYE, ACK are ours
+                self.dialing.in_dialog(door, c, msg, method)
                 return
         elif method == "INVITE":
             if not self._admitted(door, msg, addr):
@@ -719,6 +724,27 @@ class SipServer:
                 self._forget(c)
                 self._refuse(incoming, P.INTERNAL, "answering the call failed")
             await self.hang_up(c, P.INTERNAL)
+
+    # ------------------------------------------------------------ outbound (gateway/sip/dialing.py)
+    def _local_ip_towards(self, peer_ip: str) -> str:
+        return media_address(self.config.public_ip, self.host, peer_ip)
+
+    def new_call(self, dialog, door: _Door, answer: AudioOffer, rtp) -> SipCall:
+        """An answered outbound call: the dialog our INVITE made and the RTP session its offer named."""
+        c = SipCall(self, dialog, door, answer, codec=wire.CODEC_OF_PAYLOAD_TYPE[answer.payload_type], rtp=rtp)
+        rtp.update_remote(answer.address)
+        self.calls[dialog.call_id] = c
+        return c
+
+    def connect_call(self, c: SipCall, ids: list[str], identity: dict) -> None:
+        """The call joins the registry (the agent's control socket, capacity) and its media starts."""
+        c.leg = SipLeg(c, self.core.metrics)
+        c.call = self.core.calls.connect_media(ids, c.leg, "sip", details={"sip": identity})
+        self._guard_media(c)
+        c.rtp.on_audio = lambda pcm, ts, c=c: self._on_audio(c, pcm)
+        c.rtp.on_dtmf = lambda digit, duration, c=c: self._spawn(self._dtmf(c, digit, "rfc4733"))
+        c.heard_at = asyncio.get_running_loop().time()
+        c.media_opened = asyncio.Event()
 
     def _identity(self, invite: SipRequest) -> dict:
         """Who calls whom, for the agent (gateway/sip/identity.py): only `sip.pass_headers` among the rest."""
@@ -999,6 +1025,7 @@ class SipServer:
             await self.core.calls.end_media(c.call, reason)
 
     def _forget(self, c: SipCall) -> None:
+        self.dialing.forget(c.sip_call_id)
         if self.calls.get(c.sip_call_id) is c:
             del self.calls[c.sip_call_id]
         if c.door.uas._calls.get(c.sip_call_id) is c.incoming:
@@ -1064,6 +1091,10 @@ def install(core: CallCore, host: LegHost) -> SipServer | None:
             f"(pip install 'voxgate[sip]'): {_MISSING}"
         )
     server = SipServer(core)
+    if cfg.trunks:
+        from gateway.http.calls import routes
+
+        host.add_routes(routes(core, server))
 
     async def start() -> None:
         await server.start(cfg.host or core.config.server.host, cfg.port)

@@ -1,0 +1,167 @@
+"""Outbound calls through `sip.trunks` (`POST /v1/calls`): the INVITE (gateway/sip/outbound.py), its progress and
+outcome to the agent's control socket, and once answered an ordinary SIP call of the leg (gateway/legs/sip.py).
+
+Control events, for an agent attached on `/v1/control/{call_id}` before or after the answer:
+`call.progress` {state: trying | ringing | early, status}, then `call.answered` {status, sip} or
+`call.failed` {code, status, reason}. The call counts against the same capacity as inbound ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+
+from aiortp import RTPSession
+
+from gateway import protocol as P
+from gateway.config import sip_registrar
+from gateway.sip.identity import call_identity
+from gateway.sip.outbound import TIMER_D_S, UNAVAILABLE, Dialed, InviteClient, Outcome
+from gateway.sip.outgoing_dialog import OutgoingDialog, sdp_offer
+from gateway.sip.sdp_check import Refusal, check_offer
+
+log = logging.getLogger("voxgate.sip")
+
+
+class Dialing:
+    def __init__(self, server):
+        self.server = server
+        self.clients: dict[str, InviteClient] = {}  # SIP Call-ID -> its INVITE, until Timer D after the outcome
+        self.outbound: set[str] = set()  # SIP Call-IDs of answered outbound calls
+
+    # ------------------------------------------------------------ from the leg's intake
+    def feed(self, response) -> bool:
+        client = self.clients.get(response.call_id or "")
+        if client is None:
+            return False
+        client.feed(response)
+        return True
+
+    def owns(self, c) -> bool:
+        return c.sip_call_id in self.outbound
+
+    def in_dialog(self, door, c, msg, method: str) -> None:
+        """A request in an outbound call's dialog (its tags and peer checked): BYE ends it, the rest is answered."""
+        if method == "ACK":
+            return
+        if method == "BYE":
+            self.server._reply(door, msg, 200, "OK")
+            self.server._spawn(self.server._end(c, "hangup"))
+        elif method == "CANCEL":
+            self.server._reply(door, msg, 200, "OK")
+        else:
+            self.server._reply(door, msg, 501, "Not Implemented")  # re-INVITE, UPDATE: not on outbound calls yet
+
+    # ------------------------------------------------------------ POST /v1/calls
+    def start(self, call_id: str, trunk, request_uri: str, from_uri: str, headers: dict, ring_timeout_s: float) -> None:
+        self.server._spawn(self._dial(call_id, trunk, request_uri, from_uri, headers, ring_timeout_s))
+
+    async def _notify(self, call_id: str, event: dict) -> None:
+        call = self.server.core.calls.get(call_id)
+        if call is not None:
+            await call.notify(event)
+
+    async def _dial(self, call_id, trunk, request_uri, from_uri, headers, ring_timeout_s) -> None:
+        server = self.server
+        door = next(d for d in server.doors if d.name == trunk.transport.upper())
+        host, port = sip_registrar(trunk.address)
+        loop = asyncio.get_running_loop()
+        rtp = None
+        try:
+            infos = await loop.getaddrinfo(host, port, type=2)  # SOCK_DGRAM: one answer per address
+            peer = infos[0][4][:2]
+            local_ip = server._local_ip_towards(peer[0])
+            payload_type = server.payload_types[0]
+            rtp = await RTPSession.create(
+                local_addr=(server.host, 0),
+                remote_addr=peer,
+                payload_type=payload_type,
+                dtmf_payload_type=101,
+                symmetric_rtp=False,
+                port_allocator=server.ports,
+                jitter_prefetch=2,
+                cname="voxgate",
+                rtcp_interval=5.0,
+            )
+            local_port = door.transport.local_addr[1]
+            password = os.environ.get(trunk.password_env or "", "")
+            dialed = Dialed(
+                request_uri=request_uri,
+                from_uri=from_uri,
+                contact=f"sip:voxgate@{local_ip}:{local_port}",
+                via_host=f"{local_ip}:{local_port}",
+                sdp=sdp_offer(local_ip, rtp._rtp_transport._transport.get_extra_info("sockname")[1], payload_type, 1),
+                transport=door.name,
+                headers=headers,
+                credentials=(trunk.user, password) if trunk.user else None,
+                call_id=call_id,
+            )
+        except (OSError, RuntimeError, IndexError) as exc:
+            log.info("sip: outbound call %s to trunk %s not placed: %s", call_id, trunk.name, exc)
+            if rtp is not None:
+                await rtp.close()
+            await self._failed(call_id, Outcome(False, 503, str(exc)[:200], UNAVAILABLE))
+            return
+
+        def progress(state: str, status: int) -> None:
+            server._spawn(self._notify(call_id, {"type": "call.progress", "state": state, "status": status}))
+
+        client = InviteClient(
+            dialed, lambda req: door.transport.send(req, peer), ring_timeout_s=ring_timeout_s, on_progress=progress
+        )
+        self.clients[call_id] = client
+        loop.call_later(ring_timeout_s + 32 + TIMER_D_S, self.clients.pop, call_id, None)
+        outcome = await client.run()
+        if not outcome.answered:
+            await rtp.close()
+            await self._failed(call_id, outcome)
+            return
+        await self._answered(call_id, client, outcome, door, peer, rtp)
+
+    async def _failed(self, call_id: str, outcome: Outcome) -> None:
+        log.info("sip: outbound call %s failed: %s (%d %s)", call_id, outcome.code, outcome.status, outcome.reason)
+        self.server.core.metrics.errors.labels(code=f"call_{outcome.code}").inc()
+        event = {"type": "call.failed", "code": outcome.code, "status": outcome.status, "reason": outcome.reason}
+        call = self.server.core.calls.get(call_id)
+        if call is not None:
+            await call.notify(event)
+            await call.session.close()
+
+    async def _answered(self, call_id, client, outcome, door, peer, rtp) -> None:
+        server = self.server
+        answer = check_offer(outcome.response.text, server.payload_types, srtp=False)
+        dialog = OutgoingDialog(client, outcome.response, peer, door.transport.send)
+        if isinstance(answer, Refusal):
+            log.info("sip: outbound call %s: the answer's SDP is unusable (%s); BYE", call_id, answer.message)
+            dialog.hangup()
+            await rtp.close()
+            await self._failed(call_id, Outcome(False, 488, answer.message, "rejected"))
+            return
+        identity = call_identity("outbound", client.dialed.request_uri, _pairs(client.invite), server.pass_headers)
+        c = server.new_call(dialog, door, answer, rtp)
+        self.outbound.add(call_id)
+        try:
+            server.connect_call(c, [call_id], identity)
+        except P.ProtocolError as exc:
+            self.outbound.discard(call_id)
+            dialog.hangup()
+            await server._end(c, exc.code)
+            await self._failed(call_id, Outcome(False, 503, exc.message, UNAVAILABLE))
+            return
+        c.acked = True
+        c.open_media()  # we sent the ACK: media may flow
+        log.info("sip: outbound call %s answered by %s (%s)", call_id, peer[0], c.codec)
+        await c.call.notify({"type": "call.answered", "status": outcome.status, "sip": identity})
+
+    def forget(self, sip_call_id: str) -> None:
+        self.outbound.discard(sip_call_id)
+
+
+def new_call_id() -> str:
+    return f"out-{secrets.token_hex(12)}"
+
+
+def _pairs(request) -> list[tuple[str, str]]:
+    return [(name, value) for name, values in request.headers.items() for value in values]
