@@ -71,6 +71,9 @@ def routes(core, server) -> list[web.RouteDef]:
             return _bad(f"ring_timeout_s must be a number of seconds, 1..{MAX_RING_TIMEOUT_S}")
         if core.draining:
             return _bad("this gateway is draining: it starts no new calls", P.SHUTTING_DOWN, 503)
+        if core.registry.full(server.dialing.ringing()):  # calls still ringing hold a place: they may all answer
+            core.metrics.errors.labels(code=P.AT_CAPACITY).inc()
+            return _bad(core.registry.capacity_error().message, P.AT_CAPACITY, 503)
         call_id = new_call_id()
         server.dialing.start(call_id, trunk, uri, from_uri, headers, float(ring))
         return web.json_response({"call_id": call_id}, status=201)

@@ -30,6 +30,7 @@ class Dialing:
         self.server = server
         self.clients: dict[str, InviteClient] = {}  # SIP Call-ID -> its INVITE, until Timer D after the outcome
         self.outbound: set[str] = set()  # SIP Call-IDs of answered outbound calls
+        self.placing = 0  # calls POSTed whose INVITE is not yet out (RTP ports, DNS)
 
     # ------------------------------------------------------------ from the leg's intake
     def feed(self, response) -> bool:
@@ -38,6 +39,10 @@ class Dialing:
             return False
         client.feed(response)
         return True
+
+    def ringing(self) -> int:
+        """Outbound calls placed but not yet answered or failed."""
+        return self.placing + sum(1 for client in self.clients.values() if client.outcome is None)
 
     def owns(self, c) -> bool:
         return c.sip_call_id in self.outbound
@@ -56,6 +61,7 @@ class Dialing:
 
     # ------------------------------------------------------------ POST /v1/calls
     def start(self, call_id: str, trunk, request_uri: str, from_uri: str, headers: dict, ring_timeout_s: float) -> None:
+        self.placing += 1
         self.server._spawn(self._dial(call_id, trunk, request_uri, from_uri, headers, ring_timeout_s))
 
     async def _notify(self, call_id: str, event: dict) -> None:
@@ -99,6 +105,7 @@ class Dialing:
                 call_id=call_id,
             )
         except (OSError, RuntimeError, IndexError) as exc:
+            self.placing -= 1
             log.info("sip: outbound call %s to trunk %s not placed: %s", call_id, trunk.name, exc)
             if rtp is not None:
                 await rtp.close()
@@ -112,6 +119,7 @@ class Dialing:
             dialed, lambda req: door.transport.send(req, peer), ring_timeout_s=ring_timeout_s, on_progress=progress
         )
         self.clients[call_id] = client
+        self.placing -= 1
         loop.call_later(ring_timeout_s + 32 + TIMER_D_S, self.clients.pop, call_id, None)
         outcome = await client.run()
         if not outcome.answered:

@@ -84,3 +84,12 @@ async def test_bad_requests_get_stable_codes(sip_gateway, body, key, status, cod
     gw = await sip_gateway(sip={"trunks": [_trunk(5999)]}, server={"api_keys": [KEY]})
     got, answer = await _post(gw, body, key)
     assert got == status and answer["code"] == code, answer
+
+
+async def test_calls_still_ringing_count_against_capacity(sip_gateway):
+    """server.max_sessions 1: a call placed (its INVITE unanswered) holds the place, a second POST gets 503."""
+    silent = free_udp_port()  # nothing answers there
+    gw = await sip_gateway(sip={"trunks": [_trunk(silent)]}, server={"api_keys": [KEY], "max_sessions": 1})
+    first, _ = await _post(gw, {"to": "+15551234567", "trunk": "far"})
+    second, answer = await _post(gw, {"to": "+15551234568", "trunk": "far"})
+    assert first == 201 and (second, answer["code"]) == (503, "at_capacity")
