@@ -121,7 +121,12 @@ class Dialing:
         self.clients[call_id] = client
         self.placing -= 1
         loop.call_later(ring_timeout_s + 32 + TIMER_D_S, self.clients.pop, call_id, None)
-        outcome = await client.run()
+        try:
+            outcome = await client.run()
+        except asyncio.CancelledError:  # shutdown while it rings: the far end stops ringing, the ports are freed
+            client.cancel_now()
+            await rtp.close()
+            raise
         if not outcome.answered:
             await rtp.close()
             await self._failed(call_id, outcome)

@@ -192,6 +192,13 @@ class InviteClient:
             await asyncio.wait([self._done], timeout=wait)
         return self._done.result() if self._done.done() else self.outcome
 
+    def cancel_now(self) -> None:
+        """Give the call up (shutdown): CANCEL when it rings; before any provisional answer there is nothing to
+        cancel yet (RFC 3261 §9.1), and a later answer finds no one."""
+        if self.provisional and not self.cancelled and self.outcome is None:
+            self.cancelled = True
+            self._send(self._cancel())
+
     def feed(self, response: SipResponse) -> None:
         """An answer whose Call-ID is this call's. After the outcome too: resent finals are ACKed again."""
         number, _, method = (response.headers.get_first("cseq") or "").partition(" ")
