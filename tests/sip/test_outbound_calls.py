@@ -93,3 +93,19 @@ async def test_calls_still_ringing_count_against_capacity(sip_gateway):
     first, _ = await _post(gw, {"to": "+15551234567", "trunk": "far"})
     second, answer = await _post(gw, {"to": "+15551234568", "trunk": "far"})
     assert first == 201 and (second, answer["code"]) == (503, "at_capacity")
+
+
+async def test_ring_timeout_sends_cancel_and_fails_with_no_answer(sip_gateway, tmp_path):
+    far = free_udp_port()
+    gw = await sip_gateway(sip={"trunks": [_trunk(far)]}, server={"api_keys": [KEY]})
+    sipp = asyncio.create_task(run_sipp(tmp_path, None, "out_ringing.xml", listen_port=far))
+    await asyncio.sleep(0.5)
+    status, body = await _post(gw, {"to": "+15551234567", "trunk": "far", "ring_timeout_s": 2})
+    control = await Control.connect(gw, additional_headers={"Authorization": f"Bearer {KEY}"})
+    try:
+        await control.attach(body["call_id"])
+        failed = await control.expect("call.failed")
+        assert (failed["code"], failed["status"]) == ("no_answer", 487)
+        (await sipp).assert_ok()  # SIPp saw the CANCEL and the 487's ACK
+    finally:
+        await control.ws.close()
