@@ -927,6 +927,8 @@ class SipServer:
         """REFER the caller to `target`; the REFER's answer and the NOTIFYs come back as `call.transfer` events."""
         if c.ended or c.call is None:
             raise P.ProtocolError(P.BAD_MESSAGE, "the call has ended")
+        if self.dialing.owns(c):
+            raise P.ProtocolError(P.BAD_MESSAGE, "call.transfer is not supported on outbound calls yet")
         if (
             not (target.startswith("sip:") or target.startswith("tel:"))
             or len(target) > 256
