@@ -154,6 +154,8 @@ class NativeWsEndpoint:
     def __init__(self, core: CallCore):
         self.core = core
         self._connections = 0  # sockets without a session yet count against max_sessions
+        # sockets with no session: nothing else ends them at stop, and the HTTP server would wait ~30 s on each
+        self._sessionless: set[web.WebSocketResponse] = set()
 
     def route(self) -> web.RouteDef:
         return web.get("/v1/ws", self.handle)
@@ -171,6 +173,7 @@ class NativeWsEndpoint:
             await ws.close(code=P.CLOSE_TRY_AGAIN_LATER)
             return ws
         self._connections += 1
+        self._sessionless.add(ws)
         session: Session | None = None
         try:
             while True:
@@ -190,6 +193,7 @@ class NativeWsEndpoint:
                             if session is not None:
                                 raise P.ProtocolError(P.SESSION_EXISTS, "this connection already has a session")
                             session = self._start(ws, request, m)
+                            self._sessionless.discard(ws)
                             await session.flush_events()
                         elif session is None:
                             raise P.ProtocolError(P.NO_SESSION, "send session.start first")
@@ -240,6 +244,7 @@ class NativeWsEndpoint:
                     pass
         finally:
             self._connections -= 1
+            self._sessionless.discard(ws)
             if session is not None and not session.closed:
                 await session.close()
             if session is not None and isinstance(session.text_leg, NativeWsLeg):
@@ -328,8 +333,20 @@ class NativeWsEndpoint:
             if not ws.closed:
                 await ws.send_json(exc.event())
 
+    async def close_sessionless(self) -> None:
+        """At stop: says so to every socket that has no session (a refused session.start leaves one) and closes it."""
+        for ws in list(self._sessionless):
+            if ws.closed:
+                continue
+            try:
+                await ws.send_json(P.error_event(P.SHUTTING_DOWN, "the gateway is shutting down"))
+                await ws.close(code=close_code(self.core))
+            except ConnectionError:
+                pass
+
 
 def install(core: CallCore, host: LegHost) -> NativeWsEndpoint:
     endpoint = NativeWsEndpoint(core)
     host.add_routes([endpoint.route()])
+    host.on_stop(endpoint.close_sessionless)
     return endpoint

@@ -450,3 +450,21 @@ async def test_frames_written_past_aiohttps_writer_arrive_whole_and_are_all_coun
         metrics = await (await http.get(f"http://127.0.0.1:{gw.port}/metrics")).text()
     sent = float(re.search(r'^voxgate_frames_sent_total\{leg="ws"\} (\S+)$', metrics, re.M).group(1))
     assert sent == len(c.frames)
+
+
+async def test_a_socket_whose_session_start_was_refused_is_told_and_closed_at_stop(start_gateway):
+    """A refused session.start leaves a socket with no session; at stop nothing else ends it, and the HTTP server
+    used to wait ~30 s on it before cancelling its handler. Now stop tells it `shutting_down` and closes it (1001)."""
+    gw = await start_gateway()
+    c = await Client.connect(gw)
+    await c.send({"type": "session.start", "output": {"encoding": "bogus"}})
+    assert (await c.until("error"))["code"] == "unsupported_format"
+    stopping = asyncio.create_task(gw.stop())
+    try:
+        error = await c.until("error", timeout=10)  # the old gateway sent nothing until its handler was cancelled
+        assert error["code"] == "shutting_down"
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(c.ws.recv(), 10)
+        assert closed.value.rcvd.code == 1001
+    finally:
+        await stopping
