@@ -18,41 +18,14 @@ from tts.aligner.aligner import AUDIO_END, AUDIO_PAD, AUDIO_START
 from tts.aligner.config import AlignerConfig
 from tts.aligner.model import AlignerModel
 from tts.aligner.words import TIMESTAMP
-from tts.qwen3.tiny import tiny_vocab
+from tts.qwen3.tiny import write_tokenizer
 
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", AUDIO_START, AUDIO_END, AUDIO_PAD, TIMESTAMP)
 
 
 def _write_tokenizer(model_dir: str) -> dict[str, int]:
-    vocab, merges = tiny_vocab()
-    with open(os.path.join(model_dir, "vocab.json"), "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False)
-    with open(os.path.join(model_dir, "merges.txt"), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n")
-        f.writelines(f"{a} {b}\n" for a, b in merges)
-    ids = {tok: len(vocab) + i for i, tok in enumerate(SPECIAL)}
-    flags = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
-    cfg = {
-        "add_prefix_space": False,
-        "added_tokens_decoder": {str(i): {"content": tok, **flags} for tok, i in ids.items()},
-        "bos_token": None,
-        "clean_up_tokenization_spaces": False,
-        "eos_token": "<|im_end|>",
-        "errors": "replace",
-        "extra_special_tokens": {
-            "audio_token": AUDIO_PAD,
-            "audio_bos_token": AUDIO_START,
-            "audio_eos_token": AUDIO_END,
-        },
-        "model_max_length": 65536,
-        "pad_token": "<|endoftext|>",
-        "split_special_tokens": False,
-        "tokenizer_class": "Qwen2Tokenizer",
-        "unk_token": None,
-    }
-    with open(os.path.join(model_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(cfg, f, ensure_ascii=False, indent=2)
-    return ids
+    extra = {"audio_token": AUDIO_PAD, "audio_bos_token": AUDIO_START, "audio_eos_token": AUDIO_END}
+    return write_tokenizer(model_dir, SPECIAL, model_max_length=65536, extra_special_tokens=extra)
 
 
 def tiny_config_json(ids: dict[str, int], vocab_size: int, classify_num: int = 96) -> dict:

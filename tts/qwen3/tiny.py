@@ -47,15 +47,16 @@ def tiny_vocab() -> tuple[dict[str, int], list[tuple[str, str]]]:
     return vocab, merges
 
 
-def write_tokenizer(model_dir: str) -> dict[str, int]:
-    """vocab.json, merges.txt and tokenizer_config.json; returns the special tokens' ids."""
+def write_tokenizer(model_dir: str, special_tokens: tuple[str, ...] = SPECIAL_TOKENS, **config) -> dict[str, int]:
+    """vocab.json, merges.txt and tokenizer_config.json (`config` adds or overrides its keys); returns the special
+    tokens' ids. The aligner's tiny checkpoint writes its tokenizer with this too."""
     vocab, merges = tiny_vocab()
     with open(os.path.join(model_dir, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False)
     with open(os.path.join(model_dir, "merges.txt"), "w", encoding="utf-8") as f:
         f.write("#version: 0.2\n")
         f.writelines(f"{a} {b}\n" for a, b in merges)
-    ids = {tok: len(vocab) + i for i, tok in enumerate(SPECIAL_TOKENS)}
+    ids = {tok: len(vocab) + i for i, tok in enumerate(special_tokens)}
     added = {
         str(i): {
             "content": tok,
@@ -79,6 +80,7 @@ def write_tokenizer(model_dir: str) -> dict[str, int]:
         "split_special_tokens": False,
         "tokenizer_class": "Qwen2Tokenizer",
         "unk_token": None,
+        **config,
     }
     with open(os.path.join(model_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump(tok_cfg, f, ensure_ascii=False, indent=2)
