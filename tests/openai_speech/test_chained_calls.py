@@ -204,3 +204,19 @@ async def test_a_tiny_qwen3_speech_server_speaks_a_call_and_the_openai_route(tmp
         assert await wait_for(lambda: up.in_flight() == 0, timeout=5.0)
     finally:
         up.stop()
+
+
+async def test_word_timings_through_a_speech_server_are_the_estimate(speech_servers, chained_gateway):
+    # A streamed `POST /v1/audio/speech` carries audio only (vLLM-Omni 0.30.0 refuses `word_timestamps` with
+    # `stream: true`; docs/speech-servers.md#word-timings), so the engine's chunks carry no words and the session's
+    # estimate times every word.
+    up = await speech_servers("up")
+    gw = await chained_gateway([up.base])
+    c = await Client.connect(gw)
+    await c.start(word_timings=True)
+    await c.send({"type": "text", "turn_id": "t1", "text": TEXT, "final": True})
+    done = await c.until("turn.done")
+    events = c.of_type("audio.words")
+    assert [w["text"] for e in events for w in e["words"]] == TEXT.split()  # every word once, as written
+    assert {e["source"] for e in events} == {"estimate"} and done["timing_source"] == "estimate"
+    await c.ws.close()
