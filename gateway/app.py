@@ -107,6 +107,7 @@ def engine_choice(config: Config) -> EngineChoice:
         tcp_connect_timeout_s=e.tcp_connect_timeout_s,
         first_byte_timeout_s=e.first_byte_timeout_s,
         stream_stall_timeout_s=e.stream_stall_timeout_s,
+        speech_transport=e.speech_transport,
         # openai-speech: the names sent as `voice` must be voices the servers list (clones are sent whole)
         voices_required=[v.speaker or name for name, v in config.voices.items() if not v.ref_audio],
     )

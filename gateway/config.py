@@ -152,6 +152,8 @@ class EngineConfig:
     # out (suspect) until a short speech request gets its first audio byte in time
     first_byte_timeout_s: float = 2.0
     stream_stall_timeout_s: float = 5.0  # openai-speech: no byte mid-chunk for this long ends it with engine_error
+    # openai-speech: http (streamed POST /v1/audio/speech) | websocket (vLLM-Omni's /v1/audio/speech/stream: word timings)
+    speech_transport: str = "http"
 
     def validate(self, check) -> None:
         check(self.kind in ENGINE_KINDS, "kind", "must be " + ", ".join(ENGINE_KINDS[:-1]) + " or " + ENGINE_KINDS[-1])
@@ -185,6 +187,7 @@ class EngineConfig:
             check(
                 not self.isolate, "isolate", "runs a local engine as a child; kind: openai-speech uses speech servers"
             )
+            check(self.speech_transport in ("http", "websocket"), "speech_transport", "must be http or websocket")
         else:
             check(
                 all(isinstance(e, str) and _is_engine_endpoint(e) for e in self.endpoints),
@@ -192,6 +195,11 @@ class EngineConfig:
                 "entries must be tcp://HOST:PORT or ipc://PATH",
             )
         check(len(set(self.endpoints)) == len(self.endpoints), "endpoints", "lists an engine twice")
+        check(
+            self.kind == "openai-speech" or self.speech_transport == "http",
+            "speech_transport",
+            "is only for kind: openai-speech",
+        )
         check(
             not (self.isolate and self.kind == "remote"),
             "isolate",

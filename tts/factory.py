@@ -45,6 +45,7 @@ class EngineChoice:
     tcp_connect_timeout_s: float = 1.0  # a request's TCP connect
     first_byte_timeout_s: float = 2.0  # request sent to its first audio byte
     stream_stall_timeout_s: float = 5.0  # after the first byte, no byte for this long
+    speech_transport: str = "http"  # http | websocket (vLLM-Omni's speech WebSocket, with word timings)
 
 
 def resolve_engine_kind(kind: str, model_dir: str | None) -> str:
@@ -135,6 +136,7 @@ def build_engine(choice: EngineChoice) -> Engine:
                 tcp_connect_timeout_s=choice.tcp_connect_timeout_s,
                 first_byte_timeout_s=choice.first_byte_timeout_s,
                 stream_stall_timeout_s=choice.stream_stall_timeout_s,
+                transport=choice.speech_transport,
             )
         )
     raise ValueError(f"unknown engine kind {kind!r} (one of {', '.join(KINDS)})")

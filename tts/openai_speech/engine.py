@@ -33,6 +33,7 @@ from tts.openai_speech.answers import SHOWN_BYTES, error_text, not_pcm, stated_r
 from tts.openai_speech.endpoint import Endpoint
 from tts.openai_speech.packets import PacketCutter
 from tts.openai_speech.request_body import DEFAULT_VOICE, speech_body, voice_names
+from tts.openai_speech.websocket import ROUTE, ServerSaid, WsAnswer
 
 log = logging.getLogger("voxgate.openai_speech_engine")
 
@@ -65,6 +66,9 @@ class SpeechServerSettings:
     stream_stall_timeout_s: float = 5.0  # after the first byte, no byte for this long ends the chunk (engine_error)
     probe_interval_s: float = 1.0  # how often an endpoint that is out is asked whether it is back
     packet_ms: int = 80  # the playout's packet: audio is handed on in whole packets (the last one may be short)
+    # http: streamed POST /audio/speech (audio only); websocket: vLLM-Omni's /audio/speech/stream with its word
+    # timestamps (the server runs with --forced-aligner)
+    transport: str = "http"
 
 
 class OpenAISpeechEngine(Engine):
@@ -78,6 +82,8 @@ class OpenAISpeechEngine(Engine):
         self.endpoints = [Endpoint(url) for url in settings.endpoints]
         if len({e.base for e in self.endpoints}) != len(self.endpoints):
             raise ValueError("engine.endpoints lists a speech server twice")
+        if settings.transport not in ("http", "websocket"):
+            raise ValueError(f"engine.speech_transport {settings.transport!r} must be http or websocket")
         if settings.sample_rate not in (8000, 16000, 22050, 24000, 44100, 48000):
             raise ValueError(
                 f"engine.sample_rate {settings.sample_rate} is not a rate speech servers stream "
@@ -386,15 +392,14 @@ class OpenAISpeechEngine(Engine):
         try:
             try:
                 async with asyncio.timeout(limit):  # everything up to the first audio byte
-                    resp = await self._http.post(f"{e.base}/audio/speech", json=self._body(e, stream.request))
-                    if resp.status in (429, 503):
-                        e.errors["overloaded"] += 1
-                        return f"{resp.status} {await error_text(resp)}"
-                    if resp.status in (502, 504):
-                        raise aiohttp.ClientConnectionError(f"{resp.status} {await error_text(resp)}")
-                    if not await self._playable(e, resp, stream):
-                        return None
-                    first = await resp.content.readany()
+                    if self.settings.transport == "websocket":
+                        resp, first = await self._open_ws(e, stream)
+                    else:
+                        resp, first = await self._open_http(e, stream)
+                    if isinstance(resp, str):
+                        return resp  # busy
+                    if resp is None:
+                        return None  # refused: the chunk failed
             except aiohttp.ClientError:
                 raise  # no answer (its connect timeout included): handled below
             except TimeoutError:
@@ -406,6 +411,10 @@ class OpenAISpeechEngine(Engine):
             return None
         except asyncio.CancelledError:
             raise
+        except ServerSaid as exc:
+            e.errors["engine_error"] += 1
+            stream._fail(EngineError("engine_error", f"speech server {e.base} {exc}"))
+            return None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if attempt.got_bytes:
@@ -427,11 +436,59 @@ class OpenAISpeechEngine(Engine):
         finally:
             e.in_flight -= 1
             self._serving.pop(id(stream), None)
-            if resp is not None:
+            if isinstance(resp, WsAnswer):
+                await resp.end(stream.done and not stream.cancelled and resp.content.at_eof())
+            elif resp is not None and not isinstance(resp, str):
                 if stream.done and not stream.cancelled and resp.content.at_eof():
                     resp.release()  # read to the end: the connection goes back to the pool
                 else:
                     resp.close()  # cancelled, failed or cut short: close the connection so the server sees it
+
+    async def _open_http(self, e: Endpoint, stream: SynthesisStream):
+        """POST the chunk: (answer, its first bytes); (why busy, None); (None, None) when refused (failed)."""
+        import aiohttp
+
+        resp = await self._http.post(f"{e.base}/audio/speech", json=self._body(e, stream.request))
+        try:
+            if resp.status in (429, 503):
+                e.errors["overloaded"] += 1
+                why = f"{resp.status} {await error_text(resp)}"
+                resp.close()
+                return why, None
+            if resp.status in (502, 504):
+                raise aiohttp.ClientConnectionError(f"{resp.status} {await error_text(resp)}")
+            if not await self._playable(e, resp, stream):
+                resp.close()
+                return None, None
+            return resp, await resp.content.readany()
+        except BaseException:  # the first-byte limit, a cut: close the connection so the server sees it
+            resp.close()
+            raise
+
+    async def _open_ws(self, e: Endpoint, stream: SynthesisStream):
+        """The chunk as one utterance on vLLM-Omni's speech WebSocket: as `_open_http`."""
+        import aiohttp
+
+        try:
+            resp = await WsAnswer.open(
+                self._http, e.base, self._body(e, stream.request), stream.request.text, self.sample_rate
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status in (429, 503):
+                e.errors["overloaded"] += 1
+                return f"{exc.status} {exc.message}", None
+            if exc.status in (502, 504):
+                raise
+            e.errors["engine_error"] += 1
+            stream._fail(
+                EngineError("engine_error", f"speech server {e.base} refused the WebSocket {ROUTE} ({exc.status})")
+            )
+            return None, None
+        try:
+            return resp, await resp.content.readany()
+        except BaseException:
+            await resp.end(False)
+            raise
 
     async def _playable(self, e: Endpoint, resp, stream: SynthesisStream) -> bool:
         """Whether a 2xx answer's body is the raw PCM asked for, at our rate; else the chunk fails with
@@ -515,11 +572,12 @@ class OpenAISpeechEngine(Engine):
                     )
                 )
                 return
-        self._deliver(stream, cutter.flush(), delivered // codec_frame, True)
+        words = resp.take_words() if isinstance(resp, WsAnswer) else None  # aligned once the audio has ended
+        self._deliver(stream, cutter.flush(), delivered // codec_frame, True, words)
 
-    def _deliver(self, stream: SynthesisStream, pcm: np.ndarray, frame: int, last: bool) -> None:
+    def _deliver(self, stream: SynthesisStream, pcm: np.ndarray, frame: int, last: bool, words=None) -> None:
         self.audio_seconds += len(pcm) / self.sample_rate
-        stream._deliver(PcmChunk(pcm, frame, last))
+        stream._deliver(PcmChunk(pcm, frame, last, words=words))
 
     # ------------------------------------------------------------ voices
     def voices(self) -> list[str]:
