@@ -4,12 +4,14 @@ real aiohttp on loopback, with the health and models routes of `Misbehaving` (th
 
 Each word of the utterance is `WORD_MS` of tone then `GAP_MS` of silence, so the timestamps it sends are where the
 words really are in its audio. The aligner's words are the text's words with punctuation stripped, as vLLM-Omni's
-`segment_words` gives them. Modes: `aligned` (the real shape), `misspelt` (one word the text does not have: the
+`segment_words` gives them. Modes: `aligned` (the real shape), `real_time` (the same, its audio made no faster
+than it plays), `misspelt` (one word the text does not have: the
 words cannot be matched), `no_aligner` (the server runs without `--forced-aligner`: its `error` and nothing else).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -46,11 +48,20 @@ class OmniWs(Misbehaving):
         self.ws_mode = mode
         self.configs: list[dict] = []
         self.sessions = 0
+        self.open_sessions = 0  # WebSockets not yet closed by either side
 
     async def stream(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         self.sessions += 1
+        self.open_sessions += 1
+        try:
+            await self._serve(ws)
+        finally:
+            self.open_sessions -= 1
+        return ws
+
+    async def _serve(self, ws: web.WebSocketResponse) -> None:
         config, text, utterance_index = None, "", 0
         async for msg in ws:
             if msg.type != WSMsgType.TEXT:
@@ -66,7 +77,6 @@ class OmniWs(Misbehaving):
                 text, utterance_index = "", utterance_index + 1
             elif event["type"] == "session.close":
                 await ws.close()
-        return ws
 
     async def _utterance(self, ws: web.WebSocketResponse, config: dict, text: str, u: int) -> None:
         if self.ws_mode == "no_aligner":  # the real server's answer: an error, then nothing for that sentence
@@ -83,6 +93,10 @@ class OmniWs(Misbehaving):
             stamps[1]["word"] = "zebra"
         n = 0
         for n, at in enumerate(range(0, len(audio), PIECE * 2)):
+            if self.ws_mode == "real_time":
+                await asyncio.sleep(PIECE / RATE)
+            if ws.closed:
+                return  # the client went away: the real server aborts the request
             piece = audio[at : at + PIECE * 2]
             await ws.send_json(
                 {

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import Client
+from tests.openai_speech.test_chained_calls import wait_for
 from tests.openai_speech.omni_ws import GAP_MS, WORD_MS, OmniWs, utterance
 from tts.openai_speech.websocket import match_words
 
@@ -82,6 +83,24 @@ async def test_a_server_without_an_aligner_fails_the_chunk_with_its_answer(omni_
     await c.send({"type": "text", "turn_id": "t1", "text": TEXT, "final": True})
     error = await c.until("error")
     assert error["code"] == "engine_error" and "--forced-aligner" in error["message"], error
+    await c.ws.close()
+
+
+async def test_an_interrupt_closes_the_websocket_and_the_server_sees_it(omni_ws, chained_gateway):
+    server, base = await omni_ws("real_time")
+    gw = await chained_gateway([base], WS)
+    c = await Client.connect(gw)
+    await c.start(word_timings=True)
+    long = "This turn is long enough to be interrupted while its only chunk still streams from the server " * 2
+    await c.send({"type": "text", "turn_id": "t1", "text": long.strip(), "final": True})
+    await c.until("audio.start")
+    assert await wait_for(lambda: server.open_sessions == 1)
+    await c.send({"type": "interrupt"})
+    done = await c.until("turn.done")
+    assert done["interrupted"] is True
+    # the socket was closed, not left to stream the rest (about 10 s of audio made at real time)
+    assert await wait_for(lambda: server.open_sessions == 0, timeout=3.0), "the WebSocket was not closed"
+    assert gw.engine.counters["cancelled"] >= 1 and gw.engine.stats()["active"] == 0
     await c.ws.close()
 
 
