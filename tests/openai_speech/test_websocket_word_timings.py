@@ -121,3 +121,14 @@ def test_words_match_the_text_by_order_and_spelling():
     assert match_words(text, skipped, 0, 24000) is None
     assert match_words(text, [{"word": "Hello", "start_ms": 5, "end_ms": 1}], 0, 24000) is None
     assert match_words(text, None, 0, 24000) is None  # the aligner failed
+
+
+def test_speech_transport_is_checked_at_load():
+    from gateway.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="speech_transport: must be http or websocket"):
+        load_config(
+            None, {"engine": {"kind": "openai-speech", "endpoints": ["http://h:1/v1"], "speech_transport": "grpc"}}
+        )
+    with pytest.raises(ConfigError, match="speech_transport: is only for kind: openai-speech"):
+        load_config(None, {"engine": {"kind": "espeak", "speech_transport": "websocket"}})
