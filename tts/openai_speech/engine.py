@@ -4,6 +4,8 @@
 One streamed request per text chunk; the body comes back as raw 16-bit PCM in network-sized pieces, re-cut
 here into whole 80 ms packets. Cancelling a stream closes its HTTP connection at once, so the server sees the
 disconnect and stops generating.
+With `transport: websocket` the chunk goes instead as one utterance on vLLM-Omni's `{base}/audio/speech/stream`
+(`websocket.py`), read the same way, and its aligner's word timestamps ride the chunk's last packet.
 
 Placement: a session's chunks stay on one endpoint while it serves (the session is the first part of the
 request's tag, `session/turn/chunk`); otherwise the serving endpoint with the fewest requests in flight. Before
