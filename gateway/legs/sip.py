@@ -453,7 +453,7 @@ class SipServer:
         """Every message, before the SIP stack: new INVITEs are admitted or refused here (a refusal leaves no
         state), requests for our calls are checked against their dialog, answers to our REFER are taken."""
         if isinstance(msg, SipResponse):
-            if not self.dialing.feed(msg) and not self._on_response(msg, addr):
+            if not self.dialing.feed(msg, addr) and not self._on_response(msg, addr):
                 door.intake(msg, addr)
             return
         method = msg.method.upper()

@@ -29,14 +29,25 @@ class Dialing:
     def __init__(self, server):
         self.server = server
         self.clients: dict[str, InviteClient] = {}  # SIP Call-ID -> its INVITE, until Timer D after the outcome
+        self.trunk_ips: dict[str, str] = {}  # SIP Call-ID -> the address its INVITE went to: only it may answer
         self.outbound: set[str] = set()  # SIP Call-IDs of answered outbound calls
         self.placing = 0  # calls POSTed whose INVITE is not yet out (RTP ports, DNS)
 
     # ------------------------------------------------------------ from the leg's intake
-    def feed(self, response) -> bool:
-        client = self.clients.get(response.call_id or "")
+    def feed(self, response, addr: tuple[str, int]) -> bool:
+        """True when the answer is for one of our INVITEs (taken, or dropped when it does not come from the trunk)."""
+        call_id = response.call_id or ""
+        client = self.clients.get(call_id)
         if client is None:
             return False
+        if addr[0] != self.trunk_ips.get(call_id):  # a stranger's forged 486 or 200 must not end or take the call
+            log.info(
+                "sip: answer %s to outbound call %s from %s, not its trunk: dropped",
+                response.status_code,
+                call_id,
+                addr[0],
+            )
+            return True
         client.feed(response)
         return True
 
@@ -119,8 +130,9 @@ class Dialing:
             dialed, lambda req: door.transport.send(req, peer), ring_timeout_s=ring_timeout_s, on_progress=progress
         )
         self.clients[call_id] = client
+        self.trunk_ips[call_id] = peer[0]
         self.placing -= 1
-        loop.call_later(ring_timeout_s + 32 + TIMER_D_S, self.clients.pop, call_id, None)
+        loop.call_later(ring_timeout_s + 32 + TIMER_D_S, self._forget_client, call_id)
         try:
             outcome = await client.run()
         except asyncio.CancelledError:  # shutdown while it rings: the far end stops ringing, the ports are freed
@@ -167,6 +179,10 @@ class Dialing:
         c.open_media()  # we sent the ACK: media may flow
         log.info("sip: outbound call %s answered by %s (%s)", call_id, peer[0], c.codec)
         await c.call.notify({"type": "call.answered", "status": outcome.status, "sip": identity})
+
+    def _forget_client(self, call_id: str) -> None:
+        self.clients.pop(call_id, None)
+        self.trunk_ips.pop(call_id, None)
 
     def forget(self, sip_call_id: str) -> None:
         self.outbound.discard(sip_call_id)

@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import aiohttp
 import pytest
 
+from tests.sip.conftest import sip_port
 from tests.sip.sipp import free_udp_port, run_sipp
 from tests.telephony.clients import Control
 
 pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
 
 KEY = "outbound-test-key"
+STRANGER = "127.0.0.66"  # another address than the trunk's
 
 
 def _trunk(port: int) -> dict:
@@ -111,4 +114,36 @@ async def test_ring_timeout_sends_cancel_and_fails_with_no_answer(sip_gateway, t
         assert (failed["code"], failed["status"]) == ("no_answer", 487)
         (await sipp).assert_ok()  # SIPp saw the CANCEL and the 487's ACK
     finally:
+        await control.ws.close()
+
+
+async def test_a_strangers_forged_busy_does_not_end_a_ringing_outbound_call(sip_gateway, tmp_path):
+    """While the trunk rings, a stranger (another address) who learnt the Call-ID sends a 486 for our INVITE to
+    the gateway's SIP port. Only the trunk may answer its INVITE: the call rings on to its real outcome."""
+    far = free_udp_port()
+    gw = await sip_gateway(sip={"trunks": [_trunk(far)]}, server={"api_keys": [KEY]})
+    sipp = asyncio.create_task(run_sipp(tmp_path, None, "out_ringing.xml", listen_port=far))
+    await asyncio.sleep(0.5)
+    status, body = await _post(gw, {"to": "+15551234567", "trunk": "far", "ring_timeout_s": 2})
+    control = await Control.connect(gw, additional_headers={"Authorization": f"Bearer {KEY}"})
+    stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stranger.bind((STRANGER, 0))
+    try:
+        await control.attach(body["call_id"])
+        await asyncio.sleep(0.5)  # the INVITE is out and rings (its progress may precede the attach: not replayed)
+        forged = (
+            "SIP/2.0 486 Busy Here\r\n"
+            f"Via: SIP/2.0/UDP {STRANGER}:{stranger.getsockname()[1]};branch=z9hG4bKforged\r\n"
+            "From: <sip:+15550100@voxgate.test>;tag=forged\r\n"
+            "To: <sip:+15551234567@127.0.0.1>;tag=forged\r\n"
+            f"Call-ID: {body['call_id']}\r\n"
+            "CSeq: 1 INVITE\r\n"
+            "Content-Length: 0\r\n\r\n"
+        )
+        stranger.sendto(forged.encode(), ("127.0.0.1", sip_port(gw)))
+        failed = await control.expect("call.failed")
+        assert (failed["code"], failed["status"]) == ("no_answer", 487)  # the old dialer: ("busy", 486)
+        (await sipp).assert_ok()
+    finally:
+        stranger.close()
         await control.ws.close()
