@@ -3,6 +3,8 @@ process on loopback (its `POST /v1/audio/speech` is an OpenAI-compatible speech 
 
 from __future__ import annotations
 
+import contextlib
+
 import asyncio
 import json
 import os
@@ -115,3 +117,22 @@ class SpeechServer:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+@contextlib.asynccontextmanager
+async def served_in_loop(server_class):
+    """`start(mode)` → (server, base URL) for a test server that runs in the test's own loop (`server_class(mode)`
+    with `await .start()` → (runner, base)); every one started is stopped on exit."""
+    runners = []
+
+    async def start(*args):
+        server = server_class(*args)
+        runner, base = await server.start()
+        runners.append(runner)
+        return server, base
+
+    try:
+        yield start
+    finally:
+        for runner in runners:
+            await runner.cleanup()

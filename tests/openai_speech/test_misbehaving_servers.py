@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import Client
 from tests.openai_speech.misbehaving import Misbehaving
-from tests.openai_speech.servers import ROOT
+from tests.openai_speech.servers import ROOT, served_in_loop
 from tests.service.engines import free_port
 from tts import EngineError, SynthesisRequest
 from tts.openai_speech import OpenAISpeechEngine, SpeechServerSettings
@@ -28,17 +28,8 @@ TEXT = "Hello there. This is the second sentence."
 @pytest.fixture
 async def misbehaving():
     """`await misbehaving(mode)` → (server, base URL), served in the test's loop; all stopped afterwards."""
-    runners = []
-
-    async def _start(mode: str) -> tuple[Misbehaving, str]:
-        server = Misbehaving(mode)
-        runner, base = await server.start()
-        runners.append(runner)
-        return server, base
-
-    yield _start
-    for runner in runners:
-        await runner.cleanup()
+    async with served_in_loop(Misbehaving) as start:
+        yield start
 
 
 async def readyz(gw) -> dict:

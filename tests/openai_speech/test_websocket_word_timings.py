@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import Client
 from tests.openai_speech.test_chained_calls import wait_for
 from tests.openai_speech.omni_ws import GAP_MS, WORD_MS, OmniWs, utterance
+from tests.openai_speech.servers import served_in_loop
 from tts.openai_speech.websocket import match_words
 
 TEXT = "Hello there, this call is timed by the server itself."
@@ -19,17 +20,9 @@ WS = {"engine": {"speech_transport": "websocket"}}
 
 @pytest.fixture
 async def omni_ws():
-    runners = []
-
-    async def _start(mode: str = "aligned") -> tuple[OmniWs, str]:
-        server = OmniWs(mode)
-        runner, base = await server.start()
-        runners.append(runner)
-        return server, base
-
-    yield _start
-    for runner in runners:
-        await runner.cleanup()
+    """`await omni_ws(mode)` → (server, base URL), served in the test's loop; all stopped afterwards."""
+    async with served_in_loop(OmniWs) as start:
+        yield lambda mode="aligned": start(mode)
 
 
 async def _call(gw, text: str = TEXT) -> tuple[Client, dict]:
