@@ -620,7 +620,9 @@ class SipTlsConfig:
     port: int = 5061  # the TLS listener's port (0: a free one)
     cert_file: str = ""  # PEM certificate chain the listener presents (the trunk checks it against the name it dials)
     key_file: str = ""  # PEM private key of cert_file
-    ca_file: str | None = None  # PEM CA certificates that client certificates are checked against
+    # PEM CA certificates that client certificates are checked against, and tls trunks' certificates (unless the
+    # trunk names its own ca_file; unset: the system's CAs verify trunks)
+    ca_file: str | None = None
     require_client_cert: bool = False  # mutual TLS: refuse a connection without a client certificate ca_file verifies
 
     def validate(self, check) -> None:
@@ -638,7 +640,7 @@ class SipTlsConfig:
             check(False, "cert_file", f"and key_file do not load as a certificate and its key ({exc})")
 
 
-SIP_TRUNK_TRANSPORTS = ("udp",)  # TCP and TLS trunks need a client connection of their own (not yet)
+SIP_TRUNK_TRANSPORTS = ("udp", "tcp", "tls")
 
 
 @dataclass
@@ -646,12 +648,17 @@ class SipTrunk:
     """A trunk outbound calls go out through (`POST /v1/calls`, docs/sip.md#outbound-calls)."""
 
     name: str = ""  # what `POST /v1/calls` names as `trunk`
-    address: str = ""  # the trunk's SIP server, host[:port]; 5060 when no port is given
-    transport: str = "udp"  # udp (TCP and TLS trunks are not supported yet)
+    address: str = ""  # the trunk's SIP server, host[:port]; 5060 when no port is given (5061 over tls)
+    # udp: from the UDP listener; tcp, tls: over a connection voxgate opens to the trunk (tls: verified, below)
+    transport: str = "udp"
     user: str | None = None  # digest user name, answered on 401/407; needs password_env
     password_env: str | None = None  # env var holding the digest password (never in the file)
     from_: str = ""  # key `from`: our address in From, e.g. "sip:+15550100@sip.trunk.example"; a call may override it
-    srtp: str = "off"  # off (SRTP needs a TLS trunk, which is not supported yet)
+    # off | optional (SDES keys offered in RTP/AVP: SRTP when the answer carries a key, else plain RTP) | required
+    # (an RTP/SAVP offer; an answer without a key ends the call). optional and required need transport: tls
+    srtp: str = "off"
+    # PEM CA certificates the trunk's TLS certificate is checked against; unset: sip.tls.ca_file, else the system's
+    ca_file: str | None = None
 
     def validate(self, check) -> None:
         check(bool(re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", self.name)), "name", "must be 1..64 of A-Z a-z 0-9 _ . -")
@@ -663,7 +670,7 @@ class SipTrunk:
         check(
             self.transport in SIP_TRUNK_TRANSPORTS,
             "transport",
-            f"must be {' or '.join(SIP_TRUNK_TRANSPORTS)} (TCP and TLS trunks are not supported yet)",
+            f"must be one of {', '.join(SIP_TRUNK_TRANSPORTS)}",
         )
         check(
             self.user is None
@@ -679,7 +686,22 @@ class SipTrunk:
                 f"names {self.password_env!r}, but that environment variable is empty or unset",
             )
         check(sip_uri_ok(self.from_), "from", "must be a SIP URI with a user, e.g. sip:+15550100@sip.trunk.example")
-        check(self.srtp == "off", "srtp", "must be off: SRTP needs a TLS trunk, which is not supported yet")
+        check(self.srtp in SIP_SRTP_MODES, "srtp", f"must be one of {', '.join(SIP_SRTP_MODES)}")
+        check(
+            self.srtp == "off" or self.transport == "tls",
+            "srtp",
+            "needs transport: tls: SDES keys travel in the SDP, which anyone on the path reads over plain SIP",
+        )
+        if self.ca_file is not None:
+            check(self.transport == "tls", "ca_file", "is for a tls trunk's certificate (transport is not tls)")
+            check(os.path.isfile(self.ca_file), "ca_file", "must name a readable PEM file of CA certificates")
+
+    def target(self) -> tuple[str, int]:
+        """(host, port) of the trunk; without a port in `address`, SIP's default for the transport (5061 over TLS,
+        RFC 3261 §19.1.2)."""
+        host, port = sip_registrar(self.address)
+        explicit = re.search(r":\d{1,5}$", self.address.strip()) is not None
+        return host, port if explicit or self.transport != "tls" else 5061
 
 
 SIP_CODECS = ("PCMU", "PCMA")
@@ -823,6 +845,12 @@ class SipConfig:
             all(t.transport in self.transports for t in self.trunks),
             "trunks",
             "use a transport sip.transports does not open (calls go out from its listener)",
+        )
+        check(
+            self.tls is not None or all(t.transport != "tls" for t in self.trunks),
+            "trunks",
+            "use transport tls but sip.tls is not set (its listener takes the trunk's requests; its certificate is "
+            "ours)",
         )
 
 

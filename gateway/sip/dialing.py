@@ -12,15 +12,19 @@ import asyncio
 import logging
 import os
 import secrets
+import socket
+import ssl
 
 from aiortp import RTPSession
 
 from gateway import protocol as P
-from gateway.config import sip_registrar
+from gateway.sip import sdes, tls
 from gateway.sip.identity import call_identity
-from gateway.sip.outbound import TIMER_D_S, UNAVAILABLE, Dialed, InviteClient, Outcome
+from gateway.sip.outbound import TIMER_D_S, TLS_FAILED, UNAVAILABLE, Dialed, InviteClient, Outcome
 from gateway.sip.outgoing_dialog import OutgoingDialog, sdp_offer
 from gateway.sip.sdp_check import Refusal, check_offer
+from gateway.sip.srtp import SrtpSession, protect_sends
+from gateway.sip.tls import client_context
 
 log = logging.getLogger("voxgate.sip")
 
@@ -31,7 +35,8 @@ class Dialing:
         self.clients: dict[str, InviteClient] = {}  # SIP Call-ID -> its INVITE, until Timer D after the outcome
         self.trunk_ips: dict[str, str] = {}  # SIP Call-ID -> the address its INVITE went to: only it may answer
         self.outbound: set[str] = set()  # SIP Call-IDs of answered outbound calls
-        self.placing = 0  # calls POSTed whose INVITE is not yet out (RTP ports, DNS)
+        self.placing = 0  # calls POSTed whose INVITE is not yet out (RTP ports, DNS, the trunk's connection)
+        self._contexts: dict[str, object] = {}  # TLS trunk name -> its ssl client context
 
     # ------------------------------------------------------------ from the leg's intake
     def feed(self, response, addr: tuple[str, int]) -> bool:
@@ -83,45 +88,75 @@ class Dialing:
     async def _dial(self, call_id, trunk, request_uri, from_uri, headers, ring_timeout_s) -> None:
         server = self.server
         door = next(d for d in server.doors if d.name == trunk.transport.upper())
-        host, port = sip_registrar(trunk.address)
+        stream = door.name != "UDP"  # TCP, TLS: over a connection of ours to the trunk
+        host, port = trunk.target()
         loop = asyncio.get_running_loop()
-        rtp = None
+        peer = None
         try:
-            infos = await loop.getaddrinfo(host, port, type=2)  # SOCK_DGRAM: one answer per address
-            peer = infos[0][4][:2]
-            local_ip = server._local_ip_towards(peer[0])
-            payload_type = server.payload_types[0]
-            rtp = await RTPSession.create(
-                local_addr=(server.host, 0),
-                remote_addr=peer,
-                payload_type=payload_type,
-                dtmf_payload_type=101,
-                symmetric_rtp=False,
-                port_allocator=server.ports,
-                jitter_prefetch=2,
-                cname="voxgate",
-                rtcp_interval=5.0,
-            )
-            local_port = door.transport.local_addr[1]
-            password = os.environ.get(trunk.password_env or "", "")
-            dialed = Dialed(
+            try:
+                kind = socket.SOCK_STREAM if stream else socket.SOCK_DGRAM  # one answer per address
+                infos = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=kind)
+                peer = infos[0][4][:2]
+                if stream:
+                    door.transport.ringing[peer] += 1  # the connection is not idle while this call rings
+                    await door.transport.connect(peer, self._tls_context(trunk) if door.name == "TLS" else None, host)
+            except (OSError, IndexError) as exc:  # ssl.SSLError and TimeoutError are OSErrors
+                self.placing -= 1
+                await self._failed(call_id, self._unreachable(trunk, door.name, host, peer or (host, port), exc))
+                return
+            try:
+                dialed, rtp, ours = await self._dialed(call_id, trunk, door, peer, request_uri, from_uri, headers)
+            except (OSError, RuntimeError) as exc:  # no free RTP port pair
+                self.placing -= 1
+                log.info("sip: outbound call %s to trunk %s not placed: %s", call_id, trunk.name, exc)
+                await self._failed(call_id, Outcome(False, 503, str(exc)[:200], UNAVAILABLE))
+                return
+            await self._invite(call_id, dialed, door, peer, rtp, ours, trunk.srtp, ring_timeout_s)
+        finally:
+            self._release(door, peer)
+
+    async def _dialed(self, call_id, trunk, door, peer, request_uri, from_uri, headers) -> tuple:
+        """(the INVITE's Dialed, its RTP session, our SDES lines or None): Via and Contact name the listener of the
+        trunk's transport (its in-dialog requests may come there), the offer our RTP port and keys."""
+        server = self.server
+        local_ip = server._local_ip_towards(peer[0])
+        payload_type = server.payload_types[0]
+        rtp = await RTPSession.create(
+            local_addr=(server.host, 0),
+            remote_addr=peer,
+            payload_type=payload_type,
+            dtmf_payload_type=101,
+            symmetric_rtp=False,
+            port_allocator=server.ports,
+            jitter_prefetch=2,
+            cname="voxgate",
+            rtcp_interval=5.0,
+        )
+        ours = sdes.offer() if trunk.srtp != "off" else None
+        profile = "RTP/SAVP" if trunk.srtp == "required" else "RTP/AVP"  # optional: keys offered best effort
+        rtp_port = rtp._rtp_transport._transport.get_extra_info("sockname")[1]
+        local_port = door.transport.local_addr[1]
+        password = os.environ.get(trunk.password_env or "", "")
+        return (
+            Dialed(
                 request_uri=request_uri,
                 from_uri=from_uri,
-                contact=f"sip:voxgate@{local_ip}:{local_port}",
+                contact=f"sip:voxgate@{local_ip}:{local_port}"
+                + ("" if door.name == "UDP" else f";transport={door.name.lower()}"),
                 via_host=f"{local_ip}:{local_port}",
-                sdp=sdp_offer(local_ip, rtp._rtp_transport._transport.get_extra_info("sockname")[1], payload_type, 1),
+                sdp=sdp_offer(local_ip, rtp_port, payload_type, 1, ours, profile),
                 transport=door.name,
                 headers=headers,
                 credentials=(trunk.user, password) if trunk.user else None,
                 call_id=call_id,
-            )
-        except (OSError, RuntimeError, IndexError) as exc:
-            self.placing -= 1
-            log.info("sip: outbound call %s to trunk %s not placed: %s", call_id, trunk.name, exc)
-            if rtp is not None:
-                await rtp.close()
-            await self._failed(call_id, Outcome(False, 503, str(exc)[:200], UNAVAILABLE))
-            return
+            ),
+            rtp,
+            ours,
+        )
+
+    async def _invite(self, call_id, dialed, door, peer, rtp, ours, srtp_mode, ring_timeout_s) -> None:
+        server = self.server
+        loop = asyncio.get_running_loop()
 
         def progress(state: str, status: int) -> None:
             server._spawn(self._notify(call_id, {"type": "call.progress", "state": state, "status": status}))
@@ -143,7 +178,38 @@ class Dialing:
             await rtp.close()
             await self._failed(call_id, outcome)
             return
-        await self._answered(call_id, client, outcome, door, peer, rtp)
+        await self._answered(call_id, client, outcome, door, peer, rtp, ours, srtp_mode)
+
+    def _tls_context(self, trunk):
+        """The trunk's client context (gateway/sip/tls.py), made once per trunk."""
+        ctx = self._contexts.get(trunk.name)
+        if ctx is None:
+            ctx = self._contexts[trunk.name] = client_context(self.server.config.tls, trunk.ca_file)
+        return ctx
+
+    def _unreachable(self, trunk, transport: str, host: str, addr: tuple, exc: BaseException) -> Outcome:
+        """The Outcome of a trunk we could not reach: `tls_failed` when TLS failed (its certificate did not verify,
+        the handshake failed), else `unavailable` (a name that does not resolve, refused, timed out: RFC 3261
+        §8.1.3.1 reads a transport error as 503). One log line names the trunk, its address and why."""
+        why = tls.failure(exc) if isinstance(exc, ssl.SSLError) else (str(exc) or type(exc).__name__)
+        if isinstance(exc, ssl.SSLError):
+            log.warning(
+                "sip: trunk %s (%s, %s:%d over TLS): %s; outbound calls to it fail with tls_failed",
+                trunk.name,
+                host,
+                *addr,
+                why,
+            )
+            return Outcome(False, 503, f"TLS with trunk {trunk.name}: {why}"[:200], TLS_FAILED)
+        if isinstance(exc, TimeoutError):
+            why = "no connection within the connect timeout"
+        log.warning("sip: trunk %s (%s, %s:%d over %s) not reachable: %s", trunk.name, host, *addr, transport, why)
+        return Outcome(False, 503, f"trunk {trunk.name} not reachable over {transport}: {why}"[:200], UNAVAILABLE)
+
+    @staticmethod
+    def _release(door, peer) -> None:
+        if door.name != "UDP" and peer is not None and door.transport.ringing[peer] > 0:
+            door.transport.ringing[peer] -= 1
 
     async def _failed(self, call_id: str, outcome: Outcome) -> None:
         log.info("sip: outbound call %s failed: %s (%d %s)", call_id, outcome.code, outcome.status, outcome.reason)
@@ -154,18 +220,29 @@ class Dialing:
             await call.notify(event)
             await call.session.close()
 
-    async def _answered(self, call_id, client, outcome, door, peer, rtp) -> None:
+    async def _answered(self, call_id, client, outcome, door, peer, rtp, ours=None, srtp_mode="off") -> None:
         server = self.server
-        answer = check_offer(outcome.response.text, server.payload_types, srtp=False)
+        answer = check_offer(outcome.response.text, server.payload_types, srtp=srtp_mode != "off")
         dialog = OutgoingDialog(client, outcome.response, peer, door.transport.send)
+        keys = None
+        if not isinstance(answer, Refusal) and ours is not None:
+            audio = answer.sdp.audio
+            try:
+                keys = sdes.answer_keys(srtp_mode, ours, audio.proto, list(audio.attributes.get("crypto", ())))
+            except sdes.SdesError as exc:
+                answer = Refusal(exc.code, str(exc))
         if isinstance(answer, Refusal):
             log.info("sip: outbound call %s: the answer's SDP is unusable (%s); BYE", call_id, answer.message)
             dialog.hangup()
             await rtp.close()
-            await self._failed(call_id, Outcome(False, 488, answer.message, "rejected"))
+            await self._failed(call_id, Outcome(False, 488, f"{answer.code}: {answer.message}"[:200], "rejected"))
             return
+        srtp = SrtpSession(*keys) if keys is not None else None
+        if srtp is not None:  # every packet we send is protected; each that comes is unprotected before strict RTP
+            protect_sends(rtp, srtp)
         identity = call_identity("outbound", client.dialed.request_uri, _pairs(client.invite), server.pass_headers)
         c = server.new_call(dialog, door, answer, rtp)
+        c.keys, c.srtp = keys, srtp
         self.outbound.add(call_id)
         try:
             server.connect_call(c, [call_id], identity)

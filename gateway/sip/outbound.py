@@ -32,13 +32,14 @@ TIMER_D_S = 32.0  # how long a finished transaction still ACKs resent finals (§
 BRANCH_MAGIC = "z9hG4bK"  # RFC 3261 §8.1.1.7
 
 # the stable codes of `call.failed` (docs/protocol.md)
-BUSY, NO_ANSWER, REJECTED, NOT_FOUND, UNAVAILABLE, AUTH_FAILED = (
+BUSY, NO_ANSWER, REJECTED, NOT_FOUND, UNAVAILABLE, AUTH_FAILED, TLS_FAILED = (
     "busy",
     "no_answer",
     "rejected",
     "not_found",
     "unavailable",
     "auth_failed",
+    "tls_failed",  # a TLS trunk's certificate did not verify, or the handshake failed (gateway/sip/dialing.py)
 )
 
 

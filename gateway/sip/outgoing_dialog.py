@@ -26,14 +26,18 @@ def request_uri(to: str, trunk_address: str) -> str | None:
     return to if SIP_URI.fullmatch(to) else None
 
 
-def sdp_offer(ip: str, rtp_port: int, payload_type: int, session_id: int) -> str:
-    """One audio stream: the codec we send, RFC 4733 telephone-events, 20 ms packets."""
+def sdp_offer(
+    ip: str, rtp_port: int, payload_type: int, session_id: int, crypto: list | None = None, profile: str = "RTP/AVP"
+) -> str:
+    """One audio stream: the codec we send, RFC 4733 telephone-events, 20 ms packets. `crypto`: our SDES lines
+    (gateway/sip/sdes.py Crypto), offered with `profile` RTP/SAVP (SRTP required) or RTP/AVP (best effort)."""
     name = PAYLOAD_NAMES[payload_type]
+    keys = "".join(f"a=crypto:{c.to_sdp()}\r\n" for c in crypto or ())
     return (
         f"v=0\r\no=voxgate {session_id} {session_id} IN IP4 {ip}\r\ns=voxgate\r\nc=IN IP4 {ip}\r\nt=0 0\r\n"
-        f"m=audio {rtp_port} RTP/AVP {payload_type} {TELEPHONE_EVENT_PT}\r\n"
+        f"m=audio {rtp_port} {profile} {payload_type} {TELEPHONE_EVENT_PT}\r\n"
         f"a=rtpmap:{payload_type} {name}/8000\r\na=rtpmap:{TELEPHONE_EVENT_PT} telephone-event/8000\r\n"
-        f"a=fmtp:{TELEPHONE_EVENT_PT} 0-16\r\na=ptime:20\r\na=sendrecv\r\n"
+        f"a=fmtp:{TELEPHONE_EVENT_PT} 0-16\r\na=ptime:20\r\n{keys}a=sendrecv\r\n"
     )
 
 

@@ -182,3 +182,18 @@ def answer_over(over_tls: bool, mode: str, proto: str, offered: list[str]) -> tu
     if not over_tls and proto.upper() in SECURE_PROTOS:
         raise SdesError("srtp_needs_tls", "an SRTP offer over plain SIP (its keys travel in clear text): use TLS")
     return answer_offer(mode, proto, offered)
+
+
+def answer_keys(mode: str, ours: list[Crypto], proto: str, values: list[str]) -> tuple[Crypto, Crypto] | None:
+    """The keys of the answer to our offer (a trunk's `srtp` `mode`, our offered lines `ours`, the answer's m= `proto`
+    and `a=crypto` values): (our line, the peer's), None for plain RTP (`optional` answered without a key), or
+    SdesError: `srtp_required` (no key, or plain RTP/AVP, where SRTP is required or the answer says RTP/SAVP) or
+    `answer_mismatch` (not exactly one line, or one we did not offer)."""
+    secure = proto.upper() in SECURE_PROTOS
+    if mode == "required" and not secure:
+        raise SdesError("srtp_required", f"the answer is plain RTP ({proto[:20]}) and the trunk requires SRTP")
+    if not values:
+        if secure:
+            raise SdesError("srtp_required", f"the answer ({proto[:20]}) carries no a=crypto key")
+        return None
+    return answered(ours, values)

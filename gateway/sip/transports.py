@@ -5,6 +5,9 @@
 * TCP: answers go back on the connection the request came in on (stamped `received`/`rport`, RFC 3261
   §18.2.2), only `sip.allow`'s addresses may connect, connections count against the per-IP caps
   (`server.limits`), and one that carries no call and sends nothing for `sip.tcp_idle_s` is closed.
+* Outbound calls to TCP and TLS trunks go over a connection we open (`connect`), read like the listener's: the
+  trunk's answers and in-dialog requests come back on it, and a request for a trunk whose connection closed
+  reopens it (RFC 3261 §18.1.1).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections import Counter
 
 from aiosipua import SipMessage, SipRequest, TcpSipTransport, UdpSipTransport, parse_via, stringify_via
 from aiosipua.transport import _read_sip_message, _UdpProtocol
@@ -20,6 +24,9 @@ from gateway.security.peers import in_networks
 from gateway.sip.tls import contact_over_tls
 
 log = logging.getLogger("voxgate.sip")
+
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects and never finishes its handshake holds nothing longer
+CONNECT_TIMEOUT_S = 10.0  # a trunk that does not take our connection (and handshake) within this is unavailable
 
 
 class _MalformedWithoutTraceback(logging.Filter):
@@ -62,6 +69,50 @@ class TcpSip(TcpSipTransport):
         super().__init__(local_addr=local_addr)
         self.peers, self.allow, self.metrics = peers, allow, metrics
         self.idle_s, self.carries_call = idle_s, carries_call
+        self.dialled: dict[tuple[str, int], tuple] = {}  # trunk address -> how to connect to it again
+        self.ringing: Counter[tuple[str, int]] = Counter()  # outbound calls still ringing over a connection of ours
+        self._opening: dict[tuple[str, int], asyncio.Future] = {}
+
+    # ------------------------------------------------------------ connections of ours (outbound calls)
+    async def connect(
+        self, remote: tuple[str, int], context: ssl.SSLContext | None = None, server_name: str | None = None
+    ) -> None:
+        """Open (or reuse) our connection to a trunk at `remote` (an IP and port); `context`: over TLS, the trunk's
+        certificate checked and `server_name` sent (SNI) and matched. Concurrent calls share one attempt.
+        Raises OSError (ssl.SSLCertVerificationError for a certificate that does not verify) or TimeoutError."""
+        self.dialled[remote] = (context, server_name)
+        if remote in self._connections:
+            return
+        pending = self._opening.get(remote)
+        if pending is None:
+            pending = self._opening[remote] = asyncio.ensure_future(self._open_connection(remote, context, server_name))
+            pending.add_done_callback(lambda _, remote=remote: self._opening.pop(remote, None))
+        await asyncio.shield(pending)
+
+    async def _open_connection(self, remote, context, server_name) -> None:
+        tls = {"ssl": context, "server_hostname": server_name, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(remote[0], remote[1], **(tls if context else {}))
+        self._connections[remote] = (reader, writer)
+        self._spawn(self._read_messages(reader, writer))
+
+    def send(self, message, addr) -> None:
+        """As aiosipua's, and a request for a trunk whose connection of ours has closed (the trunk closed it while
+        a call is up: its BYE must still go) reopens it first."""
+        if addr in self._connections or addr not in self.dialled or not isinstance(message, SipRequest):
+            super().send(message, addr)
+            return
+        self._spawn(self._reopen_and_send(message, addr))
+
+    async def _reopen_and_send(self, message, addr) -> None:
+        try:
+            await self.connect(addr, *self.dialled[addr])
+            super().send(message, addr)
+        except (OSError, TimeoutError, RuntimeError) as exc:
+            log.info("sip: %s to %s:%d not sent: the connection cannot be reopened (%s)", message.method, *addr, exc)
+
+    def _busy(self, addr: tuple[str, int]) -> bool:
+        return self.ringing[addr] > 0 or self.carries_call(addr)
 
     async def _handle_connection(self, reader, writer) -> None:
         peer = writer.get_extra_info("peername")
@@ -89,13 +140,13 @@ class TcpSip(TcpSipTransport):
         try:
             while True:
                 try:
-                    async with asyncio.timeout(None if self.carries_call(addr) else self.idle_s):
+                    async with asyncio.timeout(None if self._busy(addr) else self.idle_s):
                         data = await _read_sip_message(reader)
                 except TimeoutError:
-                    if self.carries_call(addr):  # a call began on it while the read waited
+                    if self._busy(addr):  # a call began on it while the read waited
                         continue
                     self.metrics.connections_refused.labels(reason="sip_tcp_idle").inc()
-                    log.info("sip: TCP connection from %s idle %.0f s without a call; closed", addr[0], self.idle_s)
+                    log.info("sip: TCP connection with %s idle %.0f s without a call; closed", addr[0], self.idle_s)
                     break
                 if data is None:
                     break
@@ -134,9 +185,6 @@ def _answer_on_this_connection(request, addr: tuple[str, int]) -> None:
     request.headers.remove("Via")
     for v in [stringify_via(top), *vias[1:]]:
         request.headers.append("Via", v)
-
-
-TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects and never finishes its handshake holds nothing longer
 
 
 class TlsSip(TcpSip):
