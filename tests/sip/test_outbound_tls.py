@@ -18,6 +18,7 @@ import pytest
 from tests.sip.baresip import Baresip, write_wav
 from tests.sip.certs import self_signed
 from tests.sip.test_outbound_calls import KEY, _post
+from tests.sip.tiny_uas import parse_request, response
 from tests.sip.tls_calls import assert_heard_speech
 from tests.telephony.clients import Control
 
@@ -43,7 +44,7 @@ def _tls_trunk(port: int, ca_file, **extra) -> dict:
     }
 
 
-async def _baresip_over_tls(tmp_path, mediaenc: str) -> tuple[Baresip, int, object]:
+async def _baresip_over_tls(tmp_path, mediaenc: str | None) -> tuple[Baresip, int, object]:
     """baresip answering calls itself (auto-answer) on TLS with a certificate for 127.0.0.1; (it, its TLS port,
     the certificate trunks check it with)."""
     cert, key = self_signed(tmp_path / "theirs")
@@ -54,17 +55,25 @@ async def _baresip_over_tls(tmp_path, mediaenc: str) -> tuple[Baresip, int, obje
         tmp_path / "baresip",
         tmp_path / "callee.wav",
         modules=("srtp.so",),
-        account_params=f";answermode=auto;mediaenc={mediaenc}",
+        account_params=";answermode=auto" + (f";mediaenc={mediaenc}" if mediaenc else ""),
         config=f"sip_certificate {both}\n",
     )
     listen = next(line for line in (ua.folder / "config").read_text().splitlines() if line.startswith("sip_listen"))
     return ua, int(listen.rsplit(":", 1)[1]) + 1, cert  # baresip's TLS listener: its SIP port + 1
 
 
-async def test_a_tls_trunk_with_srtp_required_hears_the_agent(sip_gateway, tmp_path):
-    ua, tls_port, their_cert = await _baresip_over_tls(tmp_path, "srtp-mand")
+@pytest.mark.parametrize(
+    "srtp, mediaenc, encrypted",
+    [
+        ("required", "srtp-mand", True),  # RTP/SAVP offered, baresip's mandatory SRTP answers it
+        ("optional", "srtp", True),  # keys offered in RTP/AVP (best effort): baresip's best-effort SRTP takes them
+        ("optional", None, False),  # baresip without SRTP answers plain RTP/AVP: the call is plain RTP
+    ],
+)
+async def test_a_tls_trunk_hears_the_agent(sip_gateway, tmp_path, srtp, mediaenc, encrypted):
+    ua, tls_port, their_cert = await _baresip_over_tls(tmp_path, mediaenc)
     try:
-        trunk = _tls_trunk(tls_port, their_cert, srtp="required")
+        trunk = _tls_trunk(tls_port, their_cert, srtp=srtp)
         gw = await sip_gateway(sip=_gateway_config(tmp_path, trunk), server={"api_keys": [KEY]})
         status, body = await _post(gw, {"to": f"sip:tester@127.0.0.1:{tls_port}", "trunk": "secure"})
         assert status == 201, body
@@ -74,18 +83,19 @@ async def test_a_tls_trunk_with_srtp_required_hears_the_agent(sip_gateway, tmp_p
             answered = await control.expect("call.answered", timeout=15)
             assert answered["status"] == 200
             (c,) = gw.legs["gateway.legs.sip"].calls.values()
-            assert c.door.name == "TLS" and c.srtp is not None  # over our TLS connection, SRTP both ways
+            assert c.door.name == "TLS" and (c.srtp is not None) == encrypted  # over our TLS connection
             await control.send({"type": "text", "turn_id": "t1", "text": "Hello over TLS and SRTP.", "final": True})
             done = await control.expect("turn.done", turn_id="t1", timeout=15)
             assert done["interrupted"] is False and done["played_ms"] > 500
             await asyncio.sleep(0.3)  # the last packets reach baresip
-            heard_from_them = c.rtp.stats.get("packets_received", 0)  # baresip's SRTP, unprotected with its key
+            heard_from_them = c.rtp.stats.get("packets_received", 0)
             await control.send({"type": "session.end"})  # our BYE, over the TLS connection
             await ua.event("CALL_CLOSED", timeout=10)
             await asyncio.sleep(0.3)  # sndfile closes its recording when the stream goes
         finally:
             await control.ws.close()
-        assert heard_from_them > 20 and not +c.srtp.dropped, (heard_from_them, c.srtp.dropped)
+        assert heard_from_them > 20  # baresip's RTP, unprotected with the key its answer gave when encrypted
+        assert c.srtp is None or not +c.srtp.dropped, c.srtp.dropped
         pcm, rate = ua.heard()  # what baresip decrypted and decoded
     finally:
         await ua.stop()
@@ -150,3 +160,78 @@ async def test_a_trunk_whose_certificate_does_not_verify_fails_the_call(
     assert len(lines) == 1, lines  # one clear line: the trunk, its address, the verification error
     assert f"127.0.0.1:{port} over TLS" in lines[0] and error in lines[0]
     assert KEY not in lines[0]
+
+
+async def test_srtp_required_to_a_far_end_without_srtp_fails_the_call(sip_gateway, tmp_path):
+    ua, tls_port, their_cert = await _baresip_over_tls(tmp_path, None)
+    try:
+        trunk = _tls_trunk(tls_port, their_cert, srtp="required")
+        gw = await sip_gateway(sip=_gateway_config(tmp_path, trunk), server={"api_keys": [KEY]})
+        status, body = await _post(gw, {"to": f"sip:tester@127.0.0.1:{tls_port}", "trunk": "secure"})
+        control = await Control.connect(gw, additional_headers=AUTH)
+        try:
+            await control.attach(body["call_id"])
+            failed = await control.expect("call.failed", timeout=15)
+        finally:
+            await control.ws.close()
+    finally:
+        await ua.stop()
+    assert (failed["code"], failed["status"]) == ("rejected", 488), failed  # baresip's own 488 to RTP/SAVP
+
+
+async def test_an_answer_without_keys_to_srtp_required_is_hung_up(sip_gateway, tmp_path):
+    """A far end that answers our RTP/SAVP offer with plain RTP (no a=crypto): we ACK, send BYE, and the call fails
+    with `rejected` / 488 `srtp_required`. No real peer answers this way on demand, so the far end is a few lines of
+    SIP over a real TLS server (tests/sip/tiny_uas.py's parsing) with its own certificate."""
+    cert, key = self_signed(tmp_path / "theirs")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    seen: list[str] = []
+
+    async def far_end(reader, writer) -> None:
+        while (data := await _read_message(reader)) is not None:
+            request = parse_request(data, ("127.0.0.1", 0))
+            if request is None:
+                continue
+            seen.append(request.method)
+            if request.method == "INVITE":
+                plain = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+                plain += "m=audio 40000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n"
+                await asyncio.sleep(1.0)  # the agent attaches meanwhile
+                extra = ["Contact: <sip:far@127.0.0.1;transport=tls>", "Content-Type: application/sdp"]
+                writer.write(response(request, "200 OK", extra, plain))
+            elif request.method == "BYE":
+                writer.write(response(request, "200 OK"))
+
+    server = await asyncio.start_server(far_end, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        trunk = _tls_trunk(port, cert, srtp="required")
+        gw = await sip_gateway(sip=_gateway_config(tmp_path, trunk), server={"api_keys": [KEY]})
+        status, body = await _post(gw, {"to": "+15551234567", "trunk": "secure"})
+        control = await Control.connect(gw, additional_headers=AUTH)
+        try:
+            await control.attach(body["call_id"])
+            failed = await control.expect("call.failed", timeout=15)
+        finally:
+            await control.ws.close()
+        for _ in range(50):
+            if "BYE" in seen:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        server.close()
+    assert (failed["code"], failed["status"]) == ("rejected", 488), failed
+    assert failed["reason"].startswith("srtp_required"), failed
+    assert seen == ["INVITE", "ACK", "BYE"], seen  # the 200 was ACKed, then the call hung up over the connection
+
+
+async def _read_message(reader) -> bytes | None:
+    """One SIP message off a stream (Content-Length framing), None at its end."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.lower().split(b"\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in lines if line.startswith(b"content-length:")), 0)
+        return head + await reader.readexactly(length)
+    except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+        return None
