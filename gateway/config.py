@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import ssl
 import types
 import typing
 from dataclasses import dataclass, field
@@ -663,7 +664,7 @@ class SipTrunk:
     def validate(self, check) -> None:
         check(bool(re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", self.name)), "name", "must be 1..64 of A-Z a-z 0-9 _ . -")
         check(
-            sip_registrar(self.address) is not None and not self.address.startswith("sip"),
+            sip_registrar(self.address) is not None and re.match(r"sips?:", self.address) is None,
             "address",
             "must be HOST[:PORT] (e.g. sip.trunk.example:5060)",
         )
@@ -852,6 +853,13 @@ class SipConfig:
             "use transport tls but sip.tls is not set (its listener takes the trunk's requests; its certificate is "
             "ours)",
         )
+        for i, trunk in enumerate(self.trunks):
+            ca_file = trunk.ca_file or (self.tls.ca_file if self.tls is not None else None)
+            if trunk.transport == "tls" and ca_file is not None and os.path.isfile(ca_file):
+                try:
+                    ssl.create_default_context(cafile=ca_file)
+                except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                    check(False, "trunks", f"[{i}]: {ca_file} does not load as PEM CA certificates ({exc})")
 
 
 def _is_ip(text: str) -> bool:

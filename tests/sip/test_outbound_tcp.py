@@ -61,3 +61,20 @@ async def test_a_tcp_trunk_that_refuses_the_connection_fails_the_call_unavailabl
     lines = [r.getMessage() for r in caplog.records if "trunk far" in r.getMessage()]
     assert len(lines) == 1 and f"127.0.0.1:{closed} over TCP) not reachable" in lines[0], lines
     assert gw.legs["gateway.legs.sip"].dialing.ringing() == 0  # its place is given back
+
+
+async def test_a_tcp_trunks_bye_comes_over_our_connection_and_is_answered_there(sip_gateway, tmp_path):
+    far = free_udp_port()
+    gw = await sip_gateway(sip={"trunks": [_tcp_trunk(far)]}, server={"api_keys": [KEY]})
+    sipp = asyncio.create_task(run_sipp(tmp_path, None, "out_answer_hangup.xml", listen_port=far, options=["-t", "t1"]))
+    await asyncio.sleep(0.5)
+    status, body = await _post(gw, {"to": f"sip:bob@127.0.0.1:{far}", "trunk": "far"})
+    control = await Control.connect(gw, additional_headers={"Authorization": f"Bearer {KEY}"})
+    try:
+        await control.attach(body["call_id"])
+        await control.expect("call.answered", timeout=15)
+        ended = await control.expect("call.media", timeout=15, state="ended")
+        assert ended["reason"] == "hangup"
+        (await sipp).assert_ok()  # our 200 to its BYE came back on the connection
+    finally:
+        await control.ws.close()

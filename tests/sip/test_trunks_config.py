@@ -68,3 +68,31 @@ def test_trunk_names_are_unique_and_their_transport_is_open():
                 }
             },
         )
+
+
+def _load_tls(tmp_path, trunk: dict):
+    from tests.sip.certs import self_signed
+
+    cert, key = self_signed(tmp_path / "certs")
+    tls = {"port": 0, "cert_file": str(cert), "key_file": str(key)}
+    return load_config(None, {"sip": {"port": 5060, "allow": ["127.0.0.1"], "tls": tls, "trunks": [trunk]}})
+
+
+def test_a_tls_trunk_with_srtp_and_its_ca_file_is_read(tmp_path):
+    cert_dir = tmp_path / "certs"
+    trunk = {**TRUNK, "transport": "tls", "srtp": "required", "ca_file": str(cert_dir / "cert.pem")}
+    (read,) = _load_tls(tmp_path, trunk).sip.trunks
+    assert (read.transport, read.srtp, read.ca_file) == ("tls", "required", str(cert_dir / "cert.pem"))
+    assert read.target() == ("127.0.0.1", 5070)
+    assert _load_tls(tmp_path, {**TRUNK, "address": "sip.carrier.example", "transport": "tls"}).sip.trunks[
+        0
+    ].target() == ("sip.carrier.example", 5061)  # TLS's default port when the address names none
+
+
+def test_a_tls_trunks_ca_file_that_does_not_load_is_refused_in_one_line(tmp_path):
+    garbage = tmp_path / "ca.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(ConfigError) as err:
+        _load_tls(tmp_path, {**TRUNK, "transport": "tls", "ca_file": str(garbage)})
+    assert "sip.trunks: [0]: " in str(err.value) and "does not load as PEM CA certificates" in str(err.value)
+    assert "\n" not in str(err.value)
