@@ -756,7 +756,7 @@ class SipConfig:
     # SRTP (SDES, RFC 4568) for calls over TLS: off | optional (either offer) | required (a plain RTP offer gets
     # 488); optional and required need sip.tls, as SDES keys travel in the SDP. Calls over UDP/TCP never get SRTP
     srtp: str = "off"
-    # trunks outbound calls go out through: each {name, address, transport, user, password_env, from, srtp}
+    # trunks outbound calls go out through: each {name, address, transport, user, password_env, from, srtp, ca_file}
     trunks: list[SipTrunk] = field(default_factory=list)
 
     def validate(self, check) -> None:
