@@ -78,3 +78,22 @@ async def test_a_tcp_trunks_bye_comes_over_our_connection_and_is_answered_there(
         (await sipp).assert_ok()  # our 200 to its BYE came back on the connection
     finally:
         await control.ws.close()
+
+
+async def test_a_ringing_call_keeps_its_connection_open_past_tcp_idle_s(sip_gateway, tmp_path):
+    """`tcp_idle_s` closes a connection that carries no call: a call that rings (no message for longer than that)
+    is one. SIPp rings, voxgate's CANCEL at the ring timeout goes on the same connection, and the 487 comes back."""
+    far = free_udp_port()
+    gw = await sip_gateway(sip={"trunks": [_tcp_trunk(far)], "tcp_idle_s": 0.5}, server={"api_keys": [KEY]})
+    sipp = asyncio.create_task(run_sipp(tmp_path, None, "out_ringing.xml", listen_port=far, options=["-t", "t1"]))
+    await asyncio.sleep(0.5)
+    status, body = await _post(gw, {"to": "+15551234567", "trunk": "far", "ring_timeout_s": 2})
+    control = await Control.connect(gw, additional_headers={"Authorization": f"Bearer {KEY}"})
+    try:
+        await control.attach(body["call_id"])
+        failed = await control.expect("call.failed", timeout=15)
+        assert (failed["code"], failed["status"]) == ("no_answer", 487)
+        (await sipp).assert_ok()
+    finally:
+        await control.ws.close()
+    assert gw.metrics.connections_refused.labels(reason="sip_tcp_idle")._value.get() == 0
