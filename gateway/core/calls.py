@@ -24,6 +24,7 @@ from gateway import protocol as P
 from gateway.core.contracts import ControlLeg, TelephonyLeg
 from gateway.core.inbound import InboundAudio, recording_path
 from gateway.core.session import Session
+from gateway.core.sticky import StickyEvents
 
 log = logging.getLogger("voxgate.calls")
 
@@ -71,6 +72,7 @@ class CallRegistry:
         self.core = core  # the CallCore that owns this registry (new_session, play, clock, config)
         self._calls: dict[str, Call] = {}  # every alias -> its call
         self.connections: dict[asyncio.Task, Callable[[], Awaitable[None]]] = {}  # socket handlers -> their closers
+        self.sticky = StickyEvents()  # an outbound call's progress and outcome, replayed to a late attach
 
     def __len__(self) -> int:
         return len({id(c) for c in self._calls.values()})
@@ -83,6 +85,13 @@ class CallRegistry:
         """The live call known by this id (a call whose session just closed is gone already)."""
         call = self._calls.get(call_id)
         return call if call is not None and not call.session.closed else None
+
+    async def announce(self, call_id: str, event: dict) -> None:
+        """An event every agent of the call must see, also one that attaches later (gateway/core/sticky.py)."""
+        self.sticky.keep(call_id, event)
+        call = self.get(call_id)
+        if call is not None:
+            await call.notify(event)
 
     def track(self, close: Callable[[], Awaitable[None]]) -> None:
         """Registers the running socket handler and how to close its socket; `shutdown` uses both."""
@@ -125,8 +134,10 @@ class CallRegistry:
         call = self.get(call_id)
         if call is not None and call.control is not None:
             raise P.ProtocolError(P.CALL_BUSY, f"call {call_id!r} already has a control socket")
+        ended = call is None and self.sticky.state(call_id) == "ended"  # e.g. an outbound call that failed
         if call is None:
-            self._refuse_new_while_draining()
+            if not ended:
+                self._refuse_new_while_draining()
             session = self.core.new_session("control", voice, language or "auto", instruct, TELEPHONY_PCM)
             call = self._new_call([call_id], session)
             timeout = self.core.config.telephony.unknown_call_timeout_s
@@ -153,9 +164,13 @@ class CallRegistry:
                 **call.details,
             }
         )
+        for event in self.sticky.replay(call_id):  # what the call said before this agent came
+            call.session.emit(event)
         if call.media_state == "connected":
             call.session.emit({"type": "call.media", "state": "connected", "leg": call.media_kind, **call.details})
         await call.session.flush_events()
+        if ended:  # the agent learns how the call ended, then the session ends (as for an agent that was there)
+            await call.session.close()
         return call
 
     async def detach_control(self, call: Call, leg: ControlLeg) -> None:
@@ -168,6 +183,9 @@ class CallRegistry:
             await call.session.close()
 
     def _unknown_call(self, call: Call, timeout: float) -> None:
+        if self.sticky.state(call.call_id) == "live":  # an outbound call still ringing: its outcome will come
+            call.timers.append(asyncio.get_running_loop().call_later(timeout, self._unknown_call, call, timeout))
+            return
         if call.media_state == "waiting" and not call.session.closed:
             error = P.error_event(
                 P.UNKNOWN_CALL, f"no media leg arrived for call {call.call_id!r} within {timeout:g} s"
@@ -257,6 +275,7 @@ class CallRegistry:
     async def _reap(self, call: Call) -> None:
         """When the session ends for any reason, end both legs and forget the call."""
         await call.session.wait_closed()
+        self.sticky.end(call.aliases)
         for timer in call.timers:
             timer.cancel()
         for i in call.aliases:

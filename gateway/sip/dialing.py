@@ -3,7 +3,8 @@ outcome to the agent's control socket, and once answered an ordinary SIP call of
 
 Control events, for an agent attached on `/v1/control/{call_id}` before or after the answer:
 `call.progress` {state: trying | ringing | early, status}, then `call.answered` {status, sip} or
-`call.failed` {code, status, reason}. The call counts against the same capacity as inbound ones.
+`call.failed` {code, status, reason}; an agent that attaches later gets the latest of each again
+(gateway/core/sticky.py). The call counts against the same capacity as inbound ones.
 """
 
 from __future__ import annotations
@@ -78,12 +79,12 @@ class Dialing:
     # ------------------------------------------------------------ POST /v1/calls
     def start(self, call_id: str, trunk, request_uri: str, from_uri: str, headers: dict, ring_timeout_s: float) -> None:
         self.placing += 1
+        self.server.core.calls.sticky.open(call_id)  # an agent attaching before the first event waits for it
         self.server._spawn(self._dial(call_id, trunk, request_uri, from_uri, headers, ring_timeout_s))
 
     async def _notify(self, call_id: str, event: dict) -> None:
-        call = self.server.core.calls.get(call_id)
-        if call is not None:
-            await call.notify(event)
+        """To the agent now, and again to one that attaches later (the registry keeps the call's latest)."""
+        await self.server.core.calls.announce(call_id, event)
 
     async def _dial(self, call_id, trunk, request_uri, from_uri, headers, ring_timeout_s) -> None:
         server = self.server
@@ -215,9 +216,11 @@ class Dialing:
         log.info("sip: outbound call %s failed: %s (%d %s)", call_id, outcome.code, outcome.status, outcome.reason)
         self.server.core.metrics.errors.labels(code=f"call_{outcome.code}").inc()
         event = {"type": "call.failed", "code": outcome.code, "status": outcome.status, "reason": outcome.reason}
-        call = self.server.core.calls.get(call_id)
+        calls = self.server.core.calls
+        await calls.announce(call_id, event)
+        calls.sticky.end([call_id])  # kept a while: an agent attaching late still learns how the call failed
+        call = calls.get(call_id)
         if call is not None:
-            await call.notify(event)
             await call.session.close()
 
     async def _answered(self, call_id, client, outcome, door, peer, rtp, ours=None, srtp_mode="off") -> None:
@@ -255,7 +258,7 @@ class Dialing:
         c.acked = True
         c.open_media()  # we sent the ACK: media may flow
         log.info("sip: outbound call %s answered by %s (%s)", call_id, peer[0], c.codec)
-        await c.call.notify({"type": "call.answered", "status": outcome.status, "sip": identity})
+        await self._notify(call_id, {"type": "call.answered", "status": outcome.status, "sip": identity})
 
     def _forget_client(self, call_id: str) -> None:
         self.clients.pop(call_id, None)
