@@ -4,9 +4,12 @@ from voxgate_client.events import (
     AgentText,
     Audio,
     AudioStart,
+    CallAnswered,
     CallAttached,
+    CallFailed,
     CallMark,
     CallMedia,
+    CallProgress,
     Dtmf,
     Error,
     Event,
@@ -21,11 +24,13 @@ from voxgate_client.events import (
     Words,
     parse_event,
 )
+from voxgate_client.calls import place_call
 from voxgate_client.session import Session, Turn, VoxgateError
 
 __version__ = "0.1.0"
 __all__ = [
     "Session",
+    "place_call",
     "Turn",
     "VoxgateError",
     "Event",
@@ -42,6 +47,9 @@ __all__ = [
     "CallAttached",
     "CallMedia",
     "CallMark",
+    "CallProgress",
+    "CallAnswered",
+    "CallFailed",
     "Dtmf",
     "UserSpeech",
     "AgentText",

@@ -114,6 +114,35 @@ class CallMedia(Event):
 
 
 @dataclass
+class CallProgress(Event):
+    """An outbound call rings (`Session.dial`): state `trying` (100), `ringing` (180), `early` (183 with SDP)."""
+
+    type: ClassVar[str] = "call.progress"
+    state: str = ""
+    status: int = 0
+
+
+@dataclass
+class CallAnswered(Event):
+    """An outbound call was answered: `sip` is who answered (direction, from, to, request_uri, headers, …)."""
+
+    type: ClassVar[str] = "call.answered"
+    status: int = 200
+    sip: dict = field(default_factory=dict)
+
+
+@dataclass
+class CallFailed(Event):
+    """An outbound call failed; the session ends next. `code`: busy | no_answer | rejected | not_found |
+    unavailable | auth_failed; `status`: the SIP status (487 after a ring timeout)."""
+
+    type: ClassVar[str] = "call.failed"
+    code: str = ""
+    status: int = 0
+    reason: str = ""
+
+
+@dataclass
 class CallMark(Event):
     type: ClassVar[str] = "call.mark"
     turn_id: str = ""
@@ -193,6 +222,9 @@ _TYPES: dict[str, type[Event]] = {
         SessionEnded,
         CallMedia,
         CallMark,
+        CallProgress,
+        CallAnswered,
+        CallFailed,
         Dtmf,
         UserSpeech,
         AgentText,

@@ -26,12 +26,14 @@ _END = object()
 
 
 class VoxgateError(Exception):
-    """The gateway refused something: `code` is its stable error code (docs/protocol.md)."""
+    """The gateway refused something: `code` is its stable error code (docs/protocol.md). `status`: the HTTP
+    status of a refused request (`place_call`), or the SIP status of a failed outbound call (`answered`)."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, status: int | None = None):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.status = status
 
 
 def endpoint(url: str, path: str) -> str:
@@ -121,6 +123,8 @@ class Session:
         self.voice: str | None = None
         self.output: dict = {}
         self.word_timings = False  # the gateway sends `Words` events (Session.connect(word_timings=True))
+        self._outcome: E.CallAnswered | E.CallFailed | None = None  # an outbound call's answer (Session.dial)
+        self._outcome_known = asyncio.Event()  # set at the outcome, or when the session ends without one
 
     # ------------------------------------------------------------ opening
     @classmethod
@@ -213,6 +217,69 @@ class Session:
         self.session_id, self.call_id, self.voice = attached.session_id, attached.call_id, attached.voice
         self._start_reader()
         return self
+
+    @classmethod
+    async def dial(
+        cls,
+        url: str,
+        to: str,
+        *,
+        trunk: str,
+        from_: str | None = None,
+        headers: dict[str, str] | None = None,
+        ring_timeout_s: float | None = None,
+        api_key: str | None = None,
+        voice: str | None = None,
+        language: str | None = None,
+        instruct: str | None = None,
+        reconnect: bool = True,
+        reconnect_timeout: float = 30.0,
+        max_queued_events: int = 100_000,
+        open_timeout: float = 10.0,
+    ) -> "Session":
+        """Places an outbound call through the gateway's SIP trunk `trunk` (`place_call`) and attaches to it.
+
+        `await session.answered()` waits for the far end; `events()` has its `CallProgress`, then
+        `CallAnswered` or `CallFailed` (the gateway replays them to an agent that attaches late)."""
+        from voxgate_client.calls import calls_url, place_call  # calls.py imports this module
+
+        call_id = await place_call(
+            url,
+            to,
+            trunk=trunk,
+            from_=from_,
+            headers=headers,
+            ring_timeout_s=ring_timeout_s,
+            api_key=api_key,
+            timeout=open_timeout,
+        )
+        door = calls_url(url).removesuffix("/v1/calls") + f"/v1/control/{call_id}"  # a balancer hashes on it
+        return await cls.attach(
+            door,
+            call_id,
+            api_key=api_key,
+            voice=voice,
+            language=language,
+            instruct=instruct,
+            reconnect=reconnect,
+            reconnect_timeout=reconnect_timeout,
+            max_queued_events=max_queued_events,
+            open_timeout=open_timeout,
+        )
+
+    async def answered(self, timeout: float | None = None) -> E.CallAnswered:
+        """An outbound call's answer (`Session.dial`): its `CallAnswered` (`status`, `sip`: who answered).
+
+        A call that failed raises `VoxgateError` with the failure's `code` (`busy`, `no_answer`, `rejected`,
+        `not_found`, `unavailable`, `auth_failed`) and its SIP `status`; a session that ended first raises
+        `VoxgateError("session_ended")`. Independent of `events()`."""
+        await asyncio.wait_for(self._outcome_known.wait(), timeout)
+        outcome = self._outcome
+        if isinstance(outcome, E.CallAnswered):
+            return outcome
+        if isinstance(outcome, E.CallFailed):
+            raise VoxgateError(outcome.code, outcome.reason or "the call failed", status=outcome.status)
+        raise VoxgateError("session_ended", "the session ended before the call was answered")
 
     async def _handshake(self, message: dict, want: type, timeout: float):
         """Sends the opening message and reads until `want` (or the gateway's refusal)."""
@@ -384,9 +451,13 @@ class Session:
             fut = self._turn_waiters.pop(event.turn_id, None)
             if fut is not None and not fut.done():
                 fut.set_result(event)
+        elif isinstance(event, (E.CallAnswered, E.CallFailed)) and self._outcome is None:
+            self._outcome = event
+            self._outcome_known.set()
         self._put(event)
         if isinstance(event, E.SessionEnded):
             self.ended.set()
+            self._outcome_known.set()
 
     async def _reattach(self) -> bool:
         """The control socket dropped: re-open it and re-attach to the same call; False if the call is gone."""
@@ -454,6 +525,7 @@ class Session:
             self._queue.append(_END)
             self._queue_ready.set()
         self._connected.set()  # wake senders: they see `ended`
+        self._outcome_known.set()
         for fut in self._turn_waiters.values():
             if not fut.done():
                 fut.set_exception(VoxgateError("session_ended", "the session ended before the turn was done"))
