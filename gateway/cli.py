@@ -464,6 +464,21 @@ def _run_drain(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ call
+def _add_call(sub) -> None:
+    from gateway.call_command import add_arguments
+
+    p = sub.add_parser("call", help="place an outbound SIP call through a running gateway and speak into it")
+    add_arguments(p)
+    p.set_defaults(handler=_run_call)
+
+
+def _run_call(args) -> int:
+    from gateway.call_command import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -478,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_loadtest,
         _add_normalize,
         _add_drain,
+        _add_call,
     ):
         add(sub)
     return parser
