@@ -47,6 +47,7 @@ class Baresip:
         self.writer = writer
         self.events: list[dict] = []
         self._tokens = 0
+        self.sip_port = 0  # where it listens for SIP (a call voxgate places goes there)
 
     @classmethod
     async def start(
@@ -56,9 +57,11 @@ class Baresip:
         modules: tuple[str, ...] = (),
         account_params: str = "",
         config: str = "",
+        account: str | None = None,
     ) -> "Baresip":
         """`modules`: more of baresip's modules (e.g. srtp.so); `account_params`: more of the account's
-        parameters (e.g. `;mediaenc=srtp-mand`); `config`: more config lines (e.g. `sip_cafile …`)."""
+        parameters (e.g. `;mediaenc=srtp-mand`); `config`: more config lines (e.g. `sip_cafile …`);
+        `account`: the whole `accounts` line instead of the tester's (e.g. one that answers by itself)."""
         binary = require("baresip")
         folder.mkdir(parents=True, exist_ok=True)
         sip_port, ctrl_port, rtp = free_udp_port(2), free_udp_port(), free_udp_port(4)
@@ -74,7 +77,7 @@ class Baresip:
             + "".join(f"module {m}\n" for m in modules)
             + config
         )
-        (folder / "accounts").write_text(f"<sip:tester@127.0.0.1>;regint=0{account_params}\n")
+        (folder / "accounts").write_text((account or f"<sip:tester@127.0.0.1>;regint=0{account_params}") + "\n")
         log = open(folder / "baresip.log", "wb")
         proc = await asyncio.create_subprocess_exec(
             binary, "-f", str(folder), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT
@@ -83,7 +86,9 @@ class Baresip:
         while asyncio.get_running_loop().time() < deadline and proc.returncode is None:
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
-                return cls(folder, proc, reader, writer)
+                ua = cls(folder, proc, reader, writer)
+                ua.sip_port = sip_port
+                return ua
             except OSError:
                 await asyncio.sleep(0.05)
         if proc.returncode is None:
