@@ -55,6 +55,20 @@ async def test_voxgate_call_is_answered_speaks_and_hangs_up(sip_gateway, tmp_pat
     (await sipp).assert_ok()  # SIPp got the ACK, then our BYE
 
 
+async def test_voxgate_call_wait_stays_until_the_far_end_hangs_up(sip_gateway, tmp_path):
+    far = free_udp_port()
+    gw = await sip_gateway(sip={"trunks": [_trunk(far)]}, server={"api_keys": [KEY]})
+    sipp = asyncio.create_task(run_sipp(tmp_path, None, "out_answer_hangup.xml", listen_port=far))
+    await asyncio.sleep(0.5)
+    cmd = asyncio.create_task(voxgate_call(gw, "+15551234567", "--trunk", "far", "--say", "Hi.", "--wait"))
+    (await sipp).assert_ok()
+    rc, out, err = await cmd
+    assert rc == 0, (out, err)
+    lines = out.splitlines()
+    assert any(line.startswith("said it") for line in lines) and lines[-1] == "the call ended (hangup)", out
+    (await sipp).assert_ok()  # our 200 to SIPp's BYE came: we did not hang up first
+
+
 async def test_voxgate_call_to_a_busy_far_end_exits_1_with_the_code(sip_gateway, tmp_path):
     far = free_udp_port()
     gw = await sip_gateway(sip={"trunks": [_trunk(far)]}, server={"api_keys": [KEY]})
