@@ -259,6 +259,10 @@ class Dialing:
         c.open_media()  # we sent the ACK: media may flow
         log.info("sip: outbound call %s answered by %s (%s)", call_id, peer[0], c.codec)
         await self._notify(call_id, {"type": "call.answered", "status": outcome.status, "sip": identity})
+        if server.config.greeting and c.call.control is None:  # no agent to speak: the demo's greeting, as inbound
+            await c.call.session.handle(
+                {"type": "text", "turn_id": "greeting", "text": server.config.greeting, "final": True}
+            )
 
     def _forget_client(self, call_id: str) -> None:
         self.clients.pop(call_id, None)

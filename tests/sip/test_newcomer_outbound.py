@@ -6,6 +6,7 @@ as much speech as the gateway says it played."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
@@ -37,7 +38,10 @@ def loud_frames(pcm: np.ndarray, rate: int) -> np.ndarray:
     return np.flatnonzero(levels > 500)
 
 
-async def test_the_page_places_a_call_to_an_auto_answering_baresip_that_hears_the_demo_voice(tmp_path):
+@pytest.fixture
+async def demo(tmp_path):
+    """baresip with the page's `accounts` line (answers by itself) and configs/sip-demo.yaml's config with its
+    trunk pointed at that baresip: (baresip, the gateway's config, the trunk's address in the page, baresip's)."""
     config_lines = block("# ~/.baresip-voxgate/config").splitlines()
     (account,) = [ln for ln in block("# ~/.baresip-voxgate/accounts").splitlines() if ln.startswith("<sip:")]
     demo = yaml.safe_load((ROOT / "configs" / "sip-demo.yaml").read_text())
@@ -55,29 +59,56 @@ async def test_the_page_places_a_call_to_an_auto_answering_baresip_that_hears_th
             "sip": {"port": 0, "rtp_ports": "30000-39999", "trunks": [{**trunk, "address": far}]},
         },
     )
-    snippet = block("Session.dial(")
     try:
-        async with started_gateways() as start:
-            gw = await start(config)
-            script = tmp_path / "place_call.py"
-            script.write_text(snippet.replace("http://127.0.0.1:8080", gw.url).replace(trunk["address"], far))
-            env = {**os.environ, "PYTHONPATH": str(ROOT / "clients" / "python")}
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, str(script), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-            )
-            out, err = await asyncio.wait_for(proc.communicate(), 90)
-            output = out.decode()
-            assert proc.returncode == 0, (output, err.decode())
-            assert f"answered by sip:me@{far}" in output, output
-            played_ms = float(re.search(r"played (\d+) ms", output).group(1))
-            await ua.event("CALL_CLOSED", timeout=10)  # our BYE
-            await asyncio.sleep(0.3)  # sndfile closes its WAV when the audio stream goes
-        pcm, rate = ua.heard()
+        yield ua, config, trunk["address"], far
     finally:
         await ua.stop()
+
+
+async def test_the_page_places_a_call_to_an_auto_answering_baresip_that_hears_the_demo_voice(demo, tmp_path):
+    ua, config, page_address, far = demo
+    snippet = block("Session.dial(")
+    async with started_gateways() as start:
+        gw = await start(config)
+        script = tmp_path / "place_call.py"
+        script.write_text(snippet.replace("http://127.0.0.1:8080", gw.url).replace(page_address, far))
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "clients" / "python")}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(script), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 90)
+        output = out.decode()
+        assert proc.returncode == 0, (output, err.decode())
+        assert f"answered by sip:me@{far}" in output, output
+        played_ms = float(re.search(r"played (\d+) ms", output).group(1))
+        await ua.event("CALL_CLOSED", timeout=10)  # our BYE
+        await asyncio.sleep(0.3)  # sndfile closes its WAV when the audio stream goes
+    pcm, rate = ua.heard()
     assert played_ms > 2000  # a sentence of the demo voice
     loud = loud_frames(pcm, rate)
     assert len(loud), "baresip heard only silence"
     heard_ms = (loud[-1] - loud[0] + 1) * 20
     # eSpeak ends a sentence with a quiet tail that the level threshold does not count as heard
     assert played_ms - 600 <= heard_ms <= played_ms + 200, f"heard {heard_ms} ms of speech, played {played_ms} ms"
+
+
+async def test_with_no_agent_the_page_s_post_gets_the_greeting_spoken(demo):
+    """The page's curl: nobody attaches, and baresip hears the demo config's `sip.greeting`."""
+    import aiohttp
+
+    ua, config, page_address, far = demo
+    body = json.loads(re.search(r"-d '(\{.*?\})'", SECTION).group(1).replace(page_address, far))
+    config = merge(config, {"sip": {"greeting": "Hello, this is voxgate."}})  # the demo's, shorter
+    async with started_gateways() as start:
+        gw = await start(config)
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{gw.url}/v1/calls", json=body) as r:
+                assert r.status == 201, await r.text()
+        await ua.event("CALL_ESTABLISHED", timeout=10)
+        await asyncio.sleep(3.0)  # the greeting (about a second and a half) plays with nobody attached
+        await ua.command("hangup")
+        await ua.event("CALL_CLOSED", timeout=5)
+        await asyncio.sleep(0.3)
+    pcm, rate = ua.heard()
+    heard_ms = len(loud_frames(pcm, rate)) * 20
+    assert heard_ms > 500, f"baresip heard {heard_ms} ms of speech: no greeting"
