@@ -28,6 +28,7 @@ from gateway.sip.srtp import SrtpSession, protect_sends
 from gateway.sip.tls import client_context
 
 log = logging.getLogger("voxgate.sip")
+GREETING_GRACE_S = 1.0  # an answered call with no agent yet waits this long for one before the greeting plays
 
 
 class Dialing:
@@ -259,10 +260,16 @@ class Dialing:
         c.open_media()  # we sent the ACK: media may flow
         log.info("sip: outbound call %s answered by %s (%s)", call_id, peer[0], c.codec)
         await self._notify(call_id, {"type": "call.answered", "status": outcome.status, "sip": identity})
-        if server.config.greeting and c.call.control is None:  # no agent to speak: the demo's greeting, as inbound
-            await c.call.session.handle(
-                {"type": "text", "turn_id": "greeting", "text": server.config.greeting, "final": True}
-            )
+        if server.config.greeting and c.call.control is None:
+            await self._greet_unless_attached(c)
+
+    async def _greet_unless_attached(self, c) -> None:
+        """No agent to speak: the demo's greeting, as on inbound calls. The agent that POSTed the call attaches a
+        moment after the POST; a far end that answers at once (a softphone on auto-answer) must not beat it."""
+        await asyncio.sleep(GREETING_GRACE_S)
+        if c.call.control is None and not c.ended and not c.call.session.closed:
+            text = self.server.config.greeting
+            await c.call.session.handle({"type": "text", "turn_id": "greeting", "text": text, "final": True})
 
     def _forget_client(self, call_id: str) -> None:
         self.clients.pop(call_id, None)

@@ -105,7 +105,7 @@ async def test_with_no_agent_the_page_s_post_gets_the_greeting_spoken(demo):
             async with http.post(f"{gw.url}/v1/calls", json=body) as r:
                 assert r.status == 201, await r.text()
         await ua.event("CALL_ESTABLISHED", timeout=10)
-        await asyncio.sleep(3.0)  # the greeting (about a second and a half) plays with nobody attached
+        await asyncio.sleep(4.0)  # a second for an agent to attach, then the greeting (a second and a half)
         await ua.command("hangup")
         await ua.event("CALL_CLOSED", timeout=5)
         await asyncio.sleep(0.3)
