@@ -37,6 +37,13 @@ agent's turns on /v1/control): the same levels and numbers for SIP sessions, fra
 call sends RTP all the time (silence between turns), a WebSocket call only inside utterances.
 
     python -m bench.gateway_capacity --leg sip --levels 50,100,200 --window 10
+
+`--leg sip --srtp` runs every level twice, against two gateways one after the other: plain RTP as above, then
+the same callers over one TLS connection with SDES SRTP (`sip.transports: [tls]`, `sip.srtp: required`, a
+self-signed certificate made for the run: bench/tls_cert.py), every packet protected and unprotected on both
+sides. Side by side, per level: CPU per frame with SRTP against plain RTP (`--rounds N` alternates them N times).
+
+    python -m bench.gateway_capacity --leg sip --srtp --levels 50,100 --window 8 --rounds 2
 """
 
 from __future__ import annotations
@@ -58,10 +65,11 @@ import tempfile
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import websockets
 
-from bench import plots
+from bench import plots, tls_cert
 from bench.capacity_client import TURN_TEXTS, ClientStats
 from bench.loadtest.servers import cpu_seconds, free_port
 
@@ -75,9 +83,12 @@ playout: {{prebuffer_ms: 60}}
 """
 # the callers are one trunk on 127.0.0.1 starting calls every 5 ms: their INVITE rate is the point, not a flood
 SIP_CONFIG = """sip: {{port: {sip_port}, host: 127.0.0.1, allow: [127.0.0.1], invites_per_source_per_s: 1000,
-  rtp_ports: "20000-29999"}}
+  rtp_ports: "20000-29999"{srtp}}}
 telephony: {{unknown_call_timeout_s: 30}}
 """
+# `--srtp`: the same calls over TLS only (the callers' one connection, as a trunk's), SDES SRTP required
+SRTP_SIP = """, transports: [tls], srtp: required,
+  tls: {{port: {tls_port}, cert_file: '{cert}', key_file: '{key}'}}"""
 
 
 def scrape(port: int) -> str:
@@ -122,6 +133,17 @@ def lateness_quantiles(before: str, after: str) -> tuple[float, float, float, in
 
     over_20 = total - dict(buckets)[0.02]
     return q(0.5), q(0.99), over_20 / total, int(total)
+
+
+def _by_label(before: str, after: str, name: str, label: str) -> dict[str, int]:
+    """How much counter `name` grew between two scrapes, by the value of its `label` (only those that grew)."""
+    grown: dict[str, int] = {}
+    b = metric_values(before, name)
+    for key, value in metric_values(after, name).items():
+        found = re.search(label + r'="([^"]*)"', key)
+        if found and not key.startswith(name + "_created") and value - b.get(key, 0.0):
+            grown[found.group(1)] = grown.get(found.group(1), 0) + int(value - b.get(key, 0.0))
+    return grown
 
 
 def counter_sum(text: str, name: str, label_filter: str = "") -> float:
@@ -200,24 +222,14 @@ async def start_load(
     n: int,
     read_interval_ms: float = 50.0,
     cpus: set[int] | None = None,
-    sip_port: int | None = None,
+    sip_args: list[str] | None = None,
 ) -> LoadHandle:
     """N callers, 5 ms apart: `lean` in a process of its own (bench/capacity_client.py), `websockets` in this one;
-    with `sip_port`, SIP callers in a process of their own (bench/sip_callers.py)."""
-    if sip_port is not None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "bench.sip_callers",
-            "--port",
-            str(port),
-            "--sip-port",
-            str(sip_port),
-            "--sessions",
-            str(n),
-            "--seed",
-            str(n),
-        ]
+    with `sip_args` (where to call, how: `Gateways.sip_args`), SIP callers in a process of their own
+    (bench/sip_callers.py)."""
+    if sip_args is not None:
+        cmd = [sys.executable, "-m", "bench.sip_callers", "--port", str(port), *sip_args]
+        cmd += ["--sessions", str(n), "--seed", str(n)]
     else:
         cmd = [
             sys.executable,
@@ -233,7 +245,7 @@ async def start_load(
             str(read_interval_ms),
             *(["--word-timings"] if WORD_TIMINGS else []),
         ]
-    if client == "websockets" and sip_port is None:
+    if client == "websockets" and sip_args is None:
         stop, stats, rng = asyncio.Event(), ClientStats(), random.Random(n)
         tasks = []
         for _ in range(n):
@@ -321,11 +333,13 @@ async def run_level(
     warmup: float,
     client: str = "lean",
     client_cpus: set[int] | None = None,
-    sip_port: int | None = None,
+    sip_args: list[str] | None = None,
 ) -> dict:
-    """One level: N callers on `port` (or SIP calls to `sip_port`); `nodes` are the gateway processes behind it, (own metrics port, pid)."""
+    """One level: N callers on `port` (or SIP calls as `sip_args` say: `Gateways.sip_args`); `nodes` are the
+    gateway processes behind it, (own metrics port, pid)."""
+    start = _sum_metrics([scrape(mport) for mport, _ in nodes])  # the RTP drops are counted over the whole level
     load = await start_load(
-        client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "50")), client_cpus, sip_port
+        client, port, n, float(os.environ.get("VOXGATE_BENCH_READ_INTERVAL_MS", "50")), client_cpus, sip_args
     )
     await asyncio.sleep(warmup)
     pids = [pid for _, pid in nodes]
@@ -347,16 +361,12 @@ async def run_level(
     await asyncio.sleep(window)
     after, f1, t1, c1, k1, p1, s1 = await snapshot()
     stats = await load.end()
+    end = _sum_metrics([scrape(mport) for mport, _ in nodes])
     p50, p99, over, ticks = lateness_quantiles(before, after)
     underruns = counter_sum(after, "voxgate_underruns_total") - counter_sum(before, "voxgate_underruns_total")
     # engine/text: audio came late; clock: our own clock stalled (a skipped tick is a gap at every talking call);
     # network: the client read too slowly and frames were skipped
-    by_cause: dict[str, int] = {}
-    b = metric_values(before, "voxgate_underruns_total")
-    for key, value in metric_values(after, "voxgate_underruns_total").items():
-        cause = re.search(r'cause="([^"]*)"', key)
-        if cause and not key.startswith("voxgate_underruns_total_created") and value - b.get(key, 0.0):
-            by_cause[cause.group(1)] = by_cause.get(cause.group(1), 0) + int(value - b.get(key, 0.0))
+    by_cause = _by_label(before, after, "voxgate_underruns_total", "cause")
     skipped = counter_sum(after, "voxgate_clock_skipped_ticks_total") - counter_sum(
         before, "voxgate_clock_skipped_ticks_total"
     )
@@ -376,7 +386,7 @@ async def run_level(
     full_gcs = int(gc_delta("voxgate_gc_collections_total", 2))
     return {
         "sessions": n,
-        "leg": "sip" if sip_port is not None else "ws",
+        "leg": "sip" if sip_args is not None else "ws",
         "workers": len(nodes),
         "client": client,
         "connected": stats["connected"],
@@ -413,6 +423,13 @@ async def run_level(
         "errors": stats["errors"],
         "error_codes": stats["error_codes"],
         "disconnects": stats["disconnects"],
+        # SIP: inbound RTP the gateway dropped (strict RTP; srtp_auth etc.: SRTP that did not authenticate) from the
+        # level's first call to its last, of the packets the callers sent; and the SRTP calls the callers keyed and
+        # the gateway's packets they could not authenticate (a gateway sending plain RTP to an SRTP call shows here)
+        "rtp_dropped_by_reason": _by_label(start, end, "voxgate_rtp_dropped_total", "reason"),
+        "rtp_sent": stats.get("rtp_sent", 0),
+        "srtp_calls": stats.get("srtp_calls", 0),
+        "srtp_undecrypted": stats.get("undecrypted", 0),
         "holds": p99 <= 20.0 and underruns == 0 and skipped == 0 and stats["connected"] == n,
     }
 
@@ -424,16 +441,33 @@ class Gateways:
     """The server side of a run: one `voxgate serve`, or `voxgate serve --workers N` (beside a redis-server of its own)."""
 
     def __init__(
-        self, workers: int | None, redis_url: str | None = None, cpus: set[int] | None = None, sip: bool = False
+        self,
+        workers: int | None,
+        redis_url: str | None = None,
+        cpus: set[int] | None = None,
+        sip: bool = False,
+        srtp: bool = False,
     ):
+        """`sip`: calls come over SIP (`sip_args` says how the callers reach it); `srtp`: over TLS only, with
+        `sip.srtp: required` (a certificate made for the run in `cert_dir`)."""
         self.port = free_port()
         self.sip_port = free_port() if sip else None
         self.nodes: list[tuple[int, int]] = []  # (own HTTP port: its /metrics, pid), one per gateway process
+        self.cert_dir, self.sip_args = None, None
         cfg = CONFIG.format(port=self.port) + (
             f"cluster: {{redis_url: '{redis_url}', secret_env: {BENCH_SECRET_ENV}}}\n" if workers else ""
         )
-        if sip:
-            cfg += SIP_CONFIG.format(sip_port=self.sip_port)
+        if sip and srtp:
+            self.cert_dir = tempfile.mkdtemp(prefix="voxgate-bench-tls-")
+            cert, key = tls_cert.self_signed(Path(self.cert_dir))
+            tls_port = free_port()
+            cfg += SIP_CONFIG.format(
+                sip_port=self.sip_port, srtp=SRTP_SIP.format(tls_port=tls_port, cert=cert, key=key)
+            )
+            self.sip_args = ["--tls-port", str(tls_port), "--ca-file", str(cert), "--srtp"]
+        elif sip:
+            cfg += SIP_CONFIG.format(sip_port=self.sip_port, srtp="")
+            self.sip_args = ["--sip-port", str(self.sip_port)]
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
             f.write(cfg)
             self.cfg_path = f.name
@@ -474,7 +508,7 @@ class Gateways:
                     time.sleep(0.1)
         except BaseException:  # a gateway that started must not outlive a failed start (it would load the next runs)
             self._kill()
-            os.unlink(self.cfg_path)
+            self._remove_files()
             raise
 
     def idle_cpu_pct(self, seconds: float) -> float:
@@ -491,7 +525,12 @@ class Gateways:
         except subprocess.TimeoutExpired:  # seen once after an overloaded level: keep the run's numbers, say so
             print(f"voxgate serve (pid {self.proc.pid}) did not stop within 60 s of SIGTERM: killed", flush=True)
             self._kill()
+        self._remove_files()
+
+    def _remove_files(self) -> None:
         os.unlink(self.cfg_path)
+        if self.cert_dir:
+            shutil.rmtree(self.cert_dir, ignore_errors=True)
 
     def _kill(self) -> None:
         """SIGKILL to the parent and every worker it started (a killed parent leaves its workers running)."""
@@ -546,7 +585,7 @@ class RedisServer:
 
 HEADER = (
     f"{'workers':>7} {'sessions':>8} {'late p50':>9} {'late p99':>9} {'>20ms %':>8} {'skipped':>8} {'underruns':>9} {'dropped':>8} "
-    f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'tick us/f':>9} {'kernel %':>8} {'preempt/s':>9} {'client %':>8} {'full gc':>7} {'gc ms':>6} {'holds':>6}"
+    f"{'frames/s':>9} {'cpu %':>6} {'us/frame':>8} {'tick us/f':>9} {'kernel %':>8} {'preempt/s':>9} {'client %':>8} {'full gc':>7} {'gc ms':>6} {'holds':>6} {'media':>6}"
 )
 
 
@@ -555,7 +594,7 @@ def print_row(row: dict) -> None:
         f"{row['workers']:>7} {row['sessions']:>8} {row['lateness_p50_ms']:>9} {row['lateness_p99_ms']:>9} {row['ticks_over_20ms_pct']:>8} "
         f"{row['skipped_ticks']:>8} {row['underruns']:>9} {row['frames_dropped']:>8} {row['frames_per_s_received']:>9} "
         f"{row['server_cpu_pct']:>6} {row['server_cpu_us_per_frame']:>8} {row['tick_cpu_us_per_frame']:>9} {row['server_kernel_pct_of_cpu']:>8} {row['server_preemptions_per_s']:>9} {row['client_cpu_pct']:>8} {row['gc_full_collections']:>7} "
-        f"{row['gc_full_pause_ms_mean']:>6} {str(row['holds']):>6}",
+        f"{row['gc_full_pause_ms_mean']:>6} {str(row['holds']):>6} {row.get('media') or '-':>6}",
         flush=True,
     )
 
@@ -565,25 +604,37 @@ def _median(values: list[float]) -> float:
     return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
 
-def side_by_side(rows: list[dict], worker_counts: list[int]) -> None:
-    """Per level: each worker count's p99, CPU per frame and holds (medians over the rounds; holds: in every round),
-    and the last count's CPU per frame against the first's, paired within each round (so the machine's drift
-    between rounds cancels): the median of the rounds' ratios, their range in brackets."""
+MEDIA_NAMES = {"plain": "plain RTP", "srtp": "SRTP"}
+
+
+def setup_name(key: str, value) -> str:
+    """A compared setup's name: `1 worker`, `2 workers` (--workers), `plain RTP`, `SRTP` (--srtp)."""
+    if key == "media":
+        return MEDIA_NAMES[value]
+    return f"{value} worker{'s' if value > 1 else ''}"
+
+
+def side_by_side(rows: list[dict], values: list, key: str = "workers") -> None:
+    """Per level: each setup's p99, CPU per frame and holds (medians over the rounds; holds: in every round), the
+    setups being worker counts (`key` workers) or plain RTP and SRTP (`key` media); and the last setup's CPU per
+    frame against the first's, paired within each round (so the machine's drift between rounds cancels): the
+    median of the rounds' ratios, their range in brackets, and the median of the rounds' differences in µs."""
     rounds = sorted({r.get("round", 0) for r in rows})
+    first = setup_name(key, values[0])
     print(
-        f"\nside by side (same port, same client{f', {len(rounds)} rounds alternating, medians' if len(rounds) > 1 else ''}): "
+        f"\nside by side (same levels, same callers{f', {len(rounds)} rounds alternating, medians' if len(rounds) > 1 else ''}): "
         "p99 ms / server µs per frame / holds; CPU per frame against the first (all of it, and inside the clock's ticks)"
     )
     print(
         f"{'sessions':>8} "
-        + " ".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>26}" for w in worker_counts)
-        + f" {'µs/frame vs first':>26} {'tick µs/frame vs first':>26}"
+        + " ".join(f"{setup_name(key, v):>26}" for v in values)
+        + f" {'µs/frame vs ' + first:>26} {'tick µs/frame vs ' + first:>26} {'µs/frame more':>14}"
     )
     for level in sorted({r["sessions"] for r in rows}):
         at = [r for r in rows if r["sessions"] == level]
         cells = []
-        for w in worker_counts:
-            mine = [r for r in at if r["workers"] == w]
+        for v in values:
+            mine = [r for r in at if r[key] == v]
             cells.append(
                 f"{_median([r['lateness_p99_ms'] for r in mine]):>8.2f} / {_median([r['server_cpu_us_per_frame'] for r in mine]):>6.1f} / "
                 f"{str(all(r['holds'] for r in mine)):>5}"
@@ -591,32 +642,36 @@ def side_by_side(rows: list[dict], worker_counts: list[int]) -> None:
                 else f"{'-':>26}"
             )
 
-        def vs_first(key: str) -> str:
-            if len(worker_counts) < 2:
-                return ""
-            ratios = []
+        def paired(metric: str) -> list[tuple[float, float]]:
+            """(first, last) values of `metric` in each round that ran both."""
+            pairs = []
             for rnd in rounds:
-                by_w = {r["workers"]: r for r in at if r.get("round", 0) == rnd}
-                first, last = by_w.get(worker_counts[0]), by_w.get(worker_counts[-1])
-                if first and last and first[key] > 0:
-                    ratios.append(100 * (last[key] / first[key] - 1))
+                by_v = {r[key]: r for r in at if r.get("round", 0) == rnd}
+                a, b = by_v.get(values[0]), by_v.get(values[-1])
+                if a and b and a[metric] > 0:
+                    pairs.append((a[metric], b[metric]))
+            return pairs if len(values) > 1 else []
+
+        def vs_first(metric: str) -> str:
+            ratios = [100 * (b / a - 1) for a, b in paired(metric)]
             if not ratios:
                 return ""
             spread = f" ({min(ratios):+.1f}..{max(ratios):+.1f})" if len(ratios) > 1 else ""
             return f"{_median(ratios):+.1f} %{spread}"
 
+        more = [b - a for a, b in paired("server_cpu_us_per_frame")]
         print(
             f"{level:>8} " + " ".join(f"{c:>26}" for c in cells) + f" {vs_first('server_cpu_us_per_frame'):>26}"
-            f" {vs_first('tick_cpu_us_per_frame'):>26}"
+            f" {vs_first('tick_cpu_us_per_frame'):>26} {f'{_median(more):+.1f} µs' if more else '':>14}"
         )
-    for w in worker_counts:
+    for v in values:
         held = [
             lv
             for lv in sorted({r["sessions"] for r in rows})
-            if all(r["holds"] for r in rows if r["workers"] == w and r["sessions"] == lv)
-            and any(r["workers"] == w and r["sessions"] == lv for r in rows)
+            if all(r["holds"] for r in rows if r[key] == v and r["sessions"] == lv)
+            and any(r[key] == v and r["sessions"] == lv for r in rows)
         ]
-        print(f"{w} worker{'s' if w > 1 else ''}: holds up to {max(held) if held else 0} paced sessions")
+        print(f"{setup_name(key, v)}: holds up to {max(held) if held else 0} paced sessions")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -659,6 +714,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=["ws", "sip"],
         help="ws: native WebSocket callers (default); sip: direct SIP calls with RTP",
     )
+    ap.add_argument(
+        "--srtp",
+        action="store_true",
+        help="with --leg sip: every level with plain RTP (UDP signalling), then with SDES SRTP (TLS signalling, "
+        "sip.srtp: required, a certificate made for the run), and the two side by side: SRTP's CPU per frame",
+    )
     ap.add_argument("--json-output")
     ap.add_argument("--word-timings", action="store_true", help="every caller asks for audio.words (lean client)")
     ap.add_argument(
@@ -677,8 +738,12 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(str(e))
     if args.leg == "sip" and (args.workers or args.client != "lean"):
         raise SystemExit("--leg sip runs one `voxgate serve` with its own callers (no --workers, no --client)")
+    if args.srtp and args.leg != "sip":
+        raise SystemExit("--srtp compares SIP calls with plain RTP and SRTP: it needs --leg sip")
     levels = [int(x) for x in args.levels.split(",")]
     worker_counts = [int(x) for x in args.workers.split(",")] if args.workers else [None]
+    # what a run compares: worker counts (--workers), plain RTP against SRTP (--srtp), or one setup
+    key, setups = ("media", ["plain", "srtp"]) if args.srtp else ("workers", worker_counts)
     placement = parse_pin(args.pin, sorted(os.sched_getaffinity(0)))
     gateway_cpus, client_cpus = placement if placement else (None, None)
     if placement:
@@ -691,12 +756,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(HEADER, flush=True)
         for rnd in range(max(1, args.rounds)):
-            for workers in worker_counts:
-                gateways = Gateways(workers, redis.url if redis else None, gateway_cpus, sip=args.leg == "sip")
+            for setup in setups:
+                workers = setup if key == "workers" else None
+                media = setup if key == "media" else ("plain" if args.leg == "sip" else None)
+                gateways = Gateways(
+                    workers, redis.url if redis else None, gateway_cpus, args.leg == "sip", media == "srtp"
+                )
                 try:
                     if args.idle_s > 0 and rnd == 0:
                         time.sleep(1.0)  # past start-up
-                        idle[workers or 1] = gateways.idle_cpu_pct(args.idle_s)
+                        idle[setup or 1] = gateways.idle_cpu_pct(args.idle_s)
                     for level in levels:
                         row = asyncio.run(
                             run_level(
@@ -707,10 +776,10 @@ def main(argv: list[str] | None = None) -> int:
                                 args.warmup,
                                 args.client,
                                 client_cpus,
-                                gateways.sip_port,
+                                gateways.sip_args,
                             )
                         )
-                        row.update(pin=args.pin, idle_cpu_pct=idle.get(workers or 1), round=rnd)
+                        row.update(pin=args.pin, idle_cpu_pct=idle.get(setup or 1), round=rnd, media=media)
                         rows.append(row)
                         print_row(row)
                         if level != levels[-1]:
@@ -726,13 +795,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"underruns at {row['sessions']} ({row['workers']} workers) by cause: "
                 + ", ".join(f"{k} {v}" for k, v in row["underruns_by_cause"].items())
             )
+        if row["rtp_dropped_by_reason"] or row["srtp_undecrypted"]:
+            print(
+                f"RTP dropped at {row['sessions']} ({MEDIA_NAMES.get(row['media'], row['media'])}): by the gateway "
+                + (", ".join(f"{k} {v}" for k, v in row["rtp_dropped_by_reason"].items()) or "none")
+                + f"; the callers could not authenticate {row['srtp_undecrypted']} of its packets"
+            )
     if idle:
         print(
-            "gateway CPU with no call up: "
-            + ", ".join(f"{w} worker{'s' if w > 1 else ''} {pct} %" for w, pct in idle.items())
+            "gateway CPU with no call up: " + ", ".join(f"{setup_name(key, s or 1)} {pct} %" for s, pct in idle.items())
         )
-    if args.workers:
-        side_by_side(rows, worker_counts)
+    if args.workers or args.srtp:
+        side_by_side(rows, setups, key)
     else:
         held = [r["sessions"] for r in rows if r["holds"]]
         print(
@@ -742,6 +816,7 @@ def main(argv: list[str] | None = None) -> int:
         "levels": rows,
         "cpu_count": os.cpu_count(),
         "workers": worker_counts if args.workers else None,
+        "media": setups if args.srtp else None,
         "pin": args.pin,
         "idle_cpu_pct": idle,
     }

@@ -1,22 +1,14 @@
-"""A throw-away certificate for SIP over TLS tests, made with the openssl command line (Debian's `openssl`)."""
+"""A throw-away certificate for SIP over TLS tests (bench/tls_cert.py makes it; a missing openssl is a skip here)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
+from bench import tls_cert
 from tests.sip.sipp import require
 
 
 def self_signed(folder: Path, host: str = "127.0.0.1") -> tuple[Path, Path]:
     """(cert_file, key_file): an RSA key and a self-signed certificate for `host` (an IP subjectAltName)."""
-    openssl = require("openssl")
-    folder.mkdir(parents=True, exist_ok=True)
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", str(key), "-out", str(cert)]
-        + ["-subj", f"/CN={host}", "-addext", f"subjectAltName=IP:{host}"],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    require("openssl")
+    return tls_cert.self_signed(folder, host)
