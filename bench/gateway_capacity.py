@@ -740,6 +740,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--leg sip runs one `voxgate serve` with its own callers (no --workers, no --client)")
     if args.srtp and args.leg != "sip":
         raise SystemExit("--srtp compares SIP calls with plain RTP and SRTP: it needs --leg sip")
+    if args.srtp and args.plot:
+        raise SystemExit("--plot draws one line per worker count: it would merge --srtp's plain and SRTP levels")
+    if args.srtp and shutil.which("openssl") is None:
+        raise SystemExit("--srtp makes a TLS certificate with the openssl command: apt-get install openssl")
     levels = [int(x) for x in args.levels.split(",")]
     worker_counts = [int(x) for x in args.workers.split(",")] if args.workers else [None]
     # what a run compares: worker counts (--workers), plain RTP against SRTP (--srtp), or one setup
