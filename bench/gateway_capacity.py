@@ -427,6 +427,7 @@ async def run_level(
         # level's first call to its last, of the packets the callers sent; and the SRTP calls the callers keyed and
         # the gateway's packets they could not authenticate (a gateway sending plain RTP to an SRTP call shows here)
         "rtp_dropped_by_reason": _by_label(start, end, "voxgate_rtp_dropped_total", "reason"),
+        "gateway_errors_by_code": _by_label(start, end, "voxgate_errors_total", "code"),  # refusals and error events
         "rtp_sent": stats.get("rtp_sent", 0),
         "srtp_calls": stats.get("srtp_calls", 0),
         "srtp_undecrypted": stats.get("undecrypted", 0),

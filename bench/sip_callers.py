@@ -130,8 +130,9 @@ class RtpSockets:
 
 
 class Signalling:
-    """Every call's SIP over one socket or connection: final responses matched by Call-ID (their status, To and
-    body); BYEs from voxgate answered 200. `via` names the transport, `local_port` our end of it."""
+    """Every call's SIP over one socket or connection: final responses matched by Call-ID (their status, or for a
+    refusal the status and voxgate's code from its Reason header, e.g. `503_at_capacity`; To; body); BYEs from
+    voxgate answered 200. `via` names the transport, `local_port` our end of it."""
 
     via = "UDP"
     reliable = False  # an INVITE is resent (RFC 3261 timer A) over UDP, never over a connection
@@ -167,7 +168,9 @@ class Signalling:
         elif lines[0].startswith("SIP/2.0 ") and int(lines[0][8:11]) >= 200:
             fut = self.waiting.pop(call_id, None)
             if fut is not None and not fut.done():
-                fut.set_result((int(lines[0][8:11]), headers.get("to", ""), body))
+                status = int(lines[0][8:11])
+                why = re.search(r'text="([^"]{1,40})"', headers.get("reason", ""))  # voxgate's refusal code
+                fut.set_result((status if why is None else f"{status}_{why.group(1)}", headers.get("to", ""), body))
 
 
 class UdpSignalling(Signalling, asyncio.DatagramProtocol):
@@ -220,7 +223,7 @@ class TlsSignalling(Signalling):
             pass
         for fut in self.waiting.values():  # the connection went: no call on it gets its answer
             if not fut.done():
-                fut.set_result((0, "", ""))
+                fut.set_result(("connection_lost", "", ""))
 
     def send(self, data: bytes) -> None:
         self.writer.write(data)
