@@ -744,8 +744,9 @@ class SipConfig:
     # INVITE headers copied into call.attached's `sip.headers` for the agent (e.g. ["X-Customer-Id"]); From, To,
     # P-Asserted-Identity and Diversion are always read; Authorization and Proxy-Authorization are never passed
     pass_headers: list[str] = field(default_factory=list)
-    # session timers (RFC 4028) for callers whose INVITE asks for them (Session-Expires): the interval we ask for,
-    # and the smallest we accept (a smaller Session-Expires gets 422 with this Min-SE); 90 is RFC 4028's floor
+    # session timers (RFC 4028) for callers whose INVITE asks for them (Session-Expires) and on outbound INVITEs:
+    # the interval we ask for, and the smallest we accept (a smaller Session-Expires gets 422 with this Min-SE);
+    # 90 is RFC 4028's floor
     session_expires_s: int = 1800
     min_se_s: int = 90
     greeting: str | None = None  # spoken when the call connects and no agent attached (demo); None: silence

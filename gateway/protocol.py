@@ -123,7 +123,8 @@ _SCHEMAS: dict[str, tuple[Field, ...]] = {
     "user.text": (Field("text", (str,), required=True),),
     "interrupt": (),
     "session.end": (Field("drain", (bool,)),),
-    "call.transfer": (Field("to", (str,), required=True),),  # SIP calls: REFER to a sip:/tel: URI
+    # SIP calls: REFER to a sip:/tel: URI, with the `X-` headers asked for
+    "call.transfer": (Field("to", (str,), required=True), Field("headers", (dict,))),
     "call.attach": (
         Field("call_id", (str,), required=True),
         Field("voice", (str,)),

@@ -9,7 +9,6 @@ stable code; no API key: 401; at capacity or draining: 503.
 from __future__ import annotations
 
 import math
-import re
 
 from aiohttp import web
 
@@ -18,10 +17,11 @@ from gateway.config import sip_uri_ok
 from gateway.legs.accept import from_query, is_api_key, presented_credential
 from gateway.sip.dialing import new_call_id
 from gateway.sip.outgoing_dialog import request_uri
+from gateway.sip.x_headers import RULE as X_RULE
+from gateway.sip.x_headers import x_headers_ok
 
 MAX_BODY_BYTES = 8192
 MAX_RING_TIMEOUT_S = 300
-X_HEADER = re.compile(r"X-[A-Za-z0-9\-]{1,64}")
 
 
 def _bad(message: str, code: str = P.BAD_MESSAGE, status: int = 400) -> web.Response:
@@ -59,11 +59,8 @@ def routes(core, server) -> list[web.RouteDef]:
         if not isinstance(from_uri, str) or not sip_uri_ok(from_uri):
             return _bad("from must be a SIP URI with a user (sip:+15550100@trunk.example)")
         headers = body.get("headers") or {}
-        if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and X_HEADER.fullmatch(k) and isinstance(v, str) and v.isprintable() and len(v) <= 256
-            for k, v in headers.items()
-        ):
-            return _bad("headers must map X- header names to printable strings of at most 256 characters")
+        if not x_headers_ok(headers):
+            return _bad(X_RULE)
         ring = body.get("ring_timeout_s", 30)
         if isinstance(ring, bool) or not isinstance(ring, (int, float)) or not math.isfinite(ring):
             ring = -1

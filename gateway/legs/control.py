@@ -171,7 +171,7 @@ class ControlEndpoint:
                     P.BAD_MESSAGE,
                     f"call.transfer is not supported on a {call.media_kind or 'call without a'} media leg",
                 )
-            await transfer(m["to"])
+            await transfer(m["to"], m.get("headers"))
         elif mtype == "user.text":
             await self.core.handle_user_text(call.session, m["text"])
         else:

@@ -21,7 +21,7 @@ from aiortp import RTPSession
 from gateway import protocol as P
 from gateway.sip import sdes, tls
 from gateway.sip.identity import call_identity
-from gateway.sip.outbound import TIMER_D_S, TLS_FAILED, UNAVAILABLE, Dialed, InviteClient, Outcome
+from gateway.sip.outbound import ALLOW, TIMER_D_S, TLS_FAILED, UNAVAILABLE, Dialed, InviteClient, Outcome
 from gateway.sip.outgoing_dialog import OutgoingDialog, sdp_offer
 from gateway.sip.sdp_check import Refusal, check_offer
 from gateway.sip.srtp import SrtpSession, protect_sends
@@ -66,16 +66,23 @@ class Dialing:
         return c.sip_call_id in self.outbound
 
     def in_dialog(self, door, c, msg, method: str) -> None:
-        """A request in an outbound call's dialog (its tags and peer checked): BYE ends it, the rest is answered."""
+        """A request in an outbound call's dialog (its tags and peer checked; INFO and NOTIFY taken before): BYE
+        ends it; a re-INVITE or UPDATE is answered (hold, a new codec or address, a session refresh); OPTIONS
+        gets 200; the rest 501."""
+        server = self.server
         if method == "ACK":
-            return
-        if method == "BYE":
-            self.server._reply(door, msg, 200, "OK")
-            self.server._spawn(self.server._end(c, "hangup"))
+            server.outbound_acked(c, msg)
+        elif method == "BYE":
+            server._reply(door, msg, 200, "OK")
+            server._spawn(server._end(c, "hangup"))
         elif method == "CANCEL":
-            self.server._reply(door, msg, 200, "OK")
+            server._reply(door, msg, 200, "OK")
+        elif method in ("INVITE", "UPDATE"):
+            server.answer_outbound(door, c, msg, method)
+        elif method == "OPTIONS":
+            server._reply(door, msg, 200, "OK", {"Allow": ALLOW, "Supported": "timer"})
         else:
-            self.server._reply(door, msg, 501, "Not Implemented")  # re-INVITE, UPDATE: not on outbound calls yet
+            server._reply(door, msg, 501, "Not Implemented")
 
     # ------------------------------------------------------------ POST /v1/calls
     def start(self, call_id: str, trunk, request_uri: str, from_uri: str, headers: dict, ring_timeout_s: float) -> None:
@@ -164,7 +171,11 @@ class Dialing:
             server._spawn(self._notify(call_id, {"type": "call.progress", "state": state, "status": status}))
 
         client = InviteClient(
-            dialed, lambda req: door.transport.send(req, peer), ring_timeout_s=ring_timeout_s, on_progress=progress
+            dialed,
+            lambda req: door.transport.send(req, peer),
+            ring_timeout_s=ring_timeout_s,
+            on_progress=progress,
+            timers=server.timers,
         )
         self.clients[call_id] = client
         self.trunk_ips[call_id] = peer[0]

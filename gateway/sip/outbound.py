@@ -9,6 +9,8 @@ each retransmission of it again (§17.1.1.3), for as long as the transaction lin
 * 1xx: `trying` (100), `ringing` (180-182 and any other 1xx), `early` (183 with SDP); early media is not played.
 * 401/407: answered once per request with digest (gateway/sip/digest.py: MD5 or SHA-256), as a new INVITE with
   the next CSeq; a second challenge, or one we cannot answer: `auth_failed`.
+* Session timers (RFC 4028): with a policy, the INVITE offers `Session-Expires`, `Min-SE` and `Supported: timer`;
+  a 422 is answered once with a new INVITE carrying the Min-SE it asked for (§7.1), a second one fails the call.
 * The ring timeout: CANCEL once a provisional answer came (RFC 3261 §9.1 forbids it before), then `no_answer`.
 * 2xx: ACKed (a new transaction: its own branch, to the 2xx's Contact); a resent 2xx is ACKed again.
 
@@ -26,10 +28,12 @@ from dataclasses import dataclass, field
 from aiosipua import SipRequest, SipResponse
 
 from gateway.sip import digest
+from gateway.sip.session_timer import SessionTimerPolicy
 
 TIMER_A_S, TIMER_A_MAX_S, TIMER_B_S = 0.5, 4.0, 32.0  # RFC 3261 §17.1.1.2 (T1 = 0.5 s, T2 = 4 s, 64*T1)
 TIMER_D_S = 32.0  # how long a finished transaction still ACKs resent finals (§17.1.1.2: at least 32 s over UDP)
 BRANCH_MAGIC = "z9hG4bK"  # RFC 3261 §8.1.1.7
+ALLOW = "INVITE, ACK, CANCEL, BYE, OPTIONS, INFO, NOTIFY, REFER, UPDATE"  # what we answer in an outbound call
 
 # the stable codes of `call.failed` (docs/protocol.md)
 BUSY, NO_ANSWER, REJECTED, NOT_FOUND, UNAVAILABLE, AUTH_FAILED, TLS_FAILED = (
@@ -99,14 +103,19 @@ class InviteClient:
         *,
         ring_timeout_s: float,
         on_progress: Callable[[str, int], None] | None = None,
+        timers: SessionTimerPolicy | None = None,
     ):
         self.dialed = dialed
+        self.timers = timers
+        self.timer_offer = timers.offer() if timers is not None else {}  # Session-Expires, Min-SE, Supported
+        self.authorization: tuple[str, str] | None = None
+        self.retried_422 = False
         self._send = send
         self.ring_timeout_s = ring_timeout_s
         self.on_progress = on_progress or (lambda state, status: None)
         self.cseq = 1
         self.branch = new_branch()
-        self.invite = self._invite(None)
+        self.invite = self._invite()
         self.challenged = False  # a 401/407 was answered for this call: a second one fails it
         self.provisional = False  # a 1xx came: a CANCEL may go, INVITE retransmission stops
         self.cancelled = False
@@ -132,15 +141,15 @@ class InviteClient:
         h.set_single("User-Agent", "voxgate")
         return req
 
-    def _invite(self, authorization: tuple[str, str] | None) -> SipRequest:
+    def _invite(self) -> SipRequest:
         d = self.dialed
         req = self._request("INVITE", d.request_uri, self.branch, self.cseq, f"<{d.request_uri}>")
         req.headers.set_single("Contact", f"<{d.contact}>")
-        req.headers.set_single("Allow", "INVITE, ACK, CANCEL, BYE, OPTIONS, INFO, NOTIFY, REFER")
-        for name, value in d.headers.items():
+        req.headers.set_single("Allow", ALLOW)
+        for name, value in {**self.timer_offer, **d.headers}.items():
             req.headers.set_single(name, value)
-        if authorization is not None:
-            req.headers.set_single(*authorization)
+        if self.authorization is not None:
+            req.headers.set_single(*self.authorization)
         req.headers.set_single("Content-Type", "application/sdp")
         req.text = d.sdp
         return req
@@ -226,6 +235,8 @@ class InviteClient:
             self._finish(Outcome(True, status, response.reason_phrase, None, response))
         elif status in (401, 407) and not self.challenged and not self.cancelled:
             self._answer_challenge(response)
+        elif status == 422 and self._retry_after_422(response):
+            pass
         else:
             self._finish(Outcome(False, status, response.reason_phrase, failure_code(status)))
 
@@ -258,10 +269,28 @@ class InviteClient:
             challenge, method="INVITE", uri=self.dialed.request_uri, user=user, password=password
         )
         name = "Authorization" if response.status_code == 401 else "Proxy-Authorization"
+        self.authorization = (name, value)
+        self._send_again()
+
+    def _retry_after_422(self, response: SipResponse) -> bool:
+        """A 422 (our Session-Expires below the callee's Min-SE): once, a new INVITE with its Min-SE (§7.1)."""
+        if self.timers is None or self.retried_422 or self.cancelled:
+            return False
+        pairs = [(name, value) for name, values in response.headers.items() for value in values]
+        asked = self.timers.after_422(pairs, int(self.timer_offer["Session-Expires"]))
+        if asked is None:
+            return False
+        self.retried_422 = True
+        self.timer_offer = self.timers.offer(asked)
+        self._send_again()
+        return True
+
+    def _send_again(self) -> None:
+        """The INVITE again, as a new transaction (the next CSeq, a new branch), with what the last answer asked."""
         self.cseq += 1
         self.branch = new_branch()
         self.provisional = False
-        self.invite = self._invite((name, value))
+        self.invite = self._invite()
         self._send(self.invite)
 
     def _finish(self, outcome: Outcome) -> None:

@@ -49,7 +49,11 @@ class _Tags:
 
 class OutgoingDialog:
     """The dialog our INVITE's 2xx made. Requests from the far end carry its tag in From and ours in To, as an
-    inbound caller's do, so the leg's dialog checks hold unchanged."""
+    inbound caller's do, so the leg's dialog checks hold unchanged.
+
+    Our requests in it (`request`): From with our tag, To with the far end's, to its Contact (the remote target),
+    the next CSeq of ours (RFC 3261 §12.2.1.1). The far end's requests must come with rising CSeqs (§12.2.2):
+    `remote_cseq` is the last one's; a re-INVITE sent again (the same CSeq) is answered with the 2xx we gave it."""
 
     _answered = True
     advertised_addr = None
@@ -57,6 +61,7 @@ class OutgoingDialog:
     def __init__(self, client: InviteClient, answer: SipResponse, peer: tuple[str, int], send):
         self.client = client
         self.invite = client.invite
+        self.answer = answer  # the 2xx: its Session-Expires, Allow
         self.call_id = client.call_id
         self.source_addr = peer
         self.dialog = _Tags(_tag(answer.headers.get_first("to") or ""), client.dialed.from_tag)
@@ -65,22 +70,51 @@ class OutgoingDialog:
         self._target = contact[contact.find("<") + 1 : contact.find(">")] if "<" in contact else contact.split(";")[0]
         self._send = send  # (request, address)
         self._cseq = client.cseq
+        self.remote_cseq = 0
+        self.local_sdp = client.dialed.sdp  # what we last offered or answered (a refreshing re-INVITE offers it)
+        self.sdp_version = 1  # the o= line's version: one more for every offer or answer we send (RFC 3264 §8)
+        self.answers: dict[int, tuple[SipResponse, object]] = {}  # the far end's last re-INVITE: CSeq -> (our 2xx,
+        # the event its ACK sets)
+        self.acks: dict[str, SipRequest] = {}  # our last re-INVITE's CSeq -> the ACK of its 2xx (sent again with it)
 
     def _stop_retransmissions(self) -> None:
-        pass  # we sent no 2xx
+        pass  # a 2xx to a re-INVITE stops with the call (the leg's task)
 
-    def hangup(self) -> None:
-        """BYE in the dialog (RFC 3261 §15.1.1): to the far end's Contact, the next CSeq of ours."""
+    def request(self, method: str, cseq: int | None = None) -> SipRequest:
+        """A request in the dialog: the next CSeq of ours, or `cseq` (an ACK names its INVITE's)."""
         d = self.client.dialed
-        self._cseq += 1
-        bye = SipRequest(method="BYE", uri=self._target.strip() or d.request_uri)
-        h = bye.headers
+        if cseq is None:
+            self._cseq += 1
+            cseq = self._cseq
+        request = SipRequest(method=method, uri=self._target.strip() or d.request_uri)
+        h = request.headers
         h.set_single("Via", f"SIP/2.0/{d.transport} {d.via_host};branch={new_branch()};rport")
         h.set_single("Max-Forwards", "70")
         h.set_single("From", f"<{d.from_uri}>;tag={d.from_tag}")
         h.set_single("To", self._to)
         h.set_single("Call-ID", self.call_id)
-        h.set_single("CSeq", f"{self._cseq} BYE")
+        h.set_single("CSeq", f"{cseq} {method}")
         h.set_single("User-Agent", "voxgate")
-        h.set_single("Content-Length", "0")
-        self._send(bye, self.source_addr)
+        if method not in ("ACK", "BYE"):
+            h.set_single("Contact", f"<{d.contact}>")
+        return request
+
+    def send(self, request: SipRequest) -> None:
+        self._send(request, self.source_addr)
+
+    def next_sdp(self, sdp: str | None = None) -> str:
+        """Our SDP (`sdp`, or the last we sent) with the next o= version: the body of an offer or answer we send."""
+        self.sdp_version += 1
+        self.local_sdp = _with_version(sdp or self.local_sdp, self.sdp_version)
+        return self.local_sdp
+
+    def hangup(self) -> None:
+        """BYE in the dialog (RFC 3261 §15.1.1)."""
+        bye = self.request("BYE")
+        bye.headers.set_single("Content-Length", "0")
+        self.send(bye)
+
+
+def _with_version(sdp: str, version: int) -> str:
+    """The o= line's session version set to `version` (the session id and the rest kept)."""
+    return re.sub(r"^(o=\S+ \S+ )\d+", lambda m: f"{m.group(1)}{version}", sdp, count=1, flags=re.MULTILINE)

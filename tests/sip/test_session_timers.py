@@ -35,3 +35,20 @@ async def test_a_call_whose_refreshes_stop_is_ended_with_bye(sip_gateway, tmp_pa
     ended = await control.expect("call.media", state="ended", timeout=80)
     assert ended["reason"] == "session_expired"
     (await sipp).assert_ok()  # the 200 OK carried Session-Expires: 90;refresher=uac and Require: timer; BYE came
+
+
+async def test_a_refresh_of_ours_that_goes_unanswered_ends_the_call_with_bye(sip_gateway, tmp_path):
+    """The caller makes us the refresher (refresher=uas, UPDATE allowed): our UPDATE comes at 45 s, is sent again
+    while unanswered, and after 32 s without an answer the call is ended with BYE. Before: aiosipua sent one
+    UPDATE and nothing more; the call stayed up (SIPp timed out waiting for the BYE)."""
+    gw = await sip_gateway(sip={"rtp_timeout_s": 300})  # SIPp sends no RTP: only the session timer may end it
+    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "session_refresh_unanswered.xml", timeout_s=110))
+    for _ in range(200):
+        if gw.calls.ids():
+            break
+        await asyncio.sleep(0.05)
+    control = await Control.connect(gw)
+    await control.attach(gw.calls.ids()[0])
+    ended = await control.expect("call.media", state="ended", timeout=110)
+    assert ended["reason"] == "session_expired"
+    (await sipp).assert_ok()  # Session-Expires: 90;refresher=uas in the 200 OK; our UPDATE (refresher=uac); BYE
