@@ -446,9 +446,9 @@ async def test_a_notify_is_taken_only_with_our_refers_event_id(sip_gateway, call
 
 
 async def test_a_refer_nobody_answers_fails_after_timer_f(sip_gateway, callers, monkeypatch):
-    from gateway.sip import transfer
+    from gateway.sip import transactions
 
-    monkeypatch.setattr(transfer, "TIMER_F_S", 1.5)
+    monkeypatch.setattr(transactions, "TIMER_F_S", 1.5)
     gw = await sip_gateway(sip={"transfer_targets": ["sip:*@pbx.example.com"]})
     control, _ = await _transfer_under_way(gw, callers(), f"silent-{uuid.uuid4().hex}")
     failed = await control.expect("call.transfer", timeout=5)

@@ -87,6 +87,18 @@ async def test_an_unanswered_refresh_ends_the_call_with_bye(sip_gateway, tmp_pat
         await control.ws.close()
 
 
+async def test_a_far_end_refresher_whose_refresh_never_comes_is_hung_up(sip_gateway, tmp_path):
+    """Session-Expires: 90;refresher=uas in the 2xx, and the far end never refreshes: BYE after 60 s.
+    Before: the call stayed up (SIPp times out waiting for the BYE)."""
+    gw, sipp, control = await _dial(sip_gateway, tmp_path, "out_session_expires.xml", timeout_s=100)
+    try:
+        ended = await control.expect("call.media", state="ended", timeout=90)
+        assert ended["reason"] == "session_expired"
+        (await sipp).assert_ok()
+    finally:
+        await control.ws.close()
+
+
 async def test_call_transfer_on_an_outbound_call_sends_refer_with_x_headers(sip_gateway, tmp_path):
     """Before: call.transfer on an outbound call was refused ("not supported on outbound calls yet")."""
     gw, sipp, control = await _dial(sip_gateway, tmp_path, "out_refer.xml", transfer_targets=["sip:desk@*"])
