@@ -54,12 +54,12 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
         SipUAC,
         SipUAS,
     )
-    from aiosipua.sdp import SdpMessage, negotiate_sdp, serialize_sdp
+    from aiosipua.sdp import SdpMessage, negotiate_sdp
     from aiosipua.utils import generate_tag
 
     from gateway.sip import sdes, session_timer
     from gateway.sip.dialing import Dialing
-    from gateway.sip.outbound import ALLOW
+    from gateway.sip.in_dialog import DialogRequests, dialog_refusal, header_pairs
     from gateway.sip.session_clock import SessionClock
     from gateway.sip.srtp import SrtpSession, protect_sends
     from gateway.sip.tls import server_context
@@ -77,9 +77,8 @@ from gateway.config import sip_port_range, sip_registrar
 from gateway.core import CallCore
 from gateway.core.calls import TELEPHONY_PCM, Call, normalize_call_id
 from gateway.legs.host import LegHost
-from gateway.security.peers import in_networks, parse_networks
+from gateway.security.peers import parse_networks
 from gateway.sip import dialogs, inbound_auth
-from gateway.sip import transactions
 from gateway.sip import transfer as sip_transfer
 from gateway.sip.addresses import WILDCARDS, media_address
 from gateway.sip.identity import call_identity, pass_header_names
@@ -88,8 +87,6 @@ from gateway.sip.rate import REASON as INVITE_RATE_REASON
 from gateway.sip.rate import InviteRate
 from gateway.sip.rtp_ports import RandomPortAllocator
 from gateway.sip.sdp_check import AudioOffer, Refusal, check_offer
-from gateway.sip.x_headers import RULE as X_RULE
-from gateway.sip.x_headers import x_headers_ok
 from gateway.wire import sip as wire
 
 log = logging.getLogger("voxgate.sip")
@@ -177,7 +174,7 @@ class SipLeg:
 
     async def transfer(self, target: str, headers: dict | None = None) -> None:
         """`call.transfer`: blind transfer with REFER (RFC 3515), with the message's `X-` headers on it."""
-        await self.sip_call.server.transfer(self.sip_call, target, headers)
+        await self.sip_call.server.requests.transfer(self.sip_call, target, headers)
 
     def talkspurt(self) -> None:
         """The next packet starts a talkspurt (e.g. sending resumes after hold)."""
@@ -214,7 +211,7 @@ class SipCall:
     srtp: SrtpSession | None = None  # the call's SRTP once its RTP session exists
     peer_slot: str | None = None  # the source address whose per-IP slot (server.limits) this UDP call holds
     requests: dict | None = None  # CSeq -> our in-dialog request awaiting its final answer (transactions.Pending)
-    clock: SessionClock | None = None  # an outbound call's session timer (inbound ones: aiosipua's)
+    clock: SessionClock | None = None  # the session timer we keep: outbound calls, inbound ones we refresh
 
     def open_media(self) -> None:
         if not self.media_open:
@@ -256,6 +253,7 @@ class SipServer:
         self._keepers: list[asyncio.Task] = []  # one per registration (_keep_registered)
         self._watch: asyncio.Task | None = None
         self.dialing = Dialing(self)  # outbound calls: POST /v1/calls (gateway/sip/dialing.py)
+        self.requests = DialogRequests(self)  # our REFER, refreshes; outbound re-INVITEs (gateway/sip/in_dialog.py)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, host: str, port: int) -> int:
@@ -460,7 +458,7 @@ class SipServer:
         """Every message, before the SIP stack: new INVITEs are admitted or refused here (a refusal leaves no
         state), requests for our calls are checked against their dialog, answers to our REFER are taken."""
         if isinstance(msg, SipResponse):
-            if not self._on_response(msg, addr) and not self.dialing.feed(msg, addr):
+            if not self.requests.on_response(msg, addr) and not self.dialing.feed(msg, addr):
                 door.intake(msg, addr)
             return
         method = msg.method.upper()
@@ -475,7 +473,7 @@ class SipServer:
             if not self._admitted(door, msg, addr):
                 return
         elif method in ("NOTIFY", "INFO"):  # for no call of ours: nothing to tell anyone
-            self._reply(door, msg, *_dialog_refusal(dialogs.NO_SUCH_DIALOG))
+            self._reply(door, msg, *dialog_refusal(dialogs.NO_SUCH_DIALOG))
             return
         door.intake(msg, addr)
 
@@ -489,7 +487,7 @@ class SipServer:
             self.core.metrics.errors.labels(code=verdict.code).inc()
             log.info("sip: %s for call %s from %s refused: %s", method, c.sip_call_id, addr[0], verdict.code)
             if method != "ACK":  # an ACK is never answered
-                self._reply(door, msg, *_dialog_refusal(verdict))
+                self._reply(door, msg, *dialog_refusal(verdict))
             return False
         if method == "INVITE" and not to_tag:
             self._reply(door, msg, 100, "Trying")  # a retransmission of the INVITE being answered: not a second call
@@ -501,7 +499,7 @@ class SipServer:
             self._on_info(door, c, msg)
             return False
         elif method == "NOTIFY":
-            self._on_notify(door, c, msg)
+            self.requests.on_notify(door, c, msg)
             return False
         elif method in ("INVITE", "UPDATE") and msg.body:  # a new offer is checked before the stack parses it
             checked = check_offer(msg.text, self.payload_types, srtp=c.keys is not None)
@@ -578,7 +576,7 @@ class SipServer:
             self._srtp_keys(door, checked)
         except sdes.SdesError as exc:
             return P.SRTP_REQUIRED if exc.code == "srtp_required" else P.SRTP_UNSUPPORTED, str(exc), {}
-        timer = self.timers.answer(_header_pairs(msg))
+        timer = self.timers.answer(header_pairs(msg))
         if isinstance(timer, session_timer.Refusal):
             code = P.SESSION_INTERVAL_TOO_SMALL if timer.status == 422 else P.BAD_MESSAGE
             return code, f"session timer: {timer.reason}", timer.headers
@@ -650,13 +648,13 @@ class SipServer:
         offer = check_offer(incoming.invite.text, self.payload_types, srtp=self.config.srtp != "off")  # `_admitted`
         c = SipCall(self, incoming, door, offer, codec=wire.CODEC_OF_PAYLOAD_TYPE[offer.payload_type])
         c.keys = self._srtp_keys(door, offer)  # passed in `_admitted` too: fresh keys of ours for this call
-        pairs = _header_pairs(incoming.invite)
+        pairs = header_pairs(incoming.invite)
         timer = session_timer.engaged(self.timers.answer(pairs), pairs)  # the answer passed in `_admitted`
         if timer is not None:  # aiosipua's accept writes Session-Expires; its timer watches from the ACK
             incoming.session_interval, incoming.session_refresher_us = timer.interval, timer.we_refresh
         if timer is not None and timer.we_refresh:  # we refresh with our own clock: aiosipua's UPDATE is sent once,
             # never again when lost, and its failure never ends the call; aiosipua sees ours as the call's timer
-            c.clock = incoming._session_timer = self._session_clock(c, timer)
+            c.clock = incoming._session_timer = self.requests.session_clock(c, timer)
         self.calls[incoming.call_id] = c
         if door.name == "UDP":  # over TCP the connection holds the per-IP slot (_TcpSip)
             source = incoming.source_addr[0]
@@ -766,131 +764,14 @@ class SipServer:
         c.rtp.on_dtmf = lambda digit, duration, c=c: self._spawn(self._dtmf(c, digit, "rfc4733"))
         c.heard_at = asyncio.get_running_loop().time()
         c.media_opened = asyncio.Event()
-        agreement = self.timers.agreed(_header_pairs(c.incoming.answer))
+        agreement = self.timers.agreed(header_pairs(c.incoming.answer))
         if agreement is not None:  # the 2xx set a session timer: we refresh it or watch for the peer's refreshes
-            c.clock = self._session_clock(c, agreement)
+            c.clock = self.requests.session_clock(c, agreement)
             c.clock.start()
-
-    def _session_clock(self, c: SipCall, agreement: session_timer.Agreement) -> SessionClock:
-        return SessionClock(
-            agreement, lambda a: self._refresh(c, a), lambda: self._spawn(self.hang_up(c, "session_expired"))
-        )
-
-    def answer_outbound(self, door: _Door, c: SipCall, msg: SipRequest, method: str) -> None:
-        """The far end's re-INVITE or UPDATE in an outbound call: a new offer taken (`_in_dialog` checked it), a
-        session refresh noted; our 2xx to a re-INVITE is sent again until its ACK."""
-        dialog = c.incoming
-        number = (msg.headers.get_first("cseq") or "").split(" ")[0]
-        cseq = int(number) if number.isdigit() else -1
-        if method == "INVITE" and dialog.answers.get(cseq) is not None:  # sent again: the same answer again
-            self._send_reply(door, dialog.answers[cseq][0])
-            return
-        if cseq <= dialog.remote_cseq:
-            self._reply(door, msg, 500, "Server Internal Error")  # out of order (RFC 3261 §12.2.2)
-            return
-        dialog.remote_cseq = cseq
-        if any(p.method == "INVITE" for p in (c.requests or {}).values()):
-            self._reply(door, msg, 491, "Request Pending")  # our own re-INVITE is under way (RFC 3261 §14.2)
-            return
-        pairs = _header_pairs(msg)
-        timer = self.timers.answer(pairs)
-        if isinstance(timer, session_timer.Refusal):
-            self._reply(door, msg, timer.status, timer.reason, timer.headers)
-            return
-        asks_timer = msg.get_header("session-expires") is not None
-        headers = {"Contact": f"<{dialog.client.dialed.contact}>", "Allow": ALLOW, "Supported": "timer"}
-        if asks_timer:
-            headers.update(timer.headers)
-        if c.clock is not None and not asks_timer:  # a refresh without Session-Expires turns the timer off (§9)
-            c.clock.cancel()
-            c.clock = None
-        elif c.clock is not None:  # a refresh (RFC 4028 §10)
-            c.clock.refreshed(timer.agreement)
-        elif asks_timer and timer.agreement is not None:
-            c.clock = self._session_clock(c, timer.agreement)
-            c.clock.start()
-        resp = self._response(msg, 200, "OK", headers)
-        if c.reoffer is not None or method == "INVITE":  # an answer to the offer, or ours in a 2xx to a bare INVITE
-            answer = self._take_offer(c, c.reoffer) if c.reoffer is not None else None
-            if answer is not None:
-                answer.origin.username, answer.origin.session_id = USER_AGENT, "1"  # the session of our offer
-            resp.headers.set_single("Content-Type", "application/sdp")
-            resp.text = dialog.next_sdp(serialize_sdp(answer) if answer is not None else None)
-        c.reoffer = None
-        if method != "INVITE":
-            self._send_reply(door, resp)
-            return
-        acked = asyncio.Event()
-        dialog.answers = {cseq: (resp, acked)}  # the latest re-INVITE's, until the next one
-        self._spawn(transactions.resend_until_acked(lambda: self._send_reply(door, resp), acked, door.name != "UDP"))
-
-    def outbound_acked(self, c: SipCall, msg: SipRequest) -> None:
-        """The ACK of our 2xx to a re-INVITE (the call's first ACK is ours to send, not to receive)."""
-        number = (msg.headers.get_first("cseq") or "").split(" ")[0]
-        answer = c.incoming.answers.get(int(number)) if number.isdigit() else None
-        if answer is not None:
-            answer[1].set()
-
-    async def _refresh(self, c: SipCall, agreement: session_timer.Agreement) -> session_timer.Agreement | None:
-        """We refresh the call's session (RFC 4028 §7.4): UPDATE when the peer allows it, else (or when it refuses
-        UPDATE with 405/501) a re-INVITE offering our SDP again, version bumped (outbound calls; on inbound ones
-        `session_timer.engaged` leaves re-INVITE refreshes to the caller). The agreement its 2xx sets, or None:
-        408, 481, no answer or another refusal (the call is then ended)."""
-        dialog = c.incoming
-        methods = ["UPDATE", "INVITE"] if agreement.refresh_with == "UPDATE" else ["INVITE"]
-        if not self.dialing.owns(c):
-            methods = ["UPDATE"]
-        status, reason = transactions.TIMEOUT
-        for method in methods:
-            if c.ended:
-                return None
-            request, _ = self._new_request(c, method)
-            request.headers.set_single("Session-Expires", f"{agreement.interval};refresher=uac")
-            request.headers.set_single("Min-SE", str(self.timers.min_se))
-            request.headers.set_single("Supported", "timer")
-            if method == "INVITE":
-                request.headers.set_single("Allow", ALLOW)
-                request.headers.set_single("Content-Type", "application/sdp")
-                request.text = dialog.next_sdp()
-            status, reason, response = await self._in_dialog_request(c, request)
-            if 200 <= status < 300:
-                if method == "INVITE":
-                    ack = dialog.request("ACK", cseq=int(request.headers.get_first("cseq").split(" ")[0]))
-                    ack.headers.set_single("Content-Length", "0")
-                    dialog.acks = {ack.headers.get_first("cseq").split(" ")[0]: ack}  # a resent 2xx: ACKed again
-                    dialog.send(ack)
-                agreed = self.timers.agreed(_header_pairs(response)) if response is not None else None
-                return (
-                    agreement if agreed is None else session_timer.Agreement(agreed.interval, agreed.we_refresh, method)
-                )
-            if status not in (405, 501):
-                break
-        log.info("sip: call %s: our session refresh got %d %s; ending it", c.sip_call_id, status, reason)
-        return None
-
-    async def _in_dialog_request(
-        self, c: SipCall, request: SipRequest, pending: transactions.Pending | None = None
-    ) -> tuple[int, str, SipResponse | None]:
-        """Send one of our requests in the call's dialog as a client transaction; its final status and answer."""
-        cseq = int(request.headers.get_first("cseq").split(" ")[0])
-        pending = pending or transactions.Pending(cseq, request.method.upper())
-        if c.requests is None:
-            c.requests = {}
-        c.requests[cseq] = pending
-
-        def send() -> None:
-            if not c.ended:
-                c.door.transport.send(request, c.incoming.source_addr)
-
-        try:
-            status, reason = await transactions.client_transaction(send, pending, reliable=c.door.name != "UDP")
-        finally:
-            c.requests.pop(cseq, None)
-        return status, reason, pending.response
 
     def _identity(self, invite: SipRequest) -> dict:
         """Who calls whom, for the agent (gateway/sip/identity.py): only `sip.pass_headers` among the rest."""
-        return call_identity("inbound", invite.uri, _header_pairs(invite), self.pass_headers)
+        return call_identity("inbound", invite.uri, header_pairs(invite), self.pass_headers)
 
     async def _claimed_here(self, c: SipCall) -> bool:
         """Cluster mode: the call's ids are claimed for this node (its RTP never leaves it). A call another node
@@ -1047,7 +928,7 @@ class SipServer:
 
     def _on_info(self, door: _Door, c: SipCall, request: SipRequest) -> None:
         if c.call is None:
-            self._reply(door, request, *_dialog_refusal(dialogs.NO_SUCH_DIALOG))
+            self._reply(door, request, *dialog_refusal(dialogs.NO_SUCH_DIALOG))
             return
         digit = wire.dtmf_from_info(request.content_type, request.text if request.body else "")
         if digit is None:
@@ -1070,101 +951,6 @@ class SipServer:
             c.call.inbound.push(np.frombuffer(pcm, dtype=np.int16))
 
     # ------------------------------------------------------------ transfer
-    async def transfer(self, c: SipCall, target: str, headers: dict | None = None) -> None:
-        """REFER the far end to `target` (with the `X-` headers asked for); the REFER's answer and the NOTIFYs
-        come back as `call.transfer` events. Inbound and outbound calls alike."""
-        if c.ended or c.call is None:
-            raise P.ProtocolError(P.BAD_MESSAGE, "the call has ended")
-        if headers is not None and not x_headers_ok(headers):
-            raise P.ProtocolError(P.BAD_MESSAGE, f"call.transfer.{X_RULE}")
-        if (
-            not (target.startswith("sip:") or target.startswith("tel:"))
-            or len(target) > 256
-            or not target.isprintable()
-            or ">" in target
-        ):
-            raise P.ProtocolError(P.BAD_MESSAGE, "call.transfer.to must be a sip: or tel: URI")
-        if not sip_transfer.target_allowed(target, self.config.transfer_targets):
-            raise P.ProtocolError(
-                P.TRANSFER_NOT_ALLOWED,
-                f"{target!r} matches none of sip.transfer_targets {self.config.transfer_targets}",
-            )
-        if c.refer is not None:
-            raise P.ProtocolError(P.BAD_MESSAGE, "a transfer of this call is already under way")
-        request, host = self._new_request(c, "REFER")
-        request.headers.set_single("Refer-To", f"<{target}>")
-        request.headers.set_single("Referred-By", f"<sip:{USER_AGENT}@{host}>")
-        for name, value in (headers or {}).items():
-            request.headers.set_single(name, value)
-        c.refer = sip_transfer.PendingRefer(int(request.headers.get_first("cseq").split(" ")[0]))
-        await c.call.notify({"type": "call.transfer", "to": target, "state": "requested"})
-        self._spawn(self._refer(c, request, c.refer))
-
-    def _new_request(self, c: SipCall, method: str) -> tuple[SipRequest, str]:
-        """A request of ours in the call's dialog, and the host our Via and Contact name."""
-        if self.dialing.owns(c):
-            request = c.incoming.request(method)
-            return request, c.incoming.client.dialed.via_host.rsplit(":", 1)[0]
-        door = c.door
-        addr = door.uas.advertised_addr or door.transport.local_addr
-        if c.incoming.advertised_addr is not None:
-            addr = c.incoming.advertised_addr
-        request = c.incoming.dialog.create_request(method, via_host=addr[0], via_port=addr[1], via_transport=door.name)
-        request.headers.set_single("Contact", f"<sip:{addr[0]}:{addr[1]}>")
-        return request, addr[0]
-
-    async def _refer(self, c: SipCall, request: SipRequest, pending: sip_transfer.PendingRefer) -> None:
-        status, reason, _ = await self._in_dialog_request(c, request, pending)
-        if status < 300 or c.ended:
-            return  # accepted: the NOTIFYs tell the rest
-        if c.refer is pending:
-            c.refer = None
-        log.info("sip: call %s: REFER answered %d %s", c.sip_call_id, status, reason)
-        if c.call is not None:
-            await c.call.notify({"type": "call.transfer", "state": "failed", "status": status, "reason": reason})
-
-    def _on_response(self, response: SipResponse, addr: tuple[str, int]) -> bool:
-        """An answer to one of our in-dialog requests (REFER, UPDATE, re-INVITE; True: taken), or a 2xx to our
-        refreshing re-INVITE sent again (ACKed again). From the dialog's peer or `sip.allow` only."""
-        c = self.calls.get(response.call_id or "")
-        if c is None:
-            return False
-        number, _, method = (response.headers.get_first("cseq") or "").partition(" ")
-        number, method = number.strip(), method.strip().upper()
-        pending = (c.requests or {}).get(int(number)) if number.isdigit() else None
-        ours = pending is not None and pending.method == method
-        resent_2xx = method == "INVITE" and self.dialing.owns(c) and number in c.incoming.acks
-        if not ours and not resent_2xx:
-            return False
-        if addr[0] != c.dialog.peer_ip and not in_networks(addr[0], self.trusted):
-            return True  # a stranger's answer: dropped
-        if ours:
-            pending.answered(response.status_code, response.reason_phrase, response)
-        elif 200 <= response.status_code < 300:
-            c.incoming.send(c.incoming.acks[number])
-        return True
-
-    def _on_notify(self, door: _Door, c: SipCall, request: SipRequest) -> None:
-        """A NOTIFY in the call's dialog: only for the REFER we sent and still wait on (RFC 3515), else 481."""
-        pending = c.refer
-        if c.call is None or pending is None or not pending.matches_event(request.headers.get_first("event")):
-            self.core.metrics.errors.labels(code=P.DIALOG_MISMATCH).inc()
-            self._reply(door, request, *_dialog_refusal(dialogs.NO_SUCH_DIALOG))
-            return
-        status = wire.sipfrag_status(request.text if request.body else "")
-        self._reply(door, request, 200, "OK")
-        pending.answered(202, "Accepted")  # a NOTIFY may overtake the 202: the REFER was taken, stop resending it
-        terminated = "terminated" in (request.headers.get_first("subscription-state") or "").lower()
-        if status is None:
-            if terminated:
-                c.refer = None
-            return
-        code, reason = status
-        if code >= 200 or terminated:
-            c.refer = None
-        state = "trying" if code < 200 else ("succeeded" if code < 300 else "failed")
-        self._spawn(c.call.notify({"type": "call.transfer", "state": state, "status": code, "reason": reason}))
-
     # ------------------------------------------------------------ ending
     async def hang_up(self, c: SipCall, reason: str) -> None:
         """Our side ends the call: BYE (when answered), RTP closed, the session ended."""
@@ -1213,11 +999,6 @@ class SipServer:
                 log.debug("closing RTP failed", exc_info=True)
 
 
-def _header_pairs(request: SipRequest) -> list[tuple[str, str]]:
-    """A request's headers as (name, value) pairs, repeats kept."""
-    return [(name, value) for name, values in request.headers.items() for value in values]
-
-
 def _bound_port(door: _Door) -> int:
     """The port a door's socket really bound (asked for 0 in tests)."""
     t = door.transport
@@ -1242,10 +1023,6 @@ def _call_ids(invite: SipRequest) -> list[str] | None:
 def _sends(offer: AudioOffer) -> bool:
     """Whether the caller wants our audio: not on hold by direction, nor by the old `c=0.0.0.0`."""
     return offer.direction in ("sendrecv", "recvonly") and offer.address[0] != "0.0.0.0"
-
-
-def _dialog_refusal(verdict: dialogs.Verdict) -> tuple[int, str, dict[str, str]]:
-    return verdict.status, verdict.reason, wire.refusal_headers(verdict.code)
 
 
 def install(core: CallCore, host: LegHost) -> SipServer | None:

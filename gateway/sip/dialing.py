@@ -71,14 +71,14 @@ class Dialing:
         gets 200; the rest 501."""
         server = self.server
         if method == "ACK":
-            server.outbound_acked(c, msg)
+            server.requests.acked(c, msg)
         elif method == "BYE":
             server._reply(door, msg, 200, "OK")
             server._spawn(server._end(c, "hangup"))
         elif method == "CANCEL":
             server._reply(door, msg, 200, "OK")
         elif method in ("INVITE", "UPDATE"):
-            server.answer_outbound(door, c, msg, method)
+            server.requests.answer_offer(door, c, msg, method)
         elif method == "OPTIONS":
             server._reply(door, msg, 200, "OK", {"Allow": ALLOW, "Supported": "timer"})
         else:
