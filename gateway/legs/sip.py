@@ -26,8 +26,14 @@ pacer: the shared clock sends each 20 ms frame). This module adapts both to the 
 * BYE from the caller ends the call; the session ending (session.end, max call length, shutdown) sends BYE.
   A 200 OK never ACKed ends the call after `sip.ack_timeout_s` with BYE (RFC 3261 §13.3.1.4).
 * `call.transfer` on the control socket sends REFER to a target `sip.transfer_targets` allows, as a client
-  transaction (gateway/sip/transfer.py); its answer and the NOTIFYs for it come back as `call.transfer` events.
+  transaction; its answer and the NOTIFYs for it come back as `call.transfer` events.
 * Playback truth: RTP has no far-end confirmation, so played_text counts what left on the clock.
+
+The parts, each with one job, in gateway/sip/: in_dialog.py (our requests in a dialog: REFER, session refreshes;
+the far end's re-INVITE/UPDATE on outbound calls), media.py (RTP to and from a call, strict RTP, DTMF),
+dialing.py (outbound calls), registration.py (`sip.register`), dialogs.py, sdp_check.py, session_timer.py,
+inbound_auth.py, sdes.py/srtp.py, transports.py. This module is the intake and the call's life: admit or refuse
+an INVITE, answer it, route each message to its part, end the call.
 
 A SIP call is owned by the node that answered it: its RTP never crosses nodes (docs/sip.md).
 """
@@ -36,18 +42,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from dataclasses import dataclass
 
-import numpy as np
 
 try:  # the `sip` extra; without it the leg refuses a config that sets sip.port (install below)
     from aiortp import RTPSession
     from aiosipua import (
         IncomingCall,
         Registration,
-        SipDigestAuth,
         SipRequest,
         SipResponse,
         SipTransport,
@@ -59,6 +61,7 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
 
     from gateway.sip import sdes, session_timer
     from gateway.sip.dialing import Dialing
+    from gateway.sip.registration import register_all
     from gateway.sip.in_dialog import DialogRequests, dialog_refusal, header_pairs
     from gateway.sip.session_clock import SessionClock
     from gateway.sip.srtp import SrtpSession, protect_sends
@@ -73,7 +76,7 @@ from audio.playout import PlayoutEvent
 from gateway import protocol as P
 from gateway.cluster.forward import owner_elsewhere
 from gateway.cluster.plane import ClusterUnavailable
-from gateway.config import sip_port_range, sip_registrar
+from gateway.config import sip_port_range
 from gateway.core import CallCore
 from gateway.core.calls import TELEPHONY_PCM, Call, normalize_call_id
 from gateway.legs.host import LegHost
@@ -82,6 +85,7 @@ from gateway.sip import dialogs, inbound_auth
 from gateway.sip import transfer as sip_transfer
 from gateway.sip.addresses import WILDCARDS, media_address
 from gateway.sip.identity import call_identity, pass_header_names
+from gateway.sip.media import CallMedia
 from gateway.sip.media_guard import MediaGuard
 from gateway.sip.rate import REASON as INVITE_RATE_REASON
 from gateway.sip.rate import InviteRate
@@ -94,10 +98,6 @@ log = logging.getLogger("voxgate.sip")
 
 USER_AGENT = "voxgate"
 FRAME_PTIME_MS = 20
-# sip.register over UDP (RFC 3261 §17.1.2): resend an unanswered REGISTER after 0.5 s, doubling to 4 s (Timer E);
-# after 32 s without an answer (Timer F), a failure or an expiry, register again every 30 s
-REGISTER_RESEND_FIRST_S, REGISTER_RESEND_MAX_S, REGISTER_NO_ANSWER_S = 0.5, 4.0, 32.0
-REGISTER_RETRY_S = 30.0
 RTCP_INTERVAL_S = 5.0  # RFC 3550's minimum; aiortp spreads each report over 0.5x..1.5x of it
 # A refusal's SIP status per voxgate code; anything else is a 500.
 REFUSAL_STATUS = {
@@ -240,7 +240,7 @@ class SipServer:
         self.trusted = dialogs.trusted_networks(self.allow)  # who may speak for any dialog besides its peer
         self.invite_rate = InviteRate(self.config.invites_per_source_per_s)
         self.ports = RandomPortAllocator(sip_port_range(self.config.rtp_ports))
-        self._rtp_dropped: dict[str, object] = {}  # strict RTP's drop reason -> its counter (_drop)
+        self.media = CallMedia(core.metrics, self._spawn)  # RTP to and from the calls (gateway/sip/media.py)
         self.payload_types = [wire.PAYLOAD_TYPES[c] for c in self.config.codecs]
         self.calls: dict[str, SipCall] = {}  # SIP Call-ID -> call
         self.host: str | None = None
@@ -250,7 +250,7 @@ class SipServer:
         self.uac: SipUAC | None = None
         self._tasks: set[asyncio.Task] = set()
         self.registrations: list[Registration] = []
-        self._keepers: list[asyncio.Task] = []  # one per registration (_keep_registered)
+        self._keepers: list[asyncio.Task] = []  # one per registration (gateway/sip/registration.py)
         self._watch: asyncio.Task | None = None
         self.dialing = Dialing(self)  # outbound calls: POST /v1/calls (gateway/sip/dialing.py)
         self.requests = DialogRequests(self)  # our REFER, refreshes; outbound re-INVITEs (gateway/sip/in_dialog.py)
@@ -291,7 +291,7 @@ class SipServer:
                 "list your trunk's or PBX's addresses instead where you can",
                 self.config.allow,
             )
-        await self._register()
+        self.registrations, self._keepers = await register_all(self.uac, self.config.register, USER_AGENT)
         self._watch = asyncio.get_running_loop().create_task(self._watch_rtp())
         return self.port
 
@@ -373,63 +373,6 @@ class SipServer:
 
     def _door_of(self, incoming: IncomingCall) -> _Door:
         return next(d for d in self.doors if d.transport is incoming.transport)
-
-    async def _register(self) -> None:
-        """`sip.register`: bind each account at its registrar (digest auth, refreshed before it expires), so a
-        provider that sends calls to a registered contact finds this gateway. Failures are logged, not fatal."""
-        loop = asyncio.get_running_loop()
-        for entry in self.config.register:
-            host, port = sip_registrar(entry.server)
-            try:
-                info = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_DGRAM)
-            except OSError as exc:
-                log.warning("sip: registrar %s: cannot resolve %s (%s); not registered", entry.server, host, exc)
-                continue
-            password = os.environ.get(entry.password_env) if entry.password_env else None
-            reg = Registration(
-                self.uac,
-                f"sip:{entry.user}@{host}",
-                info[0][4][:2],
-                expires=entry.expires,
-                auth=SipDigestAuth(entry.user, password) if password else None,
-                user_agent=USER_AGENT,
-            )
-            reg.on_registered = lambda r: log.info("sip: registered %s for %d s", r.aor, r.granted_expires)
-            reg.on_failed = lambda r, status, reason: log.warning(
-                "sip: registration of %s failed: %d %s", r.aor, status, reason
-            )
-            reg.on_expired = lambda r: log.warning("sip: registration of %s expired", r.aor)
-            reg.register()
-            self.registrations.append(reg)
-            self._keepers.append(loop.create_task(self._keep_registered(reg, entry.server)))
-
-    async def _keep_registered(self, reg: Registration, server: str) -> None:
-        """aiosipua sends each REGISTER once and stops for good after a failure or an expiry: over UDP one lost
-        packet (a registrar not up yet, a dropped datagram, a lost refresh) would leave this gateway unregistered
-        until it restarts. Resend while no answer comes (RFC 3261's Timer E: 0.5 s doubling to 4 s); after 32 s
-        without one (Timer F), a failure or an expiry, register again every `REGISTER_RETRY_S`."""
-        resend, unanswered = REGISTER_RESEND_FIRST_S, 0.0
-        while True:
-            state = reg.state.value
-            if state == "registering":
-                await asyncio.sleep(resend)
-                if reg.state.value != "registering":
-                    resend, unanswered = REGISTER_RESEND_FIRST_S, 0.0
-                    continue
-                unanswered += resend
-                resend = min(2 * resend, REGISTER_RESEND_MAX_S)
-                if unanswered >= REGISTER_NO_ANSWER_S:
-                    log.warning("sip: registrar %s has not answered in %.0f s; trying again later", server, unanswered)
-                    await asyncio.sleep(REGISTER_RETRY_S)
-                    resend, unanswered = REGISTER_RESEND_FIRST_S, 0.0
-                reg.register()
-            elif state in ("failed", "expired"):
-                await asyncio.sleep(REGISTER_RETRY_S)
-                if reg.state.value in ("failed", "expired"):
-                    log.info("sip: registering %s again at %s", reg.aor, server)
-                    reg.register()
-            else:  # registered (aiosipua refreshes it) or unregistered at our stop
-                await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
         if self._watch is not None:
@@ -696,10 +639,10 @@ class SipServer:
                 c.srtp = SrtpSession(*c.keys)
                 protect_sends(c.rtp, c.srtp)
             if self._gone(c):  # cancelled while the sockets were bound
-                await self._close_rtp(c)
+                await self.media.close(c)
                 return
             if self.core.cluster is not None and not await self._claimed_here(c):
-                await self._close_rtp(c)
+                await self.media.close(c)
                 return
             c.leg = SipLeg(c, self.core.metrics)
             try:
@@ -707,15 +650,11 @@ class SipServer:
                     _call_ids(incoming.invite), c.leg, "sip", details={"sip": self._identity(incoming.invite)}
                 )
             except P.ProtocolError as exc:
-                await self._close_rtp(c)
+                await self.media.close(c)
                 self._forget(c)
                 self._refuse(incoming, exc.code, exc.message)
                 return
-            self._guard_media(c)
-            c.rtp.on_audio = lambda pcm, ts, c=c: self._on_audio(c, pcm)
-            c.rtp.on_dtmf = lambda digit, duration, c=c: self._spawn(self._dtmf(c, digit, "rfc4733"))
-            c.heard_at = loop.time()
-            c.media_opened = asyncio.Event()
+            self.media.wire(c)
             if self.config.public_ip is None and self.host in WILDCARDS:  # Contact: the address the peer reaches
                 incoming.advertised_addr = (self._media_ip(c), c.door.transport.local_addr[1])
             incoming.accept(self._sdp_answer(c, offer))
@@ -759,11 +698,7 @@ class SipServer:
         """The call joins the registry (the agent's control socket, capacity) and its media starts."""
         c.leg = SipLeg(c, self.core.metrics)
         c.call = self.core.calls.connect_media(ids, c.leg, "sip", details={"sip": identity})
-        self._guard_media(c)
-        c.rtp.on_audio = lambda pcm, ts, c=c: self._on_audio(c, pcm)
-        c.rtp.on_dtmf = lambda digit, duration, c=c: self._spawn(self._dtmf(c, digit, "rfc4733"))
-        c.heard_at = asyncio.get_running_loop().time()
-        c.media_opened = asyncio.Event()
+        self.media.wire(c)
         agreement = self.timers.agreed(header_pairs(c.incoming.answer))
         if agreement is not None:  # the 2xx set a session timer: we refresh it or watch for the peer's refreshes
             c.clock = self.requests.session_clock(c, agreement)
@@ -823,49 +758,6 @@ class SipServer:
                 self.config.ack_timeout_s,
             )
             self._spawn(self.hang_up(c, "no_ack"))
-
-    # ------------------------------------------------------------ media
-    def _guard_media(self, c: SipCall) -> None:
-        """Strict RTP: every datagram on the call's two sockets passes the guard before aiortp sees it."""
-        c.guard = MediaGuard.for_call(c.offer.address, c.incoming.source_addr[0])
-        rtp = c.rtp
-        for transport in (rtp._rtp_transport, rtp._rtcp_transport):
-            transport._on_rtp = lambda data, addr, c=c: self._on_rtp(c, data, addr)
-            transport._on_rtcp = lambda data, addr, c=c: self._on_rtcp(c, data, addr)
-
-    def _on_rtp(self, c: SipCall, data: bytes, addr: tuple[str, int]) -> None:
-        rtp = c.rtp
-        if c.srtp is not None:  # authenticated before anything else: a packet without the key teaches the guard nothing
-            data = c.srtp.unprotect(data)
-            if data is None:
-                self._drop(f"srtp_{c.srtp.last_drop}")
-                return
-        why = c.guard.admit(addr, rtp._loop.time())
-        if why is not None:
-            self._drop(why)
-            return
-        if c.guard.peer != rtp._remote_addr:  # learned: a NAT's port for the SDP's address
-            rtp.update_remote(c.guard.peer)
-        c.open_media()
-        rtp._handle_rtp(data, addr)
-
-    def _on_rtcp(self, c: SipCall, data: bytes, addr: tuple[str, int]) -> None:
-        if c.srtp is not None:
-            data = c.srtp.unprotect_rtcp(data)
-            if data is None:
-                self._drop(f"srtp_{c.srtp.last_drop}")
-                return
-        why = c.guard.admit_rtcp(addr)
-        if why is not None:
-            self._drop(why)
-            return
-        c.rtp._handle_rtcp(data, addr)
-
-    def _drop(self, reason: str) -> None:
-        counter = self._rtp_dropped.get(reason)
-        if counter is None:
-            counter = self._rtp_dropped[reason] = self.core.metrics.rtp_dropped.labels(reason=reason)
-        counter.inc()
 
     # ------------------------------------------------------------ in-dialog
     def _on_reinvite(self, incoming: IncomingCall) -> None:
@@ -937,20 +829,8 @@ class SipServer:
             )
             return
         self._reply(door, request, 200, "OK")
-        self._spawn(self._dtmf(c, digit, "info"))
+        self._spawn(self.media.dtmf(c, digit, "info"))
 
-    async def _dtmf(self, c: SipCall, digit: str, via: str) -> None:
-        if via == "rfc4733":
-            c.heard_at = asyncio.get_running_loop().time()
-        if c.call is not None and digit in wire.DTMF_DIGITS:
-            await c.call.notify({"type": "dtmf", "digit": digit, "via": via})
-
-    def _on_audio(self, c: SipCall, pcm: bytes) -> None:
-        c.heard_at = asyncio.get_running_loop().time()
-        if c.call is not None and not c.ended:
-            c.call.inbound.push(np.frombuffer(pcm, dtype=np.int16))
-
-    # ------------------------------------------------------------ transfer
     # ------------------------------------------------------------ ending
     async def hang_up(self, c: SipCall, reason: str) -> None:
         """Our side ends the call: BYE (when answered), RTP closed, the session ended."""
@@ -974,7 +854,7 @@ class SipServer:
         if c.refer is not None:
             c.refer.answered(487, "Request Terminated")
         self._forget(c)
-        await self._close_rtp(c)
+        await self.media.close(c)
         if c.call is not None:
             await self.core.calls.end_media(c.call, reason)
 
@@ -988,15 +868,6 @@ class SipServer:
         if c.peer_slot is not None:
             self.core.peers.close(c.peer_slot)
             c.peer_slot = None
-
-    @staticmethod
-    async def _close_rtp(c: SipCall) -> None:
-        if c.rtp is not None:
-            rtp, c.rtp = c.rtp, None
-            try:
-                await rtp.close()
-            except Exception:
-                log.debug("closing RTP failed", exc_info=True)
 
 
 def _bound_port(door: _Door) -> int:
