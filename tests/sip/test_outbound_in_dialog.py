@@ -17,14 +17,17 @@ from tests.telephony.clients import Control
 pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
 
 
-async def _dial(sip_gateway, tmp_path, scenario: str, timeout_s: float = 30.0, **sip):
+async def _dial(sip_gateway, tmp_path, scenario: str, timeout_s: float = 30.0, transport: str = "udp", **sip):
     """A gateway with a trunk to SIPp running `scenario`; the call placed and its agent attached and answered."""
     far = free_udp_port()
     gw = await sip_gateway(
-        sip={"trunks": [_trunk(far)], "rtp_timeout_s": 300, **sip},  # SIPp sends no RTP
+        sip={"trunks": [{**_trunk(far), "transport": transport}], "rtp_timeout_s": 300, **sip},  # SIPp sends no RTP
         server={"api_keys": [KEY]},
     )
-    sipp = asyncio.create_task(run_sipp(tmp_path, None, scenario, listen_port=far, timeout_s=timeout_s))
+    options = ["-t", "t1"] if transport == "tcp" else None
+    sipp = asyncio.create_task(
+        run_sipp(tmp_path, None, scenario, listen_port=far, timeout_s=timeout_s, options=options)
+    )
     await asyncio.sleep(0.5)
     status, body = await _post(gw, {"to": "+15551234567", "trunk": "far"})
     assert status == 201, body
@@ -34,9 +37,10 @@ async def _dial(sip_gateway, tmp_path, scenario: str, timeout_s: float = 30.0, *
     return gw, sipp, control
 
 
-async def test_the_far_ends_reinvite_update_options_and_info_are_answered(sip_gateway, tmp_path):
+@pytest.mark.parametrize("transport", ["udp", "tcp"])
+async def test_the_far_ends_reinvite_update_options_and_info_are_answered(sip_gateway, tmp_path, transport):
     """Before: every re-INVITE or UPDATE on an outbound call got 501 (SIPp fails on the first)."""
-    gw, sipp, control = await _dial(sip_gateway, tmp_path, "out_in_dialog.xml")
+    gw, sipp, control = await _dial(sip_gateway, tmp_path, "out_in_dialog.xml", transport=transport)
     try:
         held = await control.expect("call.media", state="held")
         await control.expect("call.media", state="connected", codec="PCMA")  # the UPDATE resumed it in A-law
@@ -99,9 +103,12 @@ async def test_a_far_end_refresher_whose_refresh_never_comes_is_hung_up(sip_gate
         await control.ws.close()
 
 
-async def test_call_transfer_on_an_outbound_call_sends_refer_with_x_headers(sip_gateway, tmp_path):
+@pytest.mark.parametrize("transport", ["udp", "tcp"])
+async def test_call_transfer_on_an_outbound_call_sends_refer_with_x_headers(sip_gateway, tmp_path, transport):
     """Before: call.transfer on an outbound call was refused ("not supported on outbound calls yet")."""
-    gw, sipp, control = await _dial(sip_gateway, tmp_path, "out_refer.xml", transfer_targets=["sip:desk@*"])
+    gw, sipp, control = await _dial(
+        sip_gateway, tmp_path, "out_refer.xml", transport=transport, transfer_targets=["sip:desk@*"]
+    )
     try:
         for bad in ({"Route": "sip:evil"}, {"X-Bad": "a\r\nRoute: sip:evil"}, {f"X-H{i}": "v" for i in range(17)}):
             await control.send({"type": "call.transfer", "to": "sip:desk@example.com", "headers": bad})
