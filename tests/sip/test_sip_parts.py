@@ -1,7 +1,9 @@
 """The SIP leg's pure parts (gateway/sip/), without sockets: strict RTP's learning window, random RTP ports, the
-per-source INVITE rate, transfer targets and the NOTIFY's `Event: refer` id."""
+per-source INVITE rate, transfer targets and the NOTIFY's `Event: refer` id, X- headers, the session clock."""
 
 from __future__ import annotations
+
+import asyncio
 
 import random
 
@@ -10,7 +12,10 @@ import pytest
 from gateway.sip import media_guard as mg
 from gateway.sip.rate import InviteRate
 from gateway.sip.rtp_ports import RandomPortAllocator
+from gateway.sip.session_clock import SessionClock
+from gateway.sip.session_timer import Agreement
 from gateway.sip.transfer import PendingRefer, target_allowed
+from gateway.sip.x_headers import x_headers_ok
 
 SDP = ("198.51.100.7", 40000)
 SIGNALLING = "203.0.113.5"
@@ -72,3 +77,43 @@ async def test_a_notify_names_our_refer_by_its_event_id():
     assert pending.matches_event("refer;id=3") and pending.matches_event("refer")
     assert not pending.matches_event("refer;id=4") and not pending.matches_event("presence")
     assert not pending.matches_event(None)
+
+
+def test_x_headers_are_x_names_with_printable_values_and_bounded():
+    assert x_headers_ok({"X-Transfer-Reason": "callback", "X-Customer-Id": "42"})
+    assert not x_headers_ok({"Route": "sip:evil"})  # not an X- header
+    assert not x_headers_ok({"X-Bad": "a\r\nRoute: sip:evil"})  # CR/LF would add a header of the client's choosing
+    assert not x_headers_ok({"X-Long": "v" * 257})
+    assert not x_headers_ok({f"X-H{i}": "v" for i in range(17)})
+    assert not x_headers_ok({"X-Num": 5}) and not x_headers_ok(["X-A"])
+
+
+async def test_the_session_clock_refreshes_at_half_the_interval_and_expires_when_a_refresh_fails():
+    """Clocks only (interval 1 s stands in for the RFC's 90): we refresh at 0.5 s, the second refresh fails."""
+    refreshes, expired = [], asyncio.Event()
+
+    async def refresh(agreement):
+        refreshes.append(asyncio.get_running_loop().time())
+        return agreement if len(refreshes) == 1 else None
+
+    clock = SessionClock(Agreement(1, we_refresh=True), refresh, expired.set)
+    started = asyncio.get_running_loop().time()
+    clock.start()
+    await asyncio.wait_for(expired.wait(), 5)
+    assert len(refreshes) == 2 and refreshes[0] - started >= 0.5
+
+
+async def test_the_session_clock_gives_up_when_the_peers_refresh_does_not_come():
+    expired = asyncio.Event()
+
+    async def refresh(agreement):
+        raise AssertionError("the peer refreshes, not we")
+
+    clock = SessionClock(Agreement(3, we_refresh=False), refresh, expired.set)
+    clock.start()
+    await asyncio.sleep(1.5)
+    clock.refreshed()  # the peer's refresh at 1.5 s: the count starts again (give up after 3 - 1 = 2 s)
+    await asyncio.sleep(1.0)
+    assert not expired.is_set()
+    await asyncio.wait_for(expired.wait(), 5)
+    clock.cancel()
