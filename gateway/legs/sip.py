@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 
 try:  # the `sip` extra; without it the leg refuses a config that sets sip.port (install below)
@@ -52,7 +51,6 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
         Registration,
         SipRequest,
         SipResponse,
-        SipTransport,
         SipUAC,
         SipUAS,
     )
@@ -60,10 +58,10 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
     from aiosipua.utils import generate_tag
 
     from gateway.sip import sdes, session_timer
+    from gateway.sip.call import Door, SipCall, SipLeg
     from gateway.sip.dialing import Dialing
-    from gateway.sip.registration import register_all
     from gateway.sip.in_dialog import DialogRequests, dialog_refusal, header_pairs
-    from gateway.sip.session_clock import SessionClock
+    from gateway.sip.registration import register_all
     from gateway.sip.srtp import SrtpSession, protect_sends
     from gateway.sip.tls import server_context
     from gateway.sip.transports import TcpSip, TlsSip, UdpSip
@@ -72,21 +70,18 @@ except ImportError as exc:  # pragma: no cover - exercised only where the extra 
 else:
     _MISSING = None
 
-from audio.playout import PlayoutEvent
 from gateway import protocol as P
 from gateway.cluster.forward import owner_elsewhere
 from gateway.cluster.plane import ClusterUnavailable
 from gateway.config import sip_port_range
 from gateway.core import CallCore
-from gateway.core.calls import TELEPHONY_PCM, Call, normalize_call_id
+from gateway.core.calls import normalize_call_id
 from gateway.legs.host import LegHost
 from gateway.security.peers import parse_networks
 from gateway.sip import dialogs, inbound_auth
-from gateway.sip import transfer as sip_transfer
 from gateway.sip.addresses import WILDCARDS, media_address
 from gateway.sip.identity import call_identity, pass_header_names
 from gateway.sip.media import CallMedia
-from gateway.sip.media_guard import MediaGuard
 from gateway.sip.rate import REASON as INVITE_RATE_REASON
 from gateway.sip.rate import InviteRate
 from gateway.sip.rtp_ports import RandomPortAllocator
@@ -125,110 +120,6 @@ RETRY_AFTER_S = "1"  # a rate-limited INVITE's Retry-After
 CHALLENGED = "challenged"  # `_refusal`'s code for a 401 digest challenge (not an error, not in REFUSAL_STATUS)
 
 
-@dataclass
-class _Door:
-    """One SIP transport (UDP or TCP) and the user agent server reading it."""
-
-    name: str  # UDP | TCP: also what our own requests' Via says
-    transport: "SipTransport"
-    uas: "SipUAS"
-    intake: object = None  # the stack's own message handler, called after ours
-
-
-class SipLeg:
-    """The media leg of one SIP call: G.711 RTP frames from the shared clock."""
-
-    clock_driven = True
-    send_idle_silence = (
-        True  # RTP runs on through silence: continuous timestamps, the far end's jitter buffer stays fed
-    )
-    absorbs_bursts = False  # each frame leaves as a packet: a catch-up burst would reach the caller as a burst
-    output = TELEPHONY_PCM  # the session hands us PCM16 8 kHz; we make G.711 of it
-
-    def __init__(self, sip_call: "SipCall", metrics):
-        self.sip_call = sip_call
-        self.metrics = metrics
-        self._frames = metrics.frames_sent.labels(leg="sip")
-        self._marker = 1  # the first packet of the stream starts a talkspurt
-
-    def send_audio_now(self, pcm16: bytes) -> bool:
-        c = self.sip_call
-        rtp = c.rtp
-        if c.ended or not c.sending or not c.media_open or rtp is None:
-            return False
-        # aiortp's public send has no marker bit; its sender does (RFC 3551: marker on a talkspurt's first packet)
-        rtp._sender.send_frame_auto(wire.encode_frame(c.codec, pcm16), marker=self._marker, addr=rtp._remote_addr)
-        self._marker = 0
-        self._frames.inc()
-        return True
-
-    async def send_audio(self, pcm16: bytes) -> bool:
-        return self.send_audio_now(pcm16)
-
-    async def on_flush(self) -> None:
-        pass  # what was sent has been played or is in the far end's short jitter buffer: nothing to take back
-
-    def on_playout_event(self, event: PlayoutEvent) -> None:
-        if event.type == "first_audio":
-            self._marker = 1
-
-    async def transfer(self, target: str, headers: dict | None = None) -> None:
-        """`call.transfer`: blind transfer with REFER (RFC 3515), with the message's `X-` headers on it."""
-        await self.sip_call.server.requests.transfer(self.sip_call, target, headers)
-
-    def talkspurt(self) -> None:
-        """The next packet starts a talkspurt (e.g. sending resumes after hold)."""
-        self._marker = 1
-
-    async def hangup(self) -> None:
-        await self.sip_call.server.hang_up(self.sip_call, "ended")
-
-
-@dataclass
-class SipCall:
-    """One SIP dialog and its RTP session."""
-
-    server: "SipServer"
-    incoming: IncomingCall
-    door: _Door
-    offer: AudioOffer
-    codec: str = "PCMU"
-    rtp: RTPSession | None = None
-    call: Call | None = None
-    leg: SipLeg | None = None
-    acked: bool = False
-    ended: bool = False
-    sending: bool = True  # False while the caller holds the call (sendonly / inactive offer)
-    ack_timer: asyncio.TimerHandle | None = None
-    heard_at: float = 0.0  # loop time of the caller's last RTP packet (audio or DTMF), or of the answer
-    held_inactive: bool = False  # the caller's hold offer says `inactive`: no RTP to expect
-    guard: MediaGuard | None = None  # strict RTP: where media comes from and goes to
-    media_open: bool = False  # the ACK or the caller's first RTP came: RTP may flow (never before)
-    media_opened: asyncio.Event | None = None
-    reoffer: AudioOffer | None = None  # a re-INVITE's offer, checked before the stack saw it
-    refer: sip_transfer.PendingRefer | None = None  # our REFER, until its subscription ends
-    keys: tuple | None = None  # SDES (our crypto line, the caller's) for an SRTP call (gateway/sip/sdes.py)
-    srtp: SrtpSession | None = None  # the call's SRTP once its RTP session exists
-    peer_slot: str | None = None  # the source address whose per-IP slot (server.limits) this UDP call holds
-    requests: dict | None = None  # CSeq -> our in-dialog request awaiting its final answer (transactions.Pending)
-    clock: SessionClock | None = None  # the session timer we keep: outbound calls, inbound ones we refresh
-
-    def open_media(self) -> None:
-        if not self.media_open:
-            self.media_open = True
-            if self.media_opened is not None:
-                self.media_opened.set()
-
-    @property
-    def dialog(self) -> dialogs.Dialog:
-        d = self.incoming.dialog
-        return dialogs.Dialog(self.incoming.source_addr[0], d.remote_tag, d.local_tag)
-
-    @property
-    def sip_call_id(self) -> str:
-        return self.incoming.call_id
-
-
 class SipServer:
     def __init__(self, core: CallCore):
         self.core = core
@@ -246,7 +137,7 @@ class SipServer:
         self.host: str | None = None
         self.port: int | None = None
         self.tls_port: int | None = None
-        self.doors: list[_Door] = []  # UDP (registrations go out on it), TCP, TLS: as sip.transports lists them
+        self.doors: list[Door] = []  # UDP (registrations go out on it), TCP, TLS: as sip.transports lists them
         self.uac: SipUAC | None = None
         self._tasks: set[asyncio.Task] = set()
         self.registrations: list[Registration] = []
@@ -298,7 +189,7 @@ class SipServer:
     async def _open_plain(self, host: str, port: int, names: list[str]) -> int:
         """UDP and/or TCP on one port number; with `port` 0, a number free for both."""
         for attempt in range(20 if port == 0 else 1):
-            opened: list[_Door] = []
+            opened: list[Door] = []
             try:
                 for name in names:
                     door = self._plain_door(name, host, opened[0].transport.local_addr[1] if opened else port)
@@ -314,17 +205,17 @@ class SipServer:
                     raise
         raise AssertionError("unreachable")
 
-    def _plain_door(self, name: str, host: str, port: int) -> _Door:
+    def _plain_door(self, name: str, host: str, port: int) -> Door:
         if name == "UDP":
             udp = UdpSip(local_addr=(host, port))
             self.uac = SipUAC(udp)  # REGISTER (and the answers to it) goes through it
-            return _Door("UDP", udp, SipUAS(udp, user_agent=USER_AGENT, uac=self.uac))
+            return Door("UDP", udp, SipUAS(udp, user_agent=USER_AGENT, uac=self.uac))
         tcp = TcpSip((host, port), *self._stream_rules())
-        return _Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT))
+        return Door("TCP", tcp, SipUAS(tcp, user_agent=USER_AGENT))
 
     async def _open_tls(self, host: str, port: int) -> int:
         tls = TlsSip((host, port), *self._stream_rules(), context=server_context(self.config.tls))
-        door = _Door("TLS", tls, SipUAS(tls, user_agent=USER_AGENT))
+        door = Door("TLS", tls, SipUAS(tls, user_agent=USER_AGENT))
         await self._open(door)
         tls.local_addr = (host, _bound_port(door))
         return tls.local_addr[1]
@@ -352,7 +243,7 @@ class SipServer:
                     )
                     self._spawn(self.hang_up(c, "rtp_timeout"))
 
-    async def _open(self, door: _Door) -> None:
+    async def _open(self, door: Door) -> None:
         uas = door.uas
         uas.on_invite = self._on_invite
         uas.on_reinvite = self._on_reinvite
@@ -371,7 +262,7 @@ class SipServer:
         """Whether a call of ours came in on the TCP connection from `addr` (it may send nothing until its BYE)."""
         return any(c.door.name != "UDP" and tuple(c.incoming.source_addr) == addr for c in self.calls.values())
 
-    def _door_of(self, incoming: IncomingCall) -> _Door:
+    def _door_of(self, incoming: IncomingCall) -> Door:
         return next(d for d in self.doors if d.transport is incoming.transport)
 
     async def stop(self) -> None:
@@ -397,7 +288,7 @@ class SipServer:
         task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------ intake
-    def _on_message(self, door: _Door, msg, addr: tuple[str, int]) -> None:
+    def _on_message(self, door: Door, msg, addr: tuple[str, int]) -> None:
         """Every message, before the SIP stack: new INVITEs are admitted or refused here (a refusal leaves no
         state), requests for our calls are checked against their dialog, answers to our REFER are taken."""
         if isinstance(msg, SipResponse):
@@ -420,7 +311,7 @@ class SipServer:
             return
         door.intake(msg, addr)
 
-    def _in_dialog(self, door: _Door, c: SipCall, msg: SipRequest, method: str, addr: tuple[str, int]) -> bool:
+    def _in_dialog(self, door: Door, c: SipCall, msg: SipRequest, method: str, addr: tuple[str, int]) -> bool:
         """A request naming one of our calls: True when the stack should go on with it."""
         to_tag = msg.to_addr.tag if msg.to_addr else None
         verdict = dialogs.check(
@@ -458,7 +349,7 @@ class SipServer:
             c.reoffer = None
         return True
 
-    def _admitted(self, door: _Door, msg: SipRequest, addr: tuple[str, int]) -> bool:
+    def _admitted(self, door: Door, msg: SipRequest, addr: tuple[str, int]) -> bool:
         """A new INVITE: refused here, statelessly, or handed to the stack (which then calls `_on_invite`)."""
         refusal = self._refusal(door, msg, addr[0])
         if refusal is None:
@@ -483,7 +374,7 @@ class SipServer:
         )
         return False
 
-    def _refusal(self, door: _Door, msg: SipRequest, source: str) -> tuple[str, str, dict] | None:
+    def _refusal(self, door: Door, msg: SipRequest, source: str) -> tuple[str, str, dict] | None:
         screened = self.admission.screen(source)
         if screened is not None:
             self.core.metrics.connections_refused.labels(reason="sip_allow").inc()
@@ -527,12 +418,12 @@ class SipServer:
             return P.BAD_MESSAGE, "Call-ID or X-Call-Id is not a usable call id (1..128 printable characters)", {}
         return None
 
-    def _reply(self, door: _Door, request: SipRequest, status: int, reason: str, headers: dict | None = None) -> None:
+    def _reply(self, door: Door, request: SipRequest, status: int, reason: str, headers: dict | None = None) -> None:
         """A response outside the stack (refusals before a call exists, in-dialog refusals, INFO, NOTIFY)."""
         self._send_reply(door, self._response(request, status, reason, headers))
 
     @staticmethod
-    def _send_reply(door: _Door, resp: SipResponse) -> None:
+    def _send_reply(door: Door, resp: SipResponse) -> None:
         try:
             door.transport.send_reply(resp)
         except (ValueError, RuntimeError):
@@ -561,7 +452,7 @@ class SipServer:
                 resp.headers.set_single(name, value)
         return resp
 
-    def _srtp_keys(self, door: _Door, offer: AudioOffer) -> tuple | None:
+    def _srtp_keys(self, door: Door, offer: AudioOffer) -> tuple | None:
         """(our crypto line, the caller's) when the call is to be SRTP, None for plain RTP; SdesError: 488."""
         return sdes.answer_over(door.name == "TLS", self.config.srtp, offer.proto, list(offer.crypto))
 
@@ -687,7 +578,7 @@ class SipServer:
     def _local_ip_towards(self, peer_ip: str) -> str:
         return media_address(self.config.public_ip, self.host, peer_ip)
 
-    def new_call(self, dialog, door: _Door, answer: AudioOffer, rtp) -> SipCall:
+    def new_call(self, dialog, door: Door, answer: AudioOffer, rtp) -> SipCall:
         """An answered outbound call: the dialog our INVITE made and the RTP session its offer named."""
         c = SipCall(self, dialog, door, answer, codec=wire.CODEC_OF_PAYLOAD_TYPE[answer.payload_type], rtp=rtp)
         rtp.update_remote(answer.address)
@@ -818,7 +709,7 @@ class SipServer:
         if c is not None:
             self._spawn(self.hang_up(c, reason) if send_bye else self._end(c, reason))
 
-    def _on_info(self, door: _Door, c: SipCall, request: SipRequest) -> None:
+    def _on_info(self, door: Door, c: SipCall, request: SipRequest) -> None:
         if c.call is None:
             self._reply(door, request, *dialog_refusal(dialogs.NO_SUCH_DIALOG))
             return
@@ -870,7 +761,7 @@ class SipServer:
             c.peer_slot = None
 
 
-def _bound_port(door: _Door) -> int:
+def _bound_port(door: Door) -> int:
     """The port a door's socket really bound (asked for 0 in tests)."""
     t = door.transport
     sock = t._udp_transport.get_extra_info("sockname") if door.name == "UDP" else t._server.sockets[0].getsockname()

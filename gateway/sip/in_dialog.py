@@ -32,7 +32,7 @@ USER_AGENT = "voxgate"
 
 
 class DialogRequests:
-    """One per SipServer (`server.requests`); the calls are the leg's SipCall objects."""
+    """One per SipServer (`server.requests`); the calls are gateway/sip/call.py SipCall objects."""
 
     def __init__(self, server):
         self.server = server
