@@ -45,7 +45,6 @@ import logging
 
 
 try:  # the `sip` extra; without it the leg refuses a config that sets sip.port (install below)
-    from aiortp import RTPSession
     from aiosipua import (
         IncomingCall,
         Registration,
@@ -58,11 +57,11 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
     from aiosipua.utils import generate_tag
 
     from gateway.sip import sdes, session_timer
+    from gateway.sip.answering import Answering, call_ids, rtp_port, sends
     from gateway.sip.call import Door, SipCall, SipLeg
     from gateway.sip.dialing import Dialing
     from gateway.sip.in_dialog import DialogRequests, dialog_refusal, header_pairs
     from gateway.sip.registration import register_all
-    from gateway.sip.srtp import SrtpSession, protect_sends
     from gateway.sip.tls import server_context
     from gateway.sip.transports import TcpSip, TlsSip, UdpSip
 except ImportError as exc:  # pragma: no cover - exercised only where the extra is missing
@@ -71,16 +70,13 @@ else:
     _MISSING = None
 
 from gateway import protocol as P
-from gateway.cluster.forward import owner_elsewhere
-from gateway.cluster.plane import ClusterUnavailable
 from gateway.config import sip_port_range
 from gateway.core import CallCore
-from gateway.core.calls import normalize_call_id
 from gateway.legs.host import LegHost
 from gateway.security.peers import parse_networks
 from gateway.sip import dialogs, inbound_auth
-from gateway.sip.addresses import WILDCARDS, media_address
-from gateway.sip.identity import call_identity, pass_header_names
+from gateway.sip.addresses import media_address
+from gateway.sip.identity import pass_header_names
 from gateway.sip.media import CallMedia
 from gateway.sip.rate import REASON as INVITE_RATE_REASON
 from gateway.sip.rate import InviteRate
@@ -93,7 +89,6 @@ log = logging.getLogger("voxgate.sip")
 
 USER_AGENT = "voxgate"
 FRAME_PTIME_MS = 20
-RTCP_INTERVAL_S = 5.0  # RFC 3550's minimum; aiortp spreads each report over 0.5x..1.5x of it
 # A refusal's SIP status per voxgate code; anything else is a 500.
 REFUSAL_STATUS = {
     P.SIP_FORBIDDEN: (403, "Forbidden"),
@@ -115,7 +110,6 @@ REFUSAL_STATUS = {
     P.SESSION_INTERVAL_TOO_SMALL: (422, "Session Interval Too Small"),
     P.BAD_MESSAGE: (400, "Bad Request"),
 }
-NO_DTMF_PAYLOAD_TYPE = 128  # outside RTP's 7 bits: no packet is taken for a telephone-event the offer did not bind
 RETRY_AFTER_S = "1"  # a rate-limited INVITE's Retry-After
 CHALLENGED = "challenged"  # `_refusal`'s code for a 401 digest challenge (not an error, not in REFUSAL_STATUS)
 
@@ -144,6 +138,7 @@ class SipServer:
         self._keepers: list[asyncio.Task] = []  # one per registration (gateway/sip/registration.py)
         self._watch: asyncio.Task | None = None
         self.dialing = Dialing(self)  # outbound calls: POST /v1/calls (gateway/sip/dialing.py)
+        self.answering = Answering(self)  # inbound INVITEs let through (gateway/sip/answering.py)
         self.requests = DialogRequests(self)  # our REFER, refreshes; outbound re-INVITEs (gateway/sip/in_dialog.py)
 
     # ------------------------------------------------------------ lifecycle
@@ -245,7 +240,7 @@ class SipServer:
 
     async def _open(self, door: Door) -> None:
         uas = door.uas
-        uas.on_invite = self._on_invite
+        uas.on_invite = self.answering.on_invite
         uas.on_reinvite = self._on_reinvite
         uas.on_bye = self._on_bye
         uas.on_cancel = self._on_cancel
@@ -350,7 +345,7 @@ class SipServer:
         return True
 
     def _admitted(self, door: Door, msg: SipRequest, addr: tuple[str, int]) -> bool:
-        """A new INVITE: refused here, statelessly, or handed to the stack (which then calls `_on_invite`)."""
+        """A new INVITE: refused here, statelessly, or handed to the stack (which then calls `Answering.on_invite`, gateway/sip/answering.py)."""
         refusal = self._refusal(door, msg, addr[0])
         if refusal is None:
             return True
@@ -414,7 +409,7 @@ class SipServer:
         if isinstance(timer, session_timer.Refusal):
             code = P.SESSION_INTERVAL_TOO_SMALL if timer.status == 422 else P.BAD_MESSAGE
             return code, f"session timer: {timer.reason}", timer.headers
-        if _call_ids(msg) is None:
+        if call_ids(msg) is None:
             return P.BAD_MESSAGE, "Call-ID or X-Call-Id is not a usable call id (1..128 printable characters)", {}
         return None
 
@@ -476,104 +471,6 @@ class SipServer:
         door.uas._remove_invite_transaction(incoming.invite)
 
     # ------------------------------------------------------------ INVITE
-    def _on_invite(self, incoming: IncomingCall) -> None:
-        """An INVITE `_admitted` let through, now held by the stack."""
-        door = self._door_of(incoming)
-        offer = check_offer(incoming.invite.text, self.payload_types, srtp=self.config.srtp != "off")  # `_admitted`
-        c = SipCall(self, incoming, door, offer, codec=wire.CODEC_OF_PAYLOAD_TYPE[offer.payload_type])
-        c.keys = self._srtp_keys(door, offer)  # passed in `_admitted` too: fresh keys of ours for this call
-        pairs = header_pairs(incoming.invite)
-        timer = session_timer.engaged(self.timers.answer(pairs), pairs)  # the answer passed in `_admitted`
-        if timer is not None:  # aiosipua's accept writes Session-Expires; its timer watches from the ACK
-            incoming.session_interval, incoming.session_refresher_us = timer.interval, timer.we_refresh
-        if timer is not None and timer.we_refresh:  # we refresh with our own clock: aiosipua's UPDATE is sent once,
-            # never again when lost, and its failure never ends the call; aiosipua sees ours as the call's timer
-            c.clock = incoming._session_timer = self.requests.session_clock(c, timer)
-        self.calls[incoming.call_id] = c
-        if door.name == "UDP":  # over TCP the connection holds the per-IP slot (_TcpSip)
-            source = incoming.source_addr[0]
-            refused = self.core.peers.open(source)
-            if refused is not None:
-                self.core.metrics.connections_refused.labels(reason=refused).inc()
-                self._forget(c)
-                self._refuse(incoming, P.RATE_LIMITED, f"per-IP limit {refused} (server.limits)")
-                return
-            c.peer_slot = source
-        self._spawn(self._answer(c))
-
-    async def _answer(self, c: SipCall) -> None:
-        incoming, offer = c.incoming, c.offer
-        loop = asyncio.get_running_loop()
-        try:
-            if self.config.answer_delay_ms > 0:
-                incoming.ringing()
-                await asyncio.sleep(self.config.answer_delay_ms / 1000.0)
-                if self._gone(c):
-                    return
-            try:
-                c.rtp = await RTPSession.create(
-                    local_addr=(self.host, 0),
-                    remote_addr=offer.address,
-                    payload_type=offer.payload_type,
-                    dtmf_payload_type=offer.dtmf_payload_type or NO_DTMF_PAYLOAD_TYPE,
-                    symmetric_rtp=False,  # strict RTP: the guard, not aiortp, decides where media goes
-                    port_allocator=self.ports,
-                    jitter_prefetch=2,
-                    cname=USER_AGENT,
-                    rtcp_interval=RTCP_INTERVAL_S,
-                )
-            except RuntimeError:
-                self._forget(c)
-                self._refuse(incoming, P.RTP_PORTS_EXHAUSTED, f"no free RTP port pair in {self.config.rtp_ports}")
-                return
-            if c.keys is not None:
-                c.srtp = SrtpSession(*c.keys)
-                protect_sends(c.rtp, c.srtp)
-            if self._gone(c):  # cancelled while the sockets were bound
-                await self.media.close(c)
-                return
-            if self.core.cluster is not None and not await self._claimed_here(c):
-                await self.media.close(c)
-                return
-            c.leg = SipLeg(c, self.core.metrics)
-            try:
-                c.call = self.core.calls.connect_media(
-                    _call_ids(incoming.invite), c.leg, "sip", details={"sip": self._identity(incoming.invite)}
-                )
-            except P.ProtocolError as exc:
-                await self.media.close(c)
-                self._forget(c)
-                self._refuse(incoming, exc.code, exc.message)
-                return
-            self.media.wire(c)
-            if self.config.public_ip is None and self.host in WILDCARDS:  # Contact: the address the peer reaches
-                incoming.advertised_addr = (self._media_ip(c), c.door.transport.local_addr[1])
-            incoming.accept(self._sdp_answer(c, offer))
-            if c.clock is not None:
-                c.clock.start()
-            c.sending = _sends(offer)
-            c.ack_timer = loop.call_later(self.config.ack_timeout_s, self._ack_deadline, c)
-            log.info(
-                "sip: call %s answered from %s (%s, RTP port %d)",
-                incoming.call_id,
-                incoming.source_addr[0],
-                c.codec,
-                _rtp_port(c),
-            )
-            await c.call.session.flush_events()
-            if self.config.greeting and c.call.control is None:
-                await asyncio.wait([loop.create_task(c.media_opened.wait())], timeout=self.config.ack_timeout_s)
-                if c.media_open and not c.ended and c.call.control is None:
-                    await c.call.session.handle(
-                        {"type": "text", "turn_id": "greeting", "text": self.config.greeting, "final": True}
-                    )
-        except Exception:
-            log.exception("sip: answering call %s failed", incoming.call_id)
-            if not incoming._answered:  # the INVITE still needs its final answer
-                self._forget(c)
-                self._refuse(incoming, P.INTERNAL, "answering the call failed")
-            await self.hang_up(c, P.INTERNAL)
-
     # ------------------------------------------------------------ outbound (gateway/sip/dialing.py)
     def _local_ip_towards(self, peer_ip: str) -> str:
         return media_address(self.config.public_ip, self.host, peer_ip)
@@ -595,39 +492,11 @@ class SipServer:
             c.clock = self.requests.session_clock(c, agreement)
             c.clock.start()
 
-    def _identity(self, invite: SipRequest) -> dict:
-        """Who calls whom, for the agent (gateway/sip/identity.py): only `sip.pass_headers` among the rest."""
-        return call_identity("inbound", invite.uri, header_pairs(invite), self.pass_headers)
-
-    async def _claimed_here(self, c: SipCall) -> bool:
-        """Cluster mode: the call's ids are claimed for this node (its RTP never leaves it). A call another node
-        already owns (its agent attached there first) is refused: RTP cannot be forwarded."""
-        ids = _call_ids(c.incoming.invite)
-        try:
-            owner = await owner_elsewhere(self.core, None, ids)
-        except ClusterUnavailable as exc:
-            self._forget(c)
-            self._refuse(c.incoming, P.CLUSTER_UNAVAILABLE, f"the call plane is unavailable ({exc})")
-            return False
-        if owner is not None:
-            self._forget(c)
-            self._refuse(
-                c.incoming,
-                P.CALL_BUSY,
-                f"call {ids[0]!r} is owned by another node; SIP calls are served where they arrive",
-            )
-            return False
-        return True
-
-    def _gone(self, c: SipCall) -> bool:
-        """The INVITE was cancelled (the stack answered 487) or the call ended meanwhile."""
-        return c.ended or c.door.uas.get_call(c.sip_call_id) is not c.incoming
-
     def _sdp_answer(self, c: SipCall, offer: AudioOffer) -> SdpMessage:
         answer, _ = negotiate_sdp(
             offer.sdp,
             local_ip=self._media_ip(c),
-            rtp_port=_rtp_port(c),
+            rtp_port=rtp_port(c),
             supported_codecs=[wire.PAYLOAD_TYPES[c.codec]],
             dtmf_payload_type=offer.dtmf_payload_type or 0,  # 0: no telephone-event in the answer
             ptime=FRAME_PTIME_MS,
@@ -640,15 +509,6 @@ class SipServer:
 
     def _media_ip(self, c: SipCall) -> str:
         return media_address(self.config.public_ip, self.host, c.incoming.source_addr[0])
-
-    def _ack_deadline(self, c: SipCall) -> None:
-        if not c.acked and not c.ended:
-            log.info(
-                "sip: call %s: no ACK for the 200 OK within %g s (Timer H); ending it with BYE",
-                c.sip_call_id,
-                self.config.ack_timeout_s,
-            )
-            self._spawn(self.hang_up(c, "no_ack"))
 
     # ------------------------------------------------------------ in-dialog
     def _on_reinvite(self, incoming: IncomingCall) -> None:
@@ -677,7 +537,7 @@ class SipServer:
         c.held_inactive = offer.direction in ("inactive", "recvonly")  # the caller sends no RTP then
         c.heard_at = asyncio.get_running_loop().time()
         was_sending = c.sending
-        c.sending = _sends(offer)
+        c.sending = sends(offer)
         if c.sending and not was_sending and c.leg is not None:
             c.leg.talkspurt()
         answer = self._sdp_answer(c, offer)
@@ -766,25 +626,6 @@ def _bound_port(door: Door) -> int:
     t = door.transport
     sock = t._udp_transport.get_extra_info("sockname") if door.name == "UDP" else t._server.sockets[0].getsockname()
     return sock[1]
-
-
-def _rtp_port(c: SipCall) -> int:
-    """The local RTP port of a call (what the SDP answer names); aiortp keeps its socket on its transport."""
-    return c.rtp._rtp_transport._transport.get_extra_info("sockname")[1]
-
-
-def _call_ids(invite: SipRequest) -> list[str] | None:
-    """The call's ids: X-Call-Id when the trunk or PBX sets one, and the SIP Call-ID."""
-    ids = [invite.get_header("x-call-id"), invite.call_id]
-    try:
-        return [normalize_call_id(i) for i in ids if i]
-    except P.ProtocolError:
-        return None
-
-
-def _sends(offer: AudioOffer) -> bool:
-    """Whether the caller wants our audio: not on hold by direction, nor by the old `c=0.0.0.0`."""
-    return offer.direction in ("sendrecv", "recvonly") and offer.address[0] != "0.0.0.0"
 
 
 def install(core: CallCore, host: LegHost) -> SipServer | None:

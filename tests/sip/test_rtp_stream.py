@@ -11,7 +11,7 @@ import uuid
 import numpy as np
 import pytest
 
-from gateway.legs import sip as sip_leg
+from gateway.sip import answering
 from gateway.wire import sip as wire
 from tests.sip.conftest import sip_port
 from tests.sip.udp_caller import UdpCaller, rtp_header
@@ -28,7 +28,7 @@ def caller():
 
 
 async def test_rtp_is_continuous_with_a_marker_at_each_talkspurt(sip_gateway, caller, monkeypatch):
-    monkeypatch.setattr(sip_leg, "RTCP_INTERVAL_S", 0.4)
+    monkeypatch.setattr(answering, "RTCP_INTERVAL_S", 0.4)
     gw = await sip_gateway()
     call_id = f"rtp-{uuid.uuid4().hex}"
     answer = await caller.call(sip_port(gw), call_id, codec_pt=8)
