@@ -1,6 +1,6 @@
 """Session timers (RFC 4028) as decisions, pure: what to answer an INVITE's Session-Expires/Min-SE with (or 422),
 what to offer on an outbound INVITE and how to retry after a 422, who refreshes, when to refresh and when to give
-the call up. Sockets and clocks stay in the leg.
+the call up. Sockets and clocks are elsewhere (gateway/sip/session_clock.py, in_dialog.py).
 
 Carriers that use session timers drop a call whose refreshes never come; and a call whose far end vanished
 without a BYE is only found dead this way. The refresher sends a re-INVITE or UPDATE at half the interval; the
@@ -132,8 +132,9 @@ class SessionTimerPolicy:
 def engaged(answer: Answer, request: Headers) -> Agreement | None:
     """The timer an inbound call runs, from `SessionTimerPolicy.answer`: None when the INVITE asked for none (no
     Session-Expires: RFC 4028 §9 lets the UAS add one, we do not impose refreshes on a caller that did not ask).
-    aiosipua refreshes with UPDATE only: where we would have to re-INVITE, a caller that supports timers refreshes
-    itself, and one that does not gets no timer."""
+    On an inbound call we refresh with UPDATE only (gateway/sip/in_dialog.py; a re-INVITE would need our SDP
+    through aiosipua's dialog): where we would have to re-INVITE, a caller that supports timers refreshes itself,
+    and one that does not gets no timer."""
     if answer.agreement is None or "session-expires" not in _read(request):
         return None
     agreement = answer.agreement
