@@ -57,8 +57,14 @@ class CallCore:
         # the caller's voice: VAD pools shared by every call, barge-in by voice, STT (gateway/core/caller_voice.py)
         self.voice = VoiceHub(config, self.metrics, on_user_text=self._user_text_from_voice)
         if self.cluster is not None:
-            self.cluster.live_call_ids = self.calls.ids
+            self.cluster.live_call_ids = self._claimed_ids
             self.cluster.local_peers = self.peers.open_counts
+
+    def _claimed_ids(self) -> list[str]:
+        """The ids this node keeps claimed in the call plane: its live calls', and the outbound calls it dialled
+        while they ring and while their outcome is kept for a late attach (an agent on another node is forwarded
+        here for it)."""
+        return [*self.calls.ids(), *self.calls.sticky.ids()]
 
     def new_session(
         self,

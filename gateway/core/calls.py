@@ -281,8 +281,8 @@ class CallRegistry:
         for i in call.aliases:
             if self._calls.get(i) is call:
                 del self._calls[i]
-        if self.core.cluster is not None:
-            self.core.cluster.release(call.aliases)
+        if self.core.cluster is not None:  # an outbound call's id stays claimed while its outcome is kept
+            self.core.cluster.release(i for i in call.aliases if self.sticky.state(i) is None)
         call.inbound.close()
         media, control = call.media, call.control
         if media is not None and call.media_state == "connected":

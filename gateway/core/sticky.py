@@ -52,6 +52,11 @@ class StickyEvents:
                 record.ended = True
                 self._expiry.append((expires, call_id, record))
 
+    def ids(self) -> list[str]:
+        """The calls kept now, live or ended (in a call plane their claims live as long: gateway/core/call_core.py)."""
+        self._prune()
+        return list(self._records)
+
     def replay(self, call_id: str) -> list[dict]:
         """The call's kept events, in order ([] for a call with none)."""
         self._prune()

@@ -3,7 +3,9 @@
 Body: `{"to": "sip:+15551234567@trunk.example" or "+15551234567", "trunk": NAME, "from"?: SIP URI,
 "headers"?: {"X-…": "…"}, "ring_timeout_s"?: 30}`. Answer (at once, 201): `{"call_id"}`; the agent attaches on
 `/v1/control/{call_id}` and sees `call.progress`, then `call.answered` or `call.failed`. Bad input: 400 with a
-stable code; no API key: 401; at capacity or draining: 503.
+stable code; no API key: 401; at capacity or draining: 503. In a call plane the call id is claimed for this node
+before the INVITE goes out (the node that dials owns the call: an agent attaching on another node is forwarded
+here); Redis unreachable: 503 `cluster_unavailable`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import math
 from aiohttp import web
 
 from gateway import protocol as P
+from gateway.cluster.forward import unavailable_event
+from gateway.cluster.plane import ClusterUnavailable
 from gateway.config import sip_uri_ok
 from gateway.legs.accept import from_query, is_api_key, presented_credential
 from gateway.sip.dialing import new_call_id
@@ -72,7 +76,24 @@ def routes(core, server) -> list[web.RouteDef]:
             core.metrics.errors.labels(code=P.AT_CAPACITY).inc()
             return _bad(core.registry.capacity_error().message, P.AT_CAPACITY, 503)
         call_id = new_call_id()
+        if core.cluster is not None:
+            refused = await _claim(core, call_id)
+            if refused is not None:
+                return refused
         server.dialing.start(call_id, trunk, uri, from_uri, headers, float(ring))
         return web.json_response({"call_id": call_id}, status=201)
 
     return [web.post("/v1/calls", place)]
+
+
+async def _claim(core, call_id: str) -> web.Response | None:
+    """The call plane: the new call's id is this node's (None), else the refusal. The heartbeat keeps the claim
+    while the call rings and while its outcome is kept for a late attach (gateway/core/call_core.py)."""
+    try:
+        owner = await core.cluster.claim([call_id])
+    except ClusterUnavailable as exc:
+        core.metrics.errors.labels(code=P.CLUSTER_UNAVAILABLE).inc()
+        return web.json_response(unavailable_event(exc), status=503, headers={"Retry-After": "1"})
+    if owner is not None:  # 96 random bits another node already holds: never seen, but never two owners either
+        return _bad(f"call id {call_id} is owned by node {owner.node_id}; try again", P.CALL_BUSY, 409)
+    return None
