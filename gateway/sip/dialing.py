@@ -141,6 +141,7 @@ class Dialing:
             cname="voxgate",
             rtcp_interval=5.0,
         )
+        _no_far_end_yet(rtp)
         ours = sdes.offer() if trunk.srtp != "off" else None
         profile = "RTP/SAVP" if trunk.srtp == "required" else "RTP/AVP"  # optional: keys offered best effort
         rtp_port = rtp._rtp_transport._transport.get_extra_info("sockname")[1]
@@ -288,6 +289,20 @@ class Dialing:
 
     def forget(self, sip_call_id: str) -> None:
         self.outbound.discard(sip_call_id)
+
+
+def _no_far_end_yet(rtp) -> None:
+    """Until the answer's SDP names the far end's media address (SipServer.new_call), the RTP session has none: it
+    takes nothing (early media is not played; strict RTP starts from the answer) and sends nothing, where aiortp
+    would send RTCP receiver reports for what came, and a BYE at close, to the address it was created with, the
+    trunk's signalling address."""
+    for transport in (rtp._rtp_transport, rtp._rtcp_transport):
+        transport._on_rtp = transport._on_rtcp = _ignored
+    rtp._remote_addr = rtp._remote_rtcp_addr = None  # aiortp's sockets send nothing to no address
+
+
+def _ignored(data: bytes, addr: tuple[str, int]) -> None:
+    pass
 
 
 def new_call_id() -> str:

@@ -8,7 +8,9 @@ address, until then."""
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
+import struct
 
 import numpy as np
 import pytest
@@ -71,3 +73,48 @@ async def test_audio_goes_to_the_answers_media_address_though_the_far_end_sends_
     assert {rtp_header(p)[1] for p, _ in packets} == {0}  # PCMU, as answered
     loud = [p for p, _ in packets if np.sqrt(np.mean(decode_payload("PCMU", p[12:]).astype(np.float64) ** 2)) > 300]
     assert len(loud) >= played / 20 * 0.5, f"{len(loud)} of {len(packets)} packets carry speech"
+
+
+async def _early_media(sock: socket.socket, to: tuple[str, int]) -> None:
+    """PCMU silence, a packet every 20 ms, until cancelled."""
+    for seq in range(1, 65536):
+        sock.sendto(struct.pack("!BBHII", 0x80, 0, seq, 160 * seq, 0x5EED) + b"\xff" * 160, to)
+        await asyncio.sleep(0.02)
+
+
+async def test_rtp_before_the_answer_draws_no_rtcp_to_the_trunks_signalling_address(sip_gateway, tmp_path):
+    """While the call rings the RTP session has no far end: RTP reaching our port (early media, or anyone's) is not
+    taken, and nothing is sent. It was: aiortp sent RTCP receiver reports for it every ~5 s (the first within 7.5 s;
+    the far end rings 9 s here), and an RTCP BYE when the unanswered call's session closed, to the address the
+    session was created with, the trunk's signalling address (its SIP port + 1)."""
+    far = free_udp_port()  # far: SIPp's SIP port; far + 1: watched here
+    gw = await _gateway(sip_gateway, far)
+    dialing = gw.legs["gateway.legs.sip"].dialing
+    watch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    watch.bind(("127.0.0.1", far + 1))
+    watch.setblocking(False)
+    early, early_rtcp = rtp_pair()
+    reports: list[tuple[bytes, tuple]] = []
+    watching = asyncio.create_task(_collect(watch, reports))
+    sipp = asyncio.create_task(run_sipp(tmp_path, None, "out_ringing.xml", listen_port=far))
+    control = None
+    try:
+        await asyncio.sleep(0.5)
+        call_id = await _place(gw, {"to": "+15551234567", "trunk": "far", "ring_timeout_s": 9})
+        control = await Control.connect(gw, additional_headers=AUTH)
+        await control.attach(call_id)
+        await control.expect("call.progress", state="ringing", timeout=10)
+        ours = int(re.search(r"m=audio (\d+)", dialing.clients[call_id].dialed.sdp).group(1))
+        sent = asyncio.create_task(_early_media(early, ("127.0.0.1", ours)))
+        failed = await control.expect("call.failed", timeout=15)
+        sent.cancel()
+        assert failed["code"] == "no_answer"
+    finally:
+        run = await sipp
+        watching.cancel()
+        for s in (watch, early, early_rtcp):
+            s.close()
+        if control is not None:
+            await control.close()
+    run.assert_ok()
+    assert reports == [], f"{len(reports)} datagrams to the trunk's SIP port + 1"
