@@ -11,7 +11,7 @@ import json
 import pytest
 import websockets
 
-from tests.cluster.harness import Node, Redis, free_port, http_json
+from tests.cluster.harness import HAProxy, Node, Redis, free_port, http_json
 from tests.conftest import CLUSTER_SECRET_ENV
 from tests.sip.sipp import free_udp_port, require, run_sipp
 
@@ -40,6 +40,7 @@ def config(redis_url: str, sip_port: int, far_port: int) -> dict:
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory):
     require("redis-server")  # under CI=true a missing one fails the test
+    require("haproxy")
     tmp = tmp_path_factory.mktemp("outbound-plane")
     redis = Redis(tmp)
     redis.start()
@@ -51,7 +52,10 @@ def plane(tmp_path_factory):
         nodes.append(node)
     for node in nodes:
         node.wait_ready()
-    yield redis, nodes, far
+    balancer = HAProxy(tmp, nodes)
+    balancer.start()
+    yield redis, nodes, far, balancer
+    balancer.stop()
     for node in nodes:
         node.stop()
     redis.stop()
@@ -78,13 +82,13 @@ async def events_until(ws, until: tuple[str, ...], timeout: float = 15.0) -> lis
 
 
 async def test_the_agent_on_another_node_gets_the_call_the_dialling_node_placed(plane, tmp_path):
-    redis, (dialler, other), far = plane
+    redis, (dialler, other), far, balancer = plane
     sipp = asyncio.create_task(run_sipp(tmp_path, None, "out_answer.xml", listen_port=far, fields=["bye"]))
     await asyncio.sleep(0.5)
     forwards = other.metric("voxgate_cluster_forwards_total")
-    call_id = await place_call(dialler)
-    assert redis.client().get(f"voxgate:call:{call_id}") == dialler.name.encode()  # claimed before the INVITE
     try:
+        call_id = await place_call(dialler)
+        assert redis.client().get(f"voxgate:call:{call_id}") == dialler.name.encode()  # claimed before the INVITE
         async with websockets.connect(other.ws + "/v1/control") as ws:  # the agent lands on the other node
             await ws.send(json.dumps({"type": "call.attach", "call_id": call_id}))
             events = await events_until(ws, ("call.answered", "call.failed", "error"))
@@ -104,13 +108,16 @@ async def test_the_agent_on_another_node_gets_the_call_the_dialling_node_placed(
 
 
 async def test_a_late_agent_on_another_node_learns_how_the_call_failed(plane, tmp_path):
-    redis, (dialler, other), far = plane
+    redis, (dialler, other), far, balancer = plane
     sipp = asyncio.create_task(run_sipp(tmp_path, None, "out_busy.xml", listen_port=far))
     await asyncio.sleep(0.5)
-    call_id = await place_call(dialler)
-    (await sipp).assert_ok()  # the 486 was ACKed: the call failed before any agent came
+    try:
+        call_id = await place_call(dialler)
+    finally:
+        run = await sipp
+    run.assert_ok()  # the 486 was ACKed: the call failed before any agent came
     await asyncio.sleep(4.0)  # past the claim's TTL (3 s): only the dialler's heartbeat kept it
-    async with websockets.connect(other.ws + "/v1/control") as ws:
+    async with websockets.connect(f"{other.ws}/v1/control/{call_id}") as ws:  # forwarded before the upgrade
         await ws.send(json.dumps({"type": "call.attach", "call_id": call_id}))
         events = await events_until(ws, ("call.failed", "error"))
         assert (events[-1].get("code"), events[-1].get("status")) == ("busy", 486), events
@@ -121,11 +128,11 @@ async def test_a_late_agent_on_another_node_learns_how_the_call_failed(plane, tm
 async def test_the_claim_outlives_the_session_of_an_agent_that_saw_the_call_fail(plane, tmp_path):
     """The session of the agent attached on the dialler ends with the failed call; the call's id must stay claimed
     (not released with the session) while the outcome is kept, or a later agent elsewhere would claim it itself."""
-    redis, (dialler, other), far = plane
+    redis, (dialler, other), far, balancer = plane
     sipp = asyncio.create_task(run_sipp(tmp_path, None, "out_busy.xml", listen_port=far))
     await asyncio.sleep(0.5)
-    call_id = await place_call(dialler)
     try:
+        call_id = await place_call(dialler)
         async with websockets.connect(dialler.ws + "/v1/control") as ws:
             await ws.send(json.dumps({"type": "call.attach", "call_id": call_id}))
             assert (await events_until(ws, ("call.failed", "error")))[-1].get("code") == "busy"
@@ -136,13 +143,16 @@ async def test_the_claim_outlives_the_session_of_an_agent_that_saw_the_call_fail
     for _ in range(30):  # longer than a heartbeat (1 s here), which would re-make a released claim
         assert redis.client().get(key) == dialler.name.encode()
         await asyncio.sleep(0.05)
-    async with websockets.connect(other.ws + "/v1/control") as ws:
-        await ws.send(json.dumps({"type": "call.attach", "call_id": call_id}))
-        assert (await events_until(ws, ("call.failed", "error")))[-1].get("code") == "busy"
+    forwards = other.metric("voxgate_cluster_forwards_total")
+    for _ in range(2):  # through a round-robin balancer: one of the two lands on the other node
+        async with websockets.connect(balancer.rr + "/v1/control") as ws:
+            await ws.send(json.dumps({"type": "call.attach", "call_id": call_id}))
+            assert (await events_until(ws, ("call.failed", "error")))[-1].get("code") == "busy"
+    assert other.metric("voxgate_cluster_forwards_total") == forwards + 1
 
 
 async def test_without_redis_the_post_is_refused_with_cluster_unavailable(plane):
-    redis, (dialler, _), _ = plane
+    redis, (dialler, _), _, _ = plane
     redis.stop()
     try:
         status, answer = await asyncio.to_thread(place, dialler)
