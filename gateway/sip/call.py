@@ -47,10 +47,16 @@ class SipLeg:
         self._frames = metrics.frames_sent.labels(leg="sip")
         self._marker = 1  # the first packet of the stream starts a talkspurt
 
+    def congested(self) -> bool:
+        """The next frame will not go out (on hold, media not open yet, ended): the playout counts it as a network
+        gap, so `played_ms` and marks never claim what the caller could not hear."""
+        c = self.sip_call
+        return c.ended or not c.sending or not c.media_open or c.rtp is None
+
     def send_audio_now(self, pcm16: bytes) -> bool:
         c = self.sip_call
         rtp = c.rtp
-        if c.ended or not c.sending or not c.media_open or rtp is None:
+        if self.congested():
             return False
         # aiortp's public send has no marker bit; its sender does (RFC 3551: marker on a talkspurt's first packet)
         rtp._sender.send_frame_auto(wire.encode_frame(c.codec, pcm16), marker=self._marker, addr=rtp._remote_addr)

@@ -148,3 +148,21 @@ async def test_a_call_over_tcp(sip_gateway, tmp_path):
     ended = await control.expect("call.media", timeout=10, state="ended")
     assert ended["reason"] == "hangup"
     (await sipp).assert_ok()
+
+
+async def test_what_the_agent_says_on_hold_is_not_reported_as_played(sip_gateway, tmp_path):
+    """Playback truth on hold: while SIPp holds the call (a=sendonly), no RTP goes out, so the turn's frames are
+    network gaps, not played audio; the agent must not believe the caller heard it."""
+    gw = await sip_gateway()
+    control = await Control.connect(gw)
+    await control.attach("sipp-hold-1")
+    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "hold_then_bye.xml", fields=["sipp-hold-1"]))
+    assert (await control.expect("call.media", timeout=10))["state"] == "connected"
+    assert (await control.expect("call.media", timeout=5))["state"] == "held"
+    sent_before = sip_frames_sent(gw)
+    await control.send({"type": "text", "turn_id": "t-held", "text": "Are you still there?", "final": True})
+    done = await control.expect("turn.done", turn_id="t-held", timeout=10)
+    assert sip_frames_sent(gw) == sent_before  # nothing went out while held
+    assert done["played_ms"] == 0, done
+    assert (await control.expect("call.media", timeout=10, state="ended"))["reason"] == "hangup"
+    (await sipp).assert_ok()
