@@ -479,6 +479,7 @@ class SipServer:
         """An answered outbound call: the dialog our INVITE made and the RTP session its offer named."""
         c = SipCall(self, dialog, door, answer, codec=wire.CODEC_OF_PAYLOAD_TYPE[answer.payload_type], rtp=rtp)
         rtp.update_remote(answer.address)
+        c.hop = dialog.next_hop
         self.calls[dialog.call_id] = c
         return c
 
@@ -589,7 +590,7 @@ class SipServer:
             return
         if c.incoming._answered:
             c.incoming._stop_retransmissions()  # a 200 OK still unACKed is not sent again after our BYE
-            c.incoming.hangup()
+            self.requests.bye(c)
         await self._end(c, reason)
 
     async def _end(self, c: SipCall, reason: str) -> None:

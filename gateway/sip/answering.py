@@ -7,16 +7,18 @@ fails before the 200 OK refuses the INVITE with the stable code's status; after 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from aiortp import RTPSession
 from aiosipua import IncomingCall, SipRequest
+from aiosipua.dialog import Dialog
 
 from gateway import protocol as P
 from gateway.cluster.forward import owner_elsewhere
 from gateway.cluster.plane import ClusterUnavailable
 from gateway.core.calls import normalize_call_id
-from gateway.sip import session_timer
+from gateway.sip import routes, session_timer
 from gateway.sip.addresses import WILDCARDS
 from gateway.sip.call import SipCall, SipLeg
 from gateway.sip.identity import call_identity
@@ -44,6 +46,8 @@ class Answering:
         door = server._door_of(incoming)
         offer = check_offer(incoming.invite.text, server.payload_types, srtp=server.config.srtp != "off")  # `_admitted`
         c = SipCall(server, incoming, door, offer, codec=wire.CODEC_OF_PAYLOAD_TYPE[offer.payload_type])
+        incoming.dialog = RoutedDialog.of(incoming.dialog, incoming.invite)
+        c.hop = routes.first_hop(incoming.dialog.route_set, incoming.source_addr, door.name)
         c.keys = server._srtp_keys(door, offer)  # passed in `_admitted` too: fresh keys of ours for this call
         pairs = header_pairs(incoming.invite)
         timer = session_timer.engaged(server.timers.answer(pairs), pairs)  # the answer passed in `_admitted`
@@ -177,6 +181,31 @@ class Answering:
                 server.config.ack_timeout_s,
             )
             server._spawn(server.hang_up(c, "no_ack"))
+
+
+@dataclasses.dataclass
+class RoutedDialog(Dialog):
+    """aiosipua's dialog of an inbound call with its route set as RFC 3261 §12.1.1 has it (aiosipua reverses the
+    INVITE's Record-Route, as only a UAC should) and the responses it makes (our 1xx and 2xx) copying the request's
+    Record-Route headers, which aiosipua leaves out: the proxies that recorded the route then see the answer
+    come back and the dialog's later requests through them (gateway/sip/routes.py)."""
+
+    @classmethod
+    def of(cls, dialog: Dialog, invite: SipRequest) -> RoutedDialog:
+        fields = {f.name: getattr(dialog, f.name) for f in dataclasses.fields(Dialog)}
+        return cls(**{**fields, "route_set": routes.uas_route_set(invite.headers.get("record-route"))})
+
+    def create_response(self, request, status_code, reason_phrase="", *, contact=None):
+        resp = super().create_response(request, status_code, reason_phrase, contact=contact)
+        if 100 < status_code < 300:
+            for value in request.headers.get("record-route"):
+                resp.headers.append("Record-Route", value)
+        return resp
+
+    def create_request(self, method, **via):
+        request = super().create_request(method, **via)
+        routes.add_routes(request, self.route_set)  # a strict router becomes the Request-URI
+        return request
 
 
 def rtp_port(c: SipCall) -> int:

@@ -114,6 +114,12 @@ class SipCall:
     peer_slot: str | None = None  # the source address whose per-IP slot (server.limits) this UDP call holds
     requests: dict | None = None  # CSeq -> our in-dialog request awaiting its final answer (transactions.Pending)
     clock: SessionClock | None = None  # the session timer we keep: outbound calls, inbound ones we refresh
+    hop: tuple[str, int] | None = None  # where our in-dialog requests go (gateway/sip/routes.py first_hop)
+
+    @property
+    def next_hop(self) -> tuple[str, int]:
+        """Where our requests in the dialog go: the route set's first hop, else the dialog's peer."""
+        return self.hop or self.incoming.source_addr
 
     def open_media(self) -> None:
         if not self.media_open:

@@ -15,6 +15,7 @@ import asyncio
 import logging
 
 from aiosipua import SipRequest, SipResponse
+from aiosipua.dialog import DialogState
 from aiosipua.sdp import serialize_sdp
 
 from gateway import protocol as P
@@ -82,6 +83,19 @@ class DialogRequests:
         request.headers.set_single("Contact", f"<sip:{addr[0]}:{addr[1]}>")
         return request, addr[0]
 
+    def bye(self, c) -> None:
+        """BYE in the call's dialog (RFC 3261 §15.1.1), through its route set; the dialog is over."""
+        if self.server.dialing.owns(c):
+            c.incoming.hangup()  # OutgoingDialog: routed the same way
+            return
+        if c.incoming.dialog.state != DialogState.CONFIRMED:
+            return  # never answered, or the stack gave it up (no ACK): no dialog to end
+        bye, _ = self._new_request(c, "BYE")
+        bye.headers.remove("contact")
+        bye.headers.set_single("Content-Length", "0")
+        c.incoming.dialog.terminate()
+        c.door.transport.send(bye, c.next_hop)
+
     async def _refer(self, c, request: SipRequest, pending: sip_transfer.PendingRefer) -> None:
         status, reason, _ = await self._transaction(c, request, pending)
         if status < 300 or c.ended:
@@ -106,7 +120,7 @@ class DialogRequests:
         resent_2xx = method == "INVITE" and server.dialing.owns(c) and number in c.incoming.acks
         if not ours and not resent_2xx:
             return False
-        if addr[0] != c.dialog.peer_ip and not in_networks(addr[0], server.trusted):
+        if addr[0] not in (c.dialog.peer_ip, c.next_hop[0]) and not in_networks(addr[0], server.trusted):
             return True  # a stranger's answer: dropped
         if ours:
             pending.answered(response.status_code, response.reason_phrase, response)
@@ -253,7 +267,7 @@ class DialogRequests:
 
         def send() -> None:
             if not c.ended:
-                c.door.transport.send(request, c.incoming.source_addr)
+                c.door.transport.send(request, c.next_hop)
 
         try:
             status, reason = await transactions.client_transaction(send, pending, reliable=c.door.name != "UDP")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from aiosipua import SipRequest, SipResponse
 
-from gateway.sip import digest
+from gateway.sip import digest, routes
 from gateway.sip.session_timer import SessionTimerPolicy
 
 TIMER_A_S, TIMER_A_MAX_S, TIMER_B_S = 0.5, 4.0, 32.0  # RFC 3261 §17.1.1.2 (T1 = 0.5 s, T2 = 4 s, 64*T1)
@@ -161,11 +161,14 @@ class InviteClient:
         return self._request("ACK", self.dialed.request_uri, self.branch, self.cseq, to)
 
     def _ack_2xx(self, response: SipResponse) -> SipRequest:
-        """The ACK of a 2xx: a transaction of its own, to the 2xx's Contact (RFC 3261 §13.2.2.4)."""
+        """The ACK of a 2xx: a transaction of its own, to the 2xx's Contact (RFC 3261 §13.2.2.4), through the route
+        set its Record-Route makes (§12.1.2; gateway/sip/routes.py). It is sent where the INVITE went (the trunk)."""
         contact = response.headers.get_first("contact") or ""
         target = contact[contact.find("<") + 1 : contact.find(">")] if "<" in contact else contact.split(";")[0]
         to = response.headers.get_first("to") or ""
-        return self._request("ACK", target.strip() or self.dialed.request_uri, new_branch(), self.cseq, to)
+        ack = self._request("ACK", target.strip() or self.dialed.request_uri, new_branch(), self.cseq, to)
+        routes.add_routes(ack, routes.uac_route_set(response.headers.get("record-route")))
+        return ack
 
     def _cancel(self) -> SipRequest:
         """CANCEL: the INVITE's branch and CSeq number, its To without a tag (RFC 3261 §9.1)."""

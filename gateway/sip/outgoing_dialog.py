@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from aiosipua import SipRequest, SipResponse
 
+from gateway.sip import routes
 from gateway.sip.outbound import InviteClient, _tag, new_branch
 
 E164 = re.compile(r"\+[1-9][0-9]{6,14}")  # ITU-T E.164: + and up to 15 digits
@@ -52,7 +53,8 @@ class OutgoingDialog:
     inbound caller's do, so the leg's dialog checks hold unchanged.
 
     Our requests in it (`request`): From with our tag, To with the far end's, to its Contact (the remote target),
-    the next CSeq of ours (RFC 3261 §12.2.1.1). The far end's requests must come with rising CSeqs (§12.2.2):
+    the next CSeq of ours, Route headers from the 2xx's Record-Route reversed (RFC 3261 §12.1.2, §12.2.1.1); they
+    go to `next_hop` (gateway/sip/routes.py: over UDP the first route's address, else the trunk). The far end's requests must come with rising CSeqs (§12.2.2):
     `remote_cseq` is the last one's; a re-INVITE sent again (the same CSeq) is answered with the 2xx we gave it."""
 
     _answered = True
@@ -69,6 +71,8 @@ class OutgoingDialog:
         contact = answer.headers.get_first("contact") or ""
         self._target = contact[contact.find("<") + 1 : contact.find(">")] if "<" in contact else contact.split(";")[0]
         self._send = send  # (request, address)
+        self.route_set = routes.uac_route_set(answer.headers.get("record-route"))
+        self.next_hop = routes.first_hop(self.route_set, peer, client.dialed.transport)
         self._cseq = client.cseq
         self.remote_cseq = 0
         self.local_sdp = client.dialed.sdp  # what we last offered or answered (a refreshing re-INVITE offers it)
@@ -97,10 +101,11 @@ class OutgoingDialog:
         h.set_single("User-Agent", "voxgate")
         if method not in ("ACK", "BYE"):
             h.set_single("Contact", f"<{d.contact}>")
+        routes.add_routes(request, self.route_set)
         return request
 
     def send(self, request: SipRequest) -> None:
-        self._send(request, self.source_addr)
+        self._send(request, self.next_hop)
 
     def next_sdp(self, sdp: str | None = None) -> str:
         """Our SDP (`sdp`, or the last we sent) with the next o= version: the body of an offer or answer we send."""
