@@ -242,6 +242,7 @@ class SipServer:
         uas = door.uas
         uas.on_invite = self.answering.on_invite
         uas.on_reinvite = self._on_reinvite
+        uas.on_update = self._on_update
         uas.on_bye = self._on_bye
         uas.on_cancel = self._on_cancel
         uas.on_ack_timeout = lambda incoming: self._end_soon(incoming.call_id, "no_ack", send_bye=False)
@@ -514,7 +515,8 @@ class SipServer:
     # ------------------------------------------------------------ in-dialog
     def _on_reinvite(self, incoming: IncomingCall) -> None:
         """re-INVITE from the dialog's peer (checked in `_in_dialog`): hold (sendonly / inactive), resume, a new
-        address or codec; answered from the new offer. The only way to move a call's media."""
+        address or codec; answered from the new offer. It and UPDATE (`_on_update`) are the only ways to move a call's
+        media."""
         c = self.calls.get(incoming.call_id)
         if c is None or c.rtp is None:
             incoming._send_response(481, "Call/Transaction Does Not Exist")
@@ -524,6 +526,16 @@ class SipServer:
             incoming.accept(self._sdp_answer(c, c.offer))
             return
         incoming.accept(self._take_offer(c, offer))
+
+    def _on_update(self, incoming: IncomingCall, request: SipRequest) -> SdpMessage | None:
+        """UPDATE from the dialog's peer (checked in `_in_dialog`, RFC 3311): with an offer, taken as a re-INVITE's
+        is and answered in the 200; without one (a session refresh) the stack answers 200 alone. None with an
+        offer: the stack answers 488 (the call is not answered yet)."""
+        c = self.calls.get(incoming.call_id)
+        if c is None or c.rtp is None or c.reoffer is None:
+            return None
+        offer, c.reoffer = c.reoffer, None
+        return self._take_offer(c, offer)
 
     def _take_offer(self, c: SipCall, offer: AudioOffer) -> SdpMessage:
         """A new offer in the call (re-INVITE or UPDATE): hold, resume, a new address or codec. Returns our answer."""
