@@ -336,7 +336,8 @@ class SipServer:
             if isinstance(checked, Refusal):
                 self._reply(door, msg, *self._sdp_refusal(checked, c.sip_call_id))
                 return False
-            if (checked.proto.upper() != "RTP/AVP") != (c.keys is not None):  # SRTP is kept, or never begun
+            crypto = list(checked.sdp.audio.attributes.get("crypto", ()))
+            if not sdes.same_protection(c.keys is not None, checked.proto, crypto):  # SRTP kept, or never begun
                 refusal = Refusal(P.SRTP_UNSUPPORTED, "a re-INVITE may not switch between RTP and SRTP")
                 self._reply(door, msg, *self._sdp_refusal(refusal, c.sip_call_id))
                 return False

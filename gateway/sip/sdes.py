@@ -197,3 +197,12 @@ def answer_keys(mode: str, ours: list[Crypto], proto: str, values: list[str]) ->
             raise SdesError("srtp_required", f"the answer ({proto[:20]}) carries no a=crypto key")
         return None
     return answered(ours, values)
+
+
+def same_protection(keyed: bool, proto: str, offered: list[str]) -> bool:
+    """Whether a new offer in a call (re-INVITE, UPDATE) keeps its protection: a call with SRTP keys (`keyed`)
+    stays SRTP (RTP/SAVP, or RTP/AVP with `a=crypto` lines: an `optional` trunk's best-effort SRTP, RFC 4568's
+    "best effort" use of RTP/AVP); a plain call stays plain (RTP/AVP; `a=crypto` lines in it are ignored, as in
+    the first offer). We do not re-key: the keys of the first offer and answer hold for the call."""
+    secure = proto.upper() in SECURE_PROTOS
+    return (secure or bool(offered)) if keyed else not secure

@@ -216,3 +216,20 @@ def test_our_offer_and_the_answer_to_it():
         with pytest.raises(SdesError) as e:
             sdes.answered(ours, bad)
         assert e.value.code == "answer_mismatch"
+
+
+@pytest.mark.parametrize(
+    "keyed, proto, lines, kept",
+    [
+        (True, "RTP/AVP", [f"1 AES_CM_128_HMAC_SHA1_80 inline:{RFC_KEY}"], True),  # best effort, as it began
+        (True, "RTP/SAVP", [f"1 AES_CM_128_HMAC_SHA1_80 inline:{RFC_KEY}"], True),
+        (True, "RTP/AVP", [], False),  # keys dropped: plain RTP now
+        (False, "RTP/AVP", [], True),
+        (False, "RTP/AVP", [f"1 AES_CM_128_HMAC_SHA1_80 inline:{RFC_KEY}"], True),  # best effort ignored, as before
+        (False, "RTP/SAVP", [f"1 AES_CM_128_HMAC_SHA1_80 inline:{RFC_KEY}"], False),
+    ],
+)
+def test_a_new_offer_keeps_the_calls_protection(keyed, proto, lines, kept):
+    """An `optional` trunk's call keyed in RTP/AVP (best-effort SDES) takes a re-INVITE offering the same. Before:
+    the leg compared the profile alone and refused it with 488 (the first case)."""
+    assert sdes.same_protection(keyed, proto, lines) is kept
