@@ -508,6 +508,10 @@ class SipServer:
         answer.audio.attributes["ptime"] = [str(FRAME_PTIME_MS)]  # we send 20 ms packets, whatever ptime was offered
         if c.keys is not None:  # RTP/SAVP (the offer's proto) with our key: we encrypt with it, the caller with its own
             answer.audio.attributes["crypto"] = [c.keys[0].to_sdp()]
+        # one session for the call, its version one more for each SDP we send (RFC 3264 §8)
+        session, version = c.sdp_origin or (answer.origin.session_id, int(answer.origin.session_version) - 1)
+        c.sdp_origin = (session, version + 1)
+        answer.origin.session_id, answer.origin.session_version = session, str(version + 1)
         return answer
 
     def _media_ip(self, c: SipCall) -> str:

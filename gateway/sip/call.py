@@ -114,6 +114,8 @@ class SipCall:
     peer_slot: str | None = None  # the source address whose per-IP slot (server.limits) this UDP call holds
     requests: dict | None = None  # CSeq -> our in-dialog request awaiting its final answer (transactions.Pending)
     clock: SessionClock | None = None  # the session timer we keep: outbound calls, inbound ones we refresh
+    acks: dict | None = None  # our last re-INVITE's CSeq -> the ACK of its 2xx (sent again with a resent 2xx)
+    sdp_origin: tuple[str, int] | None = None  # our SDP's o= session id and last version (inbound calls)
     hop: tuple[str, int] | None = None  # where our in-dialog requests go (gateway/sip/routes.py first_hop)
 
     @property

@@ -4,7 +4,7 @@ far end's re-INVITE and UPDATE on an outbound call (aiosipua's user agent server
 
 * `call.transfer` REFERs to a target `sip.transfer_targets` allows (gateway/sip/transfer.py), with the `X-`
   headers asked for; its answer and the NOTIFYs come back as `call.transfer` events. Inbound and outbound calls.
-* Session timers (RFC 4028) where we refresh: UPDATE (or, on outbound calls, a re-INVITE) at half the interval
+* Session timers (RFC 4028) where we refresh: UPDATE (or a re-INVITE where the peer does not allow it) at half the interval
   (gateway/sip/session_clock.py); a refresh answered 408/481, refused or unanswered ends the call with BYE.
 * The answers to our requests are taken only from the dialog's peer or `sip.allow`.
 """
@@ -117,7 +117,7 @@ class DialogRequests:
         number, method = number.strip(), method.strip().upper()
         pending = (c.requests or {}).get(int(number)) if number.isdigit() else None
         ours = pending is not None and pending.method == method
-        resent_2xx = method == "INVITE" and server.dialing.owns(c) and number in c.incoming.acks
+        resent_2xx = method == "INVITE" and number in (c.acks or {})
         if not ours and not resent_2xx:
             return False
         if addr[0] not in (c.dialog.peer_ip, c.next_hop[0]) and not in_networks(addr[0], server.trusted):
@@ -125,7 +125,7 @@ class DialogRequests:
         if ours:
             pending.answered(response.status_code, response.reason_phrase, response)
         elif 200 <= response.status_code < 300:
-            c.incoming.send(c.incoming.acks[number])
+            self._send(c, c.acks[number])
         return True
 
     def on_notify(self, door, c, request: SipRequest) -> None:
@@ -219,14 +219,11 @@ class DialogRequests:
 
     async def _refresh(self, c, agreement: session_timer.Agreement) -> session_timer.Agreement | None:
         """We refresh the call's session (RFC 4028 §7.4): UPDATE when the peer allows it, else (or when it refuses
-        UPDATE with 405/501) a re-INVITE offering our SDP again, version bumped (outbound calls; on inbound ones
-        `session_timer.engaged` leaves re-INVITE refreshes to the caller). The agreement its 2xx sets, or None:
-        408, 481, no answer or another refusal (the call is then ended)."""
+        UPDATE with 405/501) a re-INVITE offering our SDP again, version bumped, its 2xx ACKed. Inbound and outbound
+        calls alike. The agreement its 2xx sets, or None: 408, 481, no answer or another refusal (the call is then
+        ended)."""
         server = self.server
-        dialog = c.incoming
         methods = ["UPDATE", "INVITE"] if agreement.refresh_with == "UPDATE" else ["INVITE"]
-        if not server.dialing.owns(c):
-            methods = ["UPDATE"]
         status, reason = transactions.TIMEOUT
         for method in methods:
             if c.ended:
@@ -238,14 +235,13 @@ class DialogRequests:
             if method == "INVITE":
                 request.headers.set_single("Allow", ALLOW)
                 request.headers.set_single("Content-Type", "application/sdp")
-                request.text = dialog.next_sdp()
+                request.text = self._our_sdp(c)
             status, reason, response = await self._transaction(c, request)
             if 200 <= status < 300:
                 if method == "INVITE":
-                    ack = dialog.request("ACK", cseq=int(request.headers.get_first("cseq").split(" ")[0]))
-                    ack.headers.set_single("Content-Length", "0")
-                    dialog.acks = {ack.headers.get_first("cseq").split(" ")[0]: ack}  # a resent 2xx: ACKed again
-                    dialog.send(ack)
+                    number = request.headers.get_first("cseq").split(" ")[0]
+                    c.acks = {number: self._ack(c, int(number))}  # a resent 2xx: ACKed again
+                    self._send(c, c.acks[number])
                 agreed = server.timers.agreed(header_pairs(response)) if response is not None else None
                 return (
                     agreement if agreed is None else session_timer.Agreement(agreed.interval, agreed.we_refresh, method)
@@ -254,6 +250,29 @@ class DialogRequests:
                 break
         log.info("sip: call %s: our session refresh got %d %s; ending it", c.sip_call_id, status, reason)
         return None
+
+    def _our_sdp(self, c) -> str:
+        """Our SDP again (a refreshing re-INVITE's offer), its o= version one more (RFC 3264 §8)."""
+        if self.server.dialing.owns(c):
+            return c.incoming.next_sdp()
+        return serialize_sdp(self.server._sdp_answer(c, c.offer))  # the answer we gave, as it stands
+
+    def _ack(self, c, cseq: int) -> SipRequest:
+        """The ACK of the 2xx to our re-INVITE with CSeq `cseq` (RFC 3261 §13.2.2.4): routed as the dialog's requests."""
+        if self.server.dialing.owns(c):
+            ack = c.incoming.request("ACK", cseq=cseq)
+        else:
+            ack, _ = self._new_request(c, "ACK")
+            c.incoming.dialog.local_cseq -= 1  # an ACK takes its INVITE's number, not a new one
+            ack.headers.set_single("CSeq", f"{cseq} ACK")
+            ack.headers.remove("contact")
+        ack.headers.set_single("Content-Length", "0")
+        return ack
+
+    @staticmethod
+    def _send(c, request: SipRequest) -> None:
+        if not c.ended:
+            c.door.transport.send(request, c.next_hop)
 
     async def _transaction(
         self, c, request: SipRequest, pending: transactions.Pending | None = None
@@ -265,12 +284,10 @@ class DialogRequests:
             c.requests = {}
         c.requests[cseq] = pending
 
-        def send() -> None:
-            if not c.ended:
-                c.door.transport.send(request, c.next_hop)
-
         try:
-            status, reason = await transactions.client_transaction(send, pending, reliable=c.door.name != "UDP")
+            status, reason = await transactions.client_transaction(
+                lambda: self._send(c, request), pending, reliable=c.door.name != "UDP"
+            )
         finally:
             c.requests.pop(cseq, None)
         return status, reason, pending.response

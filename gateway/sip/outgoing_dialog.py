@@ -79,7 +79,6 @@ class OutgoingDialog:
         self.sdp_version = 1  # the o= line's version: one more for every offer or answer we send (RFC 3264 §8)
         self.answers: dict[int, tuple[SipResponse, object]] = {}  # the far end's last re-INVITE: CSeq -> (our 2xx,
         # the event its ACK sets)
-        self.acks: dict[str, SipRequest] = {}  # our last re-INVITE's CSeq -> the ACK of its 2xx (sent again with it)
 
     def _stop_retransmissions(self) -> None:
         pass  # a 2xx to a re-INVITE stops with the call (the leg's task)

@@ -132,18 +132,11 @@ class SessionTimerPolicy:
 def engaged(answer: Answer, request: Headers) -> Agreement | None:
     """The timer an inbound call runs, from `SessionTimerPolicy.answer`: None when the INVITE asked for none (no
     Session-Expires: RFC 4028 §9 lets the UAS add one, we do not impose refreshes on a caller that did not ask).
-    On an inbound call we refresh with UPDATE only (gateway/sip/in_dialog.py; a re-INVITE would need our SDP
-    through aiosipua's dialog): where we would have to re-INVITE, a caller that supports timers refreshes itself,
-    and one that does not gets no timer."""
+    Where we refresh, we do it with UPDATE when the caller's Allow lists it, else with a re-INVITE offering our
+    SDP again (gateway/sip/in_dialog.py)."""
     if answer.agreement is None or "session-expires" not in _read(request):
         return None
-    agreement = answer.agreement
-    if agreement.we_refresh and agreement.refresh_with != "UPDATE":
-        h = _read(request)
-        if "timer" not in _tokens(h.get("supported", "")) | _tokens(h.get("require", "")):
-            return None
-        return Agreement(agreement.interval, False, agreement.refresh_with)
-    return agreement
+    return answer.agreement
 
 
 def _read(headers: Headers) -> dict[str, str]:

@@ -86,16 +86,23 @@ def test_policy_bounds(expires, min_se):
     [
         ([], None),  # the caller asked for no timer: none imposed
         ([("Supported", "timer")], None),
-        ([("Session-Expires", "600;refresher=uac"), ("Supported", "timer")], (600, False)),
-        # we would refresh, and the caller allows UPDATE: we do (aiosipua refreshes with UPDATE)
-        ([("Session-Expires", "600;refresher=uas"), ("Supported", "timer"), ("Allow", "INVITE, UPDATE")], (600, True)),
-        # we would have to re-INVITE: a caller that supports timers refreshes itself; one that does not gets none
-        ([("Session-Expires", "600;refresher=uas"), ("Supported", "timer"), ("Allow", "INVITE, BYE")], (600, False)),
-        ([("Session-Expires", "600"), ("Allow", "INVITE, BYE")], None),
+        ([("Session-Expires", "600;refresher=uac"), ("Supported", "timer")], (600, False, "INVITE")),
+        # we refresh, with UPDATE where the caller allows it, else with a re-INVITE (the refresher it asked for)
+        (
+            [("Session-Expires", "600;refresher=uas"), ("Supported", "timer"), ("Allow", "INVITE, UPDATE")],
+            (600, True, "UPDATE"),
+        ),
+        (
+            [("Session-Expires", "600;refresher=uas"), ("Supported", "timer"), ("Allow", "INVITE, BYE")],
+            (600, True, "INVITE"),
+        ),
+        ([("Session-Expires", "600"), ("Allow", "INVITE, BYE")], (600, True, "INVITE")),  # it cannot refresh: we do
     ],
 )
-def test_engaged_runs_only_timers_the_caller_asked_for_and_we_can_keep(headers, expected):
+def test_engaged_runs_only_timers_the_caller_asked_for(headers, expected):
+    """Before: where we would have to re-INVITE, the refresher the caller asked for was overridden (uac), or the
+    call ran no timer at all."""
     from gateway.sip.session_timer import engaged
 
     agreement = engaged(SessionTimerPolicy().answer(headers), headers)
-    assert (agreement and (agreement.interval, agreement.we_refresh)) == expected
+    assert (agreement and (agreement.interval, agreement.we_refresh, agreement.refresh_with)) == expected

@@ -52,3 +52,20 @@ async def test_a_refresh_of_ours_that_goes_unanswered_ends_the_call_with_bye(sip
     ended = await control.expect("call.media", state="ended", timeout=110)
     assert ended["reason"] == "session_expired"
     (await sipp).assert_ok()  # Session-Expires: 90;refresher=uas in the 200 OK; our UPDATE (refresher=uac); BYE
+
+
+async def test_we_refresh_with_a_reinvite_when_the_callers_allow_lacks_update(sip_gateway, tmp_path):
+    """The caller (record-routed, Allow without UPDATE) makes us the refresher: at 45 s our re-INVITE comes with our
+    SDP and Session-Expires refresher=uac through the route set, and SIPp's 200 is ACKed the same way; the call
+    goes on until SIPp hangs up. Before: the 200 handed the refresh to the caller (refresher=uac) and no
+    re-INVITE ever came (SIPp's checks fail). The one wait of the RFC's 90 s floor in this file besides the
+    expiry test's."""
+    gw = await sip_gateway(sip={"rtp_timeout_s": 300})  # SIPp sends no RTP: only the session timer matters
+    sipp = asyncio.create_task(
+        run_sipp(tmp_path, sip_port(gw), "session_reinvite_refresh.xml", fields=["sipp-refresh"], timeout_s=80)
+    )
+    control = await Control.connect(gw)
+    await control.attach("sipp-refresh")
+    ended = await control.expect("call.media", state="ended", timeout=80)
+    assert ended["reason"] == "hangup"  # SIPp's BYE after our refresh, not an expiry
+    (await sipp).assert_ok()
