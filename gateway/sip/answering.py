@@ -13,6 +13,7 @@ import logging
 from aiortp import RTPSession
 from aiosipua import IncomingCall, SipRequest
 from aiosipua.dialog import Dialog
+from aiosipua.utils import format_addr
 
 from gateway import protocol as P
 from gateway.cluster.forward import owner_elsewhere
@@ -117,6 +118,7 @@ class Answering:
             if server.config.public_ip is None and server.host in WILDCARDS:  # Contact: the address the peer reaches
                 incoming.advertised_addr = (server._media_ip(c), c.door.transport.local_addr[1])
             incoming.accept(server._sdp_answer(c, offer))
+            incoming.dialog.contact = f"<sip:{format_addr(*incoming._signaling_addr())}>"  # as the 200's
             if c.clock is not None:
                 c.clock.start()
             c.sending = sends(offer)
@@ -190,12 +192,16 @@ class RoutedDialog(Dialog):
     Record-Route headers, which aiosipua leaves out: the proxies that recorded the route then see the answer
     come back and the dialog's later requests through them (gateway/sip/routes.py)."""
 
+    contact: str | None = None  # ours, for the 2xx to an UPDATE (a target refresh, RFC 3311 §5.2; aiosipua has none)
+
     @classmethod
     def of(cls, dialog: Dialog, invite: SipRequest) -> RoutedDialog:
         fields = {f.name: getattr(dialog, f.name) for f in dataclasses.fields(Dialog)}
         return cls(**{**fields, "route_set": routes.uas_route_set(invite.headers.get("record-route"))})
 
     def create_response(self, request, status_code, reason_phrase="", *, contact=None):
+        if contact is None and 200 <= status_code < 300 and request.method.upper() == "UPDATE":
+            contact = self.contact
         resp = super().create_response(request, status_code, reason_phrase, contact=contact)
         if 100 < status_code < 300:
             for value in request.headers.get("record-route"):
