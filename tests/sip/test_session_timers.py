@@ -1,6 +1,7 @@
 """Session timers (RFC 4028) on inbound calls, with SIPp as the caller: a Session-Expires below sip.min_se_s gets
 422 with our Min-SE; a caller that asks for a 90 s timer and refreshes itself gets it in the 200 OK, and when its
-refresh never comes the call is ended with BYE after 60 s (the test waits for it)."""
+refresh never comes the call is ended with BYE after 60 s (the test waits for it); a caller that makes us the
+refresher and does not allow UPDATE gets our re-INVITE at 45 s."""
 
 from __future__ import annotations
 
