@@ -19,7 +19,7 @@ import ssl
 from aiortp import RTPSession
 
 from gateway import protocol as P
-from gateway.sip import sdes, tls
+from gateway.sip import routes, sdes, tls
 from gateway.sip.identity import call_identity
 from gateway.sip.outbound import ALLOW, TIMER_D_S, TLS_FAILED, UNAVAILABLE, Dialed, InviteClient, Outcome
 from gateway.sip.outgoing_dialog import OutgoingDialog, sdp_offer
@@ -171,9 +171,12 @@ class Dialing:
         def progress(state: str, status: int) -> None:
             server._spawn(self._notify(call_id, {"type": "call.progress", "state": state, "status": status}))
 
+        def send(request) -> None:  # the 2xx's ACK goes to its first route's hop; the rest (no Route) to the trunk
+            door.transport.send(request, routes.hop_of(request, peer, door.name))
+
         client = InviteClient(
             dialed,
-            lambda req: door.transport.send(req, peer),
+            send,
             ring_timeout_s=ring_timeout_s,
             on_progress=progress,
             timers=server.timers,

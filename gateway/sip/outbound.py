@@ -162,7 +162,7 @@ class InviteClient:
 
     def _ack_2xx(self, response: SipResponse) -> SipRequest:
         """The ACK of a 2xx: a transaction of its own, to the 2xx's Contact (RFC 3261 §13.2.2.4), through the route
-        set its Record-Route makes (§12.1.2; gateway/sip/routes.py). It is sent where the INVITE went (the trunk)."""
+        set its Record-Route makes (§12.1.2; gateway/sip/routes.py); the sender puts it on the first route's hop."""
         contact = response.headers.get_first("contact") or ""
         target = contact[contact.find("<") + 1 : contact.find(">")] if "<" in contact else contact.split(";")[0]
         to = response.headers.get_first("to") or ""

@@ -72,6 +72,11 @@ def first_hop(route_set: list[str], peer: tuple[str, int], transport: str) -> tu
     return named
 
 
+def hop_of(request, peer: tuple[str, int], transport: str) -> tuple[str, int]:
+    """Where a request we built goes: the first hop its Route headers name (`first_hop`), else the peer."""
+    return first_hop([r.strip() for r in request.headers.get("route") if r.strip()], peer, transport)
+
+
 def add_routes(request, route_set: list[str]) -> None:
     """Our in-dialog `request` (its Request-URI the remote target) routed through `route_set` (§12.2.1.1)."""
     request.headers.remove("route")

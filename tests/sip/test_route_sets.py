@@ -65,3 +65,39 @@ async def test_an_outbound_call_acks_and_hangs_up_through_the_reversed_record_ro
         (await sipp).assert_ok()  # SIPp's checks: the ACK's and the BYE's Route headers, SIPp's address first
     finally:
         await control.ws.close()
+
+
+async def test_an_outbound_calls_ack_and_bye_go_to_the_first_route_not_the_trunk(sip_gateway, tmp_path):
+    """The 2xx names a record-routing proxy nearest us at another address (a socket of this test): the ACK for the
+    200 and the BYE go to it (§12.2.1.1), Route headers and all. Before: the ACK went where the INVITE went."""
+    loop = asyncio.get_running_loop()
+    heard: asyncio.Queue[bytes] = asyncio.Queue()
+
+    class Proxy(asyncio.DatagramProtocol):
+        def datagram_received(self, data, addr):
+            heard.put_nowait(data)
+
+    proxy, _ = await loop.create_datagram_endpoint(Proxy, local_addr=("127.0.0.1", 0))
+    proxy_port = proxy.get_extra_info("sockname")[1]
+    far = free_udp_port()
+    gw = await sip_gateway(sip={"trunks": [_trunk(far)], "rtp_timeout_s": 300}, server={"api_keys": [KEY]})
+    sipp = asyncio.create_task(
+        run_sipp(tmp_path, None, "out_record_route_proxy.xml", listen_port=far, fields=[str(proxy_port)])
+    )
+    control = await Control.connect(gw, additional_headers={"Authorization": f"Bearer {KEY}"})
+    try:
+        await asyncio.sleep(0.5)
+        status, body = await _post(gw, {"to": "+15551234567", "trunk": "far"})
+        assert status == 201, body
+        await control.attach(body["call_id"])
+        await control.expect("call.answered")
+        ack = (await asyncio.wait_for(heard.get(), 5)).decode()
+        assert ack.startswith("ACK sip:sipp@"), ack  # the Request-URI is the far end's Contact
+        assert f"Route: <sip:127.0.0.1:{proxy_port};lr>" in ack and "Route: <sip:proxy2.invalid;lr>" in ack
+        await control.send({"type": "session.end"})
+        bye = (await asyncio.wait_for(heard.get(), 5)).decode()
+        assert bye.startswith("BYE sip:sipp@") and f"Route: <sip:127.0.0.1:{proxy_port};lr>" in bye, bye
+        (await sipp).assert_ok()
+    finally:
+        await control.ws.close()
+        proxy.close()
