@@ -63,44 +63,60 @@ async def test_a_422_is_answered_with_an_invite_carrying_the_asked_min_se(sip_ga
         await control.ws.close()
 
 
-async def test_we_refresh_the_session_when_the_answer_makes_us_the_refresher(sip_gateway, tmp_path):
-    """Session-Expires: 90;refresher=uac in the 2xx: our UPDATE comes within 45 s, and the call goes on after it.
-    Before: no refresh was ever sent (SIPp times out waiting for the UPDATE)."""
-    gw, sipp, control = await _dial(sip_gateway, tmp_path, "out_session_refresh.xml", timeout_s=90)
+async def test_session_timers_on_outbound_calls(sip_gateway, tmp_path):
+    """Three outbound calls at once, one SIPp far end each, waiting on the RFC's own timers (90 s, its floor), so
+    the wait is paid once:
+
+    * `refresh`: Session-Expires: 90;refresher=uac in the 2xx: our UPDATE comes within 45 s and the call goes on
+      after it. Before: no refresh was ever sent (SIPp times out waiting for the UPDATE).
+    * `unanswered`: no UPDATE in the far end's Allow: we refresh with a re-INVITE at 45 s; nobody answers it (32 s
+      of retransmissions), so we send BYE. Before: no refresh and no BYE (SIPp times out).
+    * `silent`: Session-Expires: 90;refresher=uas in the 2xx, and the far end never refreshes: BYE after 60 s.
+      Before: the call stayed up (SIPp times out waiting for the BYE)."""
+    scenarios = {
+        "refresh": ("out_session_refresh.xml", 90),
+        "unanswered": ("out_session_unanswered.xml", 120),
+        "silent": ("out_session_expires.xml", 100),
+    }
+    ports = {name: free_udp_port() for name in scenarios}
+    gw = await sip_gateway(
+        sip={"trunks": [{**_trunk(ports[name]), "name": name} for name in scenarios], "rtp_timeout_s": 300},
+        server={"api_keys": [KEY]},
+    )
+    sipps = {
+        name: asyncio.create_task(run_sipp(tmp_path, None, scenario, listen_port=ports[name], timeout_s=timeout_s))
+        for name, (scenario, timeout_s) in scenarios.items()
+    }
+    await asyncio.sleep(0.5)
+    controls, call_ids = {}, {}
     try:
-        await asyncio.sleep(50)  # past the refresh at 45 s
-        assert gw.calls.ids(), "the call ended after its refresh"
-        await control.send({"type": "text", "turn_id": "t1", "text": "Still here.", "final": True})
-        done = await control.expect("turn.done", timeout=15)
-        assert done["played_ms"] > 200
-        await control.send({"type": "session.end"})
-        (await sipp).assert_ok()  # the INVITE offered a timer, the UPDATE came, then our BYE
+        for name in scenarios:
+            status, body = await _post(gw, {"to": "+15551234567", "trunk": name})
+            assert status == 201, body
+            call_ids[name] = body["call_id"]
+            controls[name] = await Control.connect(gw, additional_headers={"Authorization": f"Bearer {KEY}"})
+            await controls[name].attach(body["call_id"])
+            await controls[name].expect("call.answered")
+
+        async def refreshed() -> None:
+            control = controls["refresh"]
+            await asyncio.sleep(50)  # past the refresh at 45 s
+            assert call_ids["refresh"] in gw.calls.ids(), "the call ended after its refresh"
+            await control.send({"type": "text", "turn_id": "t1", "text": "Still here.", "final": True})
+            done = await control.expect("turn.done", timeout=15)
+            assert done["played_ms"] > 200
+            await control.send({"type": "session.end"})
+            (await sipps["refresh"]).assert_ok()  # the INVITE offered a timer, the UPDATE came, then our BYE
+
+        async def expired(name: str, timeout: float) -> None:
+            ended = await controls[name].expect("call.media", state="ended", timeout=timeout)
+            assert ended["reason"] == "session_expired", name
+            (await sipps[name]).assert_ok()  # unanswered: the re-INVITE offered our SDP with refresher=uac; then BYE
+
+        await asyncio.gather(refreshed(), expired("unanswered", 110), expired("silent", 90))
     finally:
-        await control.ws.close()
-
-
-async def test_an_unanswered_refresh_ends_the_call_with_bye(sip_gateway, tmp_path):
-    """No UPDATE in the far end's Allow: we refresh with a re-INVITE at 45 s; nobody answers it (32 s of
-    retransmissions), so we send BYE. Before: no refresh and no BYE (SIPp times out)."""
-    gw, sipp, control = await _dial(sip_gateway, tmp_path, "out_session_unanswered.xml", timeout_s=120)
-    try:
-        ended = await control.expect("call.media", state="ended", timeout=110)
-        assert ended["reason"] == "session_expired"
-        (await sipp).assert_ok()  # the re-INVITE offered our SDP with refresher=uac; then the BYE
-    finally:
-        await control.ws.close()
-
-
-async def test_a_far_end_refresher_whose_refresh_never_comes_is_hung_up(sip_gateway, tmp_path):
-    """Session-Expires: 90;refresher=uas in the 2xx, and the far end never refreshes: BYE after 60 s.
-    Before: the call stayed up (SIPp times out waiting for the BYE)."""
-    gw, sipp, control = await _dial(sip_gateway, tmp_path, "out_session_expires.xml", timeout_s=100)
-    try:
-        ended = await control.expect("call.media", state="ended", timeout=90)
-        assert ended["reason"] == "session_expired"
-        (await sipp).assert_ok()
-    finally:
-        await control.ws.close()
+        for control in controls.values():
+            await control.ws.close()
 
 
 @pytest.mark.parametrize("transport", ["udp", "tcp"])

@@ -24,49 +24,43 @@ async def test_a_session_interval_below_min_se_gets_422(sip_gateway, tmp_path):
     assert gw.metrics.errors.labels(code="session_interval_too_small")._value.get() == 1
 
 
-async def test_a_call_whose_refreshes_stop_is_ended_with_bye(sip_gateway, tmp_path):
-    gw = await sip_gateway(sip={"rtp_timeout_s": 300})  # SIPp sends no RTP: only the session timer may end it
-    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "session_expires.xml", timeout_s=90))
-    for _ in range(200):
-        if gw.calls.ids():
-            break
-        await asyncio.sleep(0.05)
-    control = await Control.connect(gw)
-    await control.attach(gw.calls.ids()[0])
-    ended = await control.expect("call.media", state="ended", timeout=80)
-    assert ended["reason"] == "session_expired"
-    (await sipp).assert_ok()  # the 200 OK carried Session-Expires: 90;refresher=uac and Require: timer; BYE came
+async def test_session_timers_on_inbound_calls(sip_gateway, tmp_path):
+    """Three SIPp callers at once, waiting on the RFC's own timers (90 s, its floor), so the wait is paid once:
 
+    * `expires`: the caller asks for 90 s, refreshing itself (refresher=uac), and never refreshes: the 200 OK
+      carries Session-Expires: 90;refresher=uac and Require: timer, and BYE comes after 60 s.
+    * `unanswered`: the caller makes us the refresher (refresher=uas, UPDATE allowed): our UPDATE comes at 45 s,
+      is sent again while unanswered, and after 32 s without an answer the call is ended with BYE. Before:
+      aiosipua sent one UPDATE and nothing more; the call stayed up (SIPp timed out waiting for the BYE).
+    * `refresh`: the caller (record-routed, Allow without UPDATE) makes us the refresher: at 45 s our re-INVITE
+      comes with our SDP and Session-Expires refresher=uac through the route set, and SIPp's 200 is ACKed the
+      same way; the call goes on until SIPp hangs up. Before: the 200 handed the refresh to the caller
+      (refresher=uac) and no re-INVITE ever came (SIPp's checks fail)."""
+    gw = await sip_gateway(sip={"rtp_timeout_s": 300})  # SIPp sends no RTP: only the session timers may end them
+    scenarios = {
+        "expires": ("session_expires.xml", 90, "session_expired"),
+        "unanswered": ("session_refresh_unanswered.xml", 110, "session_expired"),
+        "refresh": ("session_reinvite_refresh.xml", 80, "hangup"),  # SIPp's BYE after our refresh, not an expiry
+    }
+    controls = {}
+    for name in scenarios:  # each agent attaches before its INVITE arrives (the X-Call-Id SIPp sends)
+        controls[name] = await Control.connect(gw)
+        await controls[name].attach(f"sipp-{name}")
+    sipps = {
+        name: asyncio.create_task(
+            run_sipp(tmp_path, sip_port(gw), scenario, fields=[f"sipp-{name}"], timeout_s=timeout_s)
+        )
+        for name, (scenario, timeout_s, _) in scenarios.items()
+    }
 
-async def test_a_refresh_of_ours_that_goes_unanswered_ends_the_call_with_bye(sip_gateway, tmp_path):
-    """The caller makes us the refresher (refresher=uas, UPDATE allowed): our UPDATE comes at 45 s, is sent again
-    while unanswered, and after 32 s without an answer the call is ended with BYE. Before: aiosipua sent one
-    UPDATE and nothing more; the call stayed up (SIPp timed out waiting for the BYE)."""
-    gw = await sip_gateway(sip={"rtp_timeout_s": 300})  # SIPp sends no RTP: only the session timer may end it
-    sipp = asyncio.create_task(run_sipp(tmp_path, sip_port(gw), "session_refresh_unanswered.xml", timeout_s=110))
-    for _ in range(200):
-        if gw.calls.ids():
-            break
-        await asyncio.sleep(0.05)
-    control = await Control.connect(gw)
-    await control.attach(gw.calls.ids()[0])
-    ended = await control.expect("call.media", state="ended", timeout=110)
-    assert ended["reason"] == "session_expired"
-    (await sipp).assert_ok()  # Session-Expires: 90;refresher=uas in the 200 OK; our UPDATE (refresher=uac); BYE
+    async def ends(name: str) -> None:
+        _, timeout_s, reason = scenarios[name]
+        ended = await controls[name].expect("call.media", state="ended", timeout=timeout_s)
+        assert ended["reason"] == reason, (name, ended)
+        (await sipps[name]).assert_ok()  # each scenario's own checks (see its comment)
 
-
-async def test_we_refresh_with_a_reinvite_when_the_callers_allow_lacks_update(sip_gateway, tmp_path):
-    """The caller (record-routed, Allow without UPDATE) makes us the refresher: at 45 s our re-INVITE comes with our
-    SDP and Session-Expires refresher=uac through the route set, and SIPp's 200 is ACKed the same way; the call
-    goes on until SIPp hangs up. Before: the 200 handed the refresh to the caller (refresher=uac) and no
-    re-INVITE ever came (SIPp's checks fail). The one wait of the RFC's 90 s floor in this file besides the
-    expiry test's."""
-    gw = await sip_gateway(sip={"rtp_timeout_s": 300})  # SIPp sends no RTP: only the session timer matters
-    sipp = asyncio.create_task(
-        run_sipp(tmp_path, sip_port(gw), "session_reinvite_refresh.xml", fields=["sipp-refresh"], timeout_s=80)
-    )
-    control = await Control.connect(gw)
-    await control.attach("sipp-refresh")
-    ended = await control.expect("call.media", state="ended", timeout=80)
-    assert ended["reason"] == "hangup"  # SIPp's BYE after our refresh, not an expiry
-    (await sipp).assert_ok()
+    try:
+        await asyncio.gather(*(ends(name) for name in scenarios))
+    finally:
+        for control in controls.values():
+            await control.ws.close()
