@@ -883,7 +883,8 @@ def sip_registrar(text: str) -> tuple[str, int] | None:
 
 def sip_uri_ok(text: str) -> bool:
     """`sip:user@host[:port]` (or sips:), as a trunk's `from` must be."""
-    return re.fullmatch(r"sips?:[^@\s<>\"]+@[A-Za-z0-9.\-]+(?::\d{1,5})?", text or "") is not None
+    # printable ASCII only (RFC 3261 §25.1): no control byte or raw UTF-8 goes onto the wire in our From
+    return re.fullmatch(r"sips?:[!#-;=?A-~]+@[A-Za-z0-9.\-]+(?::\d{1,5})?", text or "") is not None
 
 
 def sip_port_range(text: str) -> tuple[int, int] | None:

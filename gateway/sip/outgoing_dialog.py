@@ -15,7 +15,8 @@ from gateway.sip import routes
 from gateway.sip.outbound import InviteClient, _tag, new_branch
 
 E164 = re.compile(r"\+[1-9][0-9]{6,14}")  # ITU-T E.164: + and up to 15 digits
-SIP_URI = re.compile(r"sips?:[^@\s<>\"]+@[A-Za-z0-9.\-]+(?::\d{1,5})?(;[^\s<>\"]*)?")
+# printable ASCII only (RFC 3261 §25.1: a URI escapes the rest): no control byte or raw UTF-8 reaches the wire
+SIP_URI = re.compile(r"sips?:[!#-;=?A-~]+@[A-Za-z0-9.\-]+(?::\d{1,5})?(;[!#-;=?-~]*)?")
 PAYLOAD_NAMES = {0: "PCMU", 8: "PCMA"}
 TELEPHONE_EVENT_PT = 101
 

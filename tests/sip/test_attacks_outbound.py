@@ -1,0 +1,114 @@
+"""Outbound calls attacked as an attacker would (docs/security.md): a real gateway dials a far end on loopback
+(tests/sip/tiny_uas.py, answering as each test scripts it), and a stranger on another address (127.0.0.66) who
+learnt the call's Call-ID and tags forges requests in its dialog; the far end itself answers with what no trunk
+should send; POST /v1/calls is fed what would smuggle bytes onto the wire. Each attack is refused with a stable
+code or ends that call alone: the dialog and its media stay where they were, and the gateway serves the next call."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from tests.sip.conftest import sip_port
+from tests.sip.test_outbound_calls import KEY, STRANGER, _post
+from tests.sip.tiny_uas import Request, open_uas, response
+from tests.telephony.clients import Control
+
+pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
+
+TO_TAG = "far1"
+
+
+def _sdp(ip: str = "127.0.0.1", port: int = 40000) -> str:
+    return (
+        f"v=0\r\no=far 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n"
+        f"m=audio {port} RTP/AVP 0 101\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:101 telephone-event/8000\r\n"
+    )
+
+
+def answering(sdp: str | None = None, extra: list[str] | None = None, to_tag: str = TO_TAG):
+    """A far end that rings, then answers our INVITE 200 with `sdp` (ours by default), and 200s whatever else."""
+
+    def handle(request: Request) -> bytes | None:
+        uas = handle.uas
+        if request.method == "ACK":
+            return None
+        if request.method != "INVITE":
+            return response(request, "200 OK", to_tag=to_tag)
+        port = request.addr[1]
+        contact = [f"Contact: <sip:far@127.0.0.1:{uas.port}>"] if extra is None else extra
+        body = _sdp() if sdp is None else sdp
+        ringing = response(request, "180 Ringing", to_tag=to_tag)
+        uas.transport.sendto(ringing, ("127.0.0.1", port))
+        return response(request, "200 OK", [*contact, "Content-Type: application/sdp"], body, to_tag=to_tag)
+
+    return handle
+
+
+async def _gateway(sip_gateway, handle, **server):
+    uas = await open_uas(handle)
+    handle.uas = uas
+    trunk = {"name": "far", "address": f"127.0.0.1:{uas.port}", "from": "sip:+15550100@voxgate.test"}
+    gw = await sip_gateway(sip={"trunks": [trunk], "rtp_timeout_s": 300}, server={"api_keys": [KEY], **server})
+    return gw, uas
+
+
+async def _call(gw, event: str = "call.answered"):
+    status, body = await _post(gw, {"to": "+15551234567", "trunk": "far"})
+    assert status == 201, body
+    control = await Control.connect(gw, additional_headers={"Authorization": f"Bearer {KEY}"})
+    await control.attach(body["call_id"])
+    return body["call_id"], control, await control.expect(event)
+
+
+def _leg(gw):
+    return gw.legs["gateway.legs.sip"]
+
+
+def _in_dialog(method: str, call_id: str, uas_port: int, body: str = "", source: str = STRANGER, extra="") -> bytes:
+    """A request in the outbound call's dialog as the far end would send it: its tag in From, ours in To."""
+    head = (
+        f"{method} sip:voxgate@127.0.0.1 SIP/2.0\r\n"
+        f"Via: SIP/2.0/UDP {source}:{uas_port};branch=z9hG4bKforged{method}\r\n"
+        f"From: <sip:+15551234567@127.0.0.1>;tag={TO_TAG}\r\n"
+        f"To: <sip:+15550100@voxgate.test>;tag=OURTAG\r\n"
+        f"Call-ID: {call_id}\r\nCSeq: 7 {method}\r\nMax-Forwards: 70\r\n"
+        f"Contact: <sip:x@{source}:{uas_port}>\r\n{extra}"
+    )
+    if body:
+        head += "Content-Type: application/sdp\r\n"
+    return (head + f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("to", "sip:a@127.0.0.1\r\nX-Evil: 1"),
+        ("to", "sip:a\x00b@127.0.0.1"),  # a NUL: many SIP parsers end the message there
+        ("to", "sip:a\x7f@127.0.0.1"),
+        ("to", "sip:a@127.0.0.1;x=\x01"),
+        ("to", "sip:\u00e9@127.0.0.1"),  # raw UTF-8 in a URI (RFC 3261 §25.1 escapes it)
+        ("from", "sip:a@b.test\r\nVia: SIP/2.0/UDP 127.0.0.66"),
+        ("from", "sip:a\x00b@b.test"),
+        ("from", "sip:\u00e9@b.test"),
+        ("headers", {"Via": "SIP/2.0/UDP 127.0.0.66"}),
+        ("headers", {"Authorization": "Digest x"}),
+        ("headers", {"X-A": "1\r\nContact: <sip:evil@127.0.0.66>"}),
+        ("headers", {"X-A\r\nVia": "1"}),
+    ],
+)
+async def test_post_calls_refuses_what_would_put_bytes_of_its_choosing_on_the_wire(sip_gateway, field, value):
+    """Every URI and header POST /v1/calls copies into the INVITE is printable ASCII of the right shape: 400
+    `bad_message`, and the trunk sees no INVITE. Before: a NUL, DEL or raw UTF-8 in `to`/`from` was dialled."""
+    gw, uas = await _gateway(sip_gateway, answering())
+    status, answer = await _post(gw, {"to": "+15551234567", "trunk": "far", field: value})
+    assert (status, answer["code"]) == (400, "bad_message"), answer
+    status, body = await _post(gw, {"to": "sip:+15551234567@127.0.0.1;user=phone", "trunk": "far"})
+    assert status == 201, body  # a good one right after goes out
+    for _ in range(100):
+        if uas.requests:
+            break
+        await asyncio.sleep(0.02)
+    assert [r.uri for r in uas.requests if r.method == "INVITE"] == ["sip:+15551234567@127.0.0.1;user=phone"]
