@@ -112,3 +112,47 @@ async def test_post_calls_refuses_what_would_put_bytes_of_its_choosing_on_the_wi
             break
         await asyncio.sleep(0.02)
     assert [r.uri for r in uas.requests if r.method == "INVITE"] == ["sip:+15551234567@127.0.0.1;user=phone"]
+
+
+def _stranger() -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((STRANGER, 0))
+    s.settimeout(3)
+    return s
+
+
+async def _ask(sock: socket.socket, message: bytes, to: tuple[str, int]) -> str:
+    """Send `message` from `sock`; the status line of the first answer that is not a 100."""
+    sock.sendto(message, to)
+    while True:
+        data = await asyncio.get_running_loop().run_in_executor(None, sock.recv, 65535)
+        line = data.decode(errors="replace").split("\r\n", 1)[0]
+        if not line.startswith("SIP/2.0 100"):
+            return line
+
+
+async def test_a_stranger_who_learnt_the_dialog_cannot_speak_for_an_outbound_call(sip_gateway):
+    """Once the trunk answered, a stranger on another address with the Call-ID and both tags sends a BYE, a
+    re-INVITE and an UPDATE moving media to itself, INFO, NOTIFY, REFER: each 403 `not_dialog_peer`, the call and
+    its media stay; then the far end's own BYE ends it."""
+    gw, uas = await _gateway(sip_gateway, answering())
+    call_id, control, _ = await _call(gw)
+    c = _leg(gw).calls[call_id]
+    ours, media = c.incoming.dialog.local_tag, c.guard.peer
+    gateway = ("127.0.0.1", sip_port(gw))
+    stranger = _stranger()
+    evil_sdp = _sdp(STRANGER, 41000)
+    try:
+        for method, body in [("BYE", ""), ("INVITE", evil_sdp), ("UPDATE", evil_sdp), ("INFO", ""), ("NOTIFY", "")]:
+            forged = _in_dialog(method, call_id, stranger.getsockname()[1], body).replace(b"OURTAG", ours.encode())
+            assert (await _ask(stranger, forged, gateway)).startswith("SIP/2.0 403"), method
+        refer = _in_dialog("REFER", call_id, stranger.getsockname()[1], extra="Refer-To: <sip:evil@127.0.0.66>\r\n")
+        assert (await _ask(stranger, refer.replace(b"OURTAG", ours.encode()), gateway)).startswith("SIP/2.0 403")
+        assert not c.ended and c.guard.peer == media and c.offer.address == media
+        bye = _in_dialog("BYE", call_id, uas.port, source="127.0.0.1").replace(b"OURTAG", ours.encode())
+        uas.transport.sendto(bye, gateway)  # the far end's own BYE is taken
+        await control.expect("session.ended")
+        assert c.ended
+    finally:
+        stranger.close()
+        await control.ws.close()
