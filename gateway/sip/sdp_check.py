@@ -1,7 +1,8 @@
 """An SDP offer checked before anything answers it: what voxgate would send to, and in what.
 
 An offer is answered only when voxgate can keep every promise of the answer: the media address is an IPv4
-literal (a name would be resolved on the media path, per packet), the audio port is a usable even RTP port,
+literal (a name would be resolved on the media path, per packet) of one host (not multicast or broadcast: an SDP
+must not turn our RTP into a stream to a whole network), the audio port is a usable even RTP port,
 audio is not declined (`m=audio 0`), the transport profile is plain RTP/AVP (an `RTP/SAVP` offer wants SRTP:
 answering it `SAVP` without keys is a lie the phone hangs up on), and one offered codec is one voxgate speaks.
 `telephone-event` is answered only at 8000 Hz, the clock voxgate sends, with the payload type the offer bound to
@@ -84,6 +85,10 @@ def check_offer(text: str, payload_types: list[int], srtp: bool = False) -> Audi
         return Refusal(P.SDP_ADDRESS, "the offer has no c= line for its audio")
     if not _ipv4_literal(connection.address) or connection.addr_type.upper() != "IP4":
         return Refusal(P.SDP_ADDRESS, f"c={connection.address!r} is not an IPv4 address (names are not resolved)")
+    if _group_address(connection.address):
+        return Refusal(
+            P.SDP_ADDRESS, f"c={connection.address}: voxgate sends RTP to one peer, not a group or broadcast"
+        )
     chosen = next((c.payload_type for c in audio.codecs if c.payload_type in payload_types and _g711(c)), None)
     if chosen is None:
         offered = [c.encoding_name or str(c.payload_type) for c in audio.codecs]
@@ -103,6 +108,12 @@ def check_offer(text: str, payload_types: list[int], srtp: bool = False) -> Audi
 def _g711(codec) -> bool:
     """A static payload type 0/8 is PCMU/PCMA unless an rtpmap binds it to something else."""
     return not codec.encoding_name or codec.encoding_name.upper() in ("PCMU", "PCMA")
+
+
+def _group_address(text: str) -> bool:
+    """Multicast (224/4), broadcast or reserved (240/4): our RTP sent there would reach every host on a network."""
+    address = ipaddress.IPv4Address(text)
+    return address.is_multicast or address.is_reserved
 
 
 def _ipv4_literal(text: str) -> bool:

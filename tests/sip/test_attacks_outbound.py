@@ -39,11 +39,12 @@ def answering(sdp: str | None = None, extra: list[str] | None = None, to_tag: st
             return response(request, "200 OK", to_tag=to_tag)
         port = request.addr[1]
         contact = [f"Contact: <sip:far@127.0.0.1:{uas.port}>"] if extra is None else extra
-        body = _sdp() if sdp is None else sdp
+        body = _sdp() if handle.sdp is None else handle.sdp
         ringing = response(request, "180 Ringing", to_tag=to_tag)
         uas.transport.sendto(ringing, ("127.0.0.1", port))
         return response(request, "200 OK", [*contact, "Content-Type: application/sdp"], body, to_tag=to_tag)
 
+    handle.sdp = sdp  # a test may change what the next call is answered with
     return handle
 
 
@@ -156,3 +157,47 @@ async def test_a_stranger_who_learnt_the_dialog_cannot_speak_for_an_outbound_cal
     finally:
         stranger.close()
         await control.ws.close()
+
+
+@pytest.mark.parametrize(
+    "sdp",
+    [
+        _sdp("224.0.0.1"),  # multicast: our RTP would go to every host of a group
+        _sdp("255.255.255.255"),  # broadcast
+        "",  # a 200 with no answer to our offer
+        "hello\r\nworld",  # not SDP
+        _sdp().replace("RTP/AVP 0 101", "RTP/AVP 18"),  # no codec we offered
+        _sdp().replace("m=audio 40000", "m=audio 40001"),  # an odd RTP port
+    ],
+)
+async def test_a_trunks_unusable_answer_fails_that_call_alone_and_frees_its_ports(sip_gateway, sdp):
+    """The trunk answers our INVITE 200 with an SDP we cannot send to: the call is ACKed and hung up with BYE,
+    the agent gets `call.failed` `rejected`, its RTP ports and its capacity place are free, and the next call
+    (answered properly) is taken. Before: a multicast or broadcast c= was taken and our RTP streamed there."""
+    handle = answering(sdp)
+    gw, uas = await _gateway(sip_gateway, handle)
+    call_id, control, failed = await _call(gw, "call.failed")
+    leg = _leg(gw)
+    try:
+        assert (failed["code"], failed["status"]) == ("rejected", 488), failed
+        for _ in range(100):
+            if [r.method for r in uas.requests] == ["INVITE", "ACK", "BYE"]:
+                break
+            await asyncio.sleep(0.02)
+        assert [r.method for r in uas.requests] == ["INVITE", "ACK", "BYE"]
+        assert not leg.calls and not leg.ports._allocated and leg.dialing.ringing() == 0
+    finally:
+        await control.ws.close()
+    handle.sdp = None
+    _, control, _ = await _call(gw)  # the gateway goes on dialling
+    await control.ws.close()
+
+
+@pytest.mark.parametrize("ip, refused", [("239.1.2.3", True), ("255.255.255.255", True), ("0.0.0.0", False)])
+def test_an_inbound_offer_naming_a_group_address_is_refused_too(ip, refused):
+    """The same check guards inbound offers and re-offers; 0.0.0.0 stays the old way of putting a call on hold."""
+    from gateway.sip.sdp_check import Refusal, check_offer
+
+    checked = check_offer(_sdp(ip), [0])
+    assert isinstance(checked, Refusal) == refused
+    assert not refused or checked.code == "sdp_address"
