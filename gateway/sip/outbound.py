@@ -7,6 +7,7 @@ each retransmission of it again (§17.1.1.3), for as long as the transaction lin
 * INVITE resent over UDP after 0.5 s, doubling (Timer A), until any answer; no answer in 32 s (Timer B):
   `unavailable` with status 408.
 * 1xx: `trying` (100), `ringing` (180-182 and any other 1xx), `early` (183 with SDP); early media is not played.
+  The same progress again (a resent or flooded 180) is told once.
 * 401/407: answered once per request with digest (gateway/sip/digest.py: MD5 or SHA-256), as a new INVITE with
   the next CSeq; a second challenge, or one we cannot answer: `auth_failed`.
 * Session timers (RFC 4028): with a policy, the INVITE offers `Session-Expires`, `Min-SE` and `Supported: timer`;
@@ -119,6 +120,7 @@ class InviteClient:
         self.challenged = False  # a 401/407 was answered for this call: a second one fails it
         self.provisional = False  # a 1xx came: a CANCEL may go, INVITE retransmission stops
         self.cancelled = False
+        self.told: tuple[str, int] | None = None  # the last progress told to `on_progress`
         self.acks: dict[tuple[int, str], SipRequest] = {}  # (CSeq, To tag) of a final -> the ACK that answers it
         self.outcome: Outcome | None = None
         self._done: asyncio.Future[Outcome] | None = None
@@ -253,7 +255,9 @@ class InviteClient:
             state = "early"
         else:
             state = "ringing"
-        if first or status != 100:
+        # the same answer again (a far end resending 180, or flooding it) tells the agent nothing new
+        if (first or status != 100) and (state, status) != self.told:
+            self.told = (state, status)
             self.on_progress(state, status)
 
     def _answer_challenge(self, response: SipResponse) -> None:

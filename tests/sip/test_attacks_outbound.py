@@ -201,3 +201,36 @@ def test_an_inbound_offer_naming_a_group_address_is_refused_too(ip, refused):
     checked = check_offer(_sdp(ip), [0])
     assert isinstance(checked, Refusal) == refused
     assert not refused or checked.code == "sdp_address"
+
+
+async def test_a_flood_of_ringing_is_told_to_the_agent_once(sip_gateway):
+    """The far end floods 180 Ringing (the same answer 200 times) before its 200: the agent hears `ringing` once,
+    then the answer. Before: one `call.progress` per 180, 200 events for the agent to wade through."""
+
+    def ring_later(request: Request) -> bytes | None:
+        return response(request, "100 Trying", to_tag=TO_TAG) if request.method == "INVITE" else None
+
+    gw, uas = await _gateway(sip_gateway, ring_later)
+    status, body = await _post(gw, {"to": "+15551234567", "trunk": "far"})
+    control = await Control.connect(gw, additional_headers={"Authorization": f"Bearer {KEY}"})
+    try:
+        await control.attach(body["call_id"])
+        await control.expect("call.progress", state="trying")
+        invite = uas.requests[0]
+        for _ in range(200):
+            uas.transport.sendto(response(invite, "180 Ringing", to_tag=TO_TAG), invite.addr)
+        await asyncio.sleep(0.2)
+        ok = response(
+            invite,
+            "200 OK",
+            [f"Contact: <sip:far@127.0.0.1:{uas.port}>", "Content-Type: application/sdp"],
+            _sdp(),
+            to_tag=TO_TAG,
+        )
+        uas.transport.sendto(ok, invite.addr)
+        events = []
+        while not events or events[-1]["type"] != "call.answered":
+            events.append(await control.recv())
+        assert [e["state"] for e in events if e["type"] == "call.progress"] == ["ringing"]
+    finally:
+        await control.ws.close()
