@@ -392,7 +392,7 @@ class SipServer:
             return P.SIP_AUTH_FAILED, f"digest authentication refused ({decision.reason})", {}
         if not self.core.accepting or self.core.draining:
             return P.SHUTTING_DOWN, "the gateway is not accepting calls", {}
-        if self.core.registry.full():
+        if self.core.registry.full(self.dialing.ringing()):  # an outbound call ringing holds its place too
             return (
                 P.AT_CAPACITY,
                 f"the gateway holds its maximum of {self.core.config.server.max_sessions} sessions",

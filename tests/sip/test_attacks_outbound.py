@@ -13,6 +13,7 @@ import pytest
 
 from tests.sip.conftest import sip_port
 from tests.sip.test_outbound_calls import KEY, STRANGER, _post
+from tests.sip import udp_caller
 from tests.sip.tiny_uas import Request, open_uas, response
 from tests.telephony.clients import Control
 
@@ -234,3 +235,20 @@ async def test_a_flood_of_ringing_is_told_to_the_agent_once(sip_gateway):
         assert [e["state"] for e in events if e["type"] == "call.progress"] == ["ringing"]
     finally:
         await control.ws.close()
+
+
+async def test_an_inbound_invite_finds_no_place_a_ringing_outbound_call_holds(sip_gateway):
+    """server.max_sessions 1 and an outbound call ringing (it may answer any moment): an inbound INVITE gets 503
+    `at_capacity`, as a second POST /v1/calls does. Before: the INVITE was answered, and when the trunk then
+    answered, the outbound call found no place and was hung up."""
+    gw, uas = await _gateway(sip_gateway, lambda request: None, max_sessions=1)  # a trunk that never answers
+    status, body = await _post(gw, {"to": "+15551234567", "trunk": "far"})
+    assert status == 201, body
+    caller = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    caller.bind(("127.0.0.1", 0))
+    caller.settimeout(3)
+    try:
+        message = udp_caller.invite("in-1", caller.getsockname()[1], 40002)
+        assert (await _ask(caller, message, ("127.0.0.1", sip_port(gw)))).startswith("SIP/2.0 503")
+    finally:
+        caller.close()
