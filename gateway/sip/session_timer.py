@@ -124,6 +124,9 @@ class SessionTimerPolicy:
             return None
         if not interval:
             return None
+        # never below the Min-SE we sent (§9 forbids the callee to go lower): a 2xx naming 1 s would have us
+        # refresh twice a second for the whole call
+        interval = max(interval, self.min_se)
         # a 2xx must name the refresher; if it does not, refreshing ourselves is the side that cannot drop the call
         we_refresh = refresher != "uas"
         return Agreement(interval, we_refresh, "UPDATE" if _allows_update(h.get("allow")) else "INVITE")

@@ -252,3 +252,19 @@ async def test_an_inbound_invite_finds_no_place_a_ringing_outbound_call_holds(si
         assert (await _ask(caller, message, ("127.0.0.1", sip_port(gw)))).startswith("SIP/2.0 503")
     finally:
         caller.close()
+
+
+async def test_a_2xx_asking_for_a_tiny_session_interval_does_not_make_us_refresh_in_a_loop(sip_gateway):
+    """The far end's 2xx (and each refresh's) says `Session-Expires: 1;refresher=uac`, below the Min-SE (90 s) our
+    INVITE sent: the interval is taken as our Min-SE, so we refresh at 45 s, not twice a second for the whole
+    call. Before: a re-INVITE every 0.5 s, each answered and ACKed, the trunk's to stop."""
+    gw, uas = await _gateway(
+        sip_gateway, answering(extra=["Contact: <sip:far@127.0.0.1:9>", "Session-Expires: 1;refresher=uac"])
+    )
+    call_id, control, _ = await _call(gw)
+    try:
+        assert _leg(gw).calls[call_id].clock.agreement.interval == 90
+        await asyncio.sleep(1.2)  # the old refresh came after 0.5 s
+        assert [r.method for r in uas.requests] == ["INVITE", "ACK"]
+    finally:
+        await control.ws.close()
