@@ -165,10 +165,9 @@ class InviteClient:
     def _ack_2xx(self, response: SipResponse) -> SipRequest:
         """The ACK of a 2xx: a transaction of its own, to the 2xx's Contact (RFC 3261 §13.2.2.4), through the route
         set its Record-Route makes (§12.1.2; gateway/sip/routes.py); the sender puts it on the first route's hop."""
-        contact = response.headers.get_first("contact") or ""
-        target = contact[contact.find("<") + 1 : contact.find(">")] if "<" in contact else contact.split(";")[0]
+        target = routes.remote_target(response.headers.get_first("contact"), self.dialed.request_uri)
         to = response.headers.get_first("to") or ""
-        ack = self._request("ACK", target.strip() or self.dialed.request_uri, new_branch(), self.cseq, to)
+        ack = self._request("ACK", target, new_branch(), self.cseq, to)
         routes.add_routes(ack, routes.uac_route_set(response.headers.get("record-route")))
         return ack
 

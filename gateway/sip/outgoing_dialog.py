@@ -69,8 +69,7 @@ class OutgoingDialog:
         self.source_addr = peer
         self.dialog = _Tags(_tag(answer.headers.get_first("to") or ""), client.dialed.from_tag)
         self._to = answer.headers.get_first("to") or ""
-        contact = answer.headers.get_first("contact") or ""
-        self._target = contact[contact.find("<") + 1 : contact.find(">")] if "<" in contact else contact.split(";")[0]
+        self._target = routes.remote_target(answer.headers.get_first("contact"), client.dialed.request_uri)
         self._send = send  # (request, address)
         self.route_set = routes.uac_route_set(answer.headers.get("record-route"))
         self.next_hop = routes.first_hop(self.route_set, peer, client.dialed.transport)
@@ -90,7 +89,7 @@ class OutgoingDialog:
         if cseq is None:
             self._cseq += 1
             cseq = self._cseq
-        request = SipRequest(method=method, uri=self._target.strip() or d.request_uri)
+        request = SipRequest(method=method, uri=self._target)
         h = request.headers
         h.set_single("Via", f"SIP/2.0/{d.transport} {d.via_host};branch={new_branch()};rport")
         h.set_single("Max-Forwards", "70")

@@ -31,8 +31,22 @@ def uas_route_set(record_routes: Iterable[str]) -> list[str]:
 
 
 def uac_route_set(record_routes: Iterable[str]) -> list[str]:
-    """The route set of a dialog our INVITE made: the 2xx's Record-Route values reversed (§12.1.2)."""
-    return list(reversed(uas_route_set(record_routes)))
+    """The route set of a dialog our INVITE made: the 2xx's Record-Route values reversed (§12.1.2), less those that
+    name no SIP URI (`<`, `garbage`): a malformed one would become our ACK's and BYE's Request-URI."""
+    return [r for r in reversed(uas_route_set(record_routes)) if host_port(r) is not None]
+
+
+def remote_target(contact: str | None, fallback: str) -> str:
+    """The URI of a 2xx's Contact (`<sip:far@h;transport=tcp>;x=y` -> `sip:far@h;transport=tcp`): our requests'
+    Request-URI in the dialog; `fallback` when it names no SIP URI (absent, `*`, unbalanced `<`)."""
+    text = (contact or "").strip()
+    if "<" in text:
+        start = text.find("<") + 1
+        end = text.find(">", start)
+        uri = text[start:end].strip() if end > 0 else ""
+    else:
+        uri = text.split(";")[0].strip()
+    return uri if host_port(uri) is not None and uri.isprintable() and " " not in uri else fallback
 
 
 def route_uri(route: str) -> str:

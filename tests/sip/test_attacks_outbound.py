@@ -268,3 +268,29 @@ async def test_a_2xx_asking_for_a_tiny_session_interval_does_not_make_us_refresh
         assert [r.method for r in uas.requests] == ["INVITE", "ACK"]
     finally:
         await control.ws.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["Contact: <sip:"], ["Contact: *"], ["Contact: >x<"], ["Record-Route: <", "Contact: <sip:far@127.0.0.1:9>"]],
+)
+async def test_a_2xx_with_a_malformed_contact_or_record_route_puts_no_garbage_request_uri_on_the_wire(
+    sip_gateway, extra
+):
+    """The far end's 2xx carries a Contact or Record-Route that names no SIP URI: the ACK and the BYE still go
+    with a SIP Request-URI (the Contact's, else the one we dialled) and no garbage Route. Before: `sip`, `*` or `<`
+    went out as the Request-URI."""
+    gw, uas = await _gateway(sip_gateway, answering(extra=extra))
+    call_id, control, _ = await _call(gw)
+    try:
+        await control.send({"type": "session.end"})
+        for _ in range(100):
+            if "BYE" in [r.method for r in uas.requests]:
+                break
+            await asyncio.sleep(0.02)
+        sent = [(r.method, r.uri, r.values("route")) for r in uas.requests]
+        assert [m for m, _, _ in sent] == ["INVITE", "ACK", "BYE"]
+        for _, uri, route in sent:
+            assert uri.startswith("sip:") and "<" not in uri and route == [], sent
+    finally:
+        await control.ws.close()
