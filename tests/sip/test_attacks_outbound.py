@@ -294,3 +294,43 @@ async def test_a_2xx_with_a_malformed_contact_or_record_route_puts_no_garbage_re
             assert uri.startswith("sip:") and "<" not in uri and route == [], sent
     finally:
         await control.ws.close()
+
+
+async def test_a_strangers_forged_2xx_with_a_record_route_to_itself_is_dropped(sip_gateway):
+    """While the trunk rings, a stranger forges the 200 for our INVITE with its own SDP, Contact and Record-Route:
+    dropped (only the trunk's address answers its INVITE). The trunk's own 200 then makes the dialog: media, Contact
+    and the BYE's next hop are the trunk's, nothing reaches the stranger."""
+
+    def ring_later(request: Request) -> bytes | None:
+        return response(request, "180 Ringing", to_tag=TO_TAG) if request.method == "INVITE" else None
+
+    gw, uas = await _gateway(sip_gateway, ring_later)
+    status, body = await _post(gw, {"to": "+15551234567", "trunk": "far"})
+    control = await Control.connect(gw, additional_headers={"Authorization": f"Bearer {KEY}"})
+    stranger = _stranger()
+    stranger.settimeout(0.5)
+    try:
+        await control.attach(body["call_id"])
+        await control.expect("call.progress", state="ringing")
+        invite = uas.requests[0]
+        evil = [f"Contact: <sip:evil@{STRANGER}:{stranger.getsockname()[1]}>", "Content-Type: application/sdp"]
+        evil.append(f"Record-Route: <sip:{STRANGER}:{stranger.getsockname()[1]};lr>")
+        stranger.sendto(response(invite, "200 OK", evil, _sdp(STRANGER, 41000), "evil"), ("127.0.0.1", sip_port(gw)))
+        await asyncio.sleep(0.3)
+        assert body["call_id"] not in _leg(gw).calls  # still ringing
+        ok = [f"Contact: <sip:far@127.0.0.1:{uas.port}>", "Content-Type: application/sdp"]
+        uas.transport.sendto(response(invite, "200 OK", ok, _sdp(), TO_TAG), invite.addr)
+        await control.expect("call.answered")
+        c = _leg(gw).calls[body["call_id"]]
+        assert c.guard.peer == ("127.0.0.1", 40000) and c.next_hop == ("127.0.0.1", uas.port)
+        await control.send({"type": "session.end"})
+        for _ in range(100):
+            if "BYE" in [r.method for r in uas.requests]:
+                break
+            await asyncio.sleep(0.02)
+        assert [r.method for r in uas.requests] == ["INVITE", "ACK", "BYE"]
+        with pytest.raises(TimeoutError):
+            stranger.recv(65535)  # not even an ACK for its forged 200
+    finally:
+        stranger.close()
+        await control.ws.close()
