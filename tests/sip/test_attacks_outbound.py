@@ -14,7 +14,7 @@ import pytest
 from tests.sip.conftest import sip_port
 from tests.sip.test_outbound_calls import KEY, STRANGER, _post
 from tests.sip import udp_caller
-from tests.sip.tiny_uas import Request, open_uas, response
+from tests.sip.tiny_uas import Request, open_uas, parse_request, response
 from tests.telephony.clients import Control
 
 pytest.importorskip("aiosipua", reason="aiosipua is not installed (the sip extra)")
@@ -334,3 +334,76 @@ async def test_a_strangers_forged_2xx_with_a_record_route_to_itself_is_dropped(s
     finally:
         stranger.close()
         await control.ws.close()
+
+
+class TcpFarEnd:
+    """A far end on TCP: answers our INVITE 200 on the connection it came on, keeps every request it reads."""
+
+    def __init__(self):
+        self.requests: list[Request] = []
+        self.writers: list[asyncio.StreamWriter] = []
+        self.closed = asyncio.Event()  # the gateway closed a connection of ours
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
+                request = parse_request(head + await reader.readexactly(length), peer)
+                if request is None:
+                    continue
+                self.requests.append(request)
+                if request.method == "INVITE":
+                    port = self.server.sockets[0].getsockname()[1]
+                    contact = [f"Contact: <sip:far@127.0.0.1:{port};transport=tcp>", "Content-Type: application/sdp"]
+                    writer.write(response(request, "200 OK", contact, _sdp(), TO_TAG))
+                elif request.method == "BYE":
+                    writer.write(response(request, "200 OK", to_tag=TO_TAG))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.closed.set()
+
+
+@pytest.mark.parametrize(
+    "flood",
+    [
+        b"OPTIONS sip:voxgate@127.0.0.1 SIP/2.0\r\nContent-Length: 10000000\r\n\r\n" + b"x" * 65536,  # a 10 MB body
+        b"OPTIONS sip:voxgate@127.0.0.1 SIP/2.0\r\nX-Junk: " + b"a" * 200_000,  # a header that never ends
+        b"X-Junk: b\r\n" * 20_000,  # header lines without end of headers
+    ],
+)
+async def test_a_tcp_trunk_flooding_its_connection_is_cut_off_and_the_call_still_ends_cleanly(sip_gateway, flood):
+    """Once the call is answered the trunk floods its connection (a 10 MB Content-Length, a header without end):
+    the gateway reads a bounded amount, drops that connection, and the call's BYE later goes on a new one; the
+    next call is placed and answered."""
+    far = TcpFarEnd()
+    port = await far.start()
+    trunk = {"name": "far", "address": f"127.0.0.1:{port}", "from": "sip:+15550100@voxgate.test", "transport": "tcp"}
+    gw = await sip_gateway(sip={"trunks": [trunk], "rtp_timeout_s": 300}, server={"api_keys": [KEY]})
+    call_id, control, _ = await _call(gw)
+    try:
+        far.writers[0].write(flood)
+        await asyncio.wait_for(far.closed.wait(), 10)  # the gateway hung up on the flood
+        await control.send({"type": "session.end"})
+        for _ in range(200):
+            if "BYE" in [r.method for r in far.requests]:
+                break
+            await asyncio.sleep(0.02)
+        assert [r.method for r in far.requests] == ["INVITE", "ACK", "BYE"]
+    finally:
+        await control.ws.close()
+    _, control, _ = await _call(gw)
+    await control.ws.close()
+    far.server.close()
