@@ -196,6 +196,8 @@ class DialogRequests:
             server._send_reply(door, resp)
             return
         acked = asyncio.Event()
+        for _, earlier in dialog.answers.values():  # a newer re-INVITE means our earlier 2xx arrived (RFC 3261
+            earlier.set()  # §14.1): stop sending it again, else a flood of re-INVITEs is a flood of answers
         dialog.answers = {cseq: (resp, acked)}  # the latest re-INVITE's, until the next one
 
         def resend() -> None:

@@ -407,3 +407,38 @@ async def test_a_tcp_trunk_flooding_its_connection_is_cut_off_and_the_call_still
     _, control, _ = await _call(gw)
     await control.ws.close()
     far.server.close()
+
+
+async def test_a_flood_of_reinvites_never_acked_leaves_one_2xx_resending(sip_gateway):
+    """The far end sends 10 re-INVITEs in a row and ACKs none: each gets its 200, and only the latest is sent again
+    (a newer re-INVITE means the older 200 arrived: RFC 3261 §14.1 lets no new INVITE start before). Before: every
+    200 was resent for 32 s, a task each, so a flood of re-INVITEs multiplied into a flood of answers."""
+    gw, uas = await _gateway(sip_gateway, answering())
+    call_id, control, _ = await _call(gw)
+    ours = _leg(gw).calls[call_id].incoming.dialog.local_tag
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))  # the dialog's peer address (the trunk's), another port
+    peer.setblocking(False)
+    gateway = ("127.0.0.1", sip_port(gw))
+    try:
+        for cseq in range(10, 20):  # each also tells the agent call.media: 10 stay below its client's queue
+            reinvite = _in_dialog("INVITE", call_id, peer.getsockname()[1], _sdp(), source="127.0.0.1")
+            peer.sendto(
+                reinvite.replace(b"OURTAG", ours.encode()).replace(b"CSeq: 7", f"CSeq: {cseq}".encode()), gateway
+            )
+        await asyncio.sleep(1.7)  # T1 (0.5 s) and 2*T1 later: the resends of an unACKed 200
+        answers: dict[str, int] = {}
+        while True:
+            try:
+                data = peer.recv(65535).decode(errors="replace")
+            except BlockingIOError:
+                break
+            if data.startswith("SIP/2.0 200"):
+                cseq = next(line for line in data.split("\r\n") if line.startswith("CSeq:"))
+                answers[cseq] = answers.get(cseq, 0) + 1
+        assert len(answers) == 10
+        assert all(n == 1 for cseq, n in answers.items() if cseq != "CSeq: 19 INVITE"), answers
+        assert not _leg(gw).calls[call_id].ended
+    finally:
+        peer.close()
+        await control.ws.close()
