@@ -545,6 +545,7 @@ class SipServer:
     def _take_offer(self, c: SipCall, offer: AudioOffer) -> SdpMessage:
         """A new offer in the call (re-INVITE or UPDATE): hold, resume, a new address or codec. Returns our answer."""
         codec = wire.CODEC_OF_PAYLOAD_TYPE[offer.payload_type]
+        before = (c.sending, c.codec, c.offer.address)  # a session refresh offering the same SDP changes none
         if codec != c.codec:  # same SSRC and sequence, new payload type (RFC 3550 allows it)
             c.codec = codec
             c.rtp._sender._payload_type = offer.payload_type
@@ -559,7 +560,7 @@ class SipServer:
         if c.sending and not was_sending and c.leg is not None:
             c.leg.talkspurt()
         answer = self._sdp_answer(c, offer)
-        if c.call is not None:
+        if c.call is not None and (c.sending, c.codec, c.offer.address) != before:  # tell the agent of changes only
             self._spawn(
                 c.call.notify(
                     {
