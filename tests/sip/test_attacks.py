@@ -453,3 +453,28 @@ async def test_a_refer_nobody_answers_fails_after_timer_f(sip_gateway, callers, 
     control, _ = await _transfer_under_way(gw, callers(), f"silent-{uuid.uuid4().hex}")
     failed = await control.expect("call.transfer", timeout=5)
     assert failed["state"] == "failed" and failed["status"] == 408
+
+
+async def test_a_flood_of_reinvites_never_acked_leaves_one_2xx_resending(sip_gateway, callers):
+    """The caller sends 10 re-INVITEs in a row and ACKs none: each gets its 200 and only the latest is sent again
+    (the stack keeps one 2xx resending per call; RFC 3261 §14.1), as on outbound calls (test_attacks_outbound.py)."""
+    gw = await sip_gateway()
+    c = callers()
+    call_id = f"reinvites-{uuid.uuid4().hex}"
+    tag = to_tag(await c.call(sip_port(gw), call_id))
+    local, rtp = c.sip.getsockname()[1], c.rtp.getsockname()[1]
+    for cseq in range(10, 20):
+        send(c, gw, invite(call_id, local, rtp, to_tag=tag, cseq=cseq))
+    await asyncio.sleep(1.7)  # T1 (0.5 s) and 2*T1 later: the resends of an unACKed 200
+    answers: dict[str, int] = {}
+    while True:
+        try:
+            data = c.sip.recv(65535).decode(errors="replace")
+        except BlockingIOError:
+            break
+        if data.startswith("SIP/2.0 200"):
+            answers[header(data, "CSeq")] = answers.get(header(data, "CSeq"), 0) + 1
+    assert len(answers) == 10
+    assert all(n == 1 for cseq, n in answers.items() if cseq != "19 INVITE"), answers
+    assert answers["19 INVITE"] > 1  # the latest is still sent again until its ACK
+    assert call_id in calls(gw)
