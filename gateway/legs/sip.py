@@ -60,7 +60,7 @@ try:  # the `sip` extra; without it the leg refuses a config that sets sip.port 
     from gateway.sip.answering import Answering, call_ids, rtp_port, sends
     from gateway.sip.call import Door, SipCall, SipLeg
     from gateway.sip.dialing import Dialing
-    from gateway.sip.in_dialog import DialogRequests, dialog_refusal, header_pairs
+    from gateway.sip.in_dialog import DialogRequests, dialog_refusal, header_pairs, reinvite_pending
     from gateway.sip.registration import register_all
     from gateway.sip.tls import server_context
     from gateway.sip.transports import TcpSip, TlsSip, UdpSip
@@ -321,6 +321,9 @@ class SipServer:
             return False
         if method == "INVITE" and not to_tag:
             self._reply(door, msg, 100, "Trying")  # a retransmission of the INVITE being answered: not a second call
+            return False
+        if method == "INVITE" and reinvite_pending(c) and not self.dialing.owns(c):  # outbound: in_dialog.py's
+            self._reply(door, msg, 491, "Request Pending")  # glare with our refresh (RFC 3261 §14.2)
             return False
         if method == "ACK":
             c.acked = True

@@ -32,6 +32,11 @@ log = logging.getLogger("voxgate.sip")
 USER_AGENT = "voxgate"
 
 
+def reinvite_pending(c) -> bool:
+    """Our own re-INVITE (a session refresh) awaits its answer: the peer's re-INVITE meanwhile gets 491."""
+    return any(p.method == "INVITE" for p in (c.requests or {}).values())
+
+
 class DialogRequests:
     """One per SipServer (`server.requests`); the calls are gateway/sip/call.py SipCall objects."""
 
@@ -164,7 +169,7 @@ class DialogRequests:
             server._reply(door, msg, 500, "Server Internal Error")  # out of order (RFC 3261 §12.2.2)
             return
         dialog.remote_cseq = cseq
-        if any(p.method == "INVITE" for p in (c.requests or {}).values()):
+        if reinvite_pending(c):
             server._reply(door, msg, 491, "Request Pending")  # our own re-INVITE is under way (RFC 3261 §14.2)
             return
         pairs = header_pairs(msg)

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from gateway.sip.session_timer import Agreement
 from tests.sip.conftest import sip_port
 from tests.sip.udp_caller import UdpCaller, in_dialog, invite
 from tests.telephony.clients import Control
@@ -478,3 +479,29 @@ async def test_a_flood_of_reinvites_never_acked_leaves_one_2xx_resending(sip_gat
     assert all(n == 1 for cseq, n in answers.items() if cseq != "19 INVITE"), answers
     assert answers["19 INVITE"] > 1  # the latest is still sent again until its ACK
     assert call_id in calls(gw)
+
+
+async def test_a_reinvite_while_our_refresh_is_pending_gets_491_and_one_after_it_200(sip_gateway, callers):
+    """Glare on an inbound call (RFC 3261 §14.2): while our session-refreshing re-INVITE awaits its answer, the
+    caller's re-INVITE gets 491 Request Pending; once ours is answered, the caller's next one gets 200. The refresh
+    is started in-process (its timer would take 45 s). Before: the caller's re-INVITE was answered 200 mid-glare."""
+    gw = await sip_gateway()
+    c = callers()
+    call_id = f"glare-{uuid.uuid4().hex}"
+    tag = to_tag(await c.call(sip_port(gw), call_id))
+    local, rtp = c.sip.getsockname()[1], c.rtp.getsockname()[1]
+    leg = gw.legs["gateway.legs.sip"]
+    refresh = asyncio.create_task(leg.requests._refresh(calls(gw)[call_id], Agreement(90, True, "INVITE")))
+    try:
+        while not (ours := (await c.recv(c.sip))[0].decode()).startswith("INVITE "):
+            pass
+        send(c, gw, invite(call_id, local, rtp, to_tag=tag, cseq=2))
+        assert (await response(c)).startswith("SIP/2.0 491")
+        names = ("via", "from", "to", "call-id", "cseq")
+        kept = [line for line in ours.split("\r\n") if line.split(":", 1)[0].strip().lower() in names]
+        send(c, gw, ("SIP/2.0 200 OK\r\n" + "\r\n".join(kept) + "\r\nContent-Length: 0\r\n\r\n").encode())
+        assert (await asyncio.wait_for(refresh, 5)) is not None  # our refresh answered: the call goes on
+        send(c, gw, invite(call_id, local, rtp, to_tag=tag, cseq=3))
+        assert (await response(c)).startswith("SIP/2.0 200")
+    finally:
+        refresh.cancel()
