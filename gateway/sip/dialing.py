@@ -21,6 +21,7 @@ from aiortp import RTPSession
 from gateway import protocol as P
 from gateway.sip import routes, sdes, tls
 from gateway.sip.identity import call_identity
+from gateway.sip.in_dialog import header_pairs
 from gateway.sip.outbound import ALLOW, TIMER_D_S, TLS_FAILED, UNAVAILABLE, Dialed, InviteClient, Outcome
 from gateway.sip.outgoing_dialog import OutgoingDialog, sdp_offer
 from gateway.sip.sdp_check import Refusal, check_offer
@@ -259,7 +260,9 @@ class Dialing:
         srtp = SrtpSession(*keys) if keys is not None else None
         if srtp is not None:  # every packet we send is protected; each that comes is unprotected before strict RTP
             protect_sends(rtp, srtp)
-        identity = call_identity("outbound", client.dialed.request_uri, _pairs(client.invite), server.pass_headers)
+        identity = call_identity(
+            "outbound", client.dialed.request_uri, header_pairs(client.invite), server.pass_headers
+        )
         c = server.new_call(dialog, door, answer, rtp)
         c.keys, c.srtp = keys, srtp
         self.outbound.add(call_id)
@@ -310,7 +313,3 @@ def _ignored(data: bytes, addr: tuple[str, int]) -> None:
 
 def new_call_id() -> str:
     return f"out-{secrets.token_hex(12)}"
-
-
-def _pairs(request) -> list[tuple[str, str]]:
-    return [(name, value) for name, values in request.headers.items() for value in values]
